@@ -1,0 +1,419 @@
+"""From a scheduled kernel to a linear list of UOps.
+
+1. Every ShapeTracker is brought to the kernel's full shape (epilogue views are expanded).
+2. Dims that every buffer walks contiguously are merged; size-1 dims are dropped; reduce dims
+   go last.
+3. Optimisations pick (a) a *lane* dim rendered as SIMD vectors when the store (or, for a
+   contiguous reduce, every load) is unit-stride along it, (b) *upcasts*: output tiles held in
+   registers, chosen on dims where some input is broadcast (so a loaded value is reused, as in
+   matmul), (c) an *unrolled* reduce with independent accumulators, (d) which output loops run
+   in parallel (OpenMP on the CPU; global ids on GPUs).
+4. The loop nest is lowered to UOps with common subexpressions shared.
+
+    >>> from tg.core.codegen.linearizer import Dims
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+from typing import Any
+
+from tg import config
+from tg.core.dtype import DType, dtypes, min_value
+from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
+from tg.core.schedule import AstOps, Kernel, KOp
+from tg.core.shape import ShapeTracker, prod
+from tg.core.symbolic import Lin, Node, Var, num
+
+VECTOR_DTYPES = {dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool}
+# ALU ops the C vector extension does natively (others are done lane by lane).
+NATIVE_VECTOR_OPS = {BinaryOps.ADD, BinaryOps.MUL, UnaryOps.NEG, BinaryOps.MAX, BinaryOps.CMPLT,
+                     BinaryOps.CMPNE, BinaryOps.AND, BinaryOps.OR, BinaryOps.XOR, BinaryOps.SHL,
+                     BinaryOps.SHR, TernaryOps.WHERE, TernaryOps.MULACC, UnaryOps.RECIP, UnaryOps.CAST,
+                     UnaryOps.BITCAST}
+
+
+@dataclass
+class Dim:
+    size: int
+    reduce: bool
+    upcast: int = 1     # unrolled into registers
+    lanes: int = 1      # SIMD lanes (at most one dim)
+
+    @property
+    def loops(self) -> int:
+        return self.size // (self.upcast * self.lanes)
+
+
+@dataclass
+class UOp:
+    """One low-level op. `vec` marks a SIMD value of the kernel's lane count."""
+    op: str
+    dtype: DType | None = None
+    src: tuple[UOp, ...] = ()
+    arg: Any = None
+    vec: bool = False
+
+
+def map_sts(ast: KOp, fn) -> KOp:
+    memo: dict[int, KOp] = {}
+
+    def go(n: KOp) -> KOp:
+        if id(n) in memo:
+            return memo[id(n)]
+        if n.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST):
+            new = KOp(n.op, tuple(go(s) for s in n.src), (n.arg[0], fn(n.arg[1])), n.dtype)
+        else:
+            new = KOp(n.op, tuple(go(s) for s in n.src), n.arg, n.dtype)
+        memo[id(n)] = new
+        return new
+    return go(ast)
+
+
+def _coef(idx: Node, v: Var) -> int | None:
+    """Coefficient of v when v appears only as a plain linear term of idx (0 when absent)."""
+    terms = dict(idx.terms) if isinstance(idx, Lin) else {idx: 1}
+    c = terms.get(v, 0)
+    for atom in terms:
+        if atom is not v and atom != v and v in atom.vars():
+            return None
+    return c
+
+
+class Dims:
+    """The kernel's shape after merging and reordering, with the chosen optimisations."""
+
+    def __init__(self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool):
+        ast = kernel.ast
+        self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
+        full = kernel.full_shape
+        ast = map_sts(ast, lambda st: st.expand(full) if st.shape != full else st)
+        reduce_axes = set(self.reduce_node.arg) if self.reduce_node is not None else set()
+        ast, shape, is_reduce = self._merge(ast, full, reduce_axes)
+        order = [d for d in range(len(shape)) if not is_reduce[d]] + [d for d in range(len(shape)) if is_reduce[d]]
+        if order != list(range(len(shape))):
+            ast = map_sts(ast, lambda st: st.permute(tuple(order)))
+            shape = tuple(shape[d] for d in order)
+            is_reduce = [is_reduce[d] for d in order]
+        self.ast = ast
+        self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
+        self.dims = [Dim(s, r) for s, r in zip(shape, is_reduce)]
+        self.lane_dim: int | None = None
+        self.parallel: list[int] = []   # output dims whose loops run in parallel, outermost first
+        self.loop_order: list[int] = [d for d, dim in enumerate(self.dims) if not dim.reduce]
+        if not config.TG_NOOPT:
+            self._optimise(vector_width_bytes, use_lanes and self._vectorizable(), gpu)
+        self.parallel = [d for d in self.loop_order if self.dims[d].loops > 1]
+
+    # ---- analysis helpers
+    def sts(self) -> list[tuple[KOp, ShapeTracker]]:
+        return [(n, n.arg[1]) for n in self.ast.walk() if n.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST)]
+
+    @staticmethod
+    def _merge(ast: KOp, shape: tuple[int, ...], reduce_axes: set[int]):
+        is_reduce = [d in reduce_axes and shape[d] > 1 for d in range(len(shape))]
+        keep = [d for d in range(len(shape)) if shape[d] != 1]
+        variables = [Var(f"x{d}", 0, max(s - 1, 0)) for d, s in enumerate(shape)]
+        exprs = []
+        for n in ast.walk():
+            if n.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST):
+                exprs.append(n.arg[1].expr_idxs(variables))
+        groups: list[list[int]] = []
+        for d in keep:
+            if groups:
+                prev = groups[-1][-1]
+                ok = is_reduce[prev] == is_reduce[d]
+                for idx, valid in exprs:
+                    if not ok:
+                        break
+                    cp, cd = _coef(idx, variables[prev]), _coef(idx, variables[d])
+                    used = valid.vars()
+                    ok = cp is not None and cd is not None and cp == cd * shape[d] and \
+                        variables[prev] not in used and variables[d] not in used
+                if ok:
+                    groups[-1].append(d)
+                    continue
+            groups.append([d])
+        new_shape = tuple(prod(shape[d] for d in g) for g in groups)
+        new_reduce = [is_reduce[g[0]] for g in groups]
+        if new_shape != shape:
+            ast = map_sts(ast, lambda st: st.reshape(new_shape))
+        return ast, new_shape, new_reduce
+
+    def _vectorizable(self) -> bool:
+        for n in self.ast.walk():
+            if n.dtype not in VECTOR_DTYPES:
+                return False
+            if n.op is UnaryOps.CAST and n.src[0].dtype not in VECTOR_DTYPES:
+                return False
+        return True
+
+    def _coefs(self, d: int, inside_reduce: bool | None) -> list[tuple[KOp, int | None, bool]]:
+        """(node, coefficient of dim d, whether validity uses d) for every load/store/const."""
+        variables = [Var(f"x{i}", 0, max(dim.size - 1, 0)) for i, dim in enumerate(self.dims)]
+        reduce_src = set(id(n) for n in self.reduce_node.src[0].walk()) if self.reduce_node else set()
+        out = []
+        for n, st in self.sts():
+            if inside_reduce is not None and (id(n) in reduce_src) != inside_reduce:
+                continue
+            idx, valid = st.expr_idxs(variables)
+            out.append((n, _coef(idx, variables[d]), variables[d] in valid.vars()))
+        return out
+
+    def _optimise(self, vector_width_bytes: int, lanes_ok: bool, gpu: bool) -> None:
+        dims = self.dims
+        out_dims = [d for d, dim in enumerate(dims) if not dim.reduce]
+        red_dims = [d for d, dim in enumerate(dims) if dim.reduce]
+        width = max(vector_width_bytes // 4, 1)
+        if lanes_ok:
+            store_unit = [d for d in reversed(out_dims) if dims[d].size % width == 0 and
+                          all(c == 1 and not uses for n, c, uses in self._coefs(d, None) if n.op is AstOps.STORE)]
+            if store_unit:
+                self.lane_dim = store_unit[0]
+            elif red_dims:
+                d = red_dims[-1]
+                if dims[d].size % width == 0 and all(c in (0, 1) and not uses for n, c, uses in self._coefs(d, True)):
+                    self.lane_dim = d
+            if self.lane_dim is not None:
+                dims[self.lane_dim].lanes = width
+        if gpu:
+            return
+        # register tile for broadcast inputs (matmul: a row of B is reused by every row of A)
+        if self.reduce_node is not None and self.lane_dim is not None and not dims[self.lane_dim].reduce:
+            lane = self.lane_dim
+            for d in reversed(out_dims):
+                if d == lane:
+                    continue
+                reused = any(c == 0 and n.op is AstOps.LOAD for n, c, _ in self._coefs(d, True))
+                if reused:
+                    for up in (4, 2):
+                        if dims[d].size % up == 0:
+                            dims[d].upcast = up
+                            break
+                    if dims[lane].loops % 2 == 0:
+                        dims[lane].upcast = 2
+                    # keep the reused strip hot in cache: walk the other dim innermost
+                    self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
+                    return
+        # independent accumulators so the reduce is not one long dependency chain
+        if red_dims:
+            d = red_dims[-1]
+            for up in (4, 2):
+                if dims[d].loops % up == 0 and dims[d].loops > up:
+                    dims[d].upcast = up
+                    break
+        elif self.lane_dim is None and out_dims:
+            d = out_dims[-1]
+            for up in (4, 2):
+                if dims[d].size % up == 0 and dims[d].size > up:
+                    dims[d].upcast = up
+                    break
+
+
+@dataclass
+class Linearized:
+    name: str
+    uops: list[UOp]
+    buf_dtypes: list[DType]
+    lanes: int
+    global_size: int               # work items for GPU dialects (1 for loop-only kernels)
+    work: int                      # elements of the full shape, for the parallel threshold
+    flops: int
+    mem_bytes: int
+    extra: dict = field(default_factory=dict)
+
+
+class Lowerer:
+    """Turns the optimised loop nest into UOps, sharing common subexpressions."""
+
+    def __init__(self, kernel: Kernel, dims: Dims, gpu: bool):
+        self.kernel, self.dims, self.gpu = kernel, dims, gpu
+        self.uops: list[UOp] = []
+        self.cache: dict[Any, UOp] = {}
+        lane_dim = dims.lane_dim
+        self.lanes = dims.dims[lane_dim].lanes if lane_dim is not None else 1
+        self.lane_var = Var("lane", 0, self.lanes - 1) if self.lanes > 1 else None
+
+    def emit(self, op: str, dtype: DType | None = None, src: tuple[UOp, ...] = (), arg: Any = None,
+             vec: bool = False, cache: bool = True) -> UOp:
+        key = (op, dtype, tuple(id(s) for s in src), _hashable(arg), vec)
+        if cache and key in self.cache:
+            return self.cache[key]
+        u = UOp(op, dtype, src, arg, vec)
+        self.uops.append(u)
+        if cache:
+            self.cache[key] = u
+        return u
+
+    def index_of(self, d: int, loop: Node, up: int) -> Node:
+        dim = self.dims.dims[d]
+        idx = loop * (dim.upcast * dim.lanes) + up * dim.lanes
+        if d == self.dims.lane_dim:
+            idx = idx + self.lane_var
+        return idx
+
+    # ---- values
+    def value(self, n: KOp, ctx: list[Node], acc_of: dict[int, UOp]) -> UOp:
+        if id(n) in acc_of:
+            return acc_of[id(n)]
+        if n.op is BufferOps.CONST:
+            value, st = n.arg
+            _, valid = st.expr_idxs(ctx)
+            c = self.emit("CONST", n.dtype, arg=value)
+            if valid.is_const:
+                return c if valid.min == 1 else self.emit("CONST", n.dtype, arg=_zero(n.dtype))
+            cond = self.emit("INDEX_COND", dtypes.bool, arg=valid, vec=self._uses_lane(valid))
+            zero = self.emit("CONST", n.dtype, arg=_zero(n.dtype))
+            return self.alu(TernaryOps.WHERE, n.dtype, (cond, c, zero), None)
+        if n.op is AstOps.LOAD:
+            buf, st = n.arg
+            idx, valid = st.expr_idxs(ctx)
+            return self.emit("LOAD", n.dtype, arg=(buf, idx, valid, self._access(idx, valid)),
+                             vec=self._uses_lane(idx) or self._uses_lane(valid))
+        srcs = tuple(self.value(s, ctx, acc_of) for s in n.src)
+        return self.alu(n.op, n.dtype, srcs, n.arg)
+
+    def alu(self, op, dtype: DType, srcs: tuple[UOp, ...], arg: Any) -> UOp:
+        vec = any(s.vec for s in srcs)
+        return self.emit("ALU", dtype, srcs, (op, arg), vec=vec)
+
+    def _uses_lane(self, node: Node) -> bool:
+        return self.lane_var is not None and self.lane_var in node.vars()
+
+    def _access(self, idx: Node, valid: Node) -> str:
+        """How a load/store touches the lanes: 'scalar', 'vector' (unit stride) or 'gather'."""
+        if self.lane_var is None or not (self._uses_lane(idx) or self._uses_lane(valid)):
+            return "scalar"
+        if not self._uses_lane(valid) and _coef(idx, self.lane_var) == 1:
+            return "vector"
+        return "gather"
+
+    # ---- the loop nest
+    def lower(self) -> list[UOp]:
+        k, dims = self.kernel, self.dims
+        for i, dt in enumerate(k.buf_dtypes):
+            self.emit("DEFINE_GLOBAL", dt, arg=(i, i == 0), cache=False)
+        loop_vars: dict[int, Node] = {}
+        out_dims = [d for d, dim in enumerate(dims.dims) if not dim.reduce]
+        if self.gpu:
+            total = prod(dims.dims[d].loops for d in out_dims)
+            gid = Var("gidx0", 0, max(total - 1, 0))
+            self.emit("GID", arg=(gid, total), cache=False)
+            acc = 1
+            for d in reversed(out_dims):
+                loops = dims.dims[d].loops
+                loop_vars[d] = (gid // acc) % loops if loops > 1 else num(0)
+                acc *= loops
+        else:
+            parallel = dims.parallel
+            for n_open, d in enumerate(dims.loop_order):
+                loops = dims.dims[d].loops
+                if loops == 1:
+                    loop_vars[d] = num(0)
+                    continue
+                v = Var(f"g{d}", 0, loops - 1)
+                loop_vars[d] = v
+                self.emit("LOOP", arg=(v, loops, len(parallel) if d == parallel[0] else 0), cache=False)
+        # the reduce part
+        red = dims.reduce_node
+        acc_of: dict[int, UOp] = {}
+        out_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in out_dims]))
+        red_dims = [d for d, dim in enumerate(dims.dims) if dim.reduce]
+        if red is not None:
+            red_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in red_dims]))
+            acc_vec = self.lanes > 1
+            identity = 0 if red.op is ReduceOps.SUM else min_value(red.dtype)
+            accs = {(oc, rc): self.emit("DEFINE_ACC", red.dtype, arg=identity, vec=acc_vec, cache=False)
+                    for oc in out_combos for rc in red_combos}
+            red_vars: dict[int, Node] = {}
+            for d in red_dims:
+                loops = dims.dims[d].loops
+                if loops == 1:
+                    red_vars[d] = num(0)
+                    continue
+                v = Var(f"r{d}", 0, loops - 1)
+                red_vars[d] = v
+                self.emit("LOOP", arg=(v, loops, 0), cache=False)
+            outer_cache = self.cache
+            self.cache = dict(outer_cache)
+            for rc in red_combos:
+                for oc in out_combos:
+                    ctx = self._ctx(out_dims, oc, loop_vars, red_dims, rc, red_vars)
+                    val = self.value(red.src[0], ctx, {})
+                    a = accs[(oc, rc)]
+                    self.emit("ACC", red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
+            for d in reversed(red_dims):
+                if dims.dims[d].loops > 1:
+                    self.emit("ENDLOOP", cache=False)
+            self.cache = outer_cache
+            lane_is_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
+            for oc in out_combos:
+                parts = [accs[(oc, rc)] for rc in red_combos]
+                while len(parts) > 1:   # pairwise: a balanced tree keeps float error small
+                    nxt = [self.alu(_red_alu(red.op), red.dtype, (parts[i], parts[i + 1]), None)
+                           for i in range(0, len(parts) - 1, 2)]
+                    parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
+                total = parts[0]
+                if lane_is_reduce:
+                    total = self.emit("HREDUCE", red.dtype, (total,), arg=red.op)
+                acc_of[oc] = total
+        # epilogue and store, once per output tile element
+        store = dims.ast
+        for oc in out_combos:
+            ctx = self._ctx(out_dims, oc, loop_vars, red_dims, None, {})
+            value = self.value(store.src[0], ctx, {id(red): acc_of[oc]} if red is not None else {})
+            _, st = store.arg
+            idx, valid = st.expr_idxs(ctx)
+            self.emit("STORE", store.dtype, (value,), arg=(0, idx, valid, self._access(idx, valid)),
+                      vec=self._uses_lane(idx), cache=False)
+        if not self.gpu:
+            for d in dims.loop_order:
+                if dims.dims[d].loops > 1:
+                    self.emit("ENDLOOP", cache=False)
+        return self.uops
+
+    def _ctx(self, out_dims, oc, loop_vars, red_dims, rc, red_vars) -> list[Node]:
+        ctx: list[Node] = [num(0)] * len(self.dims.dims)
+        for d, u in zip(out_dims, oc):
+            ctx[d] = self.index_of(d, loop_vars[d], u)
+        for i, d in enumerate(red_dims):
+            ctx[d] = self.index_of(d, red_vars[d], rc[i]) if rc is not None else num(0)
+        return ctx
+
+
+def _red_alu(op: ReduceOps):
+    return BinaryOps.ADD if op is ReduceOps.SUM else BinaryOps.MAX
+
+
+def _zero(dtype: DType) -> Any:
+    return False if dtype == dtypes.bool else (0.0 if dtype.is_float else 0)
+
+
+def _hashable(arg: Any) -> Any:
+    if isinstance(arg, tuple):
+        return tuple(_hashable(a) for a in arg)
+    if isinstance(arg, Node):
+        return arg.key
+    if isinstance(arg, float) and arg != arg:
+        return "nan"
+    return arg
+
+
+def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = True, gpu: bool = False) -> Linearized:
+    dims = Dims(kernel, vector_width_bytes, use_lanes, gpu)
+    uops = Lowerer(kernel, dims, gpu).lower()
+    full = prod(d.size for d in dims.dims)
+    out_size = prod(d.size for d in dims.dims if not d.reduce)
+    flops = 0
+    red_src = set(id(n) for n in dims.reduce_node.src[0].walk()) if dims.reduce_node else set()
+    for n in dims.ast.walk():
+        if isinstance(n.op, (UnaryOps, BinaryOps, TernaryOps)) and n.op not in (UnaryOps.CAST, UnaryOps.BITCAST):
+            flops += full if id(n) in red_src else out_size
+        elif isinstance(n.op, ReduceOps):
+            flops += full
+    mem = sum(size * dt.itemsize for size, dt in zip(kernel.buf_sizes, kernel.buf_dtypes))
+    shape_name = "_".join(str(d.size) for d in dims.dims) or "1"
+    name = ("r_" if dims.reduce_node is not None else "E_") + shape_name
+    gsize = prod(d.loops for d in dims.dims if not d.reduce) if gpu else 1
+    lanes = dims.dims[dims.lane_dim].lanes if dims.lane_dim is not None else 1
+    return Linearized(name, uops, list(kernel.buf_dtypes), lanes, gsize, full, flops, mem)

@@ -1,0 +1,165 @@
+"""Devices, buffers and the counters every allocation goes through.
+
+A device is one file `tg/core/runtime/ops_<name>.py` exporting a subclass of `Compiled`; it is
+found by its file name, so adding a device edits no other file.
+
+    >>> Device["NUMPY"].name
+    'NUMPY'
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import pkgutil
+from typing import Any
+
+import numpy as np
+
+from tg import config
+from tg.core.dtype import DType
+
+
+class GlobalCounters:
+    """Process-wide counters: kernels launched, bytes of device buffers alive and at peak."""
+    kernel_count: int = 0
+    mem_used: int = 0
+    mem_peak: int = 0
+    global_ops: int = 0
+    global_mem: int = 0
+    time_sum_s: float = 0.0
+
+    @staticmethod
+    def reset() -> None:
+        GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.global_mem = 0
+        GlobalCounters.time_sum_s = 0.0
+        GlobalCounters.mem_peak = GlobalCounters.mem_used
+
+
+class Allocator:
+    """alloc/free/copyin/copyout of raw bytes on one device."""
+
+    def alloc(self, nbytes: int) -> Any:
+        raise NotImplementedError
+
+    def free(self, opaque: Any, nbytes: int) -> None:
+        pass
+
+    def copyin(self, opaque: Any, src: memoryview) -> None:
+        raise NotImplementedError
+
+    def copyout(self, dest: memoryview, opaque: Any) -> None:
+        raise NotImplementedError
+
+
+class HostAllocator(Allocator):
+    """Memory in host RAM held by numpy (CPU, NUMPY); 64-byte aligned for vector loads."""
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        raw = np.empty(nbytes + 64, dtype=np.uint8)
+        start = (-raw.ctypes.data) % 64
+        return raw[start:start + nbytes]
+
+    def copyin(self, opaque: np.ndarray, src: memoryview) -> None:
+        opaque[:] = np.frombuffer(src, dtype=np.uint8)
+
+    def copyout(self, dest: memoryview, opaque: np.ndarray) -> None:
+        np.frombuffer(dest, dtype=np.uint8)[:] = opaque
+
+
+class Buffer:
+    """Device memory for `size` elements of `dtype`. Counted in GlobalCounters while alive."""
+
+    def __init__(self, device: str, size: int, dtype: DType):
+        self.device, self.size, self.dtype = device, size, dtype
+        self.nbytes = size * dtype.itemsize
+        self.allocator = Device[device].allocator
+        self._buf = self.allocator.alloc(self.nbytes)
+        GlobalCounters.mem_used += self.nbytes
+        GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
+
+    def __del__(self) -> None:
+        if hasattr(self, "_buf"):
+            GlobalCounters.mem_used -= self.nbytes
+            self.allocator.free(self._buf, self.nbytes)
+
+    def __repr__(self) -> str:
+        return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
+
+    def copyin(self, data: np.ndarray) -> Buffer:
+        data = np.ascontiguousarray(data)
+        assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into {self.nbytes}"
+        self.allocator.copyin(self._buf, memoryview(data.reshape(-1).view(np.uint8)))
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """The raw bits as a flat numpy array of the dtype's host storage type."""
+        out = np.empty(self.size, dtype=self.dtype.np)
+        if self.nbytes:
+            self.allocator.copyout(memoryview(out.view(np.uint8)), self._buf)
+        return out
+
+
+class Program:
+    """A compiled kernel. Called with buffers; returns seconds taken when wait=True."""
+    name: str
+
+    def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
+        raise NotImplementedError
+
+
+class Compiled:
+    """One compute device. Subclasses live in runtime/ops_<name>.py."""
+    name: str = ""
+    allocator: Allocator
+
+    def compile_kernel(self, kernel: Any) -> Program:
+        """Turn a scheduled kernel (tg.core.schedule.Kernel) into something runnable."""
+        raise NotImplementedError
+
+    def compile_many(self, kernels: list[Any]) -> list[Program]:
+        return [self.compile_kernel(k) for k in kernels]
+
+    def synchronize(self) -> None:
+        pass
+
+
+class _Registry:
+    """Device["CPU"] imports tg.core.runtime.ops_cpu and returns its device, once."""
+
+    def canonicalize(self, name: str | None) -> str:
+        if name is None:
+            return self.DEFAULT
+        base = str(name).split(":")[0].upper()
+        if base not in self.names():
+            raise ValueError(f"[core] unknown device {name!r}; expected one of {', '.join(self.names())}")
+        return base
+
+    @functools.cache
+    def names(self) -> list[str]:
+        import tg.core.runtime as rt
+        return sorted(m.name[4:].upper() for m in pkgutil.iter_modules(rt.__path__) if m.name.startswith("ops_"))
+
+    @functools.cache
+    def __getitem__(self, name: str) -> Compiled:
+        name = self.canonicalize(name)
+        module = importlib.import_module(f"tg.core.runtime.ops_{name.lower()}")
+        for value in vars(module).values():
+            if isinstance(value, type) and issubclass(value, Compiled) and value is not Compiled \
+                    and value.__module__ == module.__name__:
+                dev = value()
+                dev.name = name
+                return dev
+        raise ImportError(f"[core] tg/core/runtime/ops_{name.lower()}.py defines no Device subclass")
+
+    @property
+    def DEFAULT(self) -> str:
+        chosen = config.TG_DEVICE
+        if chosen:
+            if chosen not in self.names():
+                raise ValueError(f"[core] TG_DEVICE={chosen!r} is not a device; expected one of "
+                                 f"{', '.join(self.names())}")
+            return chosen
+        return "CPU"
+
+
+Device = _Registry()

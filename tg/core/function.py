@@ -1,0 +1,311 @@
+"""One small Function per primitive op: forward on LazyBuffers, and the gradient rule.
+Composite Tensor methods get their gradients only by composition of these.
+
+FUNCTIONS maps every primitive op to its Function (the per-op gradient table; ops that have
+no gradient, like comparisons, map to a Function whose backward returns None)."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from tg.core.dtype import DType
+from tg.core.lazy import LazyBuffer
+from tg.core.ops import BinaryOps, BufferOps, MovementOps, Op, ReduceOps, TernaryOps, UnaryOps
+
+
+def _const(like: LazyBuffer, value: Any, dtype: DType | None = None) -> LazyBuffer:
+    return LazyBuffer.const(value, dtype or like.dtype, like.device, like.shape)
+
+
+class Function:
+    def __init__(self, device: str, *tensors: Any):
+        self.device = device
+        self.needs_input_grad = [t.requires_grad for t in tensors]
+        self.requires_grad = True if any(self.needs_input_grad) else (None if None in self.needs_input_grad else False)
+
+    def forward(self, *args: LazyBuffer, **kwargs: Any) -> LazyBuffer:
+        raise NotImplementedError
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer | None | tuple[LazyBuffer | None, ...]:
+        raise RuntimeError(f"[autograd] {type(self).__name__} has no gradient")
+
+    @classmethod
+    def apply(cls, *x: Any, **kwargs: Any):
+        from tg.core.tensor import Tensor
+        ctx = cls(x[0].device, *x)
+        ret = Tensor(ctx.forward(*[t.lazydata for t in x], **kwargs), device=ctx.device,
+                     requires_grad=ctx.requires_grad)
+        if ctx.requires_grad and not Tensor.no_grad:
+            ret._ctx = ctx
+            ctx.parents = x
+        return ret
+
+
+class NoGrad(Function):
+    """Primitives with no gradient (comparisons, integer and bit ops): results never require grad."""
+    op: Op
+
+    def __init__(self, device: str, *tensors: Any):
+        super().__init__(device, *tensors)
+        self.requires_grad = False
+
+    def forward(self, *args: LazyBuffer, **kwargs: Any) -> LazyBuffer:
+        return args[0].e(self.op, *args[1:], arg=kwargs.get("arg"))
+
+
+def _nograd(op: Op) -> type[NoGrad]:
+    return type(f"NoGrad_{op.name}", (NoGrad,), {"op": op})
+
+
+# ---------------------------------------------------------------- unary
+class Exp2(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(UnaryOps.EXP2)
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return self.ret.e(BinaryOps.MUL, grad).e(BinaryOps.MUL, _const(grad, math.log(2)))
+
+
+class Log2(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(UnaryOps.LOG2)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.e(BinaryOps.MUL, self.x.e(BinaryOps.MUL, _const(grad, math.log(2))).e(UnaryOps.RECIP))
+
+
+class Sin(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(UnaryOps.SIN)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        cos = self.x.e(BinaryOps.ADD, _const(self.x, math.pi / 2)).e(UnaryOps.SIN)
+        return cos.e(BinaryOps.MUL, grad)
+
+
+class Sqrt(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(UnaryOps.SQRT)
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.e(BinaryOps.MUL, self.ret.e(BinaryOps.MUL, _const(grad, 2.0)).e(UnaryOps.RECIP))
+
+
+class Reciprocal(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(UnaryOps.RECIP)
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.e(UnaryOps.NEG).e(BinaryOps.MUL, self.ret).e(BinaryOps.MUL, self.ret)
+
+
+class Neg(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        return x.e(UnaryOps.NEG)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.e(UnaryOps.NEG)
+
+
+class Cast(Function):
+    def forward(self, x: LazyBuffer, dtype: DType, bitcast: bool = False) -> LazyBuffer:
+        self.input_dtype, self.bitcast = x.dtype, bitcast
+        return x.e(UnaryOps.BITCAST if bitcast else UnaryOps.CAST, arg=dtype)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        if self.bitcast:
+            raise RuntimeError("[autograd] bitcast has no gradient")
+        return grad.e(UnaryOps.CAST, arg=self.input_dtype)
+
+
+# ---------------------------------------------------------------- binary / ternary
+class Add(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        return x.e(BinaryOps.ADD, y)
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]:
+        return (grad if self.needs_input_grad[0] else None, grad if self.needs_input_grad[1] else None)
+
+
+class Mul(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        self.x, self.y = x, y
+        return x.e(BinaryOps.MUL, y)
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]:
+        return (self.y.e(BinaryOps.MUL, grad) if self.needs_input_grad[0] else None,
+                self.x.e(BinaryOps.MUL, grad) if self.needs_input_grad[1] else None)
+
+
+class Maximum(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        self.x, self.y = x, y
+        self.ret = x.e(BinaryOps.MAX, y)
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]:
+        # ties share the gradient equally, as torch.maximum does
+        x_is = self.x.e(BinaryOps.CMPNE, self.ret).e(UnaryOps.NEG).e(UnaryOps.CAST, arg=grad.dtype)
+        y_is = self.y.e(BinaryOps.CMPNE, self.ret).e(UnaryOps.NEG).e(UnaryOps.CAST, arg=grad.dtype)
+        share = grad.e(BinaryOps.MUL, x_is.e(BinaryOps.ADD, y_is).e(UnaryOps.RECIP))
+        return (share.e(BinaryOps.MUL, x_is) if self.needs_input_grad[0] else None,
+                share.e(BinaryOps.MUL, y_is) if self.needs_input_grad[1] else None)
+
+
+class Where(Function):
+    def forward(self, cond: LazyBuffer, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        self.cond = cond
+        return cond.e(TernaryOps.WHERE, x, y)
+
+    def backward(self, grad: LazyBuffer) -> tuple[None, LazyBuffer | None, LazyBuffer | None]:
+        zero = _const(grad, 0)
+        return (None, self.cond.e(TernaryOps.WHERE, grad, zero) if self.needs_input_grad[1] else None,
+                self.cond.e(TernaryOps.WHERE, zero, grad) if self.needs_input_grad[2] else None)
+
+
+class MulAcc(Function):
+    def forward(self, x: LazyBuffer, y: LazyBuffer, z: LazyBuffer) -> LazyBuffer:
+        self.x, self.y = x, y
+        return x.e(TernaryOps.MULACC, y, z)
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None, LazyBuffer | None]:
+        return (self.y.e(BinaryOps.MUL, grad) if self.needs_input_grad[0] else None,
+                self.x.e(BinaryOps.MUL, grad) if self.needs_input_grad[1] else None,
+                grad if self.needs_input_grad[2] else None)
+
+
+# ---------------------------------------------------------------- reduce
+class Sum(Function):
+    def forward(self, x: LazyBuffer, axes: tuple[int, ...]) -> LazyBuffer:
+        self.input_shape = x.shape
+        return x.r(ReduceOps.SUM, axes)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.expand(self.input_shape)
+
+
+class Max(Function):
+    def forward(self, x: LazyBuffer, axes: tuple[int, ...]) -> LazyBuffer:
+        self.x, self.ret, self.axes = x, x.r(ReduceOps.MAX, axes), axes
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        # ties share the gradient equally
+        is_max = self.x.e(BinaryOps.CMPNE, self.ret.expand(self.x.shape)).e(UnaryOps.NEG).e(UnaryOps.CAST, arg=grad.dtype)
+        count = is_max.r(ReduceOps.SUM, self.axes)
+        return is_max.e(BinaryOps.MUL, grad.e(BinaryOps.MUL, count.e(UnaryOps.RECIP)).expand(self.x.shape))
+
+
+# ---------------------------------------------------------------- movement
+class Reshape(Function):
+    def forward(self, x: LazyBuffer, shape: tuple[int, ...]) -> LazyBuffer:
+        self.input_shape = x.shape
+        return x.reshape(shape)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.reshape(self.input_shape)
+
+
+class Permute(Function):
+    def forward(self, x: LazyBuffer, order: tuple[int, ...]) -> LazyBuffer:
+        self.order = order
+        return x.permute(order)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        inverse = tuple(sorted(range(len(self.order)), key=lambda i: self.order[i]))
+        return grad.permute(inverse)
+
+
+class Expand(Function):
+    def forward(self, x: LazyBuffer, shape: tuple[int, ...]) -> LazyBuffer:
+        self.input_shape = x.shape
+        return x.expand(shape)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        axes = tuple(i for i, (a, b) in enumerate(zip(self.input_shape, grad.shape)) if a != b)
+        return grad.r(ReduceOps.SUM, axes)
+
+
+class Pad(Function):
+    def forward(self, x: LazyBuffer, arg: tuple[tuple[int, int], ...]) -> LazyBuffer:
+        self.narg = tuple((p[0], s + p[0]) for s, p in zip(x.shape, arg))
+        return x.pad(arg)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.shrink(self.narg)
+
+
+class Shrink(Function):
+    def forward(self, x: LazyBuffer, arg: tuple[tuple[int, int], ...]) -> LazyBuffer:
+        self.narg = tuple((p[0], s - p[1]) for s, p in zip(x.shape, arg))
+        return x.shrink(arg)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.pad(self.narg)
+
+
+class Flip(Function):
+    def forward(self, x: LazyBuffer, axes: tuple[bool, ...]) -> LazyBuffer:
+        self.axes = axes
+        return x.flip(axes)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.flip(self.axes)
+
+
+# ---------------------------------------------------------------- buffers
+class Contiguous(Function):
+    """ASSIGN into a fresh buffer: the values of a view, stored."""
+
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        return x.contiguous()
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad
+
+
+class Copy(Function):
+    def forward(self, x: LazyBuffer, device: str) -> LazyBuffer:
+        self.input_device = x.device
+        return x.copy_to_device(device)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad.copy_to_device(self.input_device)
+
+
+class Const(Function):
+    """A constant has no inputs and so nothing to differentiate (used for completeness)."""
+
+    def forward(self, x: LazyBuffer, value: Any = 0) -> LazyBuffer:
+        return LazyBuffer.const(value, x.dtype, x.device, x.shape)
+
+    def backward(self, grad: LazyBuffer) -> None:
+        return None
+
+
+class Empty(Const):
+    pass
+
+
+class Assign(Function):
+    def forward(self, target: LazyBuffer, value: LazyBuffer) -> LazyBuffer:
+        return target.assign(value)
+
+
+FUNCTIONS: dict[Op, type[Function]] = {
+    UnaryOps.EXP2: Exp2, UnaryOps.LOG2: Log2, UnaryOps.SIN: Sin, UnaryOps.SQRT: Sqrt,
+    UnaryOps.RECIP: Reciprocal, UnaryOps.NEG: Neg, UnaryOps.CAST: Cast, UnaryOps.BITCAST: Cast,
+    BinaryOps.ADD: Add, BinaryOps.MUL: Mul, BinaryOps.MAX: Maximum,
+    TernaryOps.WHERE: Where, TernaryOps.MULACC: MulAcc,
+    ReduceOps.SUM: Sum, ReduceOps.MAX: Max,
+    MovementOps.RESHAPE: Reshape, MovementOps.PERMUTE: Permute, MovementOps.EXPAND: Expand,
+    MovementOps.PAD: Pad, MovementOps.SHRINK: Shrink, MovementOps.FLIP: Flip,
+    BufferOps.EMPTY: Empty, BufferOps.CONST: Const, BufferOps.COPY: Copy, BufferOps.ASSIGN: Assign,
+    **{op: _nograd(op) for op in (BinaryOps.MOD, BinaryOps.IDIV, BinaryOps.CMPLT, BinaryOps.CMPNE,
+                                  BinaryOps.AND, BinaryOps.OR, BinaryOps.XOR, BinaryOps.SHL, BinaryOps.SHR)},
+}

@@ -1,0 +1,172 @@
+"""The lazy graph. A LazyBuffer is either a *base* (an op over source LazyBuffers, or realized
+device memory) or a *view* of a base through a ShapeTracker. Movement ops only make views;
+nothing runs until realize() (called by .numpy(), .item(), .realize() or a collective).
+
+    >>> a = LazyBuffer.const(2.0, dtypes.float32, "NUMPY", (3,))
+    >>> b = a.e(BinaryOps.ADD, a)
+    >>> b.shape, b.realized is None
+    ((3,), True)
+"""
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+import numpy as np
+
+from tg.core.device import Buffer
+from tg.core.dtype import DType, dtypes
+from tg.core.ops import (BinaryOps, BufferOps, COMPARISON_OPS, MovementOps, Op, ReduceOps,
+                         TernaryOps, UnaryOps)
+from tg.core.shape import ShapeTracker, prod
+
+
+class LazyBuffer:
+    def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Op | None = None,
+                 srcs: tuple[LazyBuffer, ...] = (), arg: Any = None, base: LazyBuffer | None = None):
+        self.device, self.st, self.dtype = device, st, dtype
+        self.shape = st.shape
+        self._base = base
+        if base is None:
+            self.op, self.srcs, self.arg = op, srcs, arg
+            self.realized: Buffer | None = None
+            # Unrealized computations that read this buffer; assign() realizes them first.
+            self.readers: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
+            for s in srcs:
+                s.base.readers.add(self)
+
+    def __repr__(self) -> str:
+        kind = "realized" if self.base.realized is not None else (self.base.op.name if self.base.op else "?")
+        view = "" if self.is_base else " view"
+        return f"<LB {self.device} {self.dtype.name}{list(self.shape)} {kind}{view}>"
+
+    @property
+    def base(self) -> LazyBuffer:
+        return self if self._base is None else self._base
+
+    @property
+    def is_base(self) -> bool:
+        return self._base is None
+
+    @property
+    def realized(self) -> Buffer | None:  # type: ignore[no-redef]
+        return self.base.__dict__.get("realized")
+
+    @realized.setter
+    def realized(self, buf: Buffer | None) -> None:
+        self.__dict__["realized"] = buf
+
+    @property
+    def is_const(self) -> bool:
+        return self.base.op is BufferOps.CONST
+
+    # ---- creation
+    @staticmethod
+    def from_numpy(x: np.ndarray, dtype: DType, device: str) -> LazyBuffer:
+        bits = np.ascontiguousarray(x).reshape(-1)
+        buf = Buffer(device, bits.size, dtype)
+        buf.copyin(bits)
+        lb = LazyBuffer(device, ShapeTracker.from_shape(x.shape), dtype, BufferOps.EMPTY)
+        lb.realized = buf
+        return lb
+
+    @staticmethod
+    def empty(shape: tuple[int, ...], dtype: DType, device: str) -> LazyBuffer:
+        return LazyBuffer(device, ShapeTracker.from_shape(shape), dtype, BufferOps.EMPTY)
+
+    @staticmethod
+    def const(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> LazyBuffer:
+        value = bool(value) if dtype == dtypes.bool else (float(value) if dtype.is_float else int(value))
+        base = LazyBuffer(device, ShapeTracker.from_shape(()), dtype, BufferOps.CONST, (), value)
+        return base.reshape((1,) * len(shape)).expand(shape) if shape else base
+
+    # ---- compute
+    def e(self, op: Op, *srcs: LazyBuffer, arg: Any = None) -> LazyBuffer:
+        all_srcs = (self, *srcs)
+        assert all(s.shape == self.shape for s in all_srcs), f"{op} on shapes {[s.shape for s in all_srcs]}"
+        if op in COMPARISON_OPS:
+            out_dtype = dtypes.bool
+        elif op in (UnaryOps.CAST, UnaryOps.BITCAST):
+            out_dtype = arg
+        elif op is TernaryOps.WHERE:
+            out_dtype = srcs[0].dtype
+        else:
+            out_dtype = self.dtype
+        return LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), out_dtype, op, all_srcs, arg)
+
+    def r(self, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
+        shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
+        if not axes or all(self.shape[a] == 1 for a in axes):
+            return self.reshape(shape)
+        return LazyBuffer(self.device, ShapeTracker.from_shape(shape), self.dtype, op, (self,), tuple(sorted(axes)))
+
+    def copy_to_device(self, device: str) -> LazyBuffer:
+        if device == self.device:
+            return self
+        if self.is_const:
+            return LazyBuffer(device, self.st, self.dtype, base=self.base.copy_to_device_const(device))
+        src = self if self.st.contiguous and self.is_base else self.contiguous()
+        return LazyBuffer(device, ShapeTracker.from_shape(self.shape), self.dtype, BufferOps.COPY, (src,))
+
+    def copy_to_device_const(self, device: str) -> LazyBuffer:
+        return LazyBuffer(device, self.st, self.dtype, BufferOps.CONST, (), self.arg)
+
+    def contiguous(self) -> LazyBuffer:
+        """A base with its own memory holding this view's values."""
+        if self.is_base and self.op is not BufferOps.CONST:
+            return self
+        return LazyBuffer.empty(self.shape, self.dtype, self.device).assign(self)
+
+    def assign(self, value: LazyBuffer) -> LazyBuffer:
+        """Write value into this buffer's memory (this lazy buffer must be a base or a view of one)."""
+        assert value.shape == self.shape, f"assign {value.shape} into {self.shape}"
+        return LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, BufferOps.ASSIGN,
+                          (self, value))
+
+    # ---- movement: views of the same base
+    def _view(self, st: ShapeTracker) -> LazyBuffer:
+        if st.contiguous and st.shape == self.base.shape:
+            return self.base
+        return LazyBuffer(self.device, st, self.dtype, base=self.base)
+
+    def movement(self, op: MovementOps, arg: Any) -> LazyBuffer:
+        return getattr(self, op.name.lower())(arg)
+
+    def reshape(self, shape: tuple[int, ...]) -> LazyBuffer:
+        return self if shape == self.shape else self._view(self.st.reshape(shape))
+
+    def permute(self, order: tuple[int, ...]) -> LazyBuffer:
+        return self if order == tuple(range(len(order))) else self._view(self.st.permute(order))
+
+    def expand(self, shape: tuple[int, ...]) -> LazyBuffer:
+        return self if shape == self.shape else self._view(self.st.expand(shape))
+
+    def pad(self, arg: tuple[tuple[int, int], ...]) -> LazyBuffer:
+        return self if all(p == (0, 0) for p in arg) else self._view(self.st.pad(arg))
+
+    def shrink(self, arg: tuple[tuple[int, int], ...]) -> LazyBuffer:
+        if all(a == (0, s) for a, s in zip(arg, self.shape)):
+            return self
+        return self._view(self.st.shrink(arg))
+
+    def flip(self, axes: tuple[bool, ...]) -> LazyBuffer:
+        return self if not any(axes) else self._view(self.st.flip(axes))
+
+    # ---- realization
+    def realize(self) -> LazyBuffer:
+        from tg.core.realize import realize
+        realize([self])
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """Values as a numpy array of this shape (bfloat16 shown as float32)."""
+        from tg.core.dtype import bf16_to_f32
+        src = self if self.is_base and self.op is not BufferOps.CONST else self.contiguous()
+        if prod(self.shape) == 0:
+            return np.zeros(self.shape, dtype=self.dtype.np_value)
+        src.realize()
+        assert src.realized is not None
+        bits = src.realized.numpy()
+        if self.dtype == dtypes.bfloat16:
+            bits = bf16_to_f32(bits)
+        return bits.reshape(self.shape)

@@ -1,0 +1,66 @@
+"""The closed set of primitive ops. Every Tensor method is composed from these; every backend
+implements exactly these. Per-op tables (render templates, reference implementations,
+gradients) are plain dicts keyed by op, and tests/core/test_ops_tables.py asserts that every op
+has an entry in every table."""
+from __future__ import annotations
+
+from enum import Enum, auto
+
+
+class UnaryOps(Enum):
+    EXP2 = auto()
+    LOG2 = auto()
+    SIN = auto()
+    SQRT = auto()
+    RECIP = auto()
+    NEG = auto()
+    CAST = auto()      # arg: target DType, value conversion
+    BITCAST = auto()   # arg: target DType of the same size, bits reinterpreted
+
+
+class BinaryOps(Enum):
+    ADD = auto()
+    MUL = auto()
+    MAX = auto()
+    MOD = auto()     # C remainder: sign of the dividend (fmod for floats)
+    IDIV = auto()    # C division: truncates toward zero; integer x/0 gives 0
+    CMPLT = auto()
+    CMPNE = auto()
+    AND = auto()
+    OR = auto()
+    XOR = auto()
+    SHL = auto()
+    SHR = auto()
+
+
+class TernaryOps(Enum):
+    WHERE = auto()
+    MULACC = auto()  # a*b+c
+
+
+class ReduceOps(Enum):
+    SUM = auto()
+    MAX = auto()
+
+
+class MovementOps(Enum):
+    RESHAPE = auto()
+    PERMUTE = auto()
+    EXPAND = auto()
+    PAD = auto()
+    SHRINK = auto()
+    FLIP = auto()
+
+
+class BufferOps(Enum):
+    EMPTY = auto()    # an allocated buffer with undefined contents (host data is copied into it)
+    CONST = auto()    # a scalar broadcast through a view; never allocated
+    COPY = auto()     # a transfer between devices
+    ASSIGN = auto()   # write a value into an existing buffer (in-place update)
+
+
+Op = UnaryOps | BinaryOps | TernaryOps | ReduceOps | MovementOps | BufferOps
+ALU_OPS: list[Op] = [*UnaryOps, *BinaryOps, *TernaryOps]
+ALL_OPS: list[Op] = [*UnaryOps, *BinaryOps, *TernaryOps, *ReduceOps, *MovementOps, *BufferOps]
+# Ops whose result is a bool regardless of the operands' dtype.
+COMPARISON_OPS = {BinaryOps.CMPLT, BinaryOps.CMPNE}

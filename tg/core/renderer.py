@@ -1,0 +1,381 @@
+"""One C-style renderer. The C, OpenCL and CUDA dialects are data (prefixes, type names,
+function names, how to get a global id), not control flow. Only the C dialect has SIMD lanes
+(GCC vector extensions); GPU dialects get parallelism from global ids instead.
+
+    >>> DIALECTS["opencl"].kernel_prefix
+    '__kernel void '
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from tg.core.codegen.linearizer import Linearized, UOp
+from tg.core.dtype import DType, dtypes
+from tg.core.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
+from tg.core.symbolic import Node, Var, num
+
+# Scalar templates for every ALU op and reduce op: one table, keyed by op, shared by all dialects.
+# {0} {1} {2} are already-named operands; functions named "@NAME" are looked up in the dialect.
+RENDER_TEMPLATES: dict = {
+    UnaryOps.EXP2: "@exp2({0})", UnaryOps.LOG2: "@log2({0})", UnaryOps.SIN: "@sin({0})",
+    UnaryOps.SQRT: "@sqrt({0})", UnaryOps.RECIP: "(1/{0})", UnaryOps.NEG: "(-{0})",
+    UnaryOps.CAST: "<cast>", UnaryOps.BITCAST: "<bitcast>",
+    BinaryOps.ADD: "({0}+{1})", BinaryOps.MUL: "({0}*{1})", BinaryOps.MAX: "(({0}>{1})?{0}:{1})",
+    BinaryOps.MOD: "(({1})==0?0:({0})%({1}))", BinaryOps.IDIV: "(({1})==0?0:({0})/({1}))",
+    BinaryOps.CMPLT: "({0}<{1})", BinaryOps.CMPNE: "({0}!={1})", BinaryOps.AND: "({0}&{1})",
+    BinaryOps.OR: "({0}|{1})", BinaryOps.XOR: "({0}^{1})", BinaryOps.SHL: "({0}<<{1})",
+    BinaryOps.SHR: "({0}>>{1})", TernaryOps.WHERE: "({0}?{1}:{2})", TernaryOps.MULACC: "(({0}*{1})+{2})",
+    ReduceOps.SUM: BinaryOps.ADD, ReduceOps.MAX: BinaryOps.MAX,
+}
+# How each op reads on bool values (1-bit logic).
+BOOL_TEMPLATES = {BinaryOps.ADD: "({0}|{1})", BinaryOps.MUL: "({0}&{1})", BinaryOps.MAX: "({0}|{1})",
+                  UnaryOps.NEG: "(!{0})"}
+FLOAT_FUNCS = ("exp2", "log2", "sin", "sqrt", "fmod")
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    kernel_prefix: str
+    buffer_qualifier: str
+    restrict: str
+    header: str
+    global_id: str | None                  # None: output dims are loops
+    types: dict[str, str]                  # dtype name -> storage type
+    compute_float: str = "float"
+    bool_type: str = "_Bool"
+    func32: dict[str, str] = field(default_factory=dict)   # float32 function names
+    func64: dict[str, str] = field(default_factory=dict)
+    half_load: str = "(float)({0})"
+    half_store: str = "({0})"
+    half_round: str = "((float)(_Float16)({0}))"
+    bitcast: str = "({{ union {{ {src} s; {dst} d; }} u_; u_.s = ({0}); u_.d; }})"
+    inf: str = "INFINITY"
+    nan: str = "NAN"
+    vectors: bool = False
+
+
+_C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
+            "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
+            "uint64": "unsigned long long", "float16": "_Float16", "bfloat16": "unsigned short",
+            "float32": "float", "float64": "double"}
+_BF16_HELPERS = """
+static inline float tg_bf16_to_f32(unsigned short b) { union { unsigned int u; float f; } c; c.u = ((unsigned int)b) << 16; return c.f; }
+static inline unsigned short tg_f32_to_bf16(float f) { union { unsigned int u; float f; } c; c.f = f; if (f != f) return 0x7fc0; return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }
+"""
+
+DIALECTS: dict[str, Dialect] = {
+    "c": Dialect("c", "void ", "", "restrict ", "#include <math.h>\n" + _BF16_HELPERS, None, _C_TYPES,
+                 func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS}, vectors=True),
+    "opencl": Dialect(
+        "opencl", "__kernel void ", "__global ", "", "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + _BF16_HELPERS.replace("static inline", "inline")
+        .replace("unsigned short", "ushort").replace("unsigned int", "uint"),
+        "get_global_id(0)", {**_C_TYPES, "bool": "uchar", "int8": "char", "uint8": "uchar", "uint16": "ushort",
+                             "int64": "long", "uint64": "ulong", "uint32": "uint", "float16": "half",
+                             "bfloat16": "ushort"},
+        bool_type="bool", func32={f: f for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
+        half_round="((float)convert_half({0}))", bitcast="as_{dst_word}({0})"),
+    "cuda": Dialect(
+        "cuda", 'extern "C" __global__ void ', "", "__restrict__ ",
+        "#include <cuda_fp16.h>\n#define INFINITY (__int_as_float(0x7f800000))\n"
+        "#define NAN (__int_as_float(0x7fffffff))\n" + _BF16_HELPERS.replace("static inline", "__device__ inline"),
+        "(blockIdx.x*blockDim.x+threadIdx.x)", {**_C_TYPES, "float16": "__half"}, bool_type="bool",
+        func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
+        half_load="__half2float({0})", half_store="__float2half({0})",
+        half_round="__half2float(__float2half({0}))", bitcast="(*(({dst}*)&({0})))"),
+}
+
+VEC_TYPES = {"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v"}
+
+
+def _lit(value, dtype: DType, d: Dialect) -> str:
+    if dtype == dtypes.bool:
+        return "1" if value else "0"
+    if dtype.is_float:
+        if math.isnan(value):
+            return d.nan
+        if math.isinf(value):
+            return d.inf if value > 0 else f"(-{d.inf})"
+        s = repr(float(value))
+        if "e" not in s and "." not in s:
+            s += ".0"
+        return s if dtype == dtypes.float64 else s + "f"
+    value = int(value)
+    suffix = {"int64": "ll", "uint64": "ull", "uint32": "u"}.get(dtype.name, "")
+    if dtype.name == "int64" and value == -(2 ** 63):
+        return "(-9223372036854775807ll-1)"
+    body = f"{value}{suffix}"
+    return f"({body})" if value < 0 else body
+
+
+class CStyleRenderer:
+    def __init__(self, dialect: Dialect, parallel_threshold: int = 1 << 15, threads: int = 0):
+        self.d, self.parallel_threshold, self.threads = dialect, parallel_threshold, threads
+
+    # ---- types
+    def ctype(self, dtype: DType) -> str:
+        """The type a value of dtype is computed in (half types compute in float)."""
+        if dtype == dtypes.bool:
+            return self.d.bool_type
+        if dtype in (dtypes.float16, dtypes.bfloat16):
+            return self.d.compute_float
+        return self.d.types[dtype.name]
+
+    def vtype(self, dtype: DType) -> str:
+        return VEC_TYPES[dtype.name]
+
+    def render(self, lin: Linearized, name: str | None = None) -> str:
+        d = self.d
+        name = name or lin.name
+        self.lanes = lin.lanes
+        self.names: dict[int, str] = {}
+        self.counter = 0
+        params, body = [], []
+        indent = 1
+        for u in lin.uops:
+            op = u.op
+            if op == "DEFINE_GLOBAL":
+                i, is_out = u.arg
+                const = "" if is_out else "const "
+                params.append(f"{d.buffer_qualifier}{const}{d.types[u.dtype.name]}* {d.restrict}data{i}")
+                continue
+            pad = "  " * indent
+            if op == "LOOP":
+                var, count, n_parallel = u.arg
+                if n_parallel and d.global_id is None:
+                    threads = f" num_threads({self.threads})" if self.threads else ""
+                    collapse = f" collapse({n_parallel})" if n_parallel > 1 else ""
+                    cond = "" if lin.work >= self.parallel_threshold * 8 else f" if({lin.work}>={self.parallel_threshold})"
+                    if lin.work >= self.parallel_threshold:
+                        body.append(f"{pad}#pragma omp parallel for{collapse}{threads}{cond}")
+                body.append(f"{pad}for ({self.idx_type(lin)} {var.name} = 0; {var.name} < {count}; {var.name}++) {{")
+                indent += 1
+            elif op == "ENDLOOP":
+                indent -= 1
+                body.append("  " * indent + "}")
+            elif op == "GID":
+                var, total = u.arg
+                body.append(f"{pad}{self.idx_type(lin)} {var.name} = {d.global_id};")
+                body.append(f"{pad}if ({var.name} >= {total}) return;")
+            else:
+                line = self.statement(u)
+                if line:
+                    body.append(pad + line)
+        vec_header = ""
+        if lin.lanes > 1:
+            vec_header = "".join(f"typedef {t} {v} __attribute__((vector_size({4 * lin.lanes}), aligned(4)));\n"
+                                 for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v")))
+        sig = f"{d.kernel_prefix}{name}({', '.join(params)}) {{"
+        return d.header + vec_header + sig + "\n" + "\n".join(body) + "\n}\n"
+
+    def idx_type(self, lin: Linearized) -> str:
+        return "long long" if lin.work >= 2 ** 31 or lin.mem_bytes >= 2 ** 31 else "int"
+
+    # ---- values
+    def new_name(self, u: UOp, prefix: str = "v") -> str:
+        self.counter += 1
+        n = f"{prefix}{self.counter}"
+        self.names[id(u)] = n
+        return n
+
+    def ref(self, u: UOp) -> str:
+        if u.op == "CONST":
+            return _lit(u.arg, u.dtype, self.d)
+        if u.op == "INDEX_COND" and not u.vec:
+            return u.arg.render()
+        return self.names[id(u)]
+
+    def bcast(self, u: UOp, dtype: DType) -> str:
+        """A vector operand: scalars are broadcast (bools become -1/0 masks)."""
+        if u.vec:
+            return self.ref(u)
+        val = f"(-(int)({self.ref(u)}))" if u.dtype == dtypes.bool else self.ref(u)
+        return f"(({self.vtype(dtype)}){{}}+{val})"
+
+    def lane(self, u: UOp, i: int) -> str:
+        if not u.vec:
+            return self.ref(u)
+        return f"({self.ref(u)}[{i}]!=0)" if u.dtype == dtypes.bool else f"{self.ref(u)}[{i}]"
+
+    def per_lane(self, dtype: DType, exprs: list[str]) -> str:
+        if dtype == dtypes.bool:
+            exprs = [f"-(int)({e})" for e in exprs]
+        return f"({self.vtype(dtype)}){{{', '.join(exprs)}}}"
+
+    def decl(self, u: UOp, expr: str, prefix: str = "v") -> str:
+        t = self.vtype(u.dtype) if u.vec else self.ctype(u.dtype)
+        return f"{t} {self.new_name(u, prefix)} = {expr};"
+
+    def statement(self, u: UOp) -> str | None:
+        op = u.op
+        if op == "CONST":
+            return None
+        if op == "INDEX_COND":
+            if not u.vec:
+                return None
+            return self.decl(u, self.per_lane(dtypes.bool, [self.sub_lane(u.arg, i).render() for i in range(self.lanes)]))
+        if op == "LOAD":
+            return self.decl(u, self.load(u))
+        if op == "ALU":
+            return self.decl(u, self.alu(u))
+        if op == "DEFINE_ACC":
+            init = _lit(u.arg, u.dtype, self.d)
+            return self.decl(u, f"(({self.vtype(u.dtype)}){{}}+{init})" if u.vec else init, "acc")
+        if op == "ACC":
+            acc, val = u.src
+            fake = UOp("ALU", u.dtype, (acc, val), (BinaryOps.ADD if u.arg is ReduceOps.SUM else BinaryOps.MAX, None),
+                       vec=acc.vec)
+            return f"{self.ref(acc)} = {self.alu(fake)};"
+        if op == "HREDUCE":
+            src = u.src[0]
+            lanes = [f"{self.ref(src)}[{i}]" for i in range(self.lanes)]
+            while len(lanes) > 1:
+                tmpl = RENDER_TEMPLATES[RENDER_TEMPLATES[u.arg]]
+                lanes = [tmpl.format(lanes[i], lanes[i + 1]) for i in range(0, len(lanes) - 1, 2)] + \
+                        ([lanes[-1]] if len(lanes) % 2 else [])
+            return self.decl(u, lanes[0])
+        if op == "STORE":
+            return self.store(u)
+        raise NotImplementedError(f"[codegen] no rendering for uop {op}")
+
+    def sub_lane(self, node: Node, i: int) -> Node:
+        return node.substitute({Var("lane", 0, self.lanes - 1): num(i)})
+
+    def load_scalar(self, buf: int, dtype: DType, idx: Node, valid: Node) -> str:
+        access = f"data{buf}[{idx.render()}]"
+        if dtype == dtypes.float16:
+            access = self.d.half_load.format(access)
+        elif dtype == dtypes.bfloat16:
+            access = f"tg_bf16_to_f32({access})"
+        elif dtype == dtypes.bool:
+            access = f"({access}!=0)"
+        if valid.is_const:
+            return access if valid.min == 1 else _lit(0, dtype, self.d)
+        return f"(({valid.render()})?{access}:{_lit(0, dtype, self.d)})"
+
+    def load(self, u: UOp) -> str:
+        buf, idx, valid, access = u.arg
+        if not u.vec:
+            return self.load_scalar(buf, u.dtype, idx, valid)
+        if access == "vector" and u.dtype != dtypes.bool:
+            vt = self.vtype(u.dtype)
+            base = self.sub_lane(idx, 0).render()
+            expr = f"(*({vt}*)(data{buf}+{base}))"
+            if valid.is_const:
+                return expr if valid.min == 1 else f"(({vt}){{}})"
+            return f"(({valid.render()})?{expr}:(({vt}){{}}))"
+        lanes = [self.load_scalar(buf, u.dtype, self.sub_lane(idx, i), self.sub_lane(valid, i)) for i in range(self.lanes)]
+        return self.per_lane(u.dtype, lanes)
+
+    def store(self, u: UOp) -> str:
+        buf, idx, valid, access = u.arg
+        val = u.src[0]
+        dtype = u.dtype
+
+        def conv(x: str) -> str:
+            if dtype == dtypes.float16:
+                return self.d.half_store.format(x)
+            if dtype == dtypes.bfloat16:
+                return f"tg_f32_to_bf16({x})"
+            return x
+        guard = "" if valid.is_const and valid.min == 1 else f"if ({valid.render()}) "
+        if not u.vec:
+            src = self.ref(val) if not val.vec else f"{self.ref(val)}[0]"
+            return f"{guard}data{buf}[{idx.render()}] = {conv(src)};"
+        if access == "vector" and dtype != dtypes.bool:
+            vt = self.vtype(dtype)
+            return f"{guard}*({vt}*)(data{buf}+{self.sub_lane(idx, 0).render()}) = {self.bcast(val, dtype)};"
+        parts = []
+        for i in range(self.lanes):
+            parts.append(f"data{buf}[{self.sub_lane(idx, i).render()}] = {conv(self.lane(val, i))};")
+        return guard + "{ " + " ".join(parts) + " }"
+
+    # ---- ALU
+    def scalar_expr(self, op, dtype: DType, src_dtype: DType, args: list[str], arg) -> str:
+        d = self.d
+        if op is UnaryOps.CAST:
+            return self.cast(src_dtype, arg, args[0])
+        if op is UnaryOps.BITCAST:
+            src, dst = d.types[src_dtype.name], d.types[arg.name]
+            return d.bitcast.format(args[0], src=src, dst=dst, dst_word=dst.replace("unsigned ", "u"))
+        if src_dtype == dtypes.bool and op in BOOL_TEMPLATES:
+            return BOOL_TEMPLATES[op].format(*args)
+        tmpl = RENDER_TEMPLATES[op]
+        if op is BinaryOps.MOD and src_dtype.is_float:
+            tmpl = "@fmod({0},{1})"
+        if op is UnaryOps.RECIP and src_dtype.is_float:
+            tmpl = "(1.0f/{0})" if src_dtype != dtypes.float64 else "(1.0/{0})"
+        if "@" in tmpl:
+            funcs = d.func64 if src_dtype == dtypes.float64 else d.func32
+            for f in FLOAT_FUNCS:
+                tmpl = tmpl.replace("@" + f + "(", funcs[f] + "(")
+        return tmpl.format(*args)
+
+    def cast(self, src: DType, dst: DType, x: str) -> str:
+        if dst == dtypes.bool:
+            return f"(({x})!=0)"
+        if dst == dtypes.float16:
+            return self.d.half_round.format(x)
+        if dst == dtypes.bfloat16:
+            return f"tg_bf16_to_f32(tg_f32_to_bf16((float)({x})))"
+        return f"(({self.ctype(dst)})({x}))"
+
+    def alu(self, u: UOp) -> str:
+        op, arg = u.arg
+        srcs = u.src
+        src_dtype = srcs[-1].dtype if op is TernaryOps.WHERE else srcs[0].dtype
+        if not u.vec:
+            return self.scalar_expr(op, u.dtype, src_dtype, [self.ref(s) for s in srcs], arg)
+        native = self.vector_expr(op, u.dtype, src_dtype, srcs, arg)
+        if native is not None:
+            return native
+        exprs = [self.scalar_expr(op, u.dtype, src_dtype, [self.lane(s, i) for s in srcs], arg) for i in range(self.lanes)]
+        return self.per_lane(u.dtype, exprs)
+
+    def vector_expr(self, op, dtype: DType, src_dtype: DType, srcs: tuple[UOp, ...], arg) -> str | None:
+        r = [self.ref(s) for s in srcs]
+        is_bool = src_dtype == dtypes.bool
+        if op is UnaryOps.CAST:
+            if not srcs[0].vec:
+                return None
+            if arg == src_dtype:
+                return r[0]
+            if src_dtype == dtypes.bool:
+                return f"(-({r[0]}))" if arg == dtypes.int32 else f"__builtin_convertvector(-({r[0]}), {self.vtype(arg)})"
+            if arg == dtypes.bool:
+                return f"({r[0]}!=0)"
+            return f"__builtin_convertvector({r[0]}, {self.vtype(arg)})"
+        if op is UnaryOps.BITCAST:
+            return f"(({self.vtype(arg)})({self.bcast(srcs[0], src_dtype)}))" if not is_bool else None
+        if is_bool:
+            simple = {BinaryOps.ADD: "({0}|{1})", BinaryOps.MUL: "({0}&{1})", BinaryOps.MAX: "({0}|{1})",
+                      BinaryOps.AND: "({0}&{1})", BinaryOps.OR: "({0}|{1})", BinaryOps.XOR: "({0}^{1})",
+                      BinaryOps.CMPNE: "({0}^{1})", BinaryOps.CMPLT: "((~{0})&{1})", UnaryOps.NEG: "(~{0})"}
+            if op in simple:
+                return simple[op].format(*[self.bcast(s, dtypes.bool) for s in srcs])
+            if op is not TernaryOps.WHERE:
+                return None
+        if op is TernaryOps.WHERE:
+            cond, a, b = srcs
+            if not cond.vec:
+                return f"({r[0]}?{self.bcast(a, dtype)}:{self.bcast(b, dtype)})"
+            return self.select(self.ref(cond), self.bcast(a, dtype), self.bcast(b, dtype), dtype)
+        if op is BinaryOps.MAX:
+            a, b = self.bcast(srcs[0], dtype), self.bcast(srcs[1], dtype)
+            return self.select(f"({a}>{b})", a, b, dtype)
+        if op is UnaryOps.RECIP and src_dtype == dtypes.float32:
+            return f"(1.0f/{r[0]})"
+        basic = {BinaryOps.ADD, BinaryOps.MUL, UnaryOps.NEG, TernaryOps.MULACC, BinaryOps.CMPLT, BinaryOps.CMPNE}
+        if src_dtype.is_int:
+            basic |= {BinaryOps.AND, BinaryOps.OR, BinaryOps.XOR, BinaryOps.SHL, BinaryOps.SHR}
+        if op in basic:
+            return RENDER_TEMPLATES[op].format(*r)
+        return None
+
+    def select(self, mask: str, a: str, b: str, dtype: DType) -> str:
+        if dtype in (dtypes.int32, dtypes.bool):
+            return f"((({a})&({mask}))|(({b})&~({mask})))"
+        vt = self.vtype(dtype)
+        return f"(({vt})((((i32v)({a}))&({mask}))|(((i32v)({b}))&~({mask}))))"

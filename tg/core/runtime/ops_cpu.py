@@ -1,0 +1,96 @@
+"""CPU device: kernels rendered as C, compiled by the system C compiler into shared libraries
+(cached on disk by source hash), loaded with ctypes and run with OpenMP across cores."""
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from tg import config
+from tg.core.codegen.linearizer import linearize
+from tg.core.compiler import CompileError, Compiler
+from tg.core.device import Buffer, Compiled, HostAllocator, Program
+from tg.core.renderer import DIALECTS, CStyleRenderer
+
+
+@functools.cache
+def _cc_version(cc: str) -> str:
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CompileError(f"[cpu] cannot run the C compiler {cc!r}: {e}. Install gcc or clang, "
+                           f"or point TG_CC at one.") from None
+
+
+@functools.cache
+def _vector_bytes() -> int:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return 32
+    return 64 if " avx512f" in flags else 32
+
+
+class ClangCompiler(Compiler):
+    suffix = ".so"
+
+    def __init__(self) -> None:
+        self.cc = config.TG_CC
+        self.flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fopenmp", "-fwrapv", "-fno-math-errno",
+                      "-ffp-contract=fast", "-fno-strict-aliasing", "-x", "c", "-"]
+        self.ident = f"{self.cc} {_cc_version(self.cc)} {' '.join(self.flags)}"
+
+    def compile_to(self, src: str, out: Path) -> None:
+        proc = subprocess.run([self.cc, *self.flags, "-o", str(out)], input=src, capture_output=True, text=True)
+        if proc.returncode != 0:
+            where = out.with_suffix(".c")
+            where.write_text(src)
+            raise CompileError(f"[cpu] the C compiler failed on a generated kernel (source written to {where}):\n"
+                               f"{proc.stderr.strip()}")
+
+
+class CPUProgram(Program):
+    def __init__(self, name: str, lib_path: Path, src: str, info):
+        self.name, self.src, self.info = name, src, info
+        self.lib = ctypes.CDLL(str(lib_path))
+        self.fxn = getattr(self.lib, name)
+        self.fxn.restype = None
+
+    def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
+        args = [ctypes.c_void_p(b._buf.ctypes.data) for b in bufs]
+        start = time.perf_counter()
+        self.fxn(*args)
+        return time.perf_counter() - start if wait else None
+
+
+class CPUDevice(Compiled):
+    def __init__(self) -> None:
+        self.allocator = HostAllocator()
+        self.compiler = ClangCompiler()
+        threads = config.TG_CPU_THREADS
+        self.renderer = CStyleRenderer(DIALECTS["c"], threads=threads)
+        self._programs: dict[str, CPUProgram] = {}
+
+    def render(self, kernel):
+        lin = linearize(kernel, vector_width_bytes=_vector_bytes(), use_lanes=True, gpu=False)
+        return lin, self.renderer.render(lin)
+
+    def compile_many(self, kernels: list) -> list[Program]:
+        rendered = [self.render(k) for k in kernels]
+        todo = {src for _, src in rendered if src not in self._programs}
+        if len(todo) > 1:
+            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+                paths = dict(zip(todo, pool.map(self.compiler.compile, todo)))
+        else:
+            paths = {src: self.compiler.compile(src) for src in todo}
+        for (lin, src) in rendered:
+            if src not in self._programs:
+                self._programs[src] = CPUProgram(lin.name, paths[src], src, lin)
+        return [self._programs[src] for _, src in rendered]
+
+    def compile_kernel(self, kernel) -> Program:
+        return self.compile_many([kernel])[0]

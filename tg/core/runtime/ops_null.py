@@ -1,0 +1,48 @@
+"""NULL device: renders (in the dialect named by TG_NULL_DIALECT) and "compiles" every kernel,
+runs nothing. It checks GPU code generation on a machine without a GPU; buffers read as zeros."""
+from __future__ import annotations
+
+import numpy as np
+
+from tg import config
+from tg.core.codegen.linearizer import linearize
+from tg.core.device import Allocator, Buffer, Compiled, Program
+from tg.core.renderer import DIALECTS, CStyleRenderer
+
+
+class NullAllocator(Allocator):
+    def alloc(self, nbytes: int) -> int:
+        return nbytes
+
+    def copyin(self, opaque, src: memoryview) -> None:
+        pass
+
+    def copyout(self, dest: memoryview, opaque) -> None:
+        np.frombuffer(dest, dtype=np.uint8)[:] = 0
+
+
+class NullProgram(Program):
+    def __init__(self, name: str, src: str, info):
+        self.name, self.src, self.info = name, src, info
+
+    def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
+        return 0.0 if wait else None
+
+
+class NullDevice(Compiled):
+    def __init__(self) -> None:
+        self.allocator = NullAllocator()
+
+    def render(self, kernel, dialect: str | None = None) -> str:
+        name = (dialect or config.TG_NULL_DIALECT).lower()
+        if name not in DIALECTS:
+            raise ValueError(f"[null] TG_NULL_DIALECT={name!r}; expected one of {', '.join(DIALECTS)}")
+        gpu = DIALECTS[name].global_id is not None
+        lin = linearize(kernel, use_lanes=not gpu, gpu=gpu)
+        return CStyleRenderer(DIALECTS[name]).render(lin)
+
+    def compile_kernel(self, kernel) -> Program:
+        name = config.TG_NULL_DIALECT.lower()
+        gpu = DIALECTS[name].global_id is not None if name in DIALECTS else True
+        lin = linearize(kernel, use_lanes=not gpu, gpu=gpu)
+        return NullProgram(lin.name, self.render(kernel), lin)

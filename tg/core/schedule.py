@@ -1,0 +1,266 @@
+"""The scheduler cuts the lazy graph into kernels.
+
+Rules (pinned by tests/core/test_fusion.py):
+- elementwise ops are inlined into every consumer (recomputed, never stored), unless a consumer
+  reads them through a padded view (the padding must read as zero, not as f(0));
+- a reduce takes its elementwise producers with it;
+- an elementwise consumer that reads a reduce's result at the same index (any reshape of it)
+  fuses after it as an epilogue, when it is the reduce's only consumer;
+- a kernel holds at most one reduce, and a reduce is never inlined into another reduce's input;
+- COPY, ASSIGN (and so `contiguous()`) and the outputs asked for are always stored.
+
+    >>> from tg.core.lazy import LazyBuffer
+    >>> x = LazyBuffer.const(1.0, dtypes.float32, "NUMPY", (4,))
+    >>> len(create_schedule([x.e(BinaryOps.ADD, x).r(ReduceOps.SUM, (0,))]))
+    1
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum, auto
+from functools import cached_property
+from typing import Any
+
+from tg.core.dtype import DType, dtypes
+from tg.core.lazy import LazyBuffer
+from tg.core.ops import BinaryOps, BufferOps, Op, ReduceOps
+from tg.core.shape import ShapeTracker, prod
+
+
+class AstOps(Enum):
+    LOAD = auto()    # arg: (buffer index, ShapeTracker)
+    STORE = auto()   # arg: (buffer index, ShapeTracker); src: (value,)
+
+
+@dataclass(frozen=True, eq=False)
+class KOp:
+    """A node of a kernel's AST: ALU and REDUCE ops, LOAD / CONST leaves and one STORE root."""
+    op: Op | AstOps
+    src: tuple[KOp, ...]
+    arg: Any
+    dtype: DType
+
+    @cached_property
+    def key(self) -> tuple:
+        arg = self.arg
+        if self.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST):
+            arg = (arg[0], arg[1].key)
+        return (self.op, self.dtype, arg, tuple(s.key for s in self.src))
+
+    def walk(self) -> list[KOp]:
+        """Every node once, sources before users."""
+        seen: dict[int, KOp] = {}
+
+        def visit(n: KOp) -> None:
+            if id(n) in seen:
+                return
+            for s in n.src:
+                visit(s)
+            seen[id(n)] = n
+        visit(self)
+        return list(seen.values())
+
+
+@dataclass
+class Kernel:
+    """One scheduled kernel: the AST and the buffers (output first) it touches."""
+    ast: KOp
+    outputs: list[LazyBuffer]          # the base whose memory the STORE writes
+    inputs: list[LazyBuffer]           # bases read by LOADs with index >= 1
+    buf_dtypes: list[DType] = field(default_factory=list)
+    buf_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        red = next((n for n in self.ast.walk() if isinstance(n.op, ReduceOps)), None)
+        shape = self.full_shape
+        kind = "r" if red is not None else "E"
+        return f"{kind}_" + "_".join(str(s) for s in shape)
+
+    @cached_property
+    def full_shape(self) -> tuple[int, ...]:
+        shapes = [n.arg[1].shape for n in self.ast.walk() if n.op in (AstOps.LOAD, BufferOps.CONST, AstOps.STORE)]
+        return tuple(max(dims) for dims in zip(*shapes)) if shapes and shapes[0] else ()
+
+
+@dataclass
+class ScheduleItem:
+    kind: str                    # "kernel" | "copy" | "alloc"
+    out: LazyBuffer
+    kernel: Kernel | None = None
+    src: LazyBuffer | None = None
+
+    @property
+    def name(self) -> str:
+        if self.kernel is not None:
+            return self.kernel.name
+        return f"{self.kind} {self.out.dtype.name}{list(self.out.shape)}"
+
+
+def _toposort(outs: list[LazyBuffer]) -> list[LazyBuffer]:
+    order: list[LazyBuffer] = []
+    seen: set[int] = set()
+    stack: list[tuple[LazyBuffer, bool]] = [(o.base, False) for o in reversed(outs)]
+    while stack:
+        lb, expanded = stack.pop()
+        if expanded:
+            order.append(lb)
+            continue
+        if id(lb) in seen:
+            continue
+        seen.add(id(lb))
+        if lb.realized is not None:
+            continue
+        stack.append((lb, True))
+        for s in reversed(lb.srcs):
+            if id(s.base) not in seen:
+                stack.append((s.base, False))
+    return [b for b in order if b.realized is None]
+
+
+def _is_same_index(view: LazyBuffer) -> bool:
+    """True when a consumer reads `view.base` element-for-element (any reshape of it)."""
+    return view.st.contiguous and prod(view.shape) == prod(view.base.shape)
+
+
+def _plan(bases: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int]:
+    """Which bases get their own buffer (ids). One pass, sources first."""
+    children: dict[int, int] = {}
+    for b in bases:
+        for s in {id(s.base): s.base for s in b.srcs}.values():
+            children[id(s)] = children.get(id(s), 0) + 1
+    store: set[int] = {id(o.base) for o in outs}
+    carried: dict[int, LazyBuffer | None] = {}   # the reduce a base's kernel would contain
+    for b in bases:
+        if b.op in (BufferOps.COPY, BufferOps.ASSIGN, BufferOps.EMPTY):
+            store.add(id(b))
+        if b.op is BufferOps.COPY:
+            store.add(id(b.srcs[0].base))
+        if b.op is BufferOps.ASSIGN and b.srcs[0].base.realized is None:
+            store.add(id(b.srcs[0].base))
+    for b in bases:
+        if b.op is BufferOps.CONST or b.realized is not None:
+            carried[id(b)] = None
+            continue
+        srcs = b.srcs[1:] if b.op is BufferOps.ASSIGN else b.srcs
+        reduces: list[tuple[LazyBuffer, LazyBuffer]] = []
+        for s in srcs:
+            sb = s.base
+            if id(sb) in store or sb.realized is not None or sb.op is BufferOps.CONST:
+                continue
+            if s.st.views[-1].mask is not None or any(v.mask is not None for v in s.st.views):
+                store.add(id(sb))       # padding of f(x) must read as 0, so f(x) is stored first
+                continue
+            c = carried.get(id(sb))
+            if c is None:
+                continue
+            if isinstance(b.op, ReduceOps) or not _is_same_index(s) or children.get(id(sb), 0) > 1:
+                store.add(id(sb))       # a reduce never goes inside another, nor is recomputed
+                continue
+            reduces.append((sb, c))
+        distinct = {id(c): (sb, c) for sb, c in reduces}
+        for sb, c in list(distinct.values())[1:]:
+            store.add(id(sb))           # one reduce per kernel
+        kept = [c for sb, c in distinct.values() if id(sb) not in store]
+        carried[id(b)] = b if isinstance(b.op, ReduceOps) else (kept[0] if kept else None)
+    return store
+
+
+class _KernelBuilder:
+    def __init__(self, out: LazyBuffer, store: set[int]):
+        self.out, self.store = out, store
+        self.inputs: list[LazyBuffer] = []
+        self.target = out.srcs[0].base if out.op is BufferOps.ASSIGN else out
+
+    def buf_index(self, base: LazyBuffer) -> int:
+        if base is self.target:
+            return 0
+        for i, b in enumerate(self.inputs):
+            if b is base:
+                return i + 1
+        self.inputs.append(base)
+        return len(self.inputs)
+
+    def build(self, view: LazyBuffer, outer: ShapeTracker) -> KOp:
+        """The value of `view`, indexed by the kernel space that `outer` maps onto view.shape."""
+        st = view.st + outer
+        base = view.base
+        if base.op is BufferOps.CONST:
+            return KOp(BufferOps.CONST, (), (base.arg, st), base.dtype)
+        if base.realized is not None or (id(base) in self.store and base is not self.out) or \
+                base is self.target:
+            return KOp(AstOps.LOAD, (), (self.buf_index(base), st), base.dtype)
+        return self.inline(base, st)
+
+    def inline(self, base: LazyBuffer, st: ShapeTracker) -> KOp:
+        if isinstance(base.op, ReduceOps):
+            src = base.srcs[0]
+            inner = self.build(src, ShapeTracker.from_shape(src.shape))
+            red = KOp(base.op, (inner,), base.arg, base.dtype)
+            if st.contiguous and st.shape == base.shape:
+                return red
+            # an epilogue reading the reduce reshaped: express as a reshape of the reduced shape
+            raise AssertionError(f"reduce read through a non-identity view {st}")
+        if base.op is BufferOps.ASSIGN:
+            return self.build(base.srcs[1], st)
+        srcs = tuple(self.build(s, st) for s in base.srcs)
+        return KOp(base.op, srcs, base.arg, base.dtype)
+
+    def kernel(self) -> Kernel:
+        out = self.out
+        red = _carried_reduce(out, self.store)
+        space = ShapeTracker.from_shape(out.shape)
+        if red is not None and red is not out:
+            # an epilogue: index by the reduced shape (reshaped into out's shape)
+            space = space.reshape(red.shape)
+        if out.op is BufferOps.ASSIGN:
+            value = self.build(out.srcs[1], space)
+            store_st = out.srcs[0].st + space
+        else:
+            value = self.inline(out, space)
+            store_st = space
+        if value.dtype != self.target.dtype:
+            raise AssertionError(f"store of {value.dtype} into {self.target.dtype}")
+        root = KOp(AstOps.STORE, (value,), (0, store_st), self.target.dtype)
+        bufs = [self.target, *self.inputs]
+        return Kernel(root, [out], self.inputs, [b.dtype for b in bufs], [prod(b.shape) for b in bufs])
+
+
+def _carried_reduce(b: LazyBuffer, store: set[int]) -> LazyBuffer | None:
+    """The reduce inlined into b's kernel (following unstored same-index sources)."""
+    if isinstance(b.op, ReduceOps):
+        return b
+    if b.op in (BufferOps.CONST, BufferOps.COPY, BufferOps.EMPTY) or b.realized is not None:
+        return None
+    srcs = b.srcs[1:] if b.op is BufferOps.ASSIGN else b.srcs
+    for s in srcs:
+        sb = s.base
+        if sb.realized is not None or id(sb) in store or sb.op is BufferOps.CONST:
+            continue
+        found = _carried_reduce(sb, store)
+        if found is not None:
+            return found
+    return None
+
+
+def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
+    """Kernels (and copies) that realize `outs`, in an order that respects dependencies."""
+    bases = _toposort(outs)
+    store = _plan(bases, outs)
+    items: list[ScheduleItem] = []
+    for b in bases:
+        if id(b) not in store or b.realized is not None:
+            continue
+        if b.op is BufferOps.EMPTY:
+            items.append(ScheduleItem("alloc", b))
+        elif b.op is BufferOps.COPY:
+            items.append(ScheduleItem("copy", b, src=b.srcs[0].base))
+        elif b.op is BufferOps.CONST:
+            continue
+        else:
+            items.append(ScheduleItem("kernel", b, kernel=_KernelBuilder(b, store).kernel()))
+    return items
+
+
+# Re-exported for renderers and devices.
+__all__ = ["AstOps", "KOp", "Kernel", "ScheduleItem", "create_schedule", "BinaryOps", "dtypes"]

@@ -1,0 +1,1428 @@
+"""Tensor: the user API, PyTorch names and broadcasting, every method composed from the
+primitive ops through the Functions in function.py (so gradients come by composition).
+
+    >>> from tg import Tensor
+    >>> x = Tensor([[1.0, -2.0], [3.0, 4.0]])
+    >>> (x.relu() * 2 + 1).sum(axis=1).tolist()
+    [4.0, 16.0]
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from tg.core import function as F
+from tg.core.device import Device
+from tg.core.dtype import (DType, dtype_of_scalar, dtypes, max_value, min_value, promote_types,
+                           scalar_result_type)
+from tg.core.lazy import LazyBuffer
+from tg.core.ops import BinaryOps, UnaryOps
+from tg.core.shape import prod
+
+
+class ShapeError(ValueError):
+    """A shape or axis the op cannot take. Also an IndexError, as torch raises for bad dims."""
+
+
+class TgIndexError(IndexError, ValueError):
+    pass
+
+
+def _argfix(*x: Any) -> tuple:
+    if len(x) == 1 and isinstance(x[0], (tuple, list)):
+        return tuple(x[0])
+    return tuple(x)
+
+
+class _NoGrad:
+    """`with tg.no_grad():` or `@tg.no_grad()`: no graph is recorded inside."""
+
+    def __enter__(self) -> None:
+        self.prev, Tensor.no_grad = Tensor.no_grad, True
+
+    def __exit__(self, *exc: Any) -> None:
+        Tensor.no_grad = self.prev
+
+    def __call__(self, fn: Callable) -> Callable:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _NoGrad():
+                return fn(*args, **kwargs)
+        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+        return wrapper
+
+
+class Tensor:
+    """An n-dimensional array on a device, computed lazily."""
+    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
+    training: bool = False
+    no_grad: bool = False
+    _rng: np.random.Generator = np.random.default_rng(0)
+
+    def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
+                 requires_grad: bool | None = None):
+        device = Device.canonicalize(device)
+        dt = dtypes.from_any(dtype) if dtype is not None else None
+        self.grad: Tensor | None = None
+        self.requires_grad = requires_grad
+        self._ctx: F.Function | None = None
+        if isinstance(data, LazyBuffer):
+            lb = data if data.device == device else data.copy_to_device(device)
+            if dt is not None and dt != lb.dtype:
+                lb = lb.e(UnaryOps.CAST, arg=dt)
+        elif isinstance(data, Tensor):
+            lb = data.lazydata if dt is None else data.cast(dt).lazydata
+            lb = lb.copy_to_device(device)
+        elif isinstance(data, (bool, int, float)):
+            lb = LazyBuffer.const(data, dt or dtype_of_scalar(data), device, ())
+        elif isinstance(data, (np.ndarray, np.generic)):
+            lb = _from_numpy(np.asarray(data), dt, device)
+        elif isinstance(data, (list, tuple)):
+            lb = _from_numpy(_list_to_numpy(data, dt), dt, device)
+        else:
+            raise TypeError(f"[core] Tensor() takes a list, tuple, scalar, numpy array or Tensor, "
+                            f"got {type(data).__name__}")
+        self.lazydata: LazyBuffer = lb
+
+    # ------------------------------------------------------------ properties
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return self.lazydata.shape
+
+    @property
+    def dtype(self) -> DType:
+        return self.lazydata.dtype
+
+    @property
+    def device(self) -> str:
+        return self.lazydata.device
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def numel(self) -> int:
+        return prod(self.shape)
+
+    def size(self, dim: int | None = None) -> tuple[int, ...] | int:
+        return self.shape if dim is None else self.shape[self._axis(dim)]
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel() * self.dtype.itemsize
+
+    @property
+    def T(self) -> Tensor:
+        return self.permute(tuple(reversed(range(self.ndim))))
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("[core] len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __repr__(self) -> str:
+        return f"<Tensor {self.lazydata!r} grad={'None' if self.grad is None else 'set'}>"
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def __bool__(self) -> bool:
+        if self.numel() != 1:
+            raise ValueError(f"[core] the truth value of a tensor of shape {self.shape} is ambiguous; "
+                             f"use .any() or .all()")
+        return bool(self.item())
+
+    # ------------------------------------------------------------ realization
+    def realize(self) -> Tensor:
+        """Run the kernels that compute this tensor now."""
+        self.lazydata.realize()
+        return self
+
+    def numpy(self) -> np.ndarray:
+        """A numpy copy of the values (bfloat16 comes back as float32)."""
+        return self.detach().lazydata.numpy().copy()
+
+    def item(self) -> Any:
+        if self.numel() != 1:
+            raise ValueError(f"[core] item() needs a tensor with one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def tolist(self) -> Any:
+        return self.numpy().tolist()
+
+    def to(self, device: str) -> Tensor:
+        device = Device.canonicalize(device)
+        if device == self.device:
+            return self
+        return F.Copy.apply(self, device=device)
+
+    def detach(self) -> Tensor:
+        return Tensor(self.lazydata, device=self.device, requires_grad=False)
+
+    def contiguous(self) -> Tensor:
+        return F.Contiguous.apply(self)
+
+    def assign(self, value: Tensor | Any) -> Tensor:
+        """Write value into this tensor's memory (used by optimizers); returns self."""
+        value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+        if value.shape != self.shape:
+            raise ValueError(f"[core] assign: value of shape {value.shape} into a tensor of shape {self.shape}")
+        if value.device != self.device:
+            raise ValueError(f"[core] assign: value on {value.device} into a tensor on {self.device}")
+        if value.dtype != self.dtype:
+            value = value.cast(self.dtype)
+        target = self.lazydata
+        if target.base.realized is None:
+            target.base.realize()
+        _realize_other_readers(target.base, value.lazydata)
+        self.lazydata = target.assign(value.lazydata)
+        return self
+
+    # ------------------------------------------------------------ creation
+    @staticmethod
+    def manual_seed(seed: int = 0) -> None:
+        """Seed the stream used by rand / randn / randint / dropout: same seed, same numbers."""
+        Tensor._rng = np.random.default_rng(seed)
+
+    @staticmethod
+    def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
+        dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
+        return Tensor(LazyBuffer.empty(_shape(shape), dt, Device.canonicalize(device)), device=device, **kw)
+
+    @staticmethod
+    def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None,
+             **kw: Any) -> Tensor:
+        shape = _shape((shape,) if isinstance(shape, int) else tuple(shape))
+        dt = dtypes.from_any(dtype) if dtype is not None else dtype_of_scalar(fill_value)
+        lb = LazyBuffer.const(fill_value, dt, Device.canonicalize(device), shape)
+        return Tensor(lb, device=device, **kw)
+
+    @staticmethod
+    def zeros(*shape: Any, **kw: Any) -> Tensor:
+        kw.setdefault("dtype", dtypes.default_float)
+        return Tensor.full(_shape(shape), 0, **kw)
+
+    @staticmethod
+    def ones(*shape: Any, **kw: Any) -> Tensor:
+        kw.setdefault("dtype", dtypes.default_float)
+        return Tensor.full(_shape(shape), 1, **kw)
+
+    @staticmethod
+    def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
+               dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
+        if stop is None:
+            start, stop = 0, start
+        if step == 0:
+            raise ValueError("[core] arange: step must be non-zero")
+        is_float = any(isinstance(v, float) for v in (start, stop, step))
+        dt = dtypes.from_any(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
+        n = max(math.ceil((stop - start) / step), 0)
+        # the index vector is host data, like any tensor made from numbers
+        values = start + np.arange(n, dtype=np.float64 if is_float else np.int64) * step
+        return Tensor(values.astype(dt.np_value), device=device, dtype=dt, **kw)
+
+    @staticmethod
+    def linspace(start: float, stop: float, steps: int, dtype: DType | str | None = None,
+                 device: str | None = None, **kw: Any) -> Tensor:
+        if steps < 0:
+            raise ValueError(f"[core] linspace: steps must be >= 0, got {steps}")
+        dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
+        return Tensor(np.linspace(start, stop, steps).astype(dt.np_value), device=device, dtype=dt, **kw)
+
+    @staticmethod
+    def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
+            **kw: Any) -> Tensor:
+        m = n if m is None else m
+        rows = Tensor.arange(n, device=device).reshape(n, 1)
+        cols = Tensor.arange(m, device=device).reshape(1, m)
+        return (rows == cols).cast(dtypes.from_any(dtype) if dtype is not None else dtypes.default_float).requires_grad_(
+            kw.get("requires_grad"))
+
+    @staticmethod
+    def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
+        dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
+        values = Tensor._rng.random(_shape(shape), dtype=np.float32)
+        return Tensor(values, device=device, dtype=dt, **kw)
+
+    @staticmethod
+    def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
+        dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
+        values = Tensor._rng.standard_normal(_shape(shape), dtype=np.float32)
+        return Tensor(values, device=device, dtype=dt, **kw)
+
+    @staticmethod
+    def randint(low: int, high: int | None = None, size: Any = (), dtype: DType | str | None = None,
+                device: str | None = None, **kw: Any) -> Tensor:
+        if high is None:
+            low, high = 0, low
+        if high <= low:
+            raise ValueError(f"[core] randint: need low < high, got low={low} high={high}")
+        dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_int
+        values = Tensor._rng.integers(low, high, size=_shape(tuple(size) if isinstance(size, (tuple, list)) else (size,)))
+        return Tensor(values.astype(dt.np_value), device=device, dtype=dt, **kw)
+
+    @staticmethod
+    def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
+        return (Tensor.rand(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * (high - low) + low) \
+            .detach().requires_grad_(kw.get("requires_grad"))
+
+    @staticmethod
+    def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
+        return (Tensor.randn(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * std + mean) \
+            .detach().requires_grad_(kw.get("requires_grad"))
+
+    def _like_kw(self, kw: dict) -> dict:
+        return {"dtype": kw.pop("dtype", self.dtype), "device": kw.pop("device", self.device), **kw}
+
+    def zeros_like(self, **kw: Any) -> Tensor:
+        return Tensor.zeros(*self.shape, **self._like_kw(kw))
+
+    def ones_like(self, **kw: Any) -> Tensor:
+        return Tensor.ones(*self.shape, **self._like_kw(kw))
+
+    def full_like(self, fill_value: Any, **kw: Any) -> Tensor:
+        return Tensor.full(self.shape, fill_value, **self._like_kw(kw))
+
+    def empty_like(self, **kw: Any) -> Tensor:
+        return Tensor.empty(*self.shape, **self._like_kw(kw))
+
+    def rand_like(self, **kw: Any) -> Tensor:
+        kw = self._like_kw(kw)
+        return Tensor.rand(*self.shape, **kw)
+
+    def randn_like(self, **kw: Any) -> Tensor:
+        return Tensor.randn(*self.shape, **self._like_kw(kw))
+
+    def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
+        self.requires_grad = requires_grad
+        return self
+
+    # ------------------------------------------------------------ autograd
+    def _toposort(self) -> list[Tensor]:
+        order: list[Tensor] = []
+        seen: set[int] = set()
+        stack: list[tuple[Tensor, bool]] = [(self, False)]
+        while stack:
+            t, done = stack.pop()
+            if done:
+                order.append(t)
+                continue
+            if id(t) in seen:
+                continue
+            seen.add(id(t))
+            stack.append((t, True))
+            if t._ctx is not None:
+                for p in t._ctx.parents:
+                    if id(p) not in seen:
+                        stack.append((p, False))
+        return order
+
+    def backward(self, gradient: Tensor | None = None) -> Tensor:
+        """Accumulate d(self)/d(leaf) into every leaf's .grad (a scalar loss, or give `gradient`)."""
+        if gradient is None:
+            if self.numel() != 1:
+                raise ValueError(f"[autograd] backward() without a gradient needs a scalar, got shape {self.shape}; "
+                                 f"pass gradient= of the same shape")
+            gradient = Tensor.ones(*self.shape, dtype=self.dtype, device=self.device)
+        if gradient.shape != self.shape:
+            raise ValueError(f"[autograd] gradient shape {gradient.shape} does not match tensor shape {self.shape}")
+        if self._ctx is None and not self.requires_grad:
+            raise RuntimeError("[autograd] this tensor does not require grad and has no graph; "
+                               "set requires_grad=True on the leaves")
+        grads: dict[int, LazyBuffer] = {id(self): gradient.lazydata}
+        for t in reversed(self._toposort()):
+            g = grads.pop(id(t), None)
+            if g is None:
+                continue
+            if t._ctx is None:
+                if t.requires_grad:
+                    new = Tensor(g, device=t.device)
+                    t.grad = new if t.grad is None else (t.grad + new)
+                continue
+            parent_grads = t._ctx.backward(g)
+            if not isinstance(parent_grads, tuple):
+                parent_grads = (parent_grads,)
+            for p, pg in zip(t._ctx.parents, parent_grads):
+                if pg is None or not p.requires_grad:
+                    continue
+                assert pg.shape == p.shape, f"grad shape {pg.shape} != {p.shape} in {type(t._ctx).__name__}"
+                grads[id(p)] = pg if id(p) not in grads else grads[id(p)].e(BinaryOps.ADD, pg)
+            if not any(isinstance(p, Tensor) and p.requires_grad for p in t._ctx.parents):
+                continue
+        return self
+
+    # ------------------------------------------------------------ helpers
+    def _axis(self, axis: int, ndim: int | None = None) -> int:
+        n = self.ndim if ndim is None else ndim
+        if not isinstance(axis, (int, np.integer)):
+            raise TypeError(f"[core] an axis must be an int, got {type(axis).__name__}")
+        lo = -max(n, 1)
+        if not lo <= axis < max(n, 1):
+            raise TgIndexError(f"[core] axis {axis} is out of range for a tensor with {n} dims "
+                               f"(expected {lo}..{max(n, 1) - 1})")
+        return int(axis) % max(n, 1)
+
+    def _axes(self, axis: Any) -> tuple[int, ...]:
+        if axis is None:
+            return tuple(range(self.ndim))
+        axes = tuple(self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+        if len(set(axes)) != len(axes):
+            raise ValueError(f"[core] axis {axis} repeats a dimension")
+        return axes
+
+    def _to_tensor(self, y: Any) -> Tensor:
+        if isinstance(y, Tensor):
+            return y
+        if isinstance(y, (bool, int, float)):
+            return Tensor(LazyBuffer.const(y, scalar_result_type(self.dtype, y), self.device, ()), device=self.device)
+        return Tensor(y, device=self.device)
+
+    def _broadcasted(self, y: Any, reverse: bool = False, out_dtype: DType | None = None) -> tuple[Tensor, Tensor]:
+        x: Tensor = self
+        if isinstance(y, Tensor):
+            if y.device != x.device:
+                raise ValueError(f"[core] operands on different devices: {x.device} and {y.device}; "
+                                 f"move one with .to()")
+            dt = promote_types(x.dtype, y.dtype)
+        elif isinstance(y, (bool, int, float)):
+            dt = scalar_result_type(x.dtype, y)
+            y = Tensor(LazyBuffer.const(y, dt, x.device, ()), device=x.device)
+        else:
+            y = Tensor(y, device=x.device)
+            dt = promote_types(x.dtype, y.dtype)
+        dt = out_dtype or dt
+        if reverse:
+            x, y = y, x
+        shape = broadcast_shape(x.shape, y.shape)
+        return x.cast(dt)._broadcast_to(shape), y.cast(dt)._broadcast_to(shape)
+
+    def _broadcast_to(self, shape: tuple[int, ...]) -> Tensor:
+        if self.shape == shape:
+            return self
+        padded = (1,) * (len(shape) - self.ndim) + self.shape
+        return self.reshape(padded).expand(shape)
+
+    # ------------------------------------------------------------ movement
+    def reshape(self, *shape: Any) -> Tensor:
+        new = _argfix(*shape)
+        if sum(1 for s in new if s == -1) > 1:
+            raise ValueError(f"[core] reshape: only one dimension can be -1, got {new}")
+        known = prod(s for s in new if s != -1)
+        if -1 in new:
+            if known == 0 or self.numel() % known:
+                raise ValueError(f"[core] reshape: cannot reshape {self.shape} ({self.numel()} elements) into {new}")
+            new = tuple(self.numel() // known if s == -1 else s for s in new)
+        if any(not isinstance(s, (int, np.integer)) or s < 0 for s in new):
+            raise ValueError(f"[core] reshape: sizes must be non-negative ints, got {new}")
+        new = tuple(int(s) for s in new)
+        if prod(new) != self.numel():
+            raise ValueError(f"[core] reshape: cannot reshape {self.shape} ({self.numel()} elements) into "
+                             f"{new} ({prod(new)} elements)")
+        return self if new == self.shape else F.Reshape.apply(self, shape=new)
+
+    view = reshape
+
+    def permute(self, *order: Any) -> Tensor:
+        order = tuple(self._axis(o) for o in _argfix(*order))
+        if sorted(order) != list(range(self.ndim)):
+            raise ValueError(f"[core] permute: {order} is not a permutation of {self.ndim} dims")
+        return F.Permute.apply(self, order=order)
+
+    def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        order = list(range(self.ndim))
+        a, b = self._axis(dim0), self._axis(dim1)
+        order[a], order[b] = order[b], order[a]
+        return self.permute(order)
+
+    def expand(self, *shape: Any) -> Tensor:
+        new = _argfix(*shape)
+        if len(new) < self.ndim:
+            raise ValueError(f"[core] expand: target {new} has fewer dims than {self.shape}")
+        old = (1,) * (len(new) - self.ndim) + self.shape
+        out = tuple(o if n == -1 else n for o, n in zip(old, new))
+        for o, n in zip(old, out):
+            if o != n and o != 1:
+                raise ValueError(f"[core] expand: cannot expand {self.shape} to {new}: size {o} is not 1")
+        return self.reshape(old)._expand(out)
+
+    def _expand(self, shape: tuple[int, ...]) -> Tensor:
+        return self if shape == self.shape else F.Expand.apply(self, shape=shape)
+
+    def expand_as(self, other: Tensor) -> Tensor:
+        return self.expand(other.shape)
+
+    def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
+        """pad((l, r)) pads the last dim (torch F.pad order); pad(((b0, a0), (b1, a1), ...)) pads each dim."""
+        if padding and all(isinstance(p, (tuple, list)) or p is None for p in padding):
+            if len(padding) != self.ndim:
+                raise ValueError(f"[core] pad: got {len(padding)} (before, after) pairs for {self.ndim} dims")
+            arg = tuple((0, 0) if p is None else (int(p[0]), int(p[1])) for p in padding)
+        else:
+            flat = list(padding)
+            if len(flat) % 2 or len(flat) // 2 > self.ndim:
+                raise ValueError(f"[core] pad: expected an even number of sizes for at most {self.ndim} dims, got {flat}")
+            pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
+            arg = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
+        if all(p == (0, 0) for p in arg):
+            return self
+        shrink = tuple((max(0, -b), s + min(0, a)) for (b, a), s in zip(arg, self.shape))
+        if any(lo > hi for lo, hi in shrink):
+            raise ValueError(f"[core] pad: negative padding {arg} removes more than the shape {self.shape}")
+        x = self._shrink(shrink)
+        grow = tuple((max(0, b), max(0, a)) for b, a in arg)
+        if all(g == (0, 0) for g in grow):
+            return x
+        out = F.Pad.apply(x, arg=grow)
+        if value != 0:
+            mask = F.Pad.apply(Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device), arg=grow)
+            out = mask.where(out, value)
+        return out
+
+    def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
+        if all(a == (0, s) for a, s in zip(arg, self.shape)):
+            return self
+        return F.Shrink.apply(self, arg=arg)
+
+    def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+        full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
+        for (lo, hi), s in zip(full, self.shape):
+            if not 0 <= lo <= hi <= s:
+                raise ValueError(f"[core] shrink: range ({lo}, {hi}) is outside a dim of size {s}")
+        return self._shrink(full)
+
+    def flip(self, *dims: Any) -> Tensor:
+        axes = self._axes(_argfix(*dims))
+        return F.Flip.apply(self, axes=tuple(i in axes for i in range(self.ndim)))
+
+    def squeeze(self, dim: int | None = None) -> Tensor:
+        if dim is None:
+            return self.reshape(tuple(s for s in self.shape if s != 1))
+        if self.ndim == 0:
+            return self
+        d = self._axis(dim)
+        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+
+    def unsqueeze(self, dim: int) -> Tensor:
+        d = self._axis(dim, self.ndim + 1)
+        return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
+
+    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        if self.ndim == 0:
+            return self.reshape(1)
+        s, e = self._axis(start_dim), self._axis(end_dim)
+        return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
+
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        d = self._axis(dim)
+        return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
+
+    def repeat(self, *repeats: Any) -> Tensor:
+        reps = _argfix(*repeats)
+        if len(reps) < self.ndim:
+            raise ValueError(f"[core] repeat: {len(reps)} repeats for {self.ndim} dims")
+        base = (1,) * (len(reps) - self.ndim) + self.shape
+        x = self.reshape(base)
+        # (.., 1, s, ..) -> (.., r, s, ..) -> (.., r*s, ..)
+        expanded = x.reshape(tuple(v for s in base for v in (1, s))).expand(tuple(v for r, s in zip(reps, base) for v in (r, s)))
+        return expanded.reshape(tuple(r * s for r, s in zip(reps, base)))
+
+    def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+        tensors = [self, *others]
+        d = self._axis(dim)
+        for t in tensors:
+            if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+                raise ValueError(f"[core] cat: shapes {[t.shape for t in tensors]} differ outside dim {d}")
+        dt = tensors[0].dtype
+        for t in tensors[1:]:
+            dt = promote_types(dt, t.dtype)
+        total = sum(t.shape[d] for t in tensors)
+        out, offset = None, 0
+        for t in tensors:
+            arg = [(0, 0)] * self.ndim
+            arg[d] = (offset, total - offset - t.shape[d])
+            padded = t.cast(dt).pad(tuple(arg))
+            out = padded if out is None else out + padded
+            offset += t.shape[d]
+        assert out is not None
+        return out
+
+    @staticmethod
+    def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        if not tensors:
+            raise ValueError("[core] stack: needs at least one tensor")
+        d = tensors[0]._axis(dim, tensors[0].ndim + 1)
+        parts = [t.unsqueeze(d) for t in tensors]
+        return parts[0].cat(*parts[1:], dim=d)
+
+    def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        d = self._axis(dim)
+        n = self.shape[d]
+        if isinstance(split_size, int):
+            if split_size <= 0:
+                raise ValueError(f"[core] split: split_size must be positive, got {split_size}")
+            sizes = [min(split_size, n - i) for i in range(0, n, split_size)] or [0]
+        else:
+            sizes = list(split_size)
+            if sum(sizes) != n:
+                raise ValueError(f"[core] split: sizes {sizes} sum to {sum(sizes)}, dim {d} has {n}")
+        out, start = [], 0
+        for s in sizes:
+            arg = [(0, k) for k in self.shape]
+            arg[d] = (start, start + s)
+            out.append(self._shrink(tuple(arg)))
+            start += s
+        return tuple(out)
+
+    def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        if chunks <= 0:
+            raise ValueError(f"[core] chunk: chunks must be positive, got {chunks}")
+        n = self.shape[self._axis(dim)]
+        return self.split(max(math.ceil(n / chunks), 1), dim)
+
+    # ------------------------------------------------------------ indexing
+    def __getitem__(self, index: Any) -> Tensor:
+        return _getitem(self, index)
+
+    def gather(self, dim: int, index: Tensor) -> Tensor:
+        """out[i][j] = self[index[i][j]][j] for dim=0 (torch.gather)."""
+        d = self._axis(dim)
+        if not isinstance(index, Tensor) or not index.dtype.is_int:
+            raise TypeError("[core] gather: index must be an integer Tensor")
+        if index.ndim != self.ndim:
+            raise ValueError(f"[core] gather: index has {index.ndim} dims, input has {self.ndim}")
+        for i, (a, b) in enumerate(zip(index.shape, self.shape)):
+            if i != d and a > b:
+                raise ValueError(f"[core] gather: index shape {index.shape} exceeds input {self.shape} at dim {i}")
+        _check_index_bounds(index, self.shape[d])
+        x = self._shrink(tuple((0, index.shape[i]) if i != d else (0, s) for i, s in enumerate(self.shape)))
+        n = self.shape[d]
+        onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device)          # (*index.shape, n)
+        xs = x.unsqueeze(-1).transpose(d, -1)                                 # (..., 1 at d, ..., n)
+        return onehot.where(xs.expand(*index.shape, n), 0).sum(-1)
+
+    # ------------------------------------------------------------ casts
+    def cast(self, dtype: DType | str) -> Tensor:
+        dt = dtypes.from_any(dtype)
+        return self if dt == self.dtype else F.Cast.apply(self, dtype=dt)
+
+    def bitcast(self, dtype: DType | str) -> Tensor:
+        dt = dtypes.from_any(dtype)
+        if dt.itemsize != self.dtype.itemsize:
+            raise TypeError(f"[core] bitcast from {self.dtype.name} to {dt.name}: sizes differ "
+                            f"({self.dtype.itemsize} vs {dt.itemsize} bytes)")
+        return self if dt == self.dtype else F.Cast.apply(self, dtype=dt, bitcast=True)
+
+    def float(self) -> Tensor:
+        return self.cast(dtypes.float32)
+
+    def half(self) -> Tensor:
+        return self.cast(dtypes.float16)
+
+    def bfloat16(self) -> Tensor:
+        return self.cast(dtypes.bfloat16)
+
+    def double(self) -> Tensor:
+        return self.cast(dtypes.float64)
+
+    def int(self) -> Tensor:
+        return self.cast(dtypes.int32)
+
+    def long(self) -> Tensor:
+        return self.cast(dtypes.int64)
+
+    def bool(self) -> Tensor:
+        return self.cast(dtypes.bool)
+
+    def _float_like(self) -> Tensor:
+        return self if self.dtype.is_float else self.cast(dtypes.default_float)
+
+    # ------------------------------------------------------------ elementwise
+    def _nograd_op(self, op: Any, *others: Tensor, arg: Any = None) -> Tensor:
+        return F.FUNCTIONS[op].apply(self, *others, arg=arg)
+
+    def neg(self) -> Tensor:
+        if self.dtype == dtypes.bool:
+            raise TypeError("[core] negation of a bool tensor; use logical_not() or ~")
+        return F.Neg.apply(self)
+
+    def __neg__(self) -> Tensor:
+        return self.neg()
+
+    def add(self, y: Any, reverse: bool = False) -> Tensor:
+        return F.Add.apply(*self._broadcasted(y, reverse))
+
+    def sub(self, y: Any, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        if a.dtype == dtypes.bool:
+            raise TypeError("[core] subtraction of bool tensors; use logical_xor() or ^")
+        return F.Add.apply(a, F.Neg.apply(b))
+
+    def mul(self, y: Any, reverse: bool = False) -> Tensor:
+        return F.Mul.apply(*self._broadcasted(y, reverse))
+
+    def div(self, y: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+        if rounding_mode == "floor":
+            return self.floordiv(y, reverse)
+        if rounding_mode == "trunc":
+            q = self.div(y, reverse)
+            return q.trunc() if q.dtype.is_float else q
+        a, b = self._broadcasted(y, reverse)
+        a, b = a._float_like(), b._float_like()
+        return F.Mul.apply(a, F.Reciprocal.apply(b))
+
+    def floordiv(self, y: Any, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        if a.dtype.is_float:
+            return (a / b).floor()
+        q = a._nograd_op(BinaryOps.IDIV, b)
+        r = a._nograd_op(BinaryOps.MOD, b)
+        adjust = (r != 0) & ((r < 0) != (b < 0))
+        return q - adjust.cast(q.dtype)
+
+    def mod(self, y: Any, reverse: bool = False) -> Tensor:
+        """Python / torch.remainder semantics: the result has the sign of the divisor."""
+        a, b = self._broadcasted(y, reverse)
+        if a.dtype.is_float:
+            return a - (a / b).floor() * b
+        r = a._nograd_op(BinaryOps.MOD, b)
+        fix = (r != 0) & ((r < 0) != (b < 0))
+        return fix.where(r + b, r)
+
+    def fmod(self, y: Any) -> Tensor:
+        a, b = self._broadcasted(y)
+        return a._nograd_op(BinaryOps.MOD, b) if not a.dtype.is_float else a - (a / b).trunc() * b
+
+    def pow(self, y: Any, reverse: bool = False) -> Tensor:
+        if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
+            if y == 0:
+                return self.ones_like()
+            if y == 0.5:
+                return self.sqrt()
+            if y == -0.5:
+                return self.rsqrt()
+            if float(y).is_integer() and abs(y) <= 16:
+                n, acc, base = abs(int(y)), None, self
+                while n:
+                    if n & 1:
+                        acc = base if acc is None else acc * base
+                    n >>= 1
+                    if n:
+                        base = base * base
+                assert acc is not None
+                return acc.reciprocal() if y < 0 else acc
+        a, b = self._broadcasted(y, reverse)
+        a, b = a._float_like(), b._float_like()
+        mag = (b * a.abs().log2()).exp2()
+        # negative bases: real only for integer exponents; sign flips for odd ones
+        is_int = b == b.trunc()
+        odd = (b.abs() % 2) == 1
+        neg = a < 0
+        sign = (neg & odd).where(-1.0, 1.0)
+        nan = Tensor.full(a.shape, float("nan"), dtype=a.dtype, device=a.device)
+        return (neg & is_int.logical_not()).where(nan, mag * sign)
+
+    def __add__(self, y: Any) -> Tensor: return self.add(y)
+    def __radd__(self, y: Any) -> Tensor: return self.add(y, True)
+    def __sub__(self, y: Any) -> Tensor: return self.sub(y)
+    def __rsub__(self, y: Any) -> Tensor: return self.sub(y, True)
+    def __mul__(self, y: Any) -> Tensor: return self.mul(y)
+    def __rmul__(self, y: Any) -> Tensor: return self.mul(y, True)
+    def __truediv__(self, y: Any) -> Tensor: return self.div(y)
+    def __rtruediv__(self, y: Any) -> Tensor: return self.div(y, True)
+    def __floordiv__(self, y: Any) -> Tensor: return self.floordiv(y)
+    def __rfloordiv__(self, y: Any) -> Tensor: return self.floordiv(y, True)
+    def __mod__(self, y: Any) -> Tensor: return self.mod(y)
+    def __rmod__(self, y: Any) -> Tensor: return self.mod(y, True)
+    def __pow__(self, y: Any) -> Tensor: return self.pow(y)
+    def __rpow__(self, y: Any) -> Tensor: return self.pow(y, True)
+    def __matmul__(self, y: Tensor) -> Tensor: return self.matmul(y)
+    def __rmatmul__(self, y: Tensor) -> Tensor: return self._to_tensor(y).matmul(self)
+    def __iadd__(self, y: Any) -> Tensor: return self.assign(self.add(y))
+    def __isub__(self, y: Any) -> Tensor: return self.assign(self.sub(y))
+    def __imul__(self, y: Any) -> Tensor: return self.assign(self.mul(y))
+    def __itruediv__(self, y: Any) -> Tensor: return self.assign(self.div(y))
+
+    # comparisons and logic (no gradients)
+    def __lt__(self, y: Any) -> Tensor: return _cmp(self, y, "lt")
+    def __gt__(self, y: Any) -> Tensor: return _cmp(self, y, "gt")
+    def __le__(self, y: Any) -> Tensor: return _cmp(self, y, "le")
+    def __ge__(self, y: Any) -> Tensor: return _cmp(self, y, "ge")
+    def __eq__(self, y: Any) -> Tensor: return _cmp(self, y, "eq")  # type: ignore[override]
+    def __ne__(self, y: Any) -> Tensor: return _cmp(self, y, "ne")  # type: ignore[override]
+    def lt(self, y: Any) -> Tensor: return self < y
+    def gt(self, y: Any) -> Tensor: return self > y
+    def le(self, y: Any) -> Tensor: return self <= y
+    def ge(self, y: Any) -> Tensor: return self >= y
+    def eq(self, y: Any) -> Tensor: return self == y
+    def ne(self, y: Any) -> Tensor: return self != y
+
+    def _bitwise(self, op: Any, y: Any, reverse: bool = False) -> Tensor:
+        a, b = self._broadcasted(y, reverse)
+        if a.dtype.is_float:
+            raise TypeError(f"[core] bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype.name}")
+        return a._nograd_op(op, b)
+
+    def __and__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.AND, y)
+    def __rand__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.AND, y, True)
+    def __or__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.OR, y)
+    def __ror__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.OR, y, True)
+    def __xor__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.XOR, y)
+    def __rxor__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.XOR, y, True)
+    def __lshift__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.SHL, y)
+    def __rshift__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.SHR, y)
+
+    def __invert__(self) -> Tensor:
+        if self.dtype == dtypes.bool:
+            return self.logical_not()
+        if self.dtype.is_float:
+            raise TypeError(f"[core] ~ needs an integer or bool tensor, got {self.dtype.name}")
+        return self ^ -1 if not self.dtype.is_unsigned else self ^ int(max_value(self.dtype))
+
+    def logical_not(self) -> Tensor:
+        return self.bool()._nograd_op(BinaryOps.CMPNE, Tensor(True, device=self.device)._broadcast_to(self.shape))
+
+    def logical_and(self, y: Any) -> Tensor: return self.bool() & self._to_tensor(y).bool()
+    def logical_or(self, y: Any) -> Tensor: return self.bool() | self._to_tensor(y).bool()
+    def logical_xor(self, y: Any) -> Tensor: return self.bool() ^ self._to_tensor(y).bool()
+
+    def where(self, x: Any, y: Any) -> Tensor:
+        """self ? x : y, broadcasting all three (self is the condition)."""
+        cond = self.bool()
+        if isinstance(x, Tensor) and isinstance(y, Tensor):
+            a, b = x._broadcasted(y)
+        elif isinstance(x, Tensor):
+            a, b = x._broadcasted(y)
+        elif isinstance(y, Tensor):
+            b, a = y._broadcasted(x)
+        else:
+            dt = promote_types(dtype_of_scalar(x), dtype_of_scalar(y))
+            a = Tensor(LazyBuffer.const(x, dt, self.device, ()), device=self.device)
+            b = Tensor(LazyBuffer.const(y, dt, self.device, ()), device=self.device)
+        shape = broadcast_shape(cond.shape, broadcast_shape(a.shape, b.shape))
+        return F.Where.apply(cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape))
+
+    # unary math
+    def exp2(self) -> Tensor: return F.Exp2.apply(self._float_like())
+    def log2(self) -> Tensor: return F.Log2.apply(self._float_like())
+    def exp(self) -> Tensor: return F.Exp2.apply(self._float_like() * (1 / math.log(2)))
+    def log(self) -> Tensor: return F.Log2.apply(self._float_like()) * math.log(2)
+    def log10(self) -> Tensor: return self.log2() * math.log10(2)
+    def log1p(self) -> Tensor: return (self + 1).log()
+    def expm1(self) -> Tensor: return self.exp() - 1
+    def sqrt(self) -> Tensor: return F.Sqrt.apply(self._float_like())
+    def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
+    def reciprocal(self) -> Tensor: return F.Reciprocal.apply(self._float_like())
+    def sin(self) -> Tensor: return F.Sin.apply(self._float_like())
+    def cos(self) -> Tensor: return (math.pi / 2 - self._float_like()).sin()
+    def tan(self) -> Tensor: return self.sin() / self.cos()
+    def square(self) -> Tensor: return self * self
+
+    def relu(self) -> Tensor:
+        return (self > 0).where(self, 0)
+
+    def abs(self) -> Tensor:
+        if self.dtype.is_float:
+            return self.relu() + (-self).relu()
+        return (self < 0).where(-self, self) if self.dtype != dtypes.bool else self
+
+    def sign(self) -> Tensor:
+        return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+
+    def sigmoid(self) -> Tensor:
+        return (1 + (-self._float_like()).exp()).reciprocal()
+
+    def tanh(self) -> Tensor:
+        return 2.0 * (2.0 * self._float_like()).sigmoid() - 1.0
+
+    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
+        return (self > 0).where(self, self * negative_slope)
+
+    def elu(self, alpha: float = 1.0) -> Tensor:
+        return (self > 0).where(self, alpha * (self.exp() - 1))
+
+    def silu(self) -> Tensor:
+        return self * self.sigmoid()
+
+    swish = silu
+
+    def erf(self) -> Tensor:
+        # Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), built from primitives so it differentiates
+        x = self._float_like()
+        t = 1.0 / (1.0 + 0.3275911 * x.abs())
+        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        return x.sign() * (1.0 - poly * (-(x * x)).exp())
+
+    def gelu(self, approximate: str = "none") -> Tensor:
+        if approximate == "tanh":
+            return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
+        if approximate != "none":
+            raise ValueError(f"[core] gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+
+    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+        bx = self * beta
+        soft = (1 + (-bx.abs()).exp()).log() / beta + self.relu()
+        return (bx > threshold).where(self, soft)
+
+    def clamp(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        lo = min_ if min_ is not None else min
+        hi = max_ if max_ is not None else max
+        if lo is None and hi is None:
+            raise ValueError("[core] clamp: give at least one of min or max")
+        x = self
+        if lo is not None:
+            x = (x < lo).where(lo, x) if not isinstance(lo, Tensor) else x.maximum(lo)
+        if hi is not None:
+            x = (x > hi).where(hi, x) if not isinstance(hi, Tensor) else x.minimum(hi)
+        return x.cast(self.dtype) if not isinstance(lo, float) and not isinstance(hi, float) else x
+
+    clip = clamp
+
+    def maximum(self, y: Any) -> Tensor:
+        a, b = self._broadcasted(y)
+        return F.Maximum.apply(a, b)
+
+    def minimum(self, y: Any) -> Tensor:
+        a, b = self._broadcasted(y)
+        if a.dtype == dtypes.bool:
+            return a & b
+        return -F.Maximum.apply(-a, -b)
+
+    def trunc(self) -> Tensor:
+        if not self.dtype.is_float:
+            return self
+        # values beyond 2**23 have no fraction in float32; casting them would overflow ints
+        big = self.abs() >= 2.0 ** 52
+        t = self.detach().cast(dtypes.int64).cast(self.dtype)
+        return big.where(self.detach(), t)
+
+    def floor(self) -> Tensor:
+        t = self.trunc()
+        return (t > self).where(t - 1, t)
+
+    def ceil(self) -> Tensor:
+        t = self.trunc()
+        return (t < self).where(t + 1, t)
+
+    def round(self) -> Tensor:
+        """Round half to even, like torch.round."""
+        f = (self + 0.5).floor()
+        tie = (f - self) == 0.5
+        odd = (f % 2) == 1
+        return (tie & odd).where(f - 1, f)
+
+    def isnan(self) -> Tensor:
+        return self != self
+
+    def isinf(self) -> Tensor:
+        return (self == float("inf")) | (self == float("-inf"))
+
+    def lerp(self, end: Tensor, weight: Any) -> Tensor:
+        return self + (end - self) * weight
+
+    # ------------------------------------------------------------ reductions
+    def _reduce(self, fn: type[F.Function], axis: Any, keepdim: bool) -> Tensor:
+        axes = self._axes(axis)
+        if self.ndim == 0:
+            return self
+        out = fn.apply(self, axes=axes)
+        if keepdim:
+            return out
+        return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None, *,
+            dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        x = self
+        if dtype is not None:
+            x = x.cast(dtype)
+        elif x.dtype.is_int or x.dtype == dtypes.bool:
+            x = x.cast(dtypes.int64 if not x.dtype.is_unsigned or x.dtype.itemsize < 8 else x.dtype)
+        return x._reduce(F.Sum, axis, keepdim)
+
+    def max(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        self._check_nonempty(axis, "max")
+        return self._reduce(F.Max, axis, keepdim)
+
+    def min(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        self._check_nonempty(axis, "min")
+        if self.dtype == dtypes.bool:
+            return self.logical_not().max(axis, keepdim).logical_not()
+        if self.dtype.is_unsigned:
+            top = int(max_value(self.dtype))
+            return top - (top - self).max(axis, keepdim)
+        return -((-self).max(axis, keepdim))
+
+    def _check_nonempty(self, axis: Any, name: str) -> None:
+        axes = self._axes(axis)
+        if any(self.shape[a] == 0 for a in axes) or (self.numel() == 0 and axis is None):
+            raise ValueError(f"[core] {name}: reduction over an empty dimension of shape {self.shape}")
+
+    def amax(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self.max(axis, keepdim)
+
+    def amin(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self.min(axis, keepdim)
+
+    def mean(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        x = self._float_like()
+        axes = self._axes(axis)
+        count = prod(self.shape[a] for a in axes)
+        s = x.sum(axis, keepdim)
+        return s * (1 / count) if count else s * float("nan")
+
+    def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None,
+            unbiased: bool | None = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        if unbiased is not None:
+            correction = int(unbiased)
+        x = self._float_like()
+        axes = self._axes(axis)
+        n = prod(self.shape[a] for a in axes)
+        dev = x - x.mean(axes, keepdim=True)
+        return (dev * dev).sum(axes, keepdim) / max(n - correction, 0)
+
+    def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None,
+            unbiased: bool | None = None) -> Tensor:
+        return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
+
+    def prod(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        """Product via logs of magnitudes, with the sign and zeros tracked separately."""
+        axis = dim if dim is not None else axis
+        x = self._float_like() if self.dtype.is_float else self.cast(dtypes.float64)
+        mag = x.abs()
+        logs = (mag == 0).where(0.0, mag.log()).sum(axis, keepdim)
+        zeros = (x == 0).sum(axis, keepdim)
+        negs = (x < 0).sum(axis, keepdim)
+        sign = ((negs % 2) == 1).where(-1.0, 1.0)
+        out = (zeros > 0).where(0.0, logs.exp() * sign)
+        if self.dtype.is_float:
+            return out
+        return out.round().cast(dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
+
+    def _arg_extreme(self, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
+        if axis is None:
+            return self.flatten()._arg_extreme(0, False, largest) if not keepdim else \
+                self.flatten()._arg_extreme(0, False, largest).reshape((1,) * self.ndim)
+        d = self._axis(axis)
+        n = self.shape[d]
+        if n == 0:
+            raise ValueError(f"[core] argmax/argmin over an empty dim of shape {self.shape}")
+        x = self if largest else -self if self.dtype != dtypes.bool else self.logical_not()
+        best = x.max(d, keepdim=True)
+        # the first index wins: count down from n so the max picks the lowest index
+        rev = Tensor.arange(n, 0, -1, device=self.device).reshape(tuple(n if i == d else 1 for i in range(self.ndim)))
+        idx = n - (x == best).where(rev, 0).max(d, keepdim=keepdim)
+        return idx.cast(dtypes.int64)
+
+    def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+        return self._arg_extreme(dim if dim is not None else axis, keepdim, True)
+
+    def argmin(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+        return self._arg_extreme(dim if dim is not None else axis, keepdim, False)
+
+    def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self.bool()._reduce(F.Max, axis, keepdim) if self.numel() else Tensor(False, device=self.device)
+
+    def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+        return self.logical_not().any(axis, keepdim).logical_not()
+
+    def logsumexp(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        m = self.max(axis, keepdim=True).detach()
+        m = m.isinf().where(0.0, m)
+        out = (self - m).exp().sum(axis, keepdim=True).log() + m
+        return out if keepdim else out.squeeze_axes(self._axes(axis))
+
+    def squeeze_axes(self, axes: Iterable[int]) -> Tensor:
+        axes = set(axes)
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
+
+    def softmax(self, axis: int = -1, *, dim: int | None = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        x = self._float_like()
+        e = (x - x.max(axis, keepdim=True).detach()).exp()
+        return e / e.sum(axis, keepdim=True)
+
+    def log_softmax(self, axis: int = -1, *, dim: int | None = None) -> Tensor:
+        axis = dim if dim is not None else axis
+        x = self._float_like()
+        shifted = x - x.max(axis, keepdim=True).detach()
+        return shifted - shifted.exp().sum(axis, keepdim=True).log()
+
+    def cumsum(self, axis: int = 0, *, dim: int | None = None) -> Tensor:
+        d = self._axis(dim if dim is not None else axis)
+        n = self.shape[d]
+        x = self.transpose(d, -1) if d != self.ndim - 1 else self
+        if n == 0:
+            return self
+        # out[i] = sum_j x[j] * (j <= i): a masked reduce, so it is one fused kernel
+        tri = Tensor.arange(n, device=self.device).reshape(1, n) <= Tensor.arange(n, device=self.device).reshape(n, 1)
+        out = tri.where(x.unsqueeze(-2), 0).sum(-1, dtype=x.dtype if x.dtype.is_float else None)
+        out = out if d == self.ndim - 1 else out.transpose(d, -1)
+        return out
+
+    # ------------------------------------------------------------ linear algebra and nn
+    def dot(self, w: Tensor) -> Tensor:
+        return self.matmul(w)
+
+    def matmul(self, w: Tensor) -> Tensor:
+        """Batched matmul with torch's broadcasting: (..., n, k) @ (..., k, m) -> (..., n, m)."""
+        x = self
+        if not isinstance(w, Tensor):
+            w = self._to_tensor(w)
+        if x.ndim == 0 or w.ndim == 0:
+            raise ValueError(f"[core] matmul: both operands need at least 1 dim, got {x.shape} and {w.shape}")
+        if x.shape[-1] != w.shape[-2 if w.ndim > 1 else -1]:
+            raise ValueError(f"[core] matmul: shapes {x.shape} and {w.shape} do not align "
+                             f"({x.shape[-1]} != {w.shape[-2 if w.ndim > 1 else -1]})")
+        dt = promote_types(x.dtype, w.dtype)
+        x, w = x.cast(dt), w.cast(dt)
+        x1, w1 = x.ndim == 1, w.ndim == 1
+        if x1:
+            x = x.reshape(1, -1)
+        if w1:
+            w = w.reshape(-1, 1)
+        batch = broadcast_shape(x.shape[:-2], w.shape[:-2])
+        n, k, m = x.shape[-2], x.shape[-1], w.shape[-1]
+        xe = x._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
+        we = w._broadcast_to(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
+        out = (xe * we).sum(-1, dtype=dt if dt.is_float else None)          # (..., n, m)
+        if x1:
+            out = out.squeeze(-2)
+        if w1:
+            out = out.squeeze(-1)
+        return out
+
+    def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
+        """x @ weight.T + bias, with torch's weight layout (out_features, in_features)."""
+        out = self.matmul(weight.T)
+        return out + bias if bias is not None else out
+
+    def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+        """Sliding windows as a view: (..., *spatial) -> (..., *out_spatial, *kernel). No copies."""
+        nsp = len(kernel)
+        spatial = self.shape[-nsp:]
+        outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
+        if any(o <= 0 for o in outs):
+            raise ValueError(f"[core] pooling window {kernel} (dilation {dilation}) is larger than the "
+                             f"input {spatial}")
+        lead = self.shape[:-nsp]
+        x = self
+        # repeat each spatial dim enough times that windows can be read off by reshape + shrink
+        reps = [math.ceil(k * (i + d) / i) for k, i, d in zip(kernel, spatial, dilation)]
+        x = x.reshape(lead + tuple(v for i in spatial for v in (1, i)))
+        x = x.expand(lead + tuple(v for r, i in zip(reps, spatial) for v in (r, i)))
+        x = x.reshape(lead + tuple(r * i for r, i in zip(reps, spatial)))
+        x = x.shrink(tuple((0, s) for s in lead) + tuple((0, k * (i + d)) for k, i, d in zip(kernel, spatial, dilation)))
+        x = x.reshape(lead + tuple(v for k, i, d in zip(kernel, spatial, dilation) for v in (k, i + d)))
+        x = x.shrink(tuple((0, s) for s in lead) + tuple(v for k, o, s in zip(kernel, outs, stride) for v in ((0, k), (0, o * s))))
+        x = x.reshape(lead + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
+        x = x.shrink(tuple((0, s) for s in lead) + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))))
+        x = x.reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
+        n = len(lead)
+        order = tuple(range(n)) + tuple(n + 2 * i + 1 for i in range(nsp)) + tuple(n + 2 * i for i in range(nsp))
+        return x.permute(order)
+
+    def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
+               dilation: Any = 1, groups: int = 1) -> Tensor:
+        """torch.nn.functional.conv2d: input (N, Cin, H, W), weight (Cout, Cin/groups, kh, kw)."""
+        if self.ndim != 4 or weight.ndim != 4:
+            raise ValueError(f"[core] conv2d: expected 4-d input and weight, got {self.shape} and {weight.shape}")
+        n, cin, _, _ = self.shape
+        cout, cin_g, kh, kw = weight.shape
+        if cin % groups or cout % groups or cin_g * groups != cin:
+            raise ValueError(f"[core] conv2d: input has {cin} channels, weight expects {cin_g}*groups({groups}) "
+                             f"and {cout} outputs must divide by groups")
+        st, dl = _pair(stride), _pair(dilation)
+        if isinstance(padding, str):
+            raise ValueError("[core] conv2d: string padding is not supported; give ints")
+        ph, pw = _pair(padding)
+        x = self.pad(((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        win = x._pool((kh, kw), st, dl)                                       # (N, Cin, oh, ow, kh, kw)
+        oh, ow = win.shape[2], win.shape[3]
+        g, cout_g = groups, cout // groups
+        win = win.reshape(n, g, 1, cin_g, oh, ow, kh, kw)
+        w = weight.reshape(1, g, cout_g, cin_g, 1, 1, kh, kw)
+        out = (win * w).sum((3, 6, 7), dtype=win.dtype if win.dtype.is_float else None)   # (N, G, Cout/G, 1, oh, ow, 1, 1)
+        out = out.reshape(n, cout, oh, ow)
+        return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
+
+    def max_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:
+        k = _pair(kernel_size)
+        st = _pair(stride) if stride is not None else k
+        ph, pw = _pair(padding)
+        x = self.pad(((0, 0),) * (self.ndim - 2) + ((ph, ph), (pw, pw)), value=float("-inf")) if ph or pw else self
+        return x._pool(k, st, _pair(dilation)).max((-2, -1))
+
+    def avg_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0,
+                   count_include_pad: bool = True) -> Tensor:
+        k = _pair(kernel_size)
+        st = _pair(stride) if stride is not None else k
+        ph, pw = _pair(padding)
+        pad_arg = ((0, 0),) * (self.ndim - 2) + ((ph, ph), (pw, pw))
+        x = self.pad(pad_arg) if ph or pw else self
+        sums = x._pool(k, st, (1, 1)).sum((-2, -1))
+        if count_include_pad or not (ph or pw):
+            return sums / (k[0] * k[1])
+        ones = Tensor.ones(*self.shape[-2:], device=self.device).pad(((ph, ph), (pw, pw)))
+        counts = ones._pool(k, st, (1, 1)).sum((-2, -1))
+        return sums / counts
+
+    # ------------------------------------------------------------ misc
+    def clone(self) -> Tensor:
+        return self.contiguous() if not self.lazydata.is_base else self * 1
+
+    def __iter__(self):
+        for i in range(len(self)):
+            yield self[i]
+
+
+# ---------------------------------------------------------------- module helpers
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    n = max(len(a), len(b))
+    pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"[core] shapes {a} and {b} cannot broadcast: {x} vs {y}")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _pair(v: Any) -> tuple[int, int]:
+    if isinstance(v, int):
+        return (v, v)
+    t = tuple(v)
+    if len(t) != 2:
+        raise ValueError(f"[core] expected an int or a pair, got {v!r}")
+    return (int(t[0]), int(t[1]))
+
+
+def _shape(shape: tuple) -> tuple[int, ...]:
+    s = _argfix(*shape)
+    if any(not isinstance(x, (int, np.integer)) or x < 0 for x in s):
+        raise ValueError(f"[core] a shape must be non-negative ints, got {s}")
+    return tuple(int(x) for x in s)
+
+
+def _list_to_numpy(data: Any, dt: DType | None) -> np.ndarray:
+    try:
+        arr = np.array(data)
+    except ValueError as e:
+        raise ValueError(f"[core] Tensor(): the nested lists are ragged: {e}") from None
+    if dt is not None:
+        return arr.astype(dt.np_value)
+    if arr.dtype == np.bool_:
+        return arr
+    if arr.dtype.kind in "iu":
+        return arr.astype(np.int64)
+    if arr.dtype.kind == "f" or arr.size == 0:
+        return arr.astype(np.float32)
+    raise TypeError(f"[core] Tensor(): cannot make a tensor from elements of type {arr.dtype}")
+
+
+def _from_numpy(arr: np.ndarray, dt: DType | None, device: str) -> LazyBuffer:
+    from tg.core.dtype import f32_to_bf16
+    dt = dt or dtypes.from_any(arr.dtype)
+    if dt == dtypes.bfloat16:
+        bits = f32_to_bf16(arr.astype(np.float32))
+    else:
+        try:
+            bits = arr.astype(dt.np)
+        except (ValueError, OverflowError) as e:
+            raise TypeError(f"[core] cannot convert {arr.dtype} values to {dt.name}: {e}") from None
+    return LazyBuffer.from_numpy(bits, dt, device)
+
+
+def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
+    a, b = x._broadcasted(y)
+    lt = F.FUNCTIONS[BinaryOps.CMPLT]
+    ne = F.FUNCTIONS[BinaryOps.CMPNE]
+    if kind == "lt":
+        return lt.apply(a, b)
+    if kind == "gt":
+        return lt.apply(b, a)
+    if kind == "ne":
+        return ne.apply(a, b)
+    if kind == "eq":
+        return ne.apply(a, b).logical_not()
+    if kind == "le":
+        return lt.apply(b, a).logical_not()
+    return lt.apply(a, b).logical_not()  # ge
+
+
+def _check_index_bounds(index: Tensor, n: int) -> None:
+    """Bounds are checked at the call when the index values are already known (host data)."""
+    lb = index.lazydata
+    if lb.base.realized is None or index.numel() == 0:
+        return
+    values = index.numpy()
+    if values.min() < -n or values.max() >= n:
+        bad = values[(values < -n) | (values >= n)][0]
+        raise TgIndexError(f"[core] index {bad} is out of range for a dim of size {n}")
+
+
+def _realize_other_readers(target, value_lb: LazyBuffer) -> None:
+    """Before overwriting target's memory, compute pending values that still read its old contents."""
+    in_value: set[int] = set()
+    stack = [value_lb.base]
+    while stack:
+        b = stack.pop()
+        if id(b) in in_value or b.realized is not None:
+            continue
+        in_value.add(id(b))
+        stack.extend(s.base for s in b.srcs)
+    pending = [r for r in list(target.readers) if r.realized is None and id(r) not in in_value and r.srcs]
+    if pending:
+        from tg.core.realize import realize
+        realize(pending)
+
+
+def _getitem(x: Tensor, index: Any) -> Tensor:
+    idx = index if isinstance(index, tuple) else (index,)
+    n_ellipsis = sum(1 for i in idx if i is Ellipsis)
+    if n_ellipsis > 1:
+        raise TgIndexError("[core] an index can only have one ellipsis")
+    consumes = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    if consumes > x.ndim:
+        raise TgIndexError(f"[core] too many indices ({consumes}) for a tensor of {x.ndim} dims")
+    if n_ellipsis:
+        pos = next(i for i, v in enumerate(idx) if v is Ellipsis)
+        idx = idx[:pos] + (slice(None),) * (x.ndim - consumes) + idx[pos + 1:]
+    else:
+        idx = idx + (slice(None),) * (x.ndim - consumes)
+    # basic indexing: slices, ints, None -> shrink / flip / reshape (views); tensors handled after
+    shrink, flips, steps = [], [], []
+    adv: list[tuple[int, Tensor]] = []
+    dim = 0
+    new_dims: list[Any] = []   # per output dim: 'keep' index into sliced dims, or None for newaxis
+    for i in idx:
+        if i is None:
+            new_dims.append(None)
+            continue
+        size = x.shape[dim]
+        if isinstance(i, (bool, np.bool_)):
+            raise TypeError("[core] bool scalars are not valid indices")
+        if isinstance(i, (int, np.integer)):
+            if not -size <= i < size:
+                raise TgIndexError(f"[core] index {i} is out of range for dim {dim} of size {size}")
+            j = int(i) % size
+            shrink.append((j, j + 1))
+            flips.append(False)
+            steps.append(1)
+            new_dims.append("drop")
+        elif isinstance(i, slice):
+            start, stop, step = i.indices(size)
+            if step == 0:
+                raise ValueError("[core] slice step cannot be zero")
+            if step > 0:
+                length = max(0, math.ceil((stop - start) / step))
+                shrink.append((start, start + (length - 1) * step + 1) if length else (0, 0))
+                flips.append(False)
+            else:
+                length = max(0, math.ceil((start - stop) / -step))
+                lo = start - (length - 1) * (-step) if length else 0
+                shrink.append((lo, start + 1) if length else (0, 0))
+                flips.append(True)
+            steps.append(abs(step))
+            new_dims.append(("keep", dim))
+        elif isinstance(i, (Tensor, list, np.ndarray)):
+            t = i if isinstance(i, Tensor) else Tensor(np.asarray(i), device=x.device)
+            if t.dtype == dtypes.bool:
+                raise TypeError("[core] boolean mask indexing is not supported (its shape depends on the data); "
+                                "use where() instead")
+            if not t.dtype.is_int:
+                raise TypeError(f"[core] tensors used as indices must be integer, got {t.dtype.name}")
+            shrink.append((0, size))
+            flips.append(False)
+            steps.append(1)
+            adv.append((dim, t))
+            new_dims.append(("adv", dim))
+        else:
+            raise TypeError(f"[core] unsupported index type {type(i).__name__}")
+        dim += 1
+    y = x._shrink(tuple(shrink))
+    if any(flips):
+        y = y.flip(tuple(i for i, f in enumerate(flips) if f))
+    if any(s != 1 for s in steps):
+        # stride via pad + reshape + shrink: keep every s-th element
+        for d, s in enumerate(steps):
+            if s == 1 or y.shape[d] == 0:
+                continue
+            n = y.shape[d]
+            m = math.ceil(n / s)
+            arg = [(0, 0)] * y.ndim
+            arg[d] = (0, m * s - n)
+            y = y.pad(tuple(arg))
+            y = y.reshape(y.shape[:d] + (m, s) + y.shape[d + 1:])
+            y = y._shrink(tuple((0, k) if j != d + 1 else (0, 1) for j, k in enumerate(y.shape)))
+            y = y.reshape(y.shape[:d + 1] + y.shape[d + 2:])
+    # advanced (integer tensor) indices: one-hot select, fused into one reduce
+    if adv:
+        dims_adv = [d for d, _ in adv]
+        idx_tensors = [t for _, t in adv]
+        for d, t in adv:
+            _check_index_bounds(t, x.shape[d])
+        bshape = idx_tensors[0].shape
+        for t in idx_tensors[1:]:
+            bshape = broadcast_shape(bshape, t.shape)
+        rest = [d for d in range(y.ndim) if d not in dims_adv]
+        yp = y.permute(rest + dims_adv)                                   # (*rest, *adv sizes)
+        rest_shape = tuple(y.shape[d] for d in rest)
+        k = len(bshape)
+        yp = yp.reshape(rest_shape + (1,) * k + tuple(y.shape[d] for d in dims_adv))
+        yp = yp.expand(rest_shape + bshape + tuple(y.shape[d] for d in dims_adv))
+        mask = None
+        for j, (d, t) in enumerate(adv):
+            n = y.shape[d]
+            t = (t < 0).where(t + n, t)._broadcast_to(bshape)
+            shape_j = bshape + tuple(n if jj == j else 1 for jj in range(len(adv)))
+            oh = t.reshape(bshape + (1,) * len(adv)) == Tensor.arange(n, device=x.device).reshape(
+                (1,) * k + tuple(n if jj == j else 1 for jj in range(len(adv))))
+            oh = oh._broadcast_to(shape_j)
+            mask = oh if mask is None else mask & oh
+        assert mask is not None
+        picked = mask.where(yp, 0).sum(tuple(range(len(rest_shape) + k, len(rest_shape) + k + len(adv))),
+                                       dtype=y.dtype if y.dtype.is_float else None)
+        picked = picked.cast(y.dtype)                                       # (*rest, *bshape)
+        # torch: adjacent advanced dims stay in place, otherwise they go first
+        adjacent = dims_adv == list(range(dims_adv[0], dims_adv[0] + len(dims_adv)))
+        first = dims_adv[0] if adjacent else 0
+        before = [d for d in rest if d < first] if adjacent else []
+        nb = len(before)
+        order = list(range(nb)) + list(range(len(rest), len(rest) + k)) + list(range(nb, len(rest)))
+        y = picked.permute(order)
+        # the output shape honours dropped dims (ints) and new axes (None)
+        rest_sizes = dict(zip(rest, [y.shape[i] for i in list(range(nb)) + list(range(nb + k, y.ndim))]))
+        final: list[int] = [] if adjacent else list(bshape)
+        placed = False
+        for nd in new_dims:
+            if nd is None:
+                final.append(1)
+            elif nd == "drop":
+                continue
+            elif nd[0] == "adv":
+                if adjacent and not placed:
+                    final.extend(bshape)
+                    placed = True
+            else:
+                final.append(rest_sizes[nd[1]])
+        return y.reshape(tuple(final))
+    final = []
+    for nd in new_dims:
+        if nd is None:
+            final.append(1)
+        elif nd == "drop":
+            continue
+        else:
+            final.append(y.shape[nd[1]])
+    return y.reshape(tuple(final))

@@ -1,0 +1,1 @@
+"""tg.distributed: process groups, collectives and data-parallel training (see the distributed issues)."""

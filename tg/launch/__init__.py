@@ -1,0 +1,1 @@
+"""tg.launch: home of `tglaunch`, the torchrun-style launcher (see the launcher issue)."""
