@@ -124,12 +124,42 @@ def _is_same_index(view: LazyBuffer) -> bool:
 
 
 def _plan(bases: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int]:
-    """Which bases get their own buffer (ids). One pass, sources first."""
-    children: dict[int, int] = {}
-    for b in bases:
-        for s in {id(s.base): s.base for s in b.srcs}.values():
-            children[id(s)] = children.get(id(s), 0) + 1
-    store: set[int] = {id(o.base) for o in outs}
+    """Which bases get their own buffer (ids). A reduce that would be inlined into two kernels
+    is stored instead (computed once), which can change other choices, so iterate to a fixpoint."""
+    store: set[int] = set()
+    while True:
+        store = _plan_once(bases, outs, store)
+        seen: dict[int, int] = {}
+        for b in bases:
+            if id(b) in store:
+                for r in _inlined_reduces(b, store):
+                    seen[id(r)] = seen.get(id(r), 0) + 1
+        shared = {rid for rid, n in seen.items() if n > 1}
+        if not shared:
+            return store
+        store |= shared
+
+
+def _inlined_reduces(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
+    """The unstored reduces a kernel rooted at b would contain."""
+    found: dict[int, LazyBuffer] = {}
+    seen: set[int] = set()
+    stack = [s.base for s in b.srcs] + ([b] if isinstance(b.op, ReduceOps) else [])
+    while stack:
+        x = stack.pop()
+        if id(x) in seen or x.realized is not None or x.op is BufferOps.CONST:
+            continue
+        seen.add(id(x))
+        if id(x) in store and x is not b:
+            continue
+        if isinstance(x.op, ReduceOps):
+            found[id(x)] = x
+        stack.extend(s.base for s in x.srcs)
+    return list(found.values())
+
+
+def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) -> set[int]:
+    store: set[int] = set(seed) | {id(o.base) for o in outs}
     carried: dict[int, LazyBuffer | None] = {}   # the reduce a base's kernel would contain
     for b in bases:
         if b.op in (BufferOps.COPY, BufferOps.ASSIGN, BufferOps.EMPTY):
@@ -154,7 +184,7 @@ def _plan(bases: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int]:
             c = carried.get(id(sb))
             if c is None:
                 continue
-            if isinstance(b.op, ReduceOps) or not _is_same_index(s) or children.get(id(sb), 0) > 1:
+            if isinstance(b.op, ReduceOps) or not _is_same_index(s):
                 store.add(id(sb))       # a reduce never goes inside another, nor is recomputed
                 continue
             reduces.append((sb, c))
@@ -171,6 +201,7 @@ class _KernelBuilder:
         self.out, self.store = out, store
         self.inputs: list[LazyBuffer] = []
         self.target = out.srcs[0].base if out.op is BufferOps.ASSIGN else out
+        self.memo: dict[tuple, KOp] = {}   # a value read twice at the same index is one node
 
     def buf_index(self, base: LazyBuffer) -> int:
         if base is self.target:
@@ -185,6 +216,12 @@ class _KernelBuilder:
         """The value of `view`, indexed by the kernel space that `outer` maps onto view.shape."""
         st = view.st + outer
         base = view.base
+        key = (id(base), st.key)
+        if key not in self.memo:
+            self.memo[key] = self._build(base, st)
+        return self.memo[key]
+
+    def _build(self, base: LazyBuffer, st: ShapeTracker) -> KOp:
         if base.op is BufferOps.CONST:
             return KOp(BufferOps.CONST, (), (base.arg, st), base.dtype)
         if base.realized is not None or (id(base) in self.store and base is not self.out) or \

@@ -9,6 +9,7 @@ index into a buffer index (and a validity condition, for padding) is done symbol
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -165,6 +166,11 @@ def _reshape_strides(old_shape: Shape, old_strides: tuple[int, ...], new_shape: 
     return out
 
 
+@functools.lru_cache(maxsize=8192)
+def _compose(inner: ShapeTracker, outer: ShapeTracker) -> ShapeTracker:
+    return ShapeTracker(inner.views + outer.views).simplify()
+
+
 def unravel(shape: Shape, linear: Node) -> list[Node]:
     idxs, acc = [], 1
     for s in reversed(shape):
@@ -210,7 +216,11 @@ class ShapeTracker:
 
     def __add__(self, outer: ShapeTracker) -> ShapeTracker:
         """Compose: `outer` maps its shape into this tracker's shape (as contiguous memory)."""
-        return ShapeTracker(self.views + outer.views).simplify()
+        if outer.contiguous and outer.shape == self.shape:
+            return self
+        if self.contiguous:
+            return outer
+        return _compose(self, outer)
 
     def simplify(self) -> ShapeTracker:
         """Fold the last two views into one when their composition is affine."""

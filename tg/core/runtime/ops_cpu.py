@@ -74,12 +74,16 @@ class CPUDevice(Compiled):
         threads = config.TG_CPU_THREADS
         self.renderer = CStyleRenderer(DIALECTS["c"], threads=threads)
         self._programs: dict[str, CPUProgram] = {}
+        self._by_ast: dict[tuple, CPUProgram] = {}
 
     def render(self, kernel):
         lin = linearize(kernel, vector_width_bytes=_vector_bytes(), use_lanes=True, gpu=False)
         return lin, self.renderer.render(lin)
 
     def compile_many(self, kernels: list) -> list[Program]:
+        known = [self._by_ast.get(k.ast.key) for k in kernels]
+        if all(p is not None for p in known):
+            return known  # type: ignore[return-value]
         rendered = [self.render(k) for k in kernels]
         todo = {src for _, src in rendered if src not in self._programs}
         if len(todo) > 1:
@@ -90,6 +94,8 @@ class CPUDevice(Compiled):
         for (lin, src) in rendered:
             if src not in self._programs:
                 self._programs[src] = CPUProgram(lin.name, paths[src], src, lin)
+        for k, (_, src) in zip(kernels, rendered):
+            self._by_ast[k.ast.key] = self._programs[src]
         return [self._programs[src] for _, src in rendered]
 
     def compile_kernel(self, kernel) -> Program:

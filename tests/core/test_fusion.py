@@ -1,0 +1,71 @@
+"""Fusion is pinned: how many kernels an expression compiles to, and that the fused result is right."""
+import numpy as np
+import pytest
+from helpers import assert_kernels, kernel_count
+
+from tg import Tensor
+
+
+@pytest.fixture(params=["CPU", "NUMPY"])
+def device(request):
+    return request.param
+
+
+def test_elementwise_chain_into_reduce_is_one_kernel(device):
+    a = np.random.randn(37, 129).astype(np.float32)
+    x = Tensor(a, device=device)
+    out = ((x * 2 + 1).relu()).sum()
+    assert_kernels(out, 1)
+    np.testing.assert_allclose(out.item(), np.maximum(a * 2 + 1, 0).sum(), rtol=1e-4)
+
+
+def test_softmax_is_at_most_three_kernels(device):
+    a = np.random.randn(8, 33).astype(np.float32)
+    out = Tensor(a, device=device).softmax(-1)
+    assert kernel_count(out) <= 3
+    ref = np.exp(a - a.max(-1, keepdims=True))
+    np.testing.assert_allclose(out.numpy(), ref / ref.sum(-1, keepdims=True), rtol=1e-5, atol=1e-7)
+
+
+def test_matmul_bias_relu_epilogue_fuses(device):
+    a, w, b = (np.random.randn(*s).astype(np.float32) for s in ((16, 24), (24, 32), (32,)))
+    out = (Tensor(a, device=device) @ Tensor(w, device=device) + Tensor(b, device=device)).relu()
+    assert_kernels(out, 1)
+    np.testing.assert_allclose(out.numpy(), np.maximum(a @ w + b, 0), rtol=1e-4, atol=1e-5)
+
+
+def test_elementwise_inputs_of_matmul_fuse(device):
+    a, w = np.random.randn(9, 7).astype(np.float32), np.random.randn(7, 5).astype(np.float32)
+    out = (Tensor(a, device=device) * 2).exp() @ (Tensor(w, device=device) + 1)
+    assert_kernels(out, 1)
+    np.testing.assert_allclose(out.numpy(), np.exp(a * 2) @ (w + 1), rtol=1e-4)
+
+
+def test_two_reduces_never_share_a_kernel(device):
+    a, b = np.random.randn(10).astype(np.float32), np.random.randn(11).astype(np.float32)
+    out = Tensor(a, device=device).sum() + Tensor(b, device=device).max()
+    assert_kernels(out, 2)
+    np.testing.assert_allclose(out.item(), a.sum() + b.max(), rtol=1e-5)
+
+
+def test_padding_a_computed_value_stores_it_first(device):
+    a = np.random.randn(5).astype(np.float32)
+    out = Tensor(a, device=device).exp().pad((2, 1)).contiguous()
+    assert_kernels(out, 2)
+    np.testing.assert_allclose(out.numpy(), np.pad(np.exp(a), (2, 1)), rtol=1e-6)
+
+
+def test_movement_only_is_no_kernel_until_needed(device):
+    x = Tensor(np.arange(12, dtype=np.float32), device=device)
+    y = x.reshape(3, 4).T[1:, ::2]
+    assert kernel_count(y) == 0   # a view of realized memory: nothing to compute
+    np.testing.assert_array_equal(y.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4).T[1:, ::2])
+
+
+def test_shared_reduce_is_computed_once(device):
+    a = np.random.randn(6, 10).astype(np.float32)
+    x = Tensor(a, device=device)
+    m = x.sum(1, keepdim=True)
+    out = (x - m) * (x + m)
+    assert_kernels(out, 2)
+    np.testing.assert_allclose(out.numpy(), (a - a.sum(1, keepdims=True)) * (a + a.sum(1, keepdims=True)), rtol=1e-4, atol=1e-5)

@@ -1,0 +1,108 @@
+"""CPU runtime: disk cache, compile errors, counters, DEBUG output, laziness."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import tg
+from tg import GlobalCounters, Tensor
+from tg.core.compiler import CompileError
+from tg.core.runtime.ops_cpu import ClangCompiler
+
+
+def run_py(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
+                          env={**os.environ, **env}, timeout=300)
+
+
+def test_second_process_compiles_nothing(tmp_path):
+    code = """
+        import numpy as np
+        from tg import Tensor
+        x = Tensor(np.arange(10, dtype=np.float32))
+        print(((x * 3 + 1).relu().sum()).item())
+    """
+    env = {"TG_CACHE_DIR": str(tmp_path)}
+    first = run_py(code, env)
+    assert first.returncode == 0, first.stderr
+    libs = sorted(p.name for p in (tmp_path / "kernels").glob("*.so"))
+    assert libs
+    mtimes = {p: p.stat().st_mtime_ns for p in (tmp_path / "kernels").glob("*.so")}
+    second = run_py(code, env)
+    assert second.returncode == 0 and second.stdout == first.stdout
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "kernels").glob("*.so")} == mtimes
+    assert not list((tmp_path / "kernels").glob("*.tmp"))
+
+
+def test_compile_error_names_source(tmp_path, monkeypatch):
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    with pytest.raises(CompileError, match=r"source written to .*\.c"):
+        ClangCompiler().compile("void broken( {")
+    assert not list((tmp_path / "kernels").glob("*.so"))   # nothing half-written under the real name
+
+
+def test_interrupted_compile_leaves_no_library(tmp_path, monkeypatch):
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    comp = ClangCompiler()
+
+    def boom(src, out):
+        out.write_bytes(b"partial")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(comp, "compile_to", boom)
+    with pytest.raises(KeyboardInterrupt):
+        comp.compile("int x;")
+    assert list((tmp_path / "kernels").iterdir()) == []
+
+
+def test_counters_track_allocations():
+    GlobalCounters.reset()
+    before = GlobalCounters.mem_used
+    x = Tensor(np.zeros(1000, dtype=np.float32))
+    assert GlobalCounters.mem_used == before + 4000
+    y = (x + 1).realize()
+    assert GlobalCounters.mem_used == before + 8000 and GlobalCounters.mem_peak >= before + 8000
+    k = GlobalCounters.kernel_count
+    (y * 2).realize()
+    assert GlobalCounters.kernel_count == k + 1
+    del x, y
+    assert GlobalCounters.mem_used == before
+
+
+@pytest.mark.parametrize("level,needle", [(1, "[realize]"), (2, "GFLOPS"), (3, "[schedule]"), (4, "void ")])
+def test_debug_levels(level, needle):
+    out = run_py("""
+        from tg import Tensor
+        (Tensor([1.0, 2.0, 3.0]) * 2).sum().item()
+    """, {"DEBUG": str(level)})
+    assert out.returncode == 0, out.stderr
+    assert needle in out.stdout
+
+
+def test_nothing_runs_until_needed():
+    k = GlobalCounters.kernel_count
+    x = Tensor(np.ones(8, dtype=np.float32))
+    y = (x * 2).exp().sum()
+    assert GlobalCounters.kernel_count == k
+    y.item()
+    assert GlobalCounters.kernel_count == k + 1
+
+
+def test_default_device_from_environment():
+    out = run_py("from tg import Tensor; print(Tensor([1]).device)", {"TG_DEVICE": "numpy"})
+    assert out.stdout.strip() == "NUMPY"
+    bad = run_py("from tg import Tensor; Tensor([1])", {"TG_DEVICE": "TPU"})
+    assert bad.returncode != 0 and "TG_DEVICE='TPU'" in bad.stderr
+
+
+def test_no_grad_is_context_and_decorator():
+    x = Tensor([1.0], requires_grad=True)
+    with tg.no_grad():
+        assert (x * 2)._ctx is None
+
+    @tg.no_grad()
+    def f(t):
+        return t * 2
+    assert f(x)._ctx is None and (x * 2)._ctx is not None
