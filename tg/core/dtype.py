@@ -159,7 +159,10 @@ def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
 
 
 def f32_to_bf16(x: np.ndarray) -> np.ndarray:
-    """Round to nearest even, as the kernels do; NaN stays NaN."""
-    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    """Round to nearest even, as the kernels do; a NaN keeps its payload (made quiet if needed)."""
+    x = np.asarray(x, dtype=np.float32)
+    u = np.ascontiguousarray(x).reshape(-1).view(np.uint32).astype(np.uint64)
     rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
-    return np.where(np.isnan(x), np.uint16(0x7FC0), rounded)
+    top = (u >> 16).astype(np.uint16)
+    nan_bits = np.where(top & 0x7F, top, top | 0x40).astype(np.uint16)
+    return np.where(np.isnan(x.reshape(-1)), nan_bits, rounded).reshape(x.shape)

@@ -18,12 +18,14 @@ def _const(like: LazyBuffer, value: Any, dtype: DType | None = None) -> LazyBuff
 
 
 class Function:
+    parents: tuple[Any, ...]
+
     def __init__(self, device: str, *tensors: Any):
         self.device = device
         self.needs_input_grad = [t.requires_grad for t in tensors]
         self.requires_grad = True if any(self.needs_input_grad) else (None if None in self.needs_input_grad else False)
 
-    def forward(self, *args: LazyBuffer, **kwargs: Any) -> LazyBuffer:
+    def forward(self, *args: Any, **kwargs: Any) -> LazyBuffer:
         raise NotImplementedError
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer | None | tuple[LazyBuffer | None, ...]:
@@ -33,8 +35,8 @@ class Function:
     def apply(cls, *x: Any, **kwargs: Any):
         from tg.core.tensor import Tensor
         ctx = cls(x[0].device, *x)
-        ret = Tensor(ctx.forward(*[t.lazydata for t in x], **kwargs), device=ctx.device,
-                     requires_grad=ctx.requires_grad)
+        out = ctx.forward(*[t.lazydata for t in x], **kwargs)
+        ret = Tensor(out, device=out.device, requires_grad=ctx.requires_grad)
         if ctx.requires_grad and not Tensor.no_grad:
             ret._ctx = ctx
             ctx.parents = x

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tg.core.device import Buffer
-from tg.core.dtype import DType, dtypes
+from tg.core.dtype import DType, dtypes, min_value
 from tg.core.ops import (BinaryOps, BufferOps, COMPARISON_OPS, MovementOps, Op, ReduceOps,
                          TernaryOps, UnaryOps)
 from tg.core.shape import ShapeTracker, prod
@@ -98,6 +98,9 @@ class LazyBuffer:
         shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
         if not axes or all(self.shape[a] == 1 for a in axes):
             return self.reshape(shape)
+        if any(self.shape[a] == 0 for a in axes):   # an empty reduce is its identity
+            identity = 0 if op is ReduceOps.SUM else min_value(self.dtype)
+            return LazyBuffer.const(identity, self.dtype, self.device, shape)
         return LazyBuffer(self.device, ShapeTracker.from_shape(shape), self.dtype, op, (self,), tuple(sorted(axes)))
 
     def copy_to_device(self, device: str) -> LazyBuffer:

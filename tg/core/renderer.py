@@ -62,7 +62,7 @@ _C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned c
             "float32": "float", "float64": "double"}
 _BF16_HELPERS = """
 static inline float tg_bf16_to_f32(unsigned short b) { union { unsigned int u; float f; } c; c.u = ((unsigned int)b) << 16; return c.f; }
-static inline unsigned short tg_f32_to_bf16(float f) { union { unsigned int u; float f; } c; c.f = f; if (f != f) return 0x7fc0; return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }
+static inline unsigned short tg_f32_to_bf16(float f) { union { unsigned int u; float f; } c; c.f = f; if (f != f) { unsigned short t = (unsigned short)(c.u >> 16); return (t & 0x7f) ? t : (unsigned short)(t | 0x40); } return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }
 """
 
 DIALECTS: dict[str, Dialect] = {
@@ -101,7 +101,8 @@ def _lit(value, dtype: DType, d: Dialect) -> str:
         s = repr(float(value))
         if "e" not in s and "." not in s:
             s += ".0"
-        return s if dtype == dtypes.float64 else s + "f"
+        s = s if dtype == dtypes.float64 else s + "f"
+        return f"({s})" if value < 0 else s
     value = int(value)
     suffix = {"int64": "ll", "uint64": "ull", "uint32": "u"}.get(dtype.name, "")
     if dtype.name == "int64" and value == -(2 ** 63):
@@ -298,11 +299,17 @@ class CStyleRenderer:
         if op is UnaryOps.CAST:
             return self.cast(src_dtype, arg, args[0])
         if op is UnaryOps.BITCAST:
+            x = args[0]
+            if src_dtype == dtypes.bfloat16:          # bf16 values compute as float: recover the bits
+                x = f"tg_f32_to_bf16({x})"
             src, dst = d.types[src_dtype.name], d.types[arg.name]
-            return d.bitcast.format(args[0], src=src, dst=dst, dst_word=dst.replace("unsigned ", "u"))
+            out = d.bitcast.format(x, src=src, dst=dst, dst_word=dst.replace("unsigned ", "u"))
+            return f"tg_bf16_to_f32({out})" if arg == dtypes.bfloat16 else out
         if src_dtype == dtypes.bool and op in BOOL_TEMPLATES:
             return BOOL_TEMPLATES[op].format(*args)
         tmpl = RENDER_TEMPLATES[op]
+        if op is BinaryOps.MAX and src_dtype.is_float:
+            tmpl = "((({0}>{1})||({0}!={0}))?{0}:{1})"    # NaN propagates, as in torch.maximum
         if op is BinaryOps.MOD and src_dtype.is_float:
             tmpl = "@fmod({0},{1})"
         if op is UnaryOps.RECIP and src_dtype.is_float:
@@ -364,7 +371,8 @@ class CStyleRenderer:
             return self.select(self.ref(cond), self.bcast(a, dtype), self.bcast(b, dtype), dtype)
         if op is BinaryOps.MAX:
             a, b = self.bcast(srcs[0], dtype), self.bcast(srcs[1], dtype)
-            return self.select(f"({a}>{b})", a, b, dtype)
+            mask = f"(({a}>{b})|({a}!={a}))" if dtype.is_float else f"({a}>{b})"
+            return self.select(mask, a, b, dtype)
         if op is UnaryOps.RECIP and src_dtype == dtypes.float32:
             return f"(1.0f/{r[0]})"
         basic = {BinaryOps.ADD, BinaryOps.MUL, UnaryOps.NEG, TernaryOps.MULACC, BinaryOps.CMPLT, BinaryOps.CMPNE}

@@ -370,6 +370,8 @@ class Tensor:
         if axis is None:
             return tuple(range(self.ndim))
         axes = tuple(self._axis(a) for a in (axis if isinstance(axis, (tuple, list)) else (axis,)))
+        if self.ndim == 0:
+            return ()   # torch: dim 0 (or -1) of a 0-d tensor is the tensor itself
         if len(set(axes)) != len(axes):
             raise ValueError(f"[core] axis {axis} repeats a dimension")
         return axes
@@ -716,7 +718,7 @@ class Tensor:
                 return acc.reciprocal() if y < 0 else acc
         a, b = self._broadcasted(y, reverse)
         a, b = a._float_like(), b._float_like()
-        mag = (b * a.abs().log2()).exp2()
+        mag = (b == 0).where(1.0, (b * a.abs().log2()).exp2())   # 0**0 is 1
         # negative bases: real only for integer exponents; sign flips for odd ones
         is_int = b == b.trunc()
         odd = (b.abs() % 2) == 1
@@ -822,7 +824,7 @@ class Tensor:
     def square(self) -> Tensor: return self * self
 
     def relu(self) -> Tensor:
-        return (self > 0).where(self, 0)
+        return (self <= 0).where(0, self)   # NaN stays NaN; the gradient at 0 is 0, as in torch
 
     def abs(self) -> Tensor:
         if self.dtype.is_float:
@@ -1029,7 +1031,7 @@ class Tensor:
         return self._arg_extreme(dim if dim is not None else axis, keepdim, False)
 
     def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
-        return self.bool()._reduce(F.Max, axis, keepdim) if self.numel() else Tensor(False, device=self.device)
+        return self.bool()._reduce(F.Max, axis, keepdim)
 
     def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
         return self.logical_not().any(axis, keepdim).logical_not()
@@ -1059,10 +1061,11 @@ class Tensor:
 
     def cumsum(self, axis: int = 0, *, dim: int | None = None) -> Tensor:
         d = self._axis(dim if dim is not None else axis)
+        src = self if self.dtype.is_float else self.cast(dtypes.int64)
+        if self.ndim == 0 or self.shape[d] == 0:
+            return src
         n = self.shape[d]
-        x = self.transpose(d, -1) if d != self.ndim - 1 else self
-        if n == 0:
-            return self
+        x = src.transpose(d, -1) if d != self.ndim - 1 else src
         # out[i] = sum_j x[j] * (j <= i): a masked reduce, so it is one fused kernel
         tri = Tensor.arange(n, device=self.device).reshape(1, n) <= Tensor.arange(n, device=self.device).reshape(n, 1)
         out = tri.where(x.unsqueeze(-2), 0).sum(-1, dtype=x.dtype if x.dtype.is_float else None)
@@ -1083,6 +1086,10 @@ class Tensor:
         if x.shape[-1] != w.shape[-2 if w.ndim > 1 else -1]:
             raise ValueError(f"[core] matmul: shapes {x.shape} and {w.shape} do not align "
                              f"({x.shape[-1]} != {w.shape[-2 if w.ndim > 1 else -1]})")
+        try:
+            broadcast_shape(x.shape[:-2], w.shape[:-2])
+        except ValueError:
+            raise ValueError(f"[core] matmul: batch dims of {x.shape} and {w.shape} cannot broadcast") from None
         dt = promote_types(x.dtype, w.dtype)
         x, w = x.cast(dt), w.cast(dt)
         x1, w1 = x.ndim == 1, w.ndim == 1
@@ -1094,7 +1101,7 @@ class Tensor:
         n, k, m = x.shape[-2], x.shape[-1], w.shape[-1]
         xe = x._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
         we = w._broadcast_to(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
-        out = (xe * we).sum(-1, dtype=dt if dt.is_float else None)          # (..., n, m)
+        out = (xe * we).sum(-1, dtype=dt)                                     # (..., n, m)
         if x1:
             out = out.squeeze(-2)
         if w1:
@@ -1103,6 +1110,9 @@ class Tensor:
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight.T + bias, with torch's weight layout (out_features, in_features)."""
+        if weight.ndim != 2 or self.ndim == 0 or self.shape[-1] != weight.shape[1]:
+            raise ValueError(f"[core] linear: input {self.shape} needs a weight of shape (out, {self.shape[-1] if self.ndim else '?'}), "
+                             f"got {weight.shape}")
         out = self.matmul(weight.T)
         return out + bias if bias is not None else out
 
@@ -1116,16 +1126,20 @@ class Tensor:
                              f"input {spatial}")
         lead = self.shape[:-nsp]
         x = self
-        # repeat each spatial dim enough times that windows can be read off by reshape + shrink
-        reps = [math.ceil(k * (i + d) / i) for k, i, d in zip(kernel, spatial, dilation)]
+        # Repeat each spatial dim and re-read it in rows of length L = i + d (+ a multiple of i,
+        # which changes nothing mod i): row r, column c is then x[c + r*d], so window k of output
+        # position o sits at row k, column o*s.
+        rows = [i + d + max(0, math.ceil((o * s - i - d) / i)) * i for i, d, o, s in zip(spatial, dilation, outs, stride)]
+        reps = [math.ceil(k * L / i) for k, i, L in zip(kernel, spatial, rows)]
+        keep = tuple((0, s) for s in lead)
         x = x.reshape(lead + tuple(v for i in spatial for v in (1, i)))
         x = x.expand(lead + tuple(v for r, i in zip(reps, spatial) for v in (r, i)))
         x = x.reshape(lead + tuple(r * i for r, i in zip(reps, spatial)))
-        x = x.shrink(tuple((0, s) for s in lead) + tuple((0, k * (i + d)) for k, i, d in zip(kernel, spatial, dilation)))
-        x = x.reshape(lead + tuple(v for k, i, d in zip(kernel, spatial, dilation) for v in (k, i + d)))
-        x = x.shrink(tuple((0, s) for s in lead) + tuple(v for k, o, s in zip(kernel, outs, stride) for v in ((0, k), (0, o * s))))
+        x = x.shrink(keep + tuple((0, k * L) for k, L in zip(kernel, rows)))
+        x = x.reshape(lead + tuple(v for k, L in zip(kernel, rows) for v in (k, L)))
+        x = x.shrink(keep + tuple(v for k, o, s in zip(kernel, outs, stride) for v in ((0, k), (0, o * s))))
         x = x.reshape(lead + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
-        x = x.shrink(tuple((0, s) for s in lead) + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))))
+        x = x.shrink(keep + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))))
         x = x.reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
         n = len(lead)
         order = tuple(range(n)) + tuple(n + 2 * i + 1 for i in range(nsp)) + tuple(n + 2 * i for i in range(nsp))
@@ -1151,7 +1165,7 @@ class Tensor:
         g, cout_g = groups, cout // groups
         win = win.reshape(n, g, 1, cin_g, oh, ow, kh, kw)
         w = weight.reshape(1, g, cout_g, cin_g, 1, 1, kh, kw)
-        out = (win * w).sum((3, 6, 7), dtype=win.dtype if win.dtype.is_float else None)   # (N, G, Cout/G, 1, oh, ow, 1, 1)
+        out = (win * w).sum((3, 6, 7), dtype=win.dtype)        # (N, G, Cout/G, 1, oh, ow, 1, 1)
         out = out.reshape(n, cout, oh, ow)
         return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
 
@@ -1255,9 +1269,11 @@ def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
         return ne.apply(a, b)
     if kind == "eq":
         return ne.apply(a, b).logical_not()
-    if kind == "le":
-        return lt.apply(b, a).logical_not()
-    return lt.apply(a, b).logical_not()  # ge
+    if not a.dtype.is_float:
+        return lt.apply(b, a).logical_not() if kind == "le" else lt.apply(a, b).logical_not()
+    # with NaN neither a < b nor a >= b holds, so >= is "> or ==", not "not <"
+    eq = ne.apply(a, b).logical_not()
+    return (lt.apply(a, b) if kind == "le" else lt.apply(b, a)) | eq
 
 
 def _check_index_bounds(index: Tensor, n: int) -> None:

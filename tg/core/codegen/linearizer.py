@@ -186,7 +186,7 @@ class Dims:
                     continue
                 reused = any(c == 0 and n.op is AstOps.LOAD for n, c, _ in self._coefs(d, True))
                 if reused:
-                    for up in (4, 2):
+                    for up in (8, 4, 2):
                         if dims[d].size % up == 0:
                             dims[d].upcast = up
                             break

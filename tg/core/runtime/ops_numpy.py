@@ -23,11 +23,11 @@ def compute_dtype(d: DType) -> np.dtype:
 def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype == dtypes.bool:
         return x != 0
-    if dtype == dtypes.float16:
-        return x.astype(np.float16).astype(np.float32)
-    if dtype == dtypes.bfloat16:
-        return bf16_to_f32(f32_to_bf16(np.asarray(x, dtype=np.float32)))
-    with np.errstate(invalid="ignore"):
+    with np.errstate(all="ignore"):   # overflow to inf / wrap-around is the defined result
+        if dtype == dtypes.float16:
+            return x.astype(np.float16).astype(np.float32)
+        if dtype == dtypes.bfloat16:
+            return bf16_to_f32(f32_to_bf16(np.asarray(x, dtype=np.float32)))
         return x.astype(dtype.np)
 
 
