@@ -6,6 +6,7 @@
 """
 from tg.core.device import Device, GlobalCounters
 from tg.core.dtype import dtypes
+from tg.core.jit import TinyJit
 from tg.core.tensor import Tensor, _NoGrad
 
 __version__ = "0.1.0"
@@ -16,4 +17,4 @@ def no_grad() -> _NoGrad:
     return _NoGrad()
 
 
-__all__ = ["Tensor", "dtypes", "Device", "GlobalCounters", "no_grad"]
+__all__ = ["Tensor", "TinyJit", "dtypes", "Device", "GlobalCounters", "no_grad"]

@@ -21,6 +21,19 @@ from tg.core.ops import (BinaryOps, BufferOps, COMPARISON_OPS, MovementOps, Op, 
 from tg.core.shape import ShapeTracker, prod
 
 
+# Assigns not yet run; TinyJit flushes them so no update leaks from one call into the next.
+PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
+
+
+def flush_assigns() -> None:
+    """Run every pending in-place assign now (one schedule)."""
+    pending = [lb for lb in list(PENDING_ASSIGNS) if lb.realized is None]
+    PENDING_ASSIGNS.clear()
+    if pending:
+        from tg.core.realize import realize
+        realize(pending)
+
+
 class LazyBuffer:
     def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Op | None = None,
                  srcs: tuple[LazyBuffer, ...] = (), arg: Any = None, base: LazyBuffer | None = None):
@@ -123,8 +136,10 @@ class LazyBuffer:
     def assign(self, value: LazyBuffer) -> LazyBuffer:
         """Write value into this buffer's memory (this lazy buffer must be a base or a view of one)."""
         assert value.shape == self.shape, f"assign {value.shape} into {self.shape}"
-        return LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, BufferOps.ASSIGN,
-                          (self, value))
+        out = LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), self.dtype, BufferOps.ASSIGN,
+                         (self, value))
+        PENDING_ASSIGNS.add(out)
+        return out
 
     # ---- movement: views of the same base
     def _view(self, st: ShapeTracker) -> LazyBuffer:

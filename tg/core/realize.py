@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from tg import config
 from tg.core.device import Buffer, Device, GlobalCounters
@@ -9,6 +10,10 @@ from tg.core.lazy import LazyBuffer
 from tg.core.ops import BufferOps
 from tg.core.schedule import ScheduleItem, create_schedule
 from tg.core.shape import prod
+
+
+# When a TinyJit is capturing, every launch is also recorded here (see jit.py).
+CAPTURE: Any = None
 
 
 def realize(outs: list[LazyBuffer]) -> None:
@@ -23,7 +28,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     start = time.perf_counter()
     by_device: dict[str, list[ScheduleItem]] = {}
     for it in items:
-        if it.kind == "kernel":
+        if it.kind == "kernel" and prod(it.out.shape) > 0:
             by_device.setdefault(it.out.device, []).append(it)
     programs = {}
     for dev, its in by_device.items():
@@ -40,6 +45,8 @@ def run_schedule(items: list[ScheduleItem]) -> None:
         elif it.kind == "copy":
             assert it.src is not None and it.src.realized is not None
             out.realized = Buffer(out.device, prod(out.shape), out.dtype).copyin(it.src.realized.numpy())
+            if CAPTURE is not None:
+                CAPTURE.add(None, [out.realized, it.src.realized], "copy")
         else:
             kernel = it.kernel
             assert kernel is not None
@@ -50,9 +57,11 @@ def run_schedule(items: list[ScheduleItem]) -> None:
                 buf = Buffer(out.device, prod(out.shape), out.dtype)
             inputs = [b.realized for b in kernel.inputs]
             assert all(b is not None for b in inputs), "kernel input not realized"
-            prog = programs[id(it)]
             if prod(out.shape) > 0:
+                prog = programs[id(it)]
                 elapsed = prog([buf, *inputs], wait=debug >= 2)  # type: ignore[list-item]
+                if CAPTURE is not None:
+                    CAPTURE.add(prog, [buf, *inputs])
                 n_kernels += 1
                 GlobalCounters.kernel_count += 1
                 info = getattr(prog, "info", None)

@@ -281,9 +281,14 @@ def _carried_reduce(b: LazyBuffer, store: set[int]) -> LazyBuffer | None:
 
 
 def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
-    """Kernels (and copies) that realize `outs`, in an order that respects dependencies."""
+    """Kernels (and copies) that realize `outs`, in an order that respects dependencies, and in
+    which every kernel reading a buffer's old contents runs before the ASSIGN overwriting it."""
+    outs = list(outs)
     bases = _toposort(outs)
-    store = _plan(bases, outs)
+    snapshots = _protect_outside_readers(bases)
+    if snapshots:
+        bases = _toposort(outs + snapshots)
+    store = _plan(bases, outs + snapshots)
     items: list[ScheduleItem] = []
     for b in bases:
         if id(b) not in store or b.realized is not None:
@@ -296,7 +301,67 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
             continue
         else:
             items.append(ScheduleItem("kernel", b, kernel=_KernelBuilder(b, store).kernel()))
-    return items
+    return _order(items)
+
+
+def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
+    """Copy-on-write for in-place assigns: a computation that is still pending outside this
+    schedule and reads the old contents (say a loss, read after optimizer.step()) is rewired to a
+    snapshot of them, so it never sees the new values. Returns the snapshots to schedule."""
+    in_schedule = {id(b) for b in bases}
+    snapshots: list[LazyBuffer] = []
+    for b in bases:
+        if b.op is not BufferOps.ASSIGN:
+            continue
+        target = b.srcs[0].base
+        outside = [r for r in list(target.readers)
+                   if r.realized is None and r.srcs and id(r) not in in_schedule]
+        if not outside:
+            continue
+        snap = LazyBuffer.empty(target.shape, target.dtype, target.device).assign(target)
+        for r in outside:
+            r.srcs = tuple(LazyBuffer(s.device, s.st, s.dtype, base=snap) if s.base is target else s
+                           for s in r.srcs)
+            snap.readers.add(r)
+            target.readers.discard(r)
+        snapshots.append(snap)
+    return snapshots
+
+
+def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
+    """Topological order (stable): producers first, and readers of a buffer before its ASSIGN."""
+    producer = {id(it.out): i for i, it in enumerate(items)}
+    deps: list[set[int]] = [set() for _ in items]
+    readers_of: dict[int, list[int]] = {}
+    for i, it in enumerate(items):
+        srcs: list[LazyBuffer] = []
+        if it.kernel is not None:
+            srcs = list(it.kernel.inputs)
+            if it.out.op is BufferOps.ASSIGN:
+                srcs.append(it.out.srcs[0].base)
+        elif it.src is not None:
+            srcs = [it.src]
+        for b in srcs:
+            if id(b) in producer and producer[id(b)] != i:
+                deps[i].add(producer[id(b)])
+            readers_of.setdefault(id(b), []).append(i)
+    for i, it in enumerate(items):
+        if it.kernel is not None and it.out.op is BufferOps.ASSIGN:
+            target = it.out.srcs[0].base
+            for r in readers_of.get(id(target), []):
+                if r != i and i not in deps[r]:
+                    deps[i].add(r)
+    done: set[int] = set()
+    order: list[ScheduleItem] = []
+    while len(order) < len(items):
+        ready = [i for i in range(len(items)) if i not in done and deps[i] <= done]
+        if not ready:
+            raise RuntimeError("[schedule] a cycle between in-place assigns and their readers; "
+                               "call .realize() on the value before assigning it")
+        for i in ready:
+            done.add(i)
+            order.append(items[i])
+    return order
 
 
 # Re-exported for renderers and devices.

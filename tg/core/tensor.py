@@ -18,7 +18,7 @@ from tg.core.device import Device
 from tg.core.dtype import (DType, dtype_of_scalar, dtypes, max_value, min_value, promote_types,
                            scalar_result_type)
 from tg.core.lazy import LazyBuffer
-from tg.core.ops import BinaryOps, UnaryOps
+from tg.core.ops import BinaryOps, BufferOps, UnaryOps
 from tg.core.shape import prod
 
 
@@ -58,7 +58,8 @@ class Tensor:
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
     training: bool = False
     no_grad: bool = False
-    _rng: np.random.Generator = np.random.default_rng(0)
+    _seed: int = 0
+    _rng_counters: dict[str, Tensor] = {}
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
@@ -137,9 +138,10 @@ class Tensor:
         return bool(self.item())
 
     # ------------------------------------------------------------ realization
-    def realize(self) -> Tensor:
-        """Run the kernels that compute this tensor now."""
-        self.lazydata.realize()
+    def realize(self, *others: Tensor) -> Tensor:
+        """Run the kernels that compute this tensor (and `others`, in one schedule) now."""
+        from tg.core.realize import realize
+        realize([self.lazydata, *(t.lazydata for t in others)])
         return self
 
     def numpy(self) -> np.ndarray:
@@ -176,17 +178,43 @@ class Tensor:
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
         target = self.lazydata
-        if target.base.realized is None:
-            target.base.realize()
-        _realize_other_readers(target.base, value.lazydata)
+        if not target.is_base or target.op is BufferOps.CONST:
+            target = self.lazydata = target.contiguous()   # a view or a constant has no memory of its own
+        if target.realized is None:
+            target.realize()
         self.lazydata = target.assign(value.lazydata)
         return self
 
     # ------------------------------------------------------------ creation
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
-        """Seed the stream used by rand / randn / randint / dropout: same seed, same numbers."""
-        Tensor._rng = np.random.default_rng(seed)
+        """Seed rand / randn / randint / dropout: the same seed gives the same numbers on every device."""
+        Tensor._seed = int(seed) & 0xFFFFFFFF
+        Tensor._rng_counters = {}
+
+    @staticmethod
+    def _random_bits(n: int, device: str | None = None) -> Tensor:
+        """n uniformly random uint32s, generated on the device by a counter-based hash.
+
+        A per-device counter (a device buffer, advanced in place) makes every call different,
+        also when a TinyJit replays the kernels; the seed enters as the hash key."""
+        device = Device.canonicalize(device)
+        counter = Tensor._rng_counters.get(device)
+        if counter is None:
+            counter = Tensor(np.zeros(1, np.uint32), device=device)
+            Tensor._rng_counters[device] = counter
+        key = _hash32(Tensor._seed ^ 0x9E3779B9)
+        idx = _arange_u32(n, device)
+        bits = _hash_tensor(_hash_tensor(idx + counter._broadcast_to((n,))) ^ key).realize()
+        counter.assign(counter + (n & 0xFFFFFFFF)).realize()
+        return bits
+
+    @staticmethod
+    def _uniform01(shape: tuple[int, ...], device: str | None) -> Tensor:
+        """Floats in [0, 1) with 24 random bits each."""
+        n = prod(shape)
+        bits = Tensor._random_bits(n, device)
+        return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).reshape(shape)
 
     @staticmethod
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
@@ -245,14 +273,18 @@ class Tensor:
     @staticmethod
     def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
-        values = Tensor._rng.random(_shape(shape), dtype=np.float32)
-        return Tensor(values, device=device, dtype=dt, **kw)
+        out = Tensor._uniform01(_shape(shape), device).cast(dt)
+        return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
+        """Standard normal samples (Box-Muller on two uniform streams)."""
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
-        values = Tensor._rng.standard_normal(_shape(shape), dtype=np.float32)
-        return Tensor(values, device=device, dtype=dt, **kw)
+        shp = _shape(shape)
+        u = Tensor._uniform01((2, *shp), device)
+        radius = (-2.0 * (1.0 - u[0]).log()).sqrt()           # 1 - u is in (0, 1]: log is finite
+        out = (radius * (2 * math.pi * u[1]).cos()).cast(dt)
+        return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def randint(low: int, high: int | None = None, size: Any = (), dtype: DType | str | None = None,
@@ -262,8 +294,10 @@ class Tensor:
         if high <= low:
             raise ValueError(f"[core] randint: need low < high, got low={low} high={high}")
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_int
-        values = Tensor._rng.integers(low, high, size=_shape(tuple(size) if isinstance(size, (tuple, list)) else (size,)))
-        return Tensor(values.astype(dt.np_value), device=device, dtype=dt, **kw)
+        shp = _shape(tuple(size) if isinstance(size, (tuple, list)) else (size,))
+        u = Tensor._uniform01(shp, device).cast(dtypes.float64)
+        out = (u * (high - low)).floor().cast(dtypes.int64) + low
+        return out.cast(dt).contiguous().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
@@ -1276,6 +1310,37 @@ def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
     return (lt.apply(a, b) if kind == "le" else lt.apply(b, a)) | eq
 
 
+def _hash32(x: int) -> int:
+    """lowbias32 (an integer hash with good avalanche), on a Python int."""
+    x &= 0xFFFFFFFF
+    x ^= x >> 16
+    x = (x * 0x7FEB352D) & 0xFFFFFFFF
+    x ^= x >> 15
+    x = (x * 0x846CA68B) & 0xFFFFFFFF
+    return x ^ (x >> 16)
+
+
+def _hash_tensor(x: Tensor) -> Tensor:
+    """The same hash on a uint32 tensor (wrapping multiplies), generated as an ordinary kernel."""
+    x = x ^ (x >> 16)
+    x = x * 0x7FEB352D
+    x = x ^ (x >> 15)
+    x = x * 0x846CA68B
+    return x ^ (x >> 16)
+
+
+_ARANGE_CACHE: dict[tuple[int, str], Tensor] = {}
+
+
+def _arange_u32(n: int, device: str) -> Tensor:
+    key = (n, device)
+    if key not in _ARANGE_CACHE:
+        if len(_ARANGE_CACHE) > 64:
+            _ARANGE_CACHE.clear()
+        _ARANGE_CACHE[key] = Tensor(np.arange(n, dtype=np.uint32), device=device)
+    return _ARANGE_CACHE[key]
+
+
 def _check_index_bounds(index: Tensor, n: int) -> None:
     """Bounds are checked at the call when the index values are already known (host data)."""
     lb = index.lazydata
@@ -1285,22 +1350,6 @@ def _check_index_bounds(index: Tensor, n: int) -> None:
     if values.min() < -n or values.max() >= n:
         bad = values[(values < -n) | (values >= n)][0]
         raise TgIndexError(f"[core] index {bad} is out of range for a dim of size {n}")
-
-
-def _realize_other_readers(target, value_lb: LazyBuffer) -> None:
-    """Before overwriting target's memory, compute pending values that still read its old contents."""
-    in_value: set[int] = set()
-    stack = [value_lb.base]
-    while stack:
-        b = stack.pop()
-        if id(b) in in_value or b.realized is not None:
-            continue
-        in_value.add(id(b))
-        stack.extend(s.base for s in b.srcs)
-    pending = [r for r in list(target.readers) if r.realized is None and id(r) not in in_value and r.srcs]
-    if pending:
-        from tg.core.realize import realize
-        realize(pending)
 
 
 def _getitem(x: Tensor, index: Any) -> Tensor:

@@ -60,6 +60,10 @@ class CPUProgram(Program):
         self.fxn = getattr(self.lib, name)
         self.fxn.restype = None
 
+    def replay_fn(self, bufs: list[Buffer]):
+        """A no-argument call with the buffer addresses bound once (used by TinyJit replays)."""
+        return functools.partial(self.fxn, *[ctypes.c_void_p(b._buf.ctypes.data) for b in bufs])
+
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
         args = [ctypes.c_void_p(b._buf.ctypes.data) for b in bufs]
         start = time.perf_counter()

@@ -1,0 +1,160 @@
+"""TinyJit: run a function eagerly once, capture the kernels it launches on the second call, and
+from the third call on replay that kernel list with the new inputs' buffers swapped in: no graph
+building, scheduling or Python per op in steady state.
+
+    >>> from tg import Tensor, TinyJit
+    >>> @TinyJit
+    ... def step(x: Tensor) -> Tensor:
+    ...     return (x * 2 + 1).sum()
+    >>> [step(Tensor([1.0, 2.0])).item() for _ in range(4)]
+    [8.0, 8.0, 8.0, 8.0]
+
+Rules: tensors the function reads must be passed as arguments (or be state it updates in place,
+like parameters and optimizer buffers); host data created inside the function is frozen at
+capture. Arguments of another shape, dtype or device get their own capture (a retrace).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, TypeVar
+
+from tg import config
+from tg.core.device import Buffer, GlobalCounters
+from tg.core.lazy import flush_assigns
+from tg.core.tensor import Tensor
+
+ReturnType = TypeVar("ReturnType")
+
+
+@dataclass
+class CapturedCall:
+    """One launch seen during capture: a program and its buffers, or a copy between devices."""
+    prog: Any
+    bufs: list[Buffer]
+    kind: str = "kernel"
+
+
+class Capture:
+    """Collects launches while active (set as realize.CAPTURE by TinyJit)."""
+
+    def __init__(self) -> None:
+        self.calls: list[CapturedCall] = []
+
+    def add(self, prog: Any, bufs: list[Buffer], kind: str = "kernel") -> None:
+        self.calls.append(CapturedCall(prog, list(bufs), kind))
+
+
+@dataclass
+class _Replay:
+    calls: list[CapturedCall]
+    input_slots: list[tuple[int, int, int]]   # (call index, buffer position, input index)
+    ret: Any
+    fast: list[tuple[Callable, list]] = field(default_factory=list)
+
+
+def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
+    return [a for a in (*args, *kwargs.values()) if isinstance(a, Tensor)]
+
+
+def _signature(args: tuple, kwargs: dict) -> tuple:
+    sig = []
+    for a in (*args, *kwargs.items()):
+        value = a[1] if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) else a
+        if isinstance(value, Tensor):
+            sig.append(("T", value.shape, value.dtype, value.device))
+        else:
+            try:
+                hash(value)
+                sig.append(("V", value))
+            except TypeError:
+                sig.append(("V", id(value)))
+    return tuple(sig)
+
+
+class TinyJit(Generic[ReturnType]):
+    def __init__(self, fn: Callable[..., ReturnType]):
+        self.fn = fn
+        self.calls_seen: dict[tuple, int] = {}
+        self.replays: dict[tuple, _Replay] = {}
+        functools.update_wrapper(self, fn)  # type: ignore[arg-type]
+
+    def reset(self) -> None:
+        self.calls_seen.clear()
+        self.replays.clear()
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        return functools.partial(self.__call__, obj) if obj is not None else self
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
+        from tg.core import realize as realize_mod
+        flush_assigns()
+        inputs = _input_tensors(args, kwargs)
+        for i, t in enumerate(inputs):
+            if not t.lazydata.is_base or t.lazydata.op is not None and t.lazydata.realized is None:
+                t.lazydata = t.lazydata.contiguous()
+        if inputs:
+            inputs[0].realize(*inputs[1:])
+        key = _signature(args, kwargs)
+        replay = self.replays.get(key)
+        if replay is not None:
+            return self._replay(replay, inputs)
+        seen = self.calls_seen.get(key, 0)
+        self.calls_seen[key] = seen + 1
+        if seen == 0:
+            ret = self.fn(*args, **kwargs)        # warm-up: compile everything eagerly
+            flush_assigns()
+            return ret
+        if realize_mod.CAPTURE is not None:
+            raise RuntimeError("[jit] TinyJit functions cannot be nested")
+        capture = Capture()
+        realize_mod.CAPTURE = capture
+        try:
+            ret = self.fn(*args, **kwargs)
+            outs = [t for t in _flatten(ret) if isinstance(t, Tensor)]
+            if outs:
+                outs[0].realize(*outs[1:])
+            flush_assigns()
+        finally:
+            realize_mod.CAPTURE = None
+        in_bufs = {id(t.lazydata.base.realized): i for i, t in enumerate(inputs)}
+        slots = [(ci, bi, in_bufs[id(b)]) for ci, call in enumerate(capture.calls)
+                 for bi, b in enumerate(call.bufs) if id(b) in in_bufs]
+        rep = _Replay(capture.calls, slots, ret)
+        rep.fast = [(c.prog.replay_fn(c.bufs) if hasattr(c.prog, "replay_fn") else None, c.bufs) for c in capture.calls]
+        self.replays[key] = rep
+        if config.DEBUG >= 1:
+            print(f"[jit] captured {len(capture.calls)} kernels for {getattr(self.fn, '__name__', 'fn')}")
+        return ret
+
+    def _replay(self, rep: _Replay, inputs: list[Tensor]) -> Any:
+        changed: set[int] = set()
+        for ci, bi, ii in rep.input_slots:
+            buf = inputs[ii].lazydata.base.realized
+            assert buf is not None
+            if rep.calls[ci].bufs[bi] is not buf:
+                rep.calls[ci].bufs[bi] = buf
+                changed.add(ci)
+        for ci in changed:
+            call = rep.calls[ci]
+            if hasattr(call.prog, "replay_fn"):
+                rep.fast[ci] = (call.prog.replay_fn(call.bufs), call.bufs)
+        for (fast, bufs), call in zip(rep.fast, rep.calls):
+            if call.kind == "copy":
+                bufs[0].copyin(bufs[1].numpy())
+            elif fast is not None:
+                fast()
+            else:
+                call.prog(bufs)
+        GlobalCounters.kernel_count += len(rep.calls)
+        if config.DEBUG >= 1:
+            print(f"[jit] replayed {len(rep.calls)} kernels of {getattr(self.fn, '__name__', 'fn')}")
+        return rep.ret
+
+
+def _flatten(x: Any) -> list[Any]:
+    if isinstance(x, (list, tuple)):
+        return [y for v in x for y in _flatten(v)]
+    if isinstance(x, dict):
+        return [y for v in x.values() for y in _flatten(v)]
+    return [x]

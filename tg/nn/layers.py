@@ -1,0 +1,320 @@
+"""Layers with torch.nn names and default initialisations: plain classes whose Tensor attributes are
+the parameters (requires_grad=True) and buffers (running statistics), called like functions.
+
+The math lives in tg.nn.functional; a layer holds state, checks its input and calls it.
+
+    >>> from tg import Tensor
+    >>> model = Sequential(Linear(3, 4), Tensor.relu, Linear(4, 2))
+    >>> model(Tensor.ones(5, 3)).shape
+    (5, 2)
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Iterator, Sequence
+
+from tg.core.dtype import DType, dtypes
+from tg.core.tensor import Tensor
+from tg.nn import functional as F
+
+
+def _uniform(shape: tuple[int, ...], bound: float, device: str | None, dtype: DType | str | None) -> Tensor:
+    """U(-bound, bound) with bound = 1/sqrt(fan_in): torch's kaiming_uniform_(a=sqrt(5)) for weights,
+    and its rule for biases."""
+    return Tensor.uniform(*shape, low=-bound, high=bound, device=device, dtype=dtype, requires_grad=True)
+
+
+def _fan_in_bound(fan_in: int) -> float:
+    return 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
+
+
+def _pair(value: int | Sequence[int], name: str, layer: str) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, int) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
+        raise ValueError(f"[nn] {layer}: expected {name} to be an int or a pair of ints, got {value!r}")
+    return (int(pair[0]), int(pair[1]))
+
+
+def _positive(layer: str, **sizes: int) -> None:
+    for name, size in sizes.items():
+        if not isinstance(size, int) or size <= 0:
+            raise ValueError(f"[nn] {layer}: expected {name} to be a positive int, got {size!r}")
+
+
+class Linear:
+    """y = x @ weight.T + bias over the last dim. weight (out_features, in_features) and bias (out_features,)
+    start from U(-1/sqrt(in_features), 1/sqrt(in_features)), as torch.
+
+        >>> Linear(3, 2)(Tensor.ones(5, 7, 3)).shape
+        (5, 7, 2)
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, device: str | None = None,
+                 dtype: DType | str | None = None):
+        _positive("Linear", in_features=in_features, out_features=out_features)
+        self.in_features, self.out_features = in_features, out_features
+        bound = _fan_in_bound(in_features)
+        self.weight = _uniform((out_features, in_features), bound, device, dtype)
+        self.bias = _uniform((out_features,), bound, device, dtype) if bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ValueError(f"[nn] Linear: expected input of shape (..., {self.in_features}) (in_features), "
+                             f"got {x.shape}")
+        return x.linear(self.weight, self.bias)                           # (..., out_features)
+
+
+class Conv2d:
+    """2-d convolution over (N, C_in, H, W) or (C_in, H, W); weight (C_out, C_in/groups, kh, kw). padding
+    is an int, a pair, 'valid' or 'same' (stride 1). Weight and bias start from U(-b, b) with
+    b = 1/sqrt(fan_in), fan_in = C_in/groups * kh * kw, as torch.
+
+        >>> Conv2d(3, 8, 3, padding=1)(Tensor.ones(2, 3, 7, 7)).shape
+        (2, 8, 7, 7)
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
+                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
+                 device: str | None = None, dtype: DType | str | None = None):
+        _positive("Conv2d", in_channels=in_channels, out_channels=out_channels, groups=groups)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"[nn] Conv2d: expected in_channels ({in_channels}) and out_channels "
+                             f"({out_channels}) divisible by groups, got groups={groups}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _pair(kernel_size, "kernel_size", "Conv2d")
+        self.stride = _pair(stride, "stride", "Conv2d")
+        self.dilation = _pair(dilation, "dilation", "Conv2d")
+        _positive("Conv2d", kernel_size=min(self.kernel_size), stride=min(self.stride),
+                  dilation=min(self.dilation))
+        if isinstance(padding, str):
+            if padding not in ("valid", "same"):
+                raise ValueError(f"[nn] Conv2d: expected padding 'valid', 'same' or ints, got {padding!r}")
+            if padding == "same" and self.stride != (1, 1):
+                raise ValueError(f"[nn] Conv2d: padding='same' needs stride 1, got stride={self.stride}; "
+                                 f"fix: give the padding as ints")
+            self.padding: tuple[int, int] | str = padding
+        else:
+            self.padding = _pair(padding, "padding", "Conv2d")
+        kh, kw = self.kernel_size
+        bound = _fan_in_bound(in_channels // groups * kh * kw)
+        self.weight = _uniform((out_channels, in_channels // groups, kh, kw), bound, device, dtype)
+        self.bias = _uniform((out_channels,), bound, device, dtype) if bias else None
+
+    def _pads(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """(before, after) padding of H and W; 'same' puts the odd pixel after, as torch."""
+        if self.padding == "valid":
+            return (0, 0), (0, 0)
+        if self.padding == "same":
+            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
+            return (totals[0] // 2, totals[0] - totals[0] // 2), (totals[1] // 2, totals[1] - totals[1] // 2)
+        assert not isinstance(self.padding, str)
+        return (self.padding[0], self.padding[0]), (self.padding[1], self.padding[1])
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim not in (3, 4) or x.shape[-3] != self.in_channels:
+            raise ValueError(f"[nn] Conv2d: expected input of shape (N, {self.in_channels}, H, W) or "
+                             f"({self.in_channels}, H, W) (in_channels), got {x.shape}")
+        pad_h, pad_w = self._pads()
+        for size, (lo, hi), k, d, axis in zip(x.shape[-2:], (pad_h, pad_w), self.kernel_size, self.dilation,
+                                              "HW"):
+            span = d * (k - 1) + 1
+            if size + lo + hi < span:
+                raise ValueError(f"[nn] Conv2d: expected input {axis} of at least {span - lo - hi} for "
+                                 f"kernel {k} (dilation {d}, padding {lo}+{hi}), got {size}")
+        batched = x if x.ndim == 4 else x.unsqueeze(0)                    # (N, C_in, H, W)
+        batched = batched.pad(((0, 0), (0, 0), pad_h, pad_w))
+        out = batched.conv2d(self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
+        return out if x.ndim == 4 else out.squeeze(0)                     # (N, C_out, H', W')
+
+
+class _BatchNorm:
+    """Shared by BatchNorm1d / BatchNorm2d, which differ only in the input ranks they take."""
+    ranks: tuple[int, ...] = ()
+    layout = ""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1,
+                 affine: bool = True, track_running_stats: bool = True, device: str | None = None,
+                 dtype: DType | str | None = None):
+        name = type(self).__name__
+        _positive(name, num_features=num_features)
+        if momentum is not None and not 0.0 <= momentum <= 1.0:
+            raise ValueError(f"[nn] {name}: expected momentum in [0, 1] or None, got {momentum}")
+        self.num_features, self.eps, self.momentum = num_features, eps, momentum
+        self.affine, self.track_running_stats = affine, track_running_stats
+        kw: dict[str, Any] = {"device": device, "dtype": dtype or dtypes.default_float}
+        self.weight = Tensor.ones(num_features, requires_grad=True, **kw) if affine else None
+        self.bias = Tensor.zeros(num_features, requires_grad=True, **kw) if affine else None
+        self.running_mean: Tensor | None = None
+        self.running_var: Tensor | None = None
+        self.num_batches_tracked: Tensor | None = None
+        if track_running_stats:
+            self.running_mean = Tensor.zeros(num_features, **kw)
+            self.running_var = Tensor.ones(num_features, **kw)
+            self.num_batches_tracked = Tensor.zeros((), dtype=dtypes.int64, device=device)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim not in self.ranks or x.shape[1] != self.num_features:
+            raise ValueError(f"[nn] {type(self).__name__}: expected input of shape {self.layout} with "
+                             f"C={self.num_features} (num_features), got {x.shape}")
+        factor: float | Tensor = 0.0 if self.momentum is None else self.momentum
+        if Tensor.training and self.num_batches_tracked is not None:
+            self.num_batches_tracked.assign(self.num_batches_tracked + 1)
+            if self.momentum is None:                                     # cumulative moving average
+                factor = 1.0 / self.num_batches_tracked.cast(x.dtype)
+        # without running statistics the batch's own are used in eval mode too, as torch
+        use_batch_stats = Tensor.training or self.running_mean is None
+        return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, use_batch_stats,
+                            factor, self.eps)
+
+
+class BatchNorm1d(_BatchNorm):
+    """Batch normalization of (N, C) or (N, C, L) per channel, torch semantics (see BatchNorm2d).
+
+        >>> BatchNorm1d(3)(Tensor.ones(4, 3)).shape
+        (4, 3)
+    """
+    ranks, layout = (2, 3), "(N, C) or (N, C, L)"
+
+
+class BatchNorm2d(_BatchNorm):
+    """Batch normalization of (N, C, H, W) per channel. When Tensor.training: normalize with the batch's
+    mean and biased variance, and update running_mean / running_var in place (momentum, or a cumulative
+    average when momentum is None; the variance unbiased) and num_batches_tracked. Otherwise: normalize
+    with the running statistics. weight starts at 1, bias at 0.
+
+        >>> bn = BatchNorm2d(3)
+        >>> bn(Tensor.ones(2, 3, 4, 4)).shape, bn.running_var.tolist()    # eval mode: nothing updated
+        ((2, 3, 4, 4), [1.0, 1.0, 1.0])
+    """
+    ranks, layout = (4,), "(N, C, H, W)"
+
+
+class LayerNorm:
+    """Normalize over the trailing normalized_shape dims, then an elementwise affine (weight 1, bias 0).
+
+        >>> LayerNorm(7)(Tensor.randn(5, 7)).shape
+        (5, 7)
+    """
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
+                 elementwise_affine: bool = True, bias: bool = True, device: str | None = None,
+                 dtype: DType | str | None = None):
+        self.normalized_shape = F._as_shape(normalized_shape)
+        _positive("LayerNorm", **{f"normalized_shape[{i}]": s for i, s in enumerate(self.normalized_shape)})
+        self.eps = eps
+        kw: dict[str, Any] = {"device": device, "dtype": dtype or dtypes.default_float, "requires_grad": True}
+        self.weight = Tensor.ones(*self.normalized_shape, **kw) if elementwise_affine else None
+        self.bias = Tensor.zeros(*self.normalized_shape, **kw) if elementwise_affine and bias else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return F.layer_norm(x, self.normalized_shape, self.weight, self.bias, self.eps)
+
+
+class RMSNorm:
+    """x / sqrt(mean(x^2) + eps) over the trailing dims, times weight (starts at 1). eps=None uses the input
+    dtype's machine epsilon (torch.finfo(dtype).eps), as torch.
+
+        >>> RMSNorm(7)(Tensor.randn(5, 7)).shape
+        (5, 7)
+    """
+
+    def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None,
+                 elementwise_affine: bool = True, device: str | None = None,
+                 dtype: DType | str | None = None):
+        self.normalized_shape = F._as_shape(normalized_shape)
+        _positive("RMSNorm", **{f"normalized_shape[{i}]": s for i, s in enumerate(self.normalized_shape)})
+        self.eps = eps
+        kw: dict[str, Any] = {"device": device, "dtype": dtype or dtypes.default_float, "requires_grad": True}
+        self.weight = Tensor.ones(*self.normalized_shape, **kw) if elementwise_affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return F.rms_norm(x, self.normalized_shape, self.weight, self.eps)
+
+
+class GroupNorm:
+    """Normalize (N, C, *) over groups of C/num_groups channels, then a per-channel affine (1, 0).
+
+        >>> GroupNorm(2, 6)(Tensor.randn(3, 6, 5)).shape
+        (3, 6, 5)
+    """
+
+    def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
+                 device: str | None = None, dtype: DType | str | None = None):
+        _positive("GroupNorm", num_groups=num_groups, num_channels=num_channels)
+        if num_channels % num_groups:
+            raise ValueError(f"[nn] GroupNorm: expected num_channels ({num_channels}) divisible by "
+                             f"num_groups, got num_groups={num_groups}")
+        self.num_groups, self.num_channels, self.eps = num_groups, num_channels, eps
+        kw: dict[str, Any] = {"device": device, "dtype": dtype or dtypes.default_float, "requires_grad": True}
+        self.weight = Tensor.ones(num_channels, **kw) if affine else None
+        self.bias = Tensor.zeros(num_channels, **kw) if affine else None
+
+    def __call__(self, x: Tensor) -> Tensor:
+        if x.ndim < 2 or x.shape[1] != self.num_channels:
+            raise ValueError(f"[nn] GroupNorm: expected input of shape (N, {self.num_channels}, *) "
+                             f"(num_channels), got {x.shape}")
+        return F.group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+
+class Embedding:
+    """A lookup table: integer indices of any shape -> (*shape, embedding_dim). weight starts N(0, 1).
+
+        >>> Embedding(10, 4)(Tensor([[1, 2, 3]])).shape
+        (1, 3, 4)
+    """
+
+    def __init__(self, num_embeddings: int, embedding_dim: int, device: str | None = None,
+                 dtype: DType | str | None = None):
+        _positive("Embedding", num_embeddings=num_embeddings, embedding_dim=embedding_dim)
+        self.num_embeddings, self.embedding_dim = num_embeddings, embedding_dim
+        self.weight = Tensor.randn(num_embeddings, embedding_dim, device=device, dtype=dtype,
+                                   requires_grad=True)
+
+    def __call__(self, indices: Tensor) -> Tensor:
+        return F.embedding(indices, self.weight)
+
+
+class Dropout:
+    """Zero each element with probability p and scale the rest by 1/(1-p) while Tensor.training;
+    the identity otherwise.
+
+        >>> Dropout(0.5)(Tensor([1.0, 2.0])).tolist()                    # Tensor.training is False
+        [1.0, 2.0]
+    """
+
+    def __init__(self, p: float = 0.5):
+        F._check_p("Dropout", p)
+        self.p = p
+
+    def __call__(self, x: Tensor) -> Tensor:
+        return F.dropout(x, self.p, Tensor.training)
+
+
+class Sequential:
+    """Calls its layers (any callables, e.g. Tensor.relu) in order; layers[i] is the i-th.
+
+        >>> Sequential(Linear(2, 3), Tensor.relu)(Tensor.ones(1, 2)).shape
+        (1, 3)
+    """
+
+    def __init__(self, *layers: Callable[[Tensor], Tensor]):
+        for i, layer in enumerate(layers):
+            if not callable(layer):
+                raise TypeError(f"[nn] Sequential: expected callable layers, got a {type(layer).__name__} "
+                                f"at position {i}")
+        self.layers = list(layers)
+
+    def __call__(self, x: Tensor) -> Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+    def __getitem__(self, i: int) -> Callable[[Tensor], Tensor]:
+        return self.layers[i]
+
+    def __len__(self) -> int:
+        return len(self.layers)
+
+    def __iter__(self) -> Iterator[Callable[[Tensor], Tensor]]:
+        return iter(self.layers)
