@@ -8,6 +8,7 @@ from tg.core.device import Device, GlobalCounters
 from tg.core.dtype import dtypes
 from tg.core.jit import TinyJit
 from tg.core.tensor import Tensor, _NoGrad
+from tg import nn  # noqa: E402  (nn builds on Tensor)
 
 __version__ = "0.1.0"
 
@@ -17,4 +18,4 @@ def no_grad() -> _NoGrad:
     return _NoGrad()
 
 
-__all__ = ["Tensor", "TinyJit", "dtypes", "Device", "GlobalCounters", "no_grad"]
+__all__ = ["Tensor", "TinyJit", "dtypes", "Device", "GlobalCounters", "no_grad", "nn"]

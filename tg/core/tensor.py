@@ -9,6 +9,7 @@ primitive ops through the Functions in function.py (so gradients come by composi
 from __future__ import annotations
 
 import math
+import weakref
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
@@ -59,6 +60,7 @@ class Tensor:
     training: bool = False
     no_grad: bool = False
     _seed: int = 0
+    _last_root: weakref.ref[Tensor] | None = None
     _rng_counters: dict[str, Tensor] = {}
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
@@ -367,6 +369,7 @@ class Tensor:
         if self._ctx is None and not self.requires_grad:
             raise RuntimeError("[autograd] this tensor does not require grad and has no graph; "
                                "set requires_grad=True on the leaves")
+        Tensor._last_root = weakref.ref(self)
         grads: dict[int, LazyBuffer] = {id(self): gradient.lazydata}
         for t in reversed(self._toposort()):
             g = grads.pop(id(t), None)
@@ -388,6 +391,13 @@ class Tensor:
             if not any(isinstance(p, Tensor) and p.requires_grad for p in t._ctx.parents):
                 continue
         return self
+
+    @staticmethod
+    def last_backward_root() -> Tensor | None:
+        """The tensor .backward() was last called on, while it is alive (optimizers realize it
+        with the update, so the old weights need no copy)."""
+        ref = Tensor._last_root
+        return ref() if ref is not None else None
 
     # ------------------------------------------------------------ helpers
     def _axis(self, axis: int, ndim: int | None = None) -> int:

@@ -98,18 +98,39 @@ class Optimizer:
         raise NotImplementedError
 
     def step(self) -> None:
-        """Update every parameter that has a `.grad`, in one schedule (no host sync)."""
+        """Update every parameter that has a `.grad`, in one schedule (no host sync).
+
+        The loss most recently differentiated, if still pending, is computed in the same schedule:
+        it reads the old weights, and computing it now avoids keeping a copy of them."""
         items = []
         for i, p in enumerate(self.params):
             if p.grad is None:
                 continue
-            state = self.state[i]
-            if state is None:
-                state = self.state[i] = self.init_single(p)
-            items.append((p, p.grad, state))
+            items.append((p, p.grad, self._state(i)))
         written = self.apply(items)
+        root = Tensor.last_backward_root()
+        if root is not None and root.lazydata.base.realized is None:
+            written.append(root)
         if written:
             written[0].realize(*written[1:])
+
+    def _state(self, i: int) -> dict[str, Tensor]:
+        state = self.state[i]
+        if state is None:
+            state = self.state[i] = self.init_single(self.params[i])
+        return state
+
+    def state_dict(self) -> dict[str, Tensor]:
+        """The step count, learning rate and every parameter's state, by torch-like names."""
+        out = {"t": self.t, "lr": self.lr_tensor}
+        for i in range(len(self.params)):
+            out.update({f"state.{i}.{k}": v for k, v in self._state(i).items()})
+        return out
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore what state_dict() returned (strict: every key must match)."""
+        from tg.nn.state import load_state_dict
+        load_state_dict(self.state_dict(), state_dict)
 
     def apply(self, items: Sequence[tuple[Tensor, Tensor, dict[str, Tensor]]]) -> list[Tensor]:
         """Lazily write one step into each (param, grad, state); returns every tensor written.

@@ -92,13 +92,13 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
     if prefix and not prefix.endswith("."):
         prefix += "."
     out: dict[str, Tensor] = {}
-    seen: set[int] = set()
+    seen: dict[int, Any] = {}   # holding each object keeps its id from being reused mid-walk
     stack: list[tuple[str, Any]] = [(prefix.rstrip("."), obj)]
     while stack:   # depth-first, children in order: an explicit stack so deep nesting cannot overflow
         name, value = stack.pop()
         if id(value) in seen or isinstance(value, _LEAVES):
             continue
-        seen.add(id(value))
+        seen[id(value)] = value
         if isinstance(value, Tensor):
             out[name] = value
             continue
@@ -165,8 +165,8 @@ def _prefix_hint(missing: list[str], unexpected: list[str]) -> str:
 
 def _describe_mismatch(missing: list[str], unexpected: list[str],
                        mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]]) -> str:
-    counts = [_count(len(missing), "missing key"), _count(len(unexpected), "unexpected key"),
-              _count(len(mismatched), "shape mismatch")]
+    problems = ((missing, "missing key"), (unexpected, "unexpected key"), (mismatched, "shape mismatch"))
+    counts = [_count(len(names), what) for names, what in problems if names]
     lines = [f"[nn] load_state_dict: the state dict does not fit the model ({', '.join(counts)})"]
     if missing:
         lines.append(f"  missing (in the model, not in the state dict): {_shown(missing)}")
@@ -408,11 +408,11 @@ def _read_header(f: BinaryIO, path: str) -> tuple[list[_Entry], dict[str, str], 
                       f"data_offsets {offsets} span {offsets[1] - offsets[0]}", name)
         entries.append(_Entry(name, dt, tuple(shape), offsets[0], offsets[1]))
     previous: _Entry | None = None
-    for e in sorted((e for e in entries if e.end > e.begin), key=lambda e: e.begin):
-        if previous is not None and e.begin < previous.end:
-            raise bad(f"data_offsets [{e.begin}, {e.end}] overlap those of {previous.name!r} "
-                      f"[{previous.begin}, {previous.end}]; the file is corrupt", e.name)
-        previous = e
+    for entry in sorted((x for x in entries if x.end > x.begin), key=lambda x: x.begin):
+        if previous is not None and entry.begin < previous.end:
+            raise bad(f"data_offsets [{entry.begin}, {entry.end}] overlap those of {previous.name!r} "
+                      f"[{previous.begin}, {previous.end}]; the file is corrupt", entry.name)
+        previous = entry
     return entries, dict(metadata), data_start
 
 

@@ -1,0 +1,78 @@
+"""TinyJit replays equal eager results, retrace on new shapes, and carry in-place state."""
+import numpy as np
+import pytest
+
+import tg
+from tg import GlobalCounters, Tensor, TinyJit
+
+
+def test_replay_matches_eager_with_new_inputs():
+    f = lambda x, y: ((x @ y).relu() + 1).sum(0)  # noqa: E731
+    jf = TinyJit(f)
+    rng = np.random.default_rng(0)
+    for _ in range(6):
+        a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
+        np.testing.assert_allclose(jf(Tensor(a), Tensor(b)).numpy(), f(Tensor(a), Tensor(b)).numpy(), rtol=1e-5)
+
+
+def test_replay_runs_no_graph_work():
+    jf = TinyJit(lambda x: (x * 2).exp().sum())
+    x = Tensor(np.ones(16, np.float32))
+    for _ in range(3):
+        jf(x)
+    k = GlobalCounters.kernel_count
+    out = jf(Tensor(np.full(16, 0.5, np.float32)))
+    assert GlobalCounters.kernel_count == k + 1
+    np.testing.assert_allclose(out.item(), 16 * np.e, rtol=1e-5)
+
+
+def test_new_shape_retraces():
+    jf = TinyJit(lambda x: x.sum() * 2)
+    for n in (3, 3, 3, 5, 5, 5, 3):
+        assert jf(Tensor(np.ones(n, np.float32))).item() == 2 * n
+
+
+def test_training_step_replay_equals_eager():
+    def run(jit: bool) -> list[float]:
+        Tensor.manual_seed(0)
+        w = Tensor.randn(4, 3, requires_grad=True)
+        rng = np.random.default_rng(1)
+
+        def step(x, y):
+            loss = ((x @ w - y) ** 2).mean()
+            w.grad = None
+            loss.backward()
+            with tg.no_grad():
+                w.assign(w.detach() - 0.1 * w.grad)
+            return loss.realize()
+        fn = TinyJit(step) if jit else step
+        return [fn(Tensor(rng.standard_normal((8, 4)).astype(np.float32)),
+                   Tensor(rng.standard_normal((8, 3)).astype(np.float32))).item() for _ in range(6)]
+    np.testing.assert_allclose(run(True), run(False), rtol=1e-6)
+
+
+def test_dropout_style_randomness_changes_between_replays():
+    jf = TinyJit(lambda x: x * (Tensor.rand(*x.shape) > 0.5))
+    x = Tensor(np.ones(64, np.float32))
+    masks = [jf(x).numpy().copy() for _ in range(5)]
+    assert len({m.tobytes() for m in masks}) == 5
+
+
+def test_debug_shows_replays(capsys, monkeypatch):
+    monkeypatch.setenv("DEBUG", "1")
+    jf = TinyJit(lambda x: x + 1)
+    for _ in range(3):
+        jf(Tensor([1.0]))
+    assert "[jit] replayed" in capsys.readouterr().out
+
+
+def test_nested_jit_rejected():
+    inner = TinyJit(lambda x: x * 2)
+    outer = TinyJit(lambda x: inner(x) + 1)
+    x = Tensor([1.0])
+    outer(x)
+    with pytest.raises(RuntimeError, match="nested"):
+        for _ in range(3):
+            outer(x)
+            inner(x)
+            inner(x)
