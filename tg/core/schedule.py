@@ -158,8 +158,14 @@ def _inlined_reduces(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
     return list(found.values())
 
 
+# An elementwise value read through an expanding view is recomputed for every copy; past this
+# many ALU ops it is cheaper to store it once (the cross-entropy gradient feeding a matmul).
+RECOMPUTE_LIMIT = 2
+
+
 def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) -> set[int]:
     store: set[int] = set(seed) | {id(o.base) for o in outs}
+    cost: dict[int, int] = {}   # ALU ops a base brings along when inlined
     carried: dict[int, LazyBuffer | None] = {}   # the reduce a base's kernel would contain
     for b in bases:
         if b.op in (BufferOps.COPY, BufferOps.ASSIGN, BufferOps.EMPTY):
@@ -173,6 +179,14 @@ def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) 
             carried[id(b)] = None
             continue
         srcs = b.srcs[1:] if b.op is BufferOps.ASSIGN else b.srcs
+        for s in srcs:
+            sb = s.base
+            if id(sb) in store or sb.realized is not None or sb.op is BufferOps.CONST:
+                continue
+            if prod(s.shape) > prod(sb.shape) and cost.get(id(sb), 0) > RECOMPUTE_LIMIT:
+                store.add(id(sb))
+        cost[id(b)] = 1 + sum(cost.get(id(s.base), 0) for s in srcs
+                              if id(s.base) not in store and s.base.realized is None)
         reduces: list[tuple[LazyBuffer, LazyBuffer]] = []
         for s in srcs:
             sb = s.base

@@ -1170,6 +1170,16 @@ class Tensor:
                              f"input {spatial}")
         lead = self.shape[:-nsp]
         x = self
+        n = len(lead)
+        if all(s >= k for k, s in zip(kernel, stride)) and all(d == 1 for d in dilation):
+            # Windows that never overlap are a pad + reshape: no repeated reads, and a gradient
+            # that is a reshape + shrink (no reduce) instead of a sum over repeats.
+            x = x.pad(((0, 0),) * n + tuple((0, max(0, o * s - i)) for i, o, s in zip(spatial, outs, stride)))
+            x = x.shrink(tuple((0, t) for t in lead) + tuple((0, o * s) for o, s in zip(outs, stride)))
+            x = x.reshape(lead + tuple(v for o, s in zip(outs, stride) for v in (o, s)))
+            x = x.shrink(tuple((0, t) for t in lead) + tuple(v for o, k in zip(outs, kernel) for v in ((0, o), (0, k))))
+            order = tuple(range(n)) + tuple(n + 2 * i for i in range(nsp)) + tuple(n + 2 * i + 1 for i in range(nsp))
+            return x.permute(order)
         # Repeat each spatial dim and re-read it in rows of length L = i + d (+ a multiple of i,
         # which changes nothing mod i): row r, column c is then x[c + r*d], so window k of output
         # position o sits at row k, column o*s.
@@ -1185,7 +1195,6 @@ class Tensor:
         x = x.reshape(lead + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
         x = x.shrink(keep + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))))
         x = x.reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
-        n = len(lead)
         order = tuple(range(n)) + tuple(n + 2 * i + 1 for i in range(nsp)) + tuple(n + 2 * i for i in range(nsp))
         return x.permute(order)
 

@@ -164,37 +164,52 @@ class Dims:
         dims = self.dims
         out_dims = [d for d, dim in enumerate(dims) if not dim.reduce]
         red_dims = [d for d, dim in enumerate(dims) if dim.reduce]
-        width = max(vector_width_bytes // 4, 1)
+        widest = max(vector_width_bytes // 4, 1)
+        widths = [w for w in (widest, widest // 2, widest // 4) if w >= 4]
         if lanes_ok:
-            store_unit = [d for d in reversed(out_dims) if dims[d].size % width == 0 and
-                          all(c == 1 and not uses for n, c, uses in self._coefs(d, None) if n.op is AstOps.STORE)]
-            if store_unit:
-                self.lane_dim = store_unit[0]
-            elif red_dims:
-                d = red_dims[-1]
-                if dims[d].size % width == 0 and all(c in (0, 1) and not uses for n, c, uses in self._coefs(d, True)):
-                    self.lane_dim = d
-            if self.lane_dim is not None:
-                dims[self.lane_dim].lanes = width
+            for width in widths:   # the widest SIMD width that divides a unit-stride dim
+                store_unit = [d for d in reversed(out_dims) if dims[d].size % width == 0 and
+                              all(c == 1 and not uses for n, c, uses in self._coefs(d, None)
+                                  if n.op is AstOps.STORE)]
+                # else an output dim that a load in the inner loop walks with unit stride
+                load_unit = [d for d in reversed(out_dims) if dims[d].size % width == 0 and red_dims and
+                             any(c == 1 and not uses and n.op is AstOps.LOAD for n, c, uses in self._coefs(d, True))]
+                if store_unit:
+                    self.lane_dim = store_unit[0]
+                elif load_unit:
+                    self.lane_dim = load_unit[0]
+                elif red_dims:
+                    d = red_dims[-1]
+                    if dims[d].size % width == 0 and \
+                            all(c in (0, 1) and not uses for n, c, uses in self._coefs(d, True)):
+                        self.lane_dim = d
+                if self.lane_dim is not None:
+                    dims[self.lane_dim].lanes = width
+                    break
         if gpu:
             return
         # register tile for broadcast inputs (matmul: a row of B is reused by every row of A)
-        if self.reduce_node is not None and self.lane_dim is not None and not dims[self.lane_dim].reduce:
+        if self.reduce_node is not None and self.lane_dim is not None:
             lane = self.lane_dim
+            lane_reduce = dims[lane].reduce
             for d in reversed(out_dims):
                 if d == lane:
                     continue
                 reused = any(c == 0 and n.op is AstOps.LOAD for n, c, _ in self._coefs(d, True))
-                if reused:
-                    for up in (8, 4, 2):
-                        if dims[d].size % up == 0:
-                            dims[d].upcast = up
-                            break
+                if not reused:
+                    continue
+                for up in ((4, 2) if lane_reduce else (8, 4, 2)):
+                    if dims[d].size % up == 0:
+                        dims[d].upcast = up
+                        break
+                if dims[d].upcast == 1:
+                    continue
+                if not lane_reduce:
                     if dims[lane].loops % 2 == 0:
                         dims[lane].upcast = 2
                     # keep the reused strip hot in cache: walk the other dim innermost
                     self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
-                    return
+                return
         # independent accumulators so the reduce is not one long dependency chain
         if red_dims:
             d = red_dims[-1]
