@@ -89,6 +89,50 @@ DIALECTS: dict[str, Dialect] = {
 
 VEC_TYPES = {"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v"}
 
+# exp2 / log2 on whole SIMD vectors (libm has only scalar versions): range reduction to a small
+# interval, then a minimax polynomial (Cephes' coefficients, ~1e-7 relative error); inf, NaN,
+# zero and negative inputs give what exp2f / log2f give (exp2 results below 2**-126 flush to
+# 0; log2 of a subnormal input is not exact).
+VECTOR_MATH = """
+#define TG_SEL(m, a, b) ((f32v)((((i32v)(a)) & (m)) | (((i32v)(b)) & ~(m))))
+static inline f32v tg_exp2_v(f32v x) {
+  f32v xc = TG_SEL(x > 128.0f, ((f32v){} + 128.0f), x);
+  xc = TG_SEL(xc < -126.0f, ((f32v){} - 126.0f), xc);
+  f32v t = xc + 0.5f;
+  i32v n = __builtin_convertvector(t, i32v);
+  n = n + (__builtin_convertvector(n, f32v) > t);            /* floor(x + 0.5) */
+  f32v f = xc - __builtin_convertvector(n, f32v);            /* in [-0.5, 0.5] */
+  f32v p = ((f32v){}) + 1.535336188319500e-4f;
+  p = p * f + 1.339887440266574e-3f; p = p * f + 9.618437357674640e-3f;
+  p = p * f + 5.550332471162809e-2f; p = p * f + 2.402264791363012e-1f;
+  p = p * f + 6.931472028550421e-1f; p = p * f + 1.0f;
+  i32v half = n >> 1;                                        /* 2**n as two normal factors */
+  f32v r = (p * (f32v)((half + 127) << 23)) * (f32v)((n - half + 127) << 23);
+  r = TG_SEL(x >= 128.0f, ((f32v){} + INFINITY), r);
+  r = TG_SEL(x < -126.0f, ((f32v){}), r);
+  return TG_SEL(x != x, x, r);
+}
+static inline f32v tg_log2_v(f32v x) {
+  i32v bits = (i32v)x;
+  i32v e = ((bits >> 23) & 0xff) - 127;
+  f32v m = (f32v)((bits & 0x7fffff) | 0x3f800000);           /* mantissa in [1, 2) */
+  i32v big = m > 1.41421356f;
+  m = TG_SEL(big, m * 0.5f, m);
+  e = e - big;                                                /* big is -1 where true */
+  f32v z = m - 1.0f, z2 = z * z;
+  f32v p = ((f32v){}) + 7.0376836292e-2f;
+  p = p * z - 1.1514610310e-1f; p = p * z + 1.1676998740e-1f; p = p * z - 1.2420140846e-1f;
+  p = p * z + 1.4249322787e-1f; p = p * z - 1.6668057665e-1f; p = p * z + 2.0000714765e-1f;
+  p = p * z - 2.4999993993e-1f; p = p * z + 3.3333331174e-1f;
+  f32v ln = z + (z * z2 * p - 0.5f * z2);
+  f32v r = ln * 1.4426950408889634f + __builtin_convertvector(e, f32v);
+  r = TG_SEL(x == 0.0f, ((f32v){} - INFINITY), r);
+  r = TG_SEL(x < 0.0f, ((f32v){} + NAN), r);
+  r = TG_SEL(x == INFINITY, x, r);
+  return TG_SEL(x != x, x, r);
+}
+"""
+
 
 def _lit(value, dtype: DType, d: Dialect) -> str:
     if dtype == dtypes.bool:
@@ -168,6 +212,7 @@ class CStyleRenderer:
         if lin.lanes > 1:
             vec_header = "".join(f"typedef {t} {v} __attribute__((vector_size({4 * lin.lanes}), aligned(4)));\n"
                                  for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v")))
+            vec_header += VECTOR_MATH
         sig = f"{d.kernel_prefix}{name}({', '.join(params)}) {{"
         return d.header + vec_header + sig + "\n" + "\n".join(body) + "\n}\n"
 
@@ -375,6 +420,8 @@ class CStyleRenderer:
             return self.select(mask, a, b, dtype)
         if op is UnaryOps.RECIP and src_dtype == dtypes.float32:
             return f"(1.0f/{r[0]})"
+        if op in (UnaryOps.EXP2, UnaryOps.LOG2) and src_dtype == dtypes.float32 and srcs[0].vec:
+            return f"tg_{op.name.lower()}_v({r[0]})"
         basic = {BinaryOps.ADD, BinaryOps.MUL, UnaryOps.NEG, TernaryOps.MULACC, BinaryOps.CMPLT, BinaryOps.CMPNE}
         if src_dtype.is_int:
             basic |= {BinaryOps.AND, BinaryOps.OR, BinaryOps.XOR, BinaryOps.SHL, BinaryOps.SHR}

@@ -267,8 +267,8 @@ class Tensor:
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
             **kw: Any) -> Tensor:
         m = n if m is None else m
-        rows = Tensor.arange(n, device=device).reshape(n, 1)
-        cols = Tensor.arange(m, device=device).reshape(1, m)
+        rows = index_range(n, Device.canonicalize(device)).reshape(n, 1)
+        cols = index_range(m, Device.canonicalize(device)).reshape(1, m)
         return (rows == cols).cast(dtypes.from_any(dtype) if dtype is not None else dtypes.default_float).requires_grad_(
             kw.get("requires_grad"))
 
@@ -646,7 +646,7 @@ class Tensor:
         _check_index_bounds(index, self.shape[d])
         x = self._shrink(tuple((0, index.shape[i]) if i != d else (0, s) for i, s in enumerate(self.shape)))
         n = self.shape[d]
-        onehot = index.unsqueeze(-1) == Tensor.arange(n, device=self.device)          # (*index.shape, n)
+        onehot = as_index(index).unsqueeze(-1) == index_range(n, self.device)   # (*index.shape, n)
         xs = x.unsqueeze(-1).transpose(d, -1)                                 # (..., 1 at d, ..., n)
         return onehot.where(xs.expand(*index.shape, n), 0).sum(-1)
 
@@ -1064,7 +1064,7 @@ class Tensor:
         x = self if largest else -self if self.dtype != dtypes.bool else self.logical_not()
         best = x.max(d, keepdim=True)
         # the first index wins: count down from n so the max picks the lowest index
-        rev = Tensor.arange(n, 0, -1, device=self.device).reshape(tuple(n if i == d else 1 for i in range(self.ndim)))
+        rev = (n - index_range(n, self.device)).reshape(tuple(n if i == d else 1 for i in range(self.ndim)))
         idx = n - (x == best).where(rev, 0).max(d, keepdim=keepdim)
         return idx.cast(dtypes.int64)
 
@@ -1111,7 +1111,8 @@ class Tensor:
         n = self.shape[d]
         x = src.transpose(d, -1) if d != self.ndim - 1 else src
         # out[i] = sum_j x[j] * (j <= i): a masked reduce, so it is one fused kernel
-        tri = Tensor.arange(n, device=self.device).reshape(1, n) <= Tensor.arange(n, device=self.device).reshape(n, 1)
+        ar = index_range(n, self.device)
+        tri = ar.reshape(1, n) <= ar.reshape(n, 1)
         out = tri.where(x.unsqueeze(-2), 0).sum(-1, dtype=x.dtype if x.dtype.is_float else None)
         out = out if d == self.ndim - 1 else out.transpose(d, -1)
         return out
@@ -1136,6 +1137,10 @@ class Tensor:
             raise ValueError(f"[core] matmul: batch dims of {x.shape} and {w.shape} cannot broadcast") from None
         dt = promote_types(x.dtype, w.dtype)
         x, w = x.cast(dt), w.cast(dt)
+        if w.ndim == 2 and x.ndim > 2:
+            # (..., n, k) @ (k, m): one 2-d matmul; broadcasting w over the batch would make its
+            # gradient a per-batch product followed by a second sum
+            return x.reshape(-1, x.shape[-1]).matmul(w).reshape(*x.shape[:-1], w.shape[-1])
         x1, w1 = x.ndim == 1, w.ndim == 1
         if x1:
             x = x.reshape(1, -1)
@@ -1348,15 +1353,29 @@ def _hash_tensor(x: Tensor) -> Tensor:
     return x ^ (x >> 16)
 
 
-_ARANGE_CACHE: dict[tuple[int, str], Tensor] = {}
+_ARANGE_CACHE: dict[tuple[int, str, str], Tensor] = {}
+
+
+def index_range(n: int, device: str) -> Tensor:
+    """0..n-1 as int32, for one-hot selections: 32-bit compares keep the kernel on SIMD lanes."""
+    return _cached_arange(n, device, np.int32)
+
+
+def as_index(t: Tensor) -> Tensor:
+    """Index values as int32 (stored once, so kernels reading them stay 32-bit)."""
+    return t if t.dtype == dtypes.int32 else t.cast(dtypes.int32).contiguous()
 
 
 def _arange_u32(n: int, device: str) -> Tensor:
-    key = (n, device)
+    return _cached_arange(n, device, np.uint32)
+
+
+def _cached_arange(n: int, device: str, np_dtype: type) -> Tensor:
+    key = (n, device, np.dtype(np_dtype).name)
     if key not in _ARANGE_CACHE:
         if len(_ARANGE_CACHE) > 64:
             _ARANGE_CACHE.clear()
-        _ARANGE_CACHE[key] = Tensor(np.arange(n, dtype=np.uint32), device=device)
+        _ARANGE_CACHE[key] = Tensor(np.arange(n, dtype=np_dtype), device=device)
     return _ARANGE_CACHE[key]
 
 
@@ -1468,9 +1487,10 @@ def _getitem(x: Tensor, index: Any) -> Tensor:
         mask = None
         for j, (d, t) in enumerate(adv):
             n = y.shape[d]
+            t = as_index(t)
             t = (t < 0).where(t + n, t)._broadcast_to(bshape)
             shape_j = bshape + tuple(n if jj == j else 1 for jj in range(len(adv)))
-            oh = t.reshape(bshape + (1,) * len(adv)) == Tensor.arange(n, device=x.device).reshape(
+            oh = t.reshape(bshape + (1,) * len(adv)) == index_range(n, x.device).reshape(
                 (1,) * k + tuple(n if jj == j else 1 for jj in range(len(adv))))
             oh = oh._broadcast_to(shape_j)
             mask = oh if mask is None else mask & oh

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from tg.core.dtype import DType, dtypes
-from tg.core.tensor import Tensor, broadcast_shape
+from tg.core.tensor import Tensor, as_index, broadcast_shape, index_range
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -321,8 +321,8 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
     scores = (query @ key.transpose(-2, -1)) * scale                      # (..., L, S)
     if is_causal:
-        rows = Tensor.arange(seq_q, device=query.device).reshape(seq_q, 1)
-        cols = Tensor.arange(seq_k, device=query.device).reshape(1, seq_k)
+        rows = index_range(seq_q, query.device).reshape(seq_q, 1)
+        cols = index_range(seq_k, query.device).reshape(1, seq_k)
         scores = (cols <= rows).where(scores, float("-inf"))
     if attn_mask is not None:
         _check_broadcasts_to("scaled_dot_product_attention", "attn_mask", attn_mask, scores.shape)
@@ -425,7 +425,7 @@ def _class_loss(op: str, logp: Tensor, target: Tensor, weight: Tensor | None, ig
     _check_known_range(op, target, classes, ignore_index)
     logp = logp.permute(0, *range(2, logp.ndim), 1)                      # (N, *, C)
     valid = target != ignore_index                                        # (N, *)
-    onehot = (target.unsqueeze(-1) == Tensor.arange(classes, device=target.device)) & valid.unsqueeze(-1)
+    onehot = (as_index(target).unsqueeze(-1) == index_range(classes, target.device)) & valid.unsqueeze(-1)
     # where, not a multiply, so an -inf log-probability of another class stays out of the sum
     loss = -onehot.where(logp, 0).sum(-1)                                 # (N, *)
     if weight is not None:
