@@ -182,8 +182,7 @@ class Tensor:
         target = self.lazydata
         if not target.is_base or target.op is BufferOps.CONST:
             target = self.lazydata = target.contiguous()   # a view or a constant has no memory of its own
-        if target.realized is None:
-            target.realize()
+        # an unrealized target is computed first in the same schedule (the scheduler stores it)
         self.lazydata = target.assign(value.lazydata)
         return self
 

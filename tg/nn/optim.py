@@ -150,7 +150,8 @@ class Optimizer:
 
 
 def _zeros_state(p: Tensor) -> Tensor:
-    return Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device).contiguous().detach().realize()
+    """A zero buffer shaped like p, filled from host memory (a copy, no kernel to compile)."""
+    return Tensor(np.zeros(p.shape, dtype=p.dtype.np_value), dtype=p.dtype, device=p.device)
 
 
 class SGD(Optimizer):

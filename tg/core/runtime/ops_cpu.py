@@ -85,22 +85,25 @@ class CPUDevice(Compiled):
         return lin, self.renderer.render(lin)
 
     def compile_many(self, kernels: list) -> list[Program]:
-        known = [self._by_ast.get(k.ast.key) for k in kernels]
-        if all(p is not None for p in known):
-            return known  # type: ignore[return-value]
-        rendered = [self.render(k) for k in kernels]
-        todo = {src for _, src in rendered if src not in self._programs}
-        if len(todo) > 1:
+        """Programs for kernels. Each distinct kernel is rendered once, and handed to a compiler
+        process as soon as it is rendered, so rendering (Python) overlaps compiling (cc)."""
+        todo: dict[tuple, object] = {}
+        for k in kernels:
+            if k.ast.key not in self._by_ast:
+                todo.setdefault(k.ast.key, k)
+        if todo:
             with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-                paths = dict(zip(todo, pool.map(self.compiler.compile, todo)))
-        else:
-            paths = {src: self.compiler.compile(src) for src in todo}
-        for (lin, src) in rendered:
-            if src not in self._programs:
-                self._programs[src] = CPUProgram(lin.name, paths[src], src, lin)
-        for k, (_, src) in zip(kernels, rendered):
-            self._by_ast[k.ast.key] = self._programs[src]
-        return [self._programs[src] for _, src in rendered]
+                jobs, in_flight = [], {}
+                for key, k in todo.items():
+                    lin, src = self.render(k)
+                    if src not in self._programs and src not in in_flight:
+                        in_flight[src] = pool.submit(self.compiler.compile, src)
+                    jobs.append((key, lin, src))
+                for key, lin, src in jobs:
+                    if src not in self._programs:
+                        self._programs[src] = CPUProgram(lin.name, in_flight[src].result(), src, lin)
+                    self._by_ast[key] = self._programs[src]
+        return [self._by_ast[k.ast.key] for k in kernels]
 
     def compile_kernel(self, kernel) -> Program:
         return self.compile_many([kernel])[0]
