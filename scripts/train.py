@@ -7,7 +7,7 @@ every --eval-every steps, writes a checkpoint (safetensors, atomic) at the end a
 --ckpt-every steps, and a loss-curve plot (SVG) at the end. `--resume` continues from the
 checkpoint in --out.
 
-    python scripts/train.py --steps 300                 # a few minutes on 2 CPU cores
+    python scripts/train.py                             # about 2 minutes on 2 CPU cores
     python scripts/train.py --data my.txt --steps 2000 --n-layer 4 --n-embd 256
     python scripts/train.py --resume --steps 600        # continue the run in --out
 """
@@ -160,15 +160,15 @@ def progress(step: int, total: int, loss: float, tok_s: float, elapsed: float, s
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data", help="a text file to train on (default: the stdlib sources)")
-    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=16)
-    ap.add_argument("--block", type=int, default=64)
-    ap.add_argument("--n-layer", type=int, default=2)
+    ap.add_argument("--block", type=int, default=128)
+    ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-head", type=int, default=4)
     ap.add_argument("--n-embd", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--eval-every", type=int, default=100)
+    ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--ckpt-every", type=int, default=0, help="also checkpoint every N steps (0: only at the end)")
     ap.add_argument("--out", default="out/train", help="folder for the checkpoint, log and plot")
     ap.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")

@@ -21,3 +21,12 @@ def test_ci_runs_the_readme_test_command():
     test_cmd = quickstart_commands()[1]
     assert "pytest" in test_cmd
     assert test_cmd in (ROOT / ".ci" / "run").read_text()
+
+
+def test_readme_code_blocks_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
