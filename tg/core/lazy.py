@@ -21,6 +21,9 @@ from tg.core.ops import (BinaryOps, BufferOps, COMPARISON_OPS, MovementOps, Op, 
 from tg.core.shape import ShapeTracker, prod
 
 
+# Reductions over several large axes are split in two stages (see LazyBuffer.r).
+SPLIT_MIN, SPLIT_MIN_SIZE, SPLIT_MAX_PARTIAL = 16, 1 << 16, 1 << 25
+
 # Assigns not yet run; TinyJit flushes them so no update leaks from one call into the next.
 PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
 
@@ -107,13 +110,21 @@ class LazyBuffer:
             out_dtype = self.dtype
         return LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), out_dtype, op, all_srcs, arg)
 
-    def r(self, op: ReduceOps, axes: tuple[int, ...]) -> LazyBuffer:
+    def r(self, op: ReduceOps, axes: tuple[int, ...], split: bool = True) -> LazyBuffer:
         shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
         if not axes or all(self.shape[a] == 1 for a in axes):
             return self.reshape(shape)
         if any(self.shape[a] == 0 for a in axes):   # an empty reduce is its identity
             identity = 0 if op is ReduceOps.SUM else min_value(self.dtype)
             return LazyBuffer.const(identity, self.dtype, self.device, shape)
+        big = [a for a in sorted(axes) if self.shape[a] > 1]
+        inner = prod(self.shape[a] for a in big[1:])
+        if split and len(big) >= 2 and self.shape[big[0]] >= SPLIT_MIN and inner >= SPLIT_MIN and \
+                prod(self.shape) >= SPLIT_MIN_SIZE and prod(shape) * self.shape[big[0]] <= SPLIT_MAX_PARTIAL:
+            # Reduce the inner axes first, per slice of the outermost one (that slice's data stays
+            # in cache, and the slices run in parallel), then sum the partials.
+            partial = self.r(op, tuple(a for a in axes if a != big[0]), split=False)
+            return partial.r(op, (big[0],), split=False)
         return LazyBuffer(self.device, ShapeTracker.from_shape(shape), self.dtype, op, (self,), tuple(sorted(axes)))
 
     def copy_to_device(self, device: str) -> LazyBuffer:

@@ -8,6 +8,7 @@ primitive ops through the Functions in function.py (so gradients come by composi
 """
 from __future__ import annotations
 
+import itertools
 import math
 import weakref
 from typing import Any, Callable, Iterable, Sequence
@@ -21,6 +22,9 @@ from tg.core.dtype import (DType, dtype_of_scalar, dtypes, max_value, min_value,
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, BufferOps, UnaryOps
 from tg.core.shape import prod
+
+
+POOL_BY_STACK = True
 
 
 class ShapeError(ValueError):
@@ -1184,6 +1188,23 @@ class Tensor:
             x = x.shrink(tuple((0, t) for t in lead) + tuple(v for o, k in zip(outs, kernel) for v in ((0, o), (0, k))))
             order = tuple(range(n)) + tuple(n + 2 * i for i in range(nsp)) + tuple(n + 2 * i + 1 for i in range(nsp))
             return x.permute(order)
+        if POOL_BY_STACK:
+            # Overlapping windows as a stack of k shifted, strided views: the gradient is then a sum
+            # of shifted pads (one elementwise kernel) instead of a masked sum over repeats.
+            views = []
+            for offs in itertools.product(*[range(k) for k in kernel]):
+                v = x
+                for j, (off, o, s, d) in enumerate(zip(offs, outs, stride, dilation)):
+                    ax = n + j
+                    start = off * d
+                    idx = [slice(None)] * v.ndim
+                    idx[ax] = slice(start, start + (o - 1) * s + 1, s)
+                    v = v[tuple(idx)]
+                views.append(v)
+            # stacked ahead of the spatial dims so each window offset is a contiguous image
+            win = Tensor.stack(views, dim=n)                                   # (..., prod(kernel), *outs)
+            win = win.reshape(lead + tuple(kernel) + tuple(outs))
+            return win.permute(tuple(range(n)) + tuple(n + nsp + i for i in range(nsp)) + tuple(n + i for i in range(nsp)))
         # Repeat each spatial dim and re-read it in rows of length L = i + d (+ a multiple of i,
         # which changes nothing mod i): row r, column c is then x[c + r*d], so window k of output
         # position o sits at row k, column o*s.

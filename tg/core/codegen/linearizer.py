@@ -192,11 +192,12 @@ class Dims:
         if self.reduce_node is not None and self.lane_dim is not None:
             lane = self.lane_dim
             lane_reduce = dims[lane].reduce
+            tiled_for: set[int] = set()     # loads whose reuse a tile dim already exploits
             for d in reversed(out_dims):
                 if d == lane:
                     continue
-                reused = any(c == 0 and n.op is AstOps.LOAD for n, c, _ in self._coefs(d, True))
-                if not reused:
+                reused = [id(n) for n, c, _ in self._coefs(d, True) if c == 0 and n.op is AstOps.LOAD]
+                if not reused or set(reused) <= tiled_for:
                     continue
                 for up in ((4, 2) if lane_reduce else (8, 4, 2)):
                     if dims[d].size % up == 0:
@@ -204,11 +205,16 @@ class Dims:
                         break
                 if dims[d].upcast == 1:
                     continue
+                tiled_for |= set(reused)
                 if not lane_reduce:
                     if dims[lane].loops % 2 == 0:
                         dims[lane].upcast = 2
                     # keep the reused strip hot in cache: walk the other dim innermost
                     self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
+                    return
+                if len(tiled_for) >= 2 or sum(dims[x].upcast > 1 for x in out_dims) >= 2:
+                    return          # a 2-d tile: each of two inputs is reused across one tile dim
+            if tiled_for:
                 return
         # independent accumulators so the reduce is not one long dependency chain
         if red_dims:
