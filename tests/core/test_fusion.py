@@ -77,3 +77,20 @@ def test_shared_reduce_is_computed_once(device):
     out = (x - m) * (x + m)
     assert_kernels(out, 2)
     np.testing.assert_allclose(out.numpy(), (a - a.sum(1, keepdims=True)) * (a + a.sum(1, keepdims=True)), rtol=1e-4, atol=1e-5)
+
+
+def test_large_full_reduction_splits_for_parallelism(device):
+    a = np.random.default_rng(0).standard_normal(1 << 17).astype(np.float32)
+    out = (Tensor(a, device=device) * 2).sum()
+    assert_kernels(out, 2)      # chunk partials in parallel, then the partials
+    np.testing.assert_allclose(out.item(), (a * 2).sum(dtype=np.float64), rtol=1e-4)
+
+
+def test_reduction_over_batch_and_space_is_two_stage(device):
+    # the conv weight-gradient shape: reduce over (N, H*W) per image first, then over N
+    a = np.random.default_rng(1).standard_normal((32, 8, 300)).astype(np.float32)
+    out = Tensor(a, device=device).sum((0, 2))
+    assert_kernels(out, 2)
+    np.testing.assert_allclose(out.numpy(), a.sum((0, 2)), rtol=1e-4, atol=1e-4)
+    small = Tensor(a[:4, :, :10], device=device).sum((0, 2))
+    assert_kernels(small, 1)    # small reductions stay one kernel

@@ -106,3 +106,10 @@ def test_no_grad_is_context_and_decorator():
     def f(t):
         return t * 2
     assert f(x)._ctx is None and (x * 2)._ctx is not None
+
+
+def test_large_elementwise_output_is_exact():
+    # large enough for the streaming-store path on AVX-512 machines (and plain stores elsewhere)
+    a = np.random.default_rng(0).standard_normal(3 << 20).astype(np.float32)
+    out = ((Tensor(a) * 2.0 + 1.0).relu() * 0.5).numpy()
+    np.testing.assert_array_equal(out, np.maximum(a * 2.0 + 1.0, 0) * 0.5)

@@ -117,6 +117,13 @@ class LazyBuffer:
         if any(self.shape[a] == 0 for a in axes):   # an empty reduce is its identity
             identity = 0 if op is ReduceOps.SUM else min_value(self.dtype)
             return LazyBuffer.const(identity, self.dtype, self.device, shape)
+        n = prod(self.shape)
+        if split and prod(shape) == 1 and n >= SPLIT_MIN_SIZE:
+            # A full reduction has no output loop to spread over cores: reduce chunks, then the partials.
+            chunks = next((f for f in (1024, 512, 256, 128, 64, 32, 16) if n % f == 0 and n // f >= 256), None)
+            if chunks is not None:
+                partial = self.reshape((chunks, n // chunks)).r(op, (1,), split=False)
+                return partial.r(op, (0,), split=False).reshape(shape)
         big = [a for a in sorted(axes) if self.shape[a] > 1]
         inner = prod(self.shape[a] for a in big[1:])
         if split and len(big) >= 2 and self.shape[big[0]] >= SPLIT_MIN and inner >= SPLIT_MIN and \

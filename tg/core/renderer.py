@@ -179,6 +179,9 @@ class CStyleRenderer:
         self.counter = 0
         params, body = [], []
         indent = 1
+        streaming = bool(lin.extra.get("streaming")) and d.vectors and lin.lanes == 16
+        self.streaming = streaming
+        stream_depth = None          # the loop whose end closes the parallel region (and fences)
         for u in lin.uops:
             op = u.op
             if op == "DEFINE_GLOBAL":
@@ -193,13 +196,23 @@ class CStyleRenderer:
                     threads = f" num_threads({self.threads})" if self.threads else ""
                     collapse = f" collapse({n_parallel})" if n_parallel > 1 else ""
                     cond = "" if lin.work >= self.parallel_threshold * 8 else f" if({lin.work}>={self.parallel_threshold})"
-                    if lin.work >= self.parallel_threshold:
+                    if streaming:
+                        # each thread fences its own streaming stores before the region ends
+                        body.append(f"{pad}#pragma omp parallel{threads}{cond}")
+                        body.append(f"{pad}{{")
+                        body.append(f"{pad}#pragma omp for{collapse}")
+                        stream_depth = indent
+                    elif lin.work >= self.parallel_threshold:
                         body.append(f"{pad}#pragma omp parallel for{collapse}{threads}{cond}")
                 body.append(f"{pad}for ({self.idx_type(lin)} {var.name} = 0; {var.name} < {count}; {var.name}++) {{")
                 indent += 1
             elif op == "ENDLOOP":
                 indent -= 1
                 body.append("  " * indent + "}")
+                if stream_depth is not None and indent == stream_depth:
+                    body.append("  " * indent + "_mm_sfence();")
+                    body.append("  " * indent + "}")
+                    stream_depth = None
             elif op == "GID":
                 var, total = u.arg
                 body.append(f"{pad}{self.idx_type(lin)} {var.name} = {d.global_id};")
@@ -213,6 +226,8 @@ class CStyleRenderer:
             vec_header = "".join(f"typedef {t} {v} __attribute__((vector_size({4 * lin.lanes}), aligned(4)));\n"
                                  for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v")))
             vec_header += VECTOR_MATH
+        if streaming:
+            vec_header = "#include <immintrin.h>\n" + vec_header
         sig = f"{d.kernel_prefix}{name}({', '.join(params)}) {{"
         return d.header + vec_header + sig + "\n" + "\n".join(body) + "\n}\n"
 
@@ -332,7 +347,10 @@ class CStyleRenderer:
             return f"{guard}data{buf}[{idx.render()}] = {conv(src)};"
         if access == "vector" and dtype != dtypes.bool:
             vt = self.vtype(dtype)
-            return f"{guard}*({vt}*)(data{buf}+{self.sub_lane(idx, 0).render()}) = {self.bcast(val, dtype)};"
+            addr = f"(data{buf}+{self.sub_lane(idx, 0).render()})"
+            if getattr(self, "streaming", False):
+                return f"{guard}_mm512_stream_ps((float*){addr}, (__m512){self.bcast(val, dtype)});"
+            return f"{guard}*({vt}*){addr} = {self.bcast(val, dtype)};"
         parts = []
         for i in range(self.lanes):
             parts.append(f"data{buf}[{self.sub_lane(idx, i).render()}] = {conv(self.lane(val, i))};")
