@@ -111,7 +111,8 @@ def main() -> None:
     for n in ([256] if args.quick else [512, 1024, 2048]):
         ours, ref = bench_matmul(n, args.device)
         target = ">= 0.5x" if n == 1024 else ""
-        rows.append((f"(b) matmul {n} f32", f"{ours:.1f} GFLOPS", f"{ref:.1f} GFLOPS numpy", f"{ours / ref:.2f}x", target))
+        rows.append((f"(b) matmul {n} f32", f"{ours:.1f} GFLOPS", f"{ref:.1f} GFLOPS numpy",
+                     f"{ours / ref:.2f}x", target))
     n = 1024 if args.quick else 4096
     ours, ref = bench_sum(n, args.device)
     rows.append((f"(c) sum(-1) of {n}x{n} f32", f"{ours:.1f} GB/s", f"{ref:.1f} GB/s np.copyto", f"{ours / ref:.2f}x",

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import sysconfig
@@ -28,9 +27,14 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import tg  # noqa: E402
 from tg import Tensor, TinyJit, nn  # noqa: E402
 from tg.nn import functional as F  # noqa: E402
-from tg.nn.state import get_parameters, get_state_dict, load_state_dict, safe_load, safe_load_metadata  # noqa: E402
-from tg.nn.state import safe_save  # noqa: E402
-
+from tg.nn.state import (  # noqa: E402
+    get_parameters,
+    get_state_dict,
+    load_state_dict,
+    safe_load,
+    safe_load_metadata,
+    safe_save,
+)
 
 # ---------------------------------------------------------------------------- data
 
@@ -203,7 +207,8 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"resumed from {ckpt} at step {start_step}")
     rng = np.random.default_rng(args.seed + start_step)
     n_params = sum(p.numel() for p in params)
-    print(f"tg GPT: {n_params / 1e6:.2f}M params, {len(tokens):,} tokens ({'stdlib' if args.data is None else args.data}), "
+    source = "stdlib" if args.data is None else args.data
+    print(f"tg GPT: {n_params / 1e6:.2f}M params, {len(tokens):,} tokens ({source}), "
           f"batch {args.batch}x{args.block}, device {Tensor([0]).device}")
 
     @TinyJit

@@ -8,6 +8,8 @@ from tg.core.device import Device, GlobalCounters
 from tg.core.dtype import dtypes
 from tg.core.jit import TinyJit
 from tg.core.tensor import Tensor, _NoGrad
+
+# isort: split
 from tg import nn  # noqa: E402  (nn builds on Tensor)
 
 __version__ = "0.1.0"

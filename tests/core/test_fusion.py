@@ -76,7 +76,8 @@ def test_shared_reduce_is_computed_once(device):
     m = x.sum(1, keepdim=True)
     out = (x - m) * (x + m)
     assert_kernels(out, 2)
-    np.testing.assert_allclose(out.numpy(), (a - a.sum(1, keepdims=True)) * (a + a.sum(1, keepdims=True)), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(out.numpy(), (a - a.sum(1, keepdims=True)) * (a + a.sum(1, keepdims=True)),
+                               rtol=1e-4, atol=1e-5)
 
 
 def test_large_full_reduction_splits_for_parallelism(device):

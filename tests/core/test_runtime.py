@@ -1,4 +1,5 @@
 """CPU runtime: disk cache, compile errors, counters, DEBUG output, laziness."""
+import gc
 import os
 import subprocess
 import sys
@@ -58,6 +59,16 @@ def test_interrupted_compile_leaves_no_library(tmp_path, monkeypatch):
 
 
 def test_counters_track_allocations():
+    # no garbage collection mid-test: another test's buffers freed by a GC cycle would move mem_used
+    gc.collect()
+    gc.disable()
+    try:
+        _check_counters()
+    finally:
+        gc.enable()
+
+
+def _check_counters():
     GlobalCounters.reset()
     before = GlobalCounters.mem_used
     x = Tensor(np.zeros(1000, dtype=np.float32))

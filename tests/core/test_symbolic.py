@@ -31,17 +31,21 @@ def test_comparisons_fold():
     assert (i * 2).lt(5).render() == "(i<3)"
 
 
+def _check_linear_expressions(a, b, ca, cb, c0, d):
+    lin = a * ca + b * cb + c0
+    brute(lin // d, [a, b], lambda x, y: (x * ca + y * cb + c0) // d)
+    brute(lin % d, [a, b], lambda x, y: (x * ca + y * cb + c0) % d)
+    brute((lin // d) % 3, [a, b], lambda x, y: ((x * ca + y * cb + c0) // d) % 3)
+    brute(lin.lt(d), [a, b], lambda x, y: int(x * ca + y * cb + c0 < d))
+
+
 def test_random_expressions_are_exact():
     rng = random.Random(0)
     a, b = Var("a", 0, 6), Var("b", 0, 4)
     for _ in range(200):
         ca, cb, c0 = rng.randint(-5, 9), rng.randint(-5, 9), rng.randint(-7, 7)
         d = rng.randint(1, 8)
-        lin = a * ca + b * cb + c0
-        brute(lin // d, [a, b], lambda x, y: (x * ca + y * cb + c0) // d)
-        brute(lin % d, [a, b], lambda x, y: (x * ca + y * cb + c0) % d)
-        brute((lin // d) % 3, [a, b], lambda x, y: ((x * ca + y * cb + c0) // d) % 3)
-        brute(lin.lt(d), [a, b], lambda x, y: int(x * ca + y * cb + c0 < d))
+        _check_linear_expressions(a, b, ca, cb, c0, d)
 
 
 def test_substitute():

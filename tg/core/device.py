@@ -104,14 +104,16 @@ class Buffer:
     def copyin(self, data: np.ndarray) -> Buffer:
         data = np.ascontiguousarray(data)
         assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into {self.nbytes}"
-        self.allocator.copyin(self._buf, memoryview(data.reshape(-1).view(np.uint8)))
+        # numpy's stubs declare ndarray.__buffer__ only for Python >= 3.12 (mypy checks as 3.11)
+        self.allocator.copyin(self._buf, memoryview(data.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
         return self
 
     def numpy(self) -> np.ndarray:
         """The raw bits as a flat numpy array of the dtype's host storage type."""
         out = np.empty(self.size, dtype=self.dtype.np)
         if self.nbytes:
-            self.allocator.copyout(memoryview(out.view(np.uint8)), self._buf)
+            # numpy's stubs: as in copyin
+            self.allocator.copyout(memoryview(out.view(np.uint8)), self._buf)  # type: ignore[arg-type]
         return out
 
 
@@ -150,12 +152,13 @@ class _Registry:
             raise ValueError(f"[core] unknown device {name!r}; expected one of {', '.join(self.names())}")
         return base
 
-    @functools.cache
+    # The cache holds self, which leaks nothing: Device is the only _Registry and lives as long as the process.
+    @functools.cache  # noqa: B019
     def names(self) -> list[str]:
         import tg.core.runtime as rt
         return sorted(m.name[4:].upper() for m in pkgutil.iter_modules(rt.__path__) if m.name.startswith("ops_"))
 
-    @functools.cache
+    @functools.cache  # noqa: B019  (see names)
     def __getitem__(self, name: str) -> Compiled:
         name = self.canonicalize(name)
         module = importlib.import_module(f"tg.core.runtime.ops_{name.lower()}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy import dtype as NumpyDType  # the property DType.np hides the module name in the class
 
 
 @dataclass(frozen=True, eq=True)
@@ -34,12 +35,12 @@ class DType:
         return self.kind == "u"
 
     @property
-    def np(self) -> np.dtype:
+    def np(self) -> NumpyDType:
         """The numpy dtype of the host bits (bfloat16 is held as uint16)."""
         return np.dtype(self.np_storage)
 
     @property
-    def np_value(self) -> np.dtype:
+    def np_value(self) -> NumpyDType:
         """The numpy dtype values are shown in: bfloat16 is shown as float32."""
         return np.dtype(np.float32) if self.name == "bfloat16" else self.np
 

@@ -198,7 +198,8 @@ class Max(Function):
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
         # ties share the gradient equally
-        is_max = self.x.e(BinaryOps.CMPNE, self.ret.expand(self.x.shape)).e(UnaryOps.NEG).e(UnaryOps.CAST, arg=grad.dtype)
+        is_max = (self.x.e(BinaryOps.CMPNE, self.ret.expand(self.x.shape)).e(UnaryOps.NEG)
+                  .e(UnaryOps.CAST, arg=grad.dtype))
         count = is_max.r(ReduceOps.SUM, self.axes)
         return is_max.e(BinaryOps.MUL, grad.e(BinaryOps.MUL, count.e(UnaryOps.RECIP)).expand(self.x.shape))
 

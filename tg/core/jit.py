@@ -50,7 +50,7 @@ class _Replay:
     calls: list[CapturedCall]
     input_slots: list[tuple[int, int, int]]   # (call index, buffer position, input index)
     ret: Any
-    fast: list[tuple[Callable, list]] = field(default_factory=list)
+    fast: list[tuple[Callable | None, list]] = field(default_factory=list)
 
 
 def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
@@ -58,7 +58,7 @@ def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
 
 
 def _signature(args: tuple, kwargs: dict) -> tuple:
-    sig = []
+    sig: list[tuple] = []
     for a in (*args, *kwargs.items()):
         value = a[1] if isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str) else a
         if isinstance(value, Tensor):
@@ -90,7 +90,7 @@ class TinyJit(Generic[ReturnType]):
         from tg.core import realize as realize_mod
         flush_assigns()
         inputs = _input_tensors(args, kwargs)
-        for i, t in enumerate(inputs):
+        for t in inputs:
             if not t.lazydata.is_base or t.lazydata.op is not None and t.lazydata.realized is None:
                 t.lazydata = t.lazydata.contiguous()
         if inputs:

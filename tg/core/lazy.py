@@ -16,10 +16,8 @@ import numpy as np
 
 from tg.core.device import Buffer
 from tg.core.dtype import DType, dtypes, min_value
-from tg.core.ops import (BinaryOps, BufferOps, COMPARISON_OPS, MovementOps, Op, ReduceOps,
-                         TernaryOps, UnaryOps)
+from tg.core.ops import COMPARISON_OPS, BufferOps, MovementOps, Op, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
-
 
 # Reductions over several large axes are split in two stages (see LazyBuffer.r).
 SPLIT_MIN, SPLIT_MIN_SIZE, SPLIT_MAX_PARTIAL = 16, 1 << 16, 1 << 25

@@ -11,7 +11,6 @@ from tg.core.ops import BufferOps
 from tg.core.schedule import ScheduleItem, create_schedule
 from tg.core.shape import prod
 
-
 # When a TinyJit is capturing, every launch is also recorded here (see jit.py).
 CAPTURE: Any = None
 

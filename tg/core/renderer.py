@@ -60,10 +60,16 @@ _C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned c
             "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
             "uint64": "unsigned long long", "float16": "_Float16", "bfloat16": "unsigned short",
             "float32": "float", "float64": "double"}
-_BF16_HELPERS = """
-static inline float tg_bf16_to_f32(unsigned short b) { union { unsigned int u; float f; } c; c.u = ((unsigned int)b) << 16; return c.f; }
-static inline unsigned short tg_f32_to_bf16(float f) { union { unsigned int u; float f; } c; c.f = f; if (f != f) { unsigned short t = (unsigned short)(c.u >> 16); return (t & 0x7f) ? t : (unsigned short)(t | 0x40); } return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }
-"""
+# Each C function stays on one line of the generated source; the pieces below only wrap the Python.
+_BF16_HELPERS = (
+    "\n"
+    "static inline float tg_bf16_to_f32(unsigned short b) { union { unsigned int u; float f; } c; "
+    "c.u = ((unsigned int)b) << 16; return c.f; }\n"
+    "static inline unsigned short tg_f32_to_bf16(float f) { union { unsigned int u; float f; } c; c.f = f; "
+    "if (f != f) { unsigned short t = (unsigned short)(c.u >> 16); "
+    "return (t & 0x7f) ? t : (unsigned short)(t | 0x40); } "
+    "return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }\n"
+)
 
 DIALECTS: dict[str, Dialect] = {
     "c": Dialect("c", "void ", "", "restrict ", "#include <math.h>\n" + _BF16_HELPERS, None, _C_TYPES,
@@ -187,6 +193,7 @@ class CStyleRenderer:
             if op == "DEFINE_GLOBAL":
                 i, is_out = u.arg
                 const = "" if is_out else "const "
+                assert u.dtype is not None
                 params.append(f"{d.buffer_qualifier}{const}{d.types[u.dtype.name]}* {d.restrict}data{i}")
                 continue
             pad = "  " * indent
@@ -195,7 +202,8 @@ class CStyleRenderer:
                 if n_parallel and d.global_id is None:
                     threads = f" num_threads({self.threads})" if self.threads else ""
                     collapse = f" collapse({n_parallel})" if n_parallel > 1 else ""
-                    cond = "" if lin.work >= self.parallel_threshold * 8 else f" if({lin.work}>={self.parallel_threshold})"
+                    cond = ("" if lin.work >= self.parallel_threshold * 8
+                            else f" if({lin.work}>={self.parallel_threshold})")
                     if streaming:
                         # each thread fences its own streaming stores before the region ends
                         body.append(f"{pad}#pragma omp parallel{threads}{cond}")
@@ -243,6 +251,7 @@ class CStyleRenderer:
 
     def ref(self, u: UOp) -> str:
         if u.op == "CONST":
+            assert u.dtype is not None
             return _lit(u.arg, u.dtype, self.d)
         if u.op == "INDEX_COND" and not u.vec:
             return u.arg.render()
@@ -266,6 +275,7 @@ class CStyleRenderer:
         return f"({self.vtype(dtype)}){{{', '.join(exprs)}}}"
 
     def decl(self, u: UOp, expr: str, prefix: str = "v") -> str:
+        assert u.dtype is not None
         t = self.vtype(u.dtype) if u.vec else self.ctype(u.dtype)
         return f"{t} {self.new_name(u, prefix)} = {expr};"
 
@@ -276,12 +286,14 @@ class CStyleRenderer:
         if op == "INDEX_COND":
             if not u.vec:
                 return None
-            return self.decl(u, self.per_lane(dtypes.bool, [self.sub_lane(u.arg, i).render() for i in range(self.lanes)]))
+            lanes = [self.sub_lane(u.arg, i).render() for i in range(self.lanes)]
+            return self.decl(u, self.per_lane(dtypes.bool, lanes))
         if op == "LOAD":
             return self.decl(u, self.load(u))
         if op == "ALU":
             return self.decl(u, self.alu(u))
         if op == "DEFINE_ACC":
+            assert u.dtype is not None
             init = _lit(u.arg, u.dtype, self.d)
             return self.decl(u, f"(({self.vtype(u.dtype)}){{}}+{init})" if u.vec else init, "acc")
         if op == "ACC":
@@ -318,6 +330,7 @@ class CStyleRenderer:
 
     def load(self, u: UOp) -> str:
         buf, idx, valid, access = u.arg
+        assert u.dtype is not None
         if not u.vec:
             return self.load_scalar(buf, u.dtype, idx, valid)
         if access == "vector" and u.dtype != dtypes.bool:
@@ -327,13 +340,15 @@ class CStyleRenderer:
             if valid.is_const:
                 return expr if valid.min == 1 else f"(({vt}){{}})"
             return f"(({valid.render()})?{expr}:(({vt}){{}}))"
-        lanes = [self.load_scalar(buf, u.dtype, self.sub_lane(idx, i), self.sub_lane(valid, i)) for i in range(self.lanes)]
+        lanes = [self.load_scalar(buf, u.dtype, self.sub_lane(idx, i), self.sub_lane(valid, i))
+                 for i in range(self.lanes)]
         return self.per_lane(u.dtype, lanes)
 
     def store(self, u: UOp) -> str:
         buf, idx, valid, access = u.arg
         val = u.src[0]
         dtype = u.dtype
+        assert dtype is not None
 
         def conv(x: str) -> str:
             if dtype == dtypes.float16:
@@ -396,12 +411,14 @@ class CStyleRenderer:
         op, arg = u.arg
         srcs = u.src
         src_dtype = srcs[-1].dtype if op is TernaryOps.WHERE else srcs[0].dtype
+        assert u.dtype is not None and src_dtype is not None
         if not u.vec:
             return self.scalar_expr(op, u.dtype, src_dtype, [self.ref(s) for s in srcs], arg)
         native = self.vector_expr(op, u.dtype, src_dtype, srcs, arg)
         if native is not None:
             return native
-        exprs = [self.scalar_expr(op, u.dtype, src_dtype, [self.lane(s, i) for s in srcs], arg) for i in range(self.lanes)]
+        exprs = [self.scalar_expr(op, u.dtype, src_dtype, [self.lane(s, i) for s in srcs], arg)
+                 for i in range(self.lanes)]
         return self.per_lane(u.dtype, exprs)
 
     def vector_expr(self, op, dtype: DType, src_dtype: DType, srcs: tuple[UOp, ...], arg) -> str | None:
@@ -413,7 +430,9 @@ class CStyleRenderer:
             if arg == src_dtype:
                 return r[0]
             if src_dtype == dtypes.bool:
-                return f"(-({r[0]}))" if arg == dtypes.int32 else f"__builtin_convertvector(-({r[0]}), {self.vtype(arg)})"
+                if arg == dtypes.int32:
+                    return f"(-({r[0]}))"
+                return f"__builtin_convertvector(-({r[0]}), {self.vtype(arg)})"
             if arg == dtypes.bool:
                 return f"({r[0]}!=0)"
             return f"__builtin_convertvector({r[0]}, {self.vtype(arg)})"
@@ -433,9 +452,9 @@ class CStyleRenderer:
                 return f"({r[0]}?{self.bcast(a, dtype)}:{self.bcast(b, dtype)})"
             return self.select(self.ref(cond), self.bcast(a, dtype), self.bcast(b, dtype), dtype)
         if op is BinaryOps.MAX:
-            a, b = self.bcast(srcs[0], dtype), self.bcast(srcs[1], dtype)
-            mask = f"(({a}>{b})|({a}!={a}))" if dtype.is_float else f"({a}>{b})"
-            return self.select(mask, a, b, dtype)
+            lhs, rhs = self.bcast(srcs[0], dtype), self.bcast(srcs[1], dtype)
+            mask = f"(({lhs}>{rhs})|({lhs}!={lhs}))" if dtype.is_float else f"({lhs}>{rhs})"
+            return self.select(mask, lhs, rhs, dtype)
         if op is UnaryOps.RECIP and src_dtype == dtypes.float32:
             return f"(1.0f/{r[0]})"
         if op in (UnaryOps.EXP2, UnaryOps.LOG2) and src_dtype == dtypes.float32 and srcs[0].vec:

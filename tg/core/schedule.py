@@ -203,7 +203,7 @@ def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) 
                 continue
             reduces.append((sb, c))
         distinct = {id(c): (sb, c) for sb, c in reduces}
-        for sb, c in list(distinct.values())[1:]:
+        for sb, _c in list(distinct.values())[1:]:
             store.add(id(sb))           # one reduce per kernel
         kept = [c for sb, c in distinct.values() if id(sb) not in store]
         carried[id(b)] = b if isinstance(b.op, ReduceOps) else (kept[0] if kept else None)
@@ -255,6 +255,7 @@ class _KernelBuilder:
         if base.op is BufferOps.ASSIGN:
             return self.build(base.srcs[1], st)
         srcs = tuple(self.build(s, st) for s in base.srcs)
+        assert base.op is not None   # every base buffer is created with an op
         return KOp(base.op, srcs, base.arg, base.dtype)
 
     def kernel(self) -> Kernel:

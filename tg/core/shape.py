@@ -13,6 +13,7 @@ import functools
 import math
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Sequence
 
 from tg.core.symbolic import Ge, Lt, Node, Var, affine_coeffs, ands, ge, lt, num
 
@@ -39,7 +40,7 @@ class View:
     mask: tuple[tuple[int, int], ...] | None = None
 
     @staticmethod
-    def create(shape: Shape, strides: tuple[int, ...] | None = None, offset: int = 0,
+    def create(shape: Shape, strides: Sequence[int] | None = None, offset: int = 0,
                mask: tuple[tuple[int, int], ...] | None = None) -> View:
         shape = tuple(int(s) for s in shape)
         strides = contiguous_strides(shape) if strides is None else tuple(int(s) for s in strides)
@@ -55,7 +56,7 @@ class View:
     def contiguous(self) -> bool:
         return self.offset == 0 and self.mask is None and self.strides == contiguous_strides(self.shape)
 
-    def expr(self, idxs: list[Node]) -> tuple[Node, Node]:
+    def expr(self, idxs: Sequence[Node]) -> tuple[Node, Node]:
         idx: Node = num(self.offset)
         for i, st in zip(idxs, self.strides):
             if st:
@@ -130,8 +131,8 @@ class View:
                     mask.append(m)
                     strides.append(st)
             return View.create(new_shape, tuple(strides), self.offset, tuple(mask))
-        strides = _reshape_strides(self.shape, self.strides, new_shape)
-        return None if strides is None else View.create(new_shape, strides, self.offset)
+        new_strides = _reshape_strides(self.shape, self.strides, new_shape)
+        return None if new_strides is None else View.create(new_shape, new_strides, self.offset)
 
 
 def _reshape_strides(old_shape: Shape, old_strides: tuple[int, ...], new_shape: Shape) -> list[int] | None:
@@ -203,7 +204,7 @@ class ShapeTracker:
     def key(self) -> tuple:
         return tuple((v.shape, v.strides, v.offset, v.mask) for v in self.views)
 
-    def expr_idxs(self, idxs: list[Node]) -> tuple[Node, Node]:
+    def expr_idxs(self, idxs: Sequence[Node]) -> tuple[Node, Node]:
         """(buffer index, validity) for the multi-index idxs of this tracker's shape."""
         idx, valid = self.views[-1].expr(idxs)
         for view in reversed(self.views[:-1]):

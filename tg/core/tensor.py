@@ -8,6 +8,7 @@ primitive ops through the Functions in function.py (so gradients come by composi
 """
 from __future__ import annotations
 
+import builtins
 import itertools
 import math
 import weakref
@@ -17,12 +18,10 @@ import numpy as np
 
 from tg.core import function as F
 from tg.core.device import Device
-from tg.core.dtype import (DType, dtype_of_scalar, dtypes, max_value, min_value, promote_types,
-                           scalar_result_type)
+from tg.core.dtype import DType, dtype_of_scalar, dtypes, max_value, promote_types, scalar_result_type
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, BufferOps, UnaryOps
 from tg.core.shape import prod
-
 
 POOL_BY_STACK = True
 
@@ -255,7 +254,8 @@ class Tensor:
         dt = dtypes.from_any(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
         n = max(math.ceil((stop - start) / step), 0)
         # the index vector is host data, like any tensor made from numbers
-        values = start + np.arange(n, dtype=np.float64 if is_float else np.int64) * step
+        index: np.ndarray = np.arange(n, dtype=np.float64 if is_float else np.int64)
+        values = start + index * step
         return Tensor(values.astype(dt.np_value), device=device, dtype=dt, **kw)
 
     @staticmethod
@@ -272,8 +272,9 @@ class Tensor:
         m = n if m is None else m
         rows = index_range(n, Device.canonicalize(device)).reshape(n, 1)
         cols = index_range(m, Device.canonicalize(device)).reshape(1, m)
-        return (rows == cols).cast(dtypes.from_any(dtype) if dtype is not None else dtypes.default_float).requires_grad_(
-            kw.get("requires_grad"))
+        return (rows == cols).cast(
+            dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
+        ).requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
@@ -513,7 +514,8 @@ class Tensor:
         else:
             flat = list(padding)
             if len(flat) % 2 or len(flat) // 2 > self.ndim:
-                raise ValueError(f"[core] pad: expected an even number of sizes for at most {self.ndim} dims, got {flat}")
+                raise ValueError(f"[core] pad: expected an even number of sizes for at most {self.ndim} dims, "
+                                 f"got {flat}")
             pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
             arg = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
         if all(p == (0, 0) for p in arg):
@@ -576,7 +578,8 @@ class Tensor:
         base = (1,) * (len(reps) - self.ndim) + self.shape
         x = self.reshape(base)
         # (.., 1, s, ..) -> (.., r, s, ..) -> (.., r*s, ..)
-        expanded = x.reshape(tuple(v for s in base for v in (1, s))).expand(tuple(v for r, s in zip(reps, base) for v in (r, s)))
+        expanded = x.reshape(tuple(v for s in base for v in (1, s))).expand(
+            tuple(v for r, s in zip(reps, base) for v in (r, s)))
         return expanded.reshape(tuple(r * s for r, s in zip(reps, base)))
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
@@ -701,19 +704,19 @@ class Tensor:
     def __neg__(self) -> Tensor:
         return self.neg()
 
-    def add(self, y: Any, reverse: bool = False) -> Tensor:
+    def add(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         return F.Add.apply(*self._broadcasted(y, reverse))
 
-    def sub(self, y: Any, reverse: bool = False) -> Tensor:
+    def sub(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
         if a.dtype == dtypes.bool:
             raise TypeError("[core] subtraction of bool tensors; use logical_xor() or ^")
         return F.Add.apply(a, F.Neg.apply(b))
 
-    def mul(self, y: Any, reverse: bool = False) -> Tensor:
+    def mul(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         return F.Mul.apply(*self._broadcasted(y, reverse))
 
-    def div(self, y: Any, reverse: bool = False, rounding_mode: str | None = None) -> Tensor:
+    def div(self, y: Any, reverse: builtins.bool = False, rounding_mode: str | None = None) -> Tensor:
         if rounding_mode == "floor":
             return self.floordiv(y, reverse)
         if rounding_mode == "trunc":
@@ -723,7 +726,7 @@ class Tensor:
         a, b = a._float_like(), b._float_like()
         return F.Mul.apply(a, F.Reciprocal.apply(b))
 
-    def floordiv(self, y: Any, reverse: bool = False) -> Tensor:
+    def floordiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
         if a.dtype.is_float:
             return (a / b).floor()
@@ -732,7 +735,7 @@ class Tensor:
         adjust = (r != 0) & ((r < 0) != (b < 0))
         return q - adjust.cast(q.dtype)
 
-    def mod(self, y: Any, reverse: bool = False) -> Tensor:
+    def mod(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         """Python / torch.remainder semantics: the result has the sign of the divisor."""
         a, b = self._broadcasted(y, reverse)
         if a.dtype.is_float:
@@ -745,7 +748,7 @@ class Tensor:
         a, b = self._broadcasted(y)
         return a._nograd_op(BinaryOps.MOD, b) if not a.dtype.is_float else a - (a / b).trunc() * b
 
-    def pow(self, y: Any, reverse: bool = False) -> Tensor:
+    def pow(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
             if y == 0:
                 return self.ones_like()
@@ -809,7 +812,7 @@ class Tensor:
     def eq(self, y: Any) -> Tensor: return self == y
     def ne(self, y: Any) -> Tensor: return self != y
 
-    def _bitwise(self, op: Any, y: Any, reverse: bool = False) -> Tensor:
+    def _bitwise(self, op: Any, y: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
         if a.dtype.is_float:
             raise TypeError(f"[core] bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype.name}")
@@ -887,10 +890,10 @@ class Tensor:
     def tanh(self) -> Tensor:
         return 2.0 * (2.0 * self._float_like()).sigmoid() - 1.0
 
-    def leaky_relu(self, negative_slope: float = 0.01) -> Tensor:
+    def leaky_relu(self, negative_slope: builtins.float = 0.01) -> Tensor:
         return (self > 0).where(self, self * negative_slope)
 
-    def elu(self, alpha: float = 1.0) -> Tensor:
+    def elu(self, alpha: builtins.float = 1.0) -> Tensor:
         return (self > 0).where(self, alpha * (self.exp() - 1))
 
     def silu(self) -> Tensor:
@@ -912,7 +915,7 @@ class Tensor:
             raise ValueError(f"[core] gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
         return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
 
-    def softplus(self, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    def softplus(self, beta: builtins.float = 1.0, threshold: builtins.float = 20.0) -> Tensor:
         bx = self * beta
         soft = (1 + (-bx.abs()).exp()).log() / beta + self.relu()
         return (bx > threshold).where(self, soft)
@@ -974,7 +977,7 @@ class Tensor:
         return self + (end - self) * weight
 
     # ------------------------------------------------------------ reductions
-    def _reduce(self, fn: type[F.Function], axis: Any, keepdim: bool) -> Tensor:
+    def _reduce(self, fn: type[F.Function], axis: Any, keepdim: builtins.bool) -> Tensor:
         axes = self._axes(axis)
         if self.ndim == 0:
             return self
@@ -983,7 +986,7 @@ class Tensor:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def sum(self, axis: Any = None, keepdim: bool = False, dtype: DType | str | None = None, *,
+    def sum(self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None, *,
             dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self
@@ -993,12 +996,12 @@ class Tensor:
             x = x.cast(dtypes.int64 if not x.dtype.is_unsigned or x.dtype.itemsize < 8 else x.dtype)
         return x._reduce(F.Sum, axis, keepdim)
 
-    def max(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+    def max(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         self._check_nonempty(axis, "max")
         return self._reduce(F.Max, axis, keepdim)
 
-    def min(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+    def min(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         self._check_nonempty(axis, "min")
         if self.dtype == dtypes.bool:
@@ -1013,13 +1016,13 @@ class Tensor:
         if any(self.shape[a] == 0 for a in axes) or (self.numel() == 0 and axis is None):
             raise ValueError(f"[core] {name}: reduction over an empty dimension of shape {self.shape}")
 
-    def amax(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def amax(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.max(axis, keepdim)
 
-    def amin(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def amin(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.min(axis, keepdim)
 
-    def mean(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+    def mean(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self._float_like()
         axes = self._axes(axis)
@@ -1027,8 +1030,8 @@ class Tensor:
         s = x.sum(axis, keepdim)
         return s * (1 / count) if count else s * float("nan")
 
-    def var(self, axis: Any = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None,
-            unbiased: bool | None = None) -> Tensor:
+    def var(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, *,
+            dim: Any = None, unbiased: builtins.bool | None = None) -> Tensor:
         axis = dim if dim is not None else axis
         if unbiased is not None:
             correction = int(unbiased)
@@ -1038,11 +1041,11 @@ class Tensor:
         dev = x - x.mean(axes, keepdim=True)
         return (dev * dev).sum(axes, keepdim) / max(n - correction, 0)
 
-    def std(self, axis: Any = None, keepdim: bool = False, correction: int = 1, *, dim: Any = None,
-            unbiased: bool | None = None) -> Tensor:
+    def std(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, *,
+            dim: Any = None, unbiased: builtins.bool | None = None) -> Tensor:
         return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
 
-    def prod(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+    def prod(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """Product via logs of magnitudes, with the sign and zeros tracked separately."""
         axis = dim if dim is not None else axis
         x = self._float_like() if self.dtype.is_float else self.cast(dtypes.float64)
@@ -1056,7 +1059,7 @@ class Tensor:
             return out
         return out.round().cast(dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
 
-    def _arg_extreme(self, axis: int | None, keepdim: bool, largest: bool) -> Tensor:
+    def _arg_extreme(self, axis: builtins.int | None, keepdim: builtins.bool, largest: builtins.bool) -> Tensor:
         if axis is None:
             return self.flatten()._arg_extreme(0, False, largest) if not keepdim else \
                 self.flatten()._arg_extreme(0, False, largest).reshape((1,) * self.ndim)
@@ -1071,42 +1074,44 @@ class Tensor:
         idx = n - (x == best).where(rev, 0).max(d, keepdim=keepdim)
         return idx.cast(dtypes.int64)
 
-    def argmax(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+    def argmax(self, axis: builtins.int | None = None, keepdim: builtins.bool = False, *,
+               dim: builtins.int | None = None) -> Tensor:
         return self._arg_extreme(dim if dim is not None else axis, keepdim, True)
 
-    def argmin(self, axis: int | None = None, keepdim: bool = False, *, dim: int | None = None) -> Tensor:
+    def argmin(self, axis: builtins.int | None = None, keepdim: builtins.bool = False, *,
+               dim: builtins.int | None = None) -> Tensor:
         return self._arg_extreme(dim if dim is not None else axis, keepdim, False)
 
-    def any(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def any(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.bool()._reduce(F.Max, axis, keepdim)
 
-    def all(self, axis: Any = None, keepdim: bool = False) -> Tensor:
+    def all(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
         return self.logical_not().any(axis, keepdim).logical_not()
 
-    def logsumexp(self, axis: Any = None, keepdim: bool = False, *, dim: Any = None) -> Tensor:
+    def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         axis = dim if dim is not None else axis
         m = self.max(axis, keepdim=True).detach()
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out.squeeze_axes(self._axes(axis))
 
-    def squeeze_axes(self, axes: Iterable[int]) -> Tensor:
+    def squeeze_axes(self, axes: Iterable[builtins.int]) -> Tensor:
         axes = set(axes)
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
-    def softmax(self, axis: int = -1, *, dim: int | None = None) -> Tensor:
+    def softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self._float_like()
         e = (x - x.max(axis, keepdim=True).detach()).exp()
         return e / e.sum(axis, keepdim=True)
 
-    def log_softmax(self, axis: int = -1, *, dim: int | None = None) -> Tensor:
+    def log_softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
         axis = dim if dim is not None else axis
         x = self._float_like()
         shifted = x - x.max(axis, keepdim=True).detach()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
-    def cumsum(self, axis: int = 0, *, dim: int | None = None) -> Tensor:
+    def cumsum(self, axis: builtins.int = 0, *, dim: builtins.int | None = None) -> Tensor:
         d = self._axis(dim if dim is not None else axis)
         src = self if self.dtype.is_float else self.cast(dtypes.int64)
         if self.ndim == 0 or self.shape[d] == 0:
@@ -1163,12 +1168,14 @@ class Tensor:
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight.T + bias, with torch's weight layout (out_features, in_features)."""
         if weight.ndim != 2 or self.ndim == 0 or self.shape[-1] != weight.shape[1]:
-            raise ValueError(f"[core] linear: input {self.shape} needs a weight of shape (out, {self.shape[-1] if self.ndim else '?'}), "
+            in_features = self.shape[-1] if self.ndim else "?"
+            raise ValueError(f"[core] linear: input {self.shape} needs a weight of shape (out, {in_features}), "
                              f"got {weight.shape}")
         out = self.matmul(weight.T)
         return out + bias if bias is not None else out
 
-    def _pool(self, kernel: tuple[int, ...], stride: tuple[int, ...], dilation: tuple[int, ...]) -> Tensor:
+    def _pool(self, kernel: tuple[builtins.int, ...], stride: tuple[builtins.int, ...],
+              dilation: tuple[builtins.int, ...]) -> Tensor:
         """Sliding windows as a view: (..., *spatial) -> (..., *out_spatial, *kernel). No copies."""
         nsp = len(kernel)
         spatial = self.shape[-nsp:]
@@ -1204,11 +1211,13 @@ class Tensor:
             # stacked ahead of the spatial dims so each window offset is a contiguous image
             win = Tensor.stack(views, dim=n)                                   # (..., prod(kernel), *outs)
             win = win.reshape(lead + tuple(kernel) + tuple(outs))
-            return win.permute(tuple(range(n)) + tuple(n + nsp + i for i in range(nsp)) + tuple(n + i for i in range(nsp)))
+            return win.permute(tuple(range(n)) + tuple(n + nsp + i for i in range(nsp))
+                               + tuple(n + i for i in range(nsp)))
         # Repeat each spatial dim and re-read it in rows of length L = i + d (+ a multiple of i,
         # which changes nothing mod i): row r, column c is then x[c + r*d], so window k of output
         # position o sits at row k, column o*s.
-        rows = [i + d + max(0, math.ceil((o * s - i - d) / i)) * i for i, d, o, s in zip(spatial, dilation, outs, stride)]
+        rows = [i + d + max(0, math.ceil((o * s - i - d) / i)) * i
+                for i, d, o, s in zip(spatial, dilation, outs, stride)]
         reps = [math.ceil(k * L / i) for k, i, L in zip(kernel, spatial, rows)]
         keep = tuple((0, s) for s in lead)
         x = x.reshape(lead + tuple(v for i in spatial for v in (1, i)))
@@ -1224,7 +1233,7 @@ class Tensor:
         return x.permute(order)
 
     def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
-               dilation: Any = 1, groups: int = 1) -> Tensor:
+               dilation: Any = 1, groups: builtins.int = 1) -> Tensor:
         """torch.nn.functional.conv2d: input (N, Cin, H, W), weight (Cout, Cin/groups, kh, kw)."""
         if self.ndim != 4 or weight.ndim != 4:
             raise ValueError(f"[core] conv2d: expected 4-d input and weight, got {self.shape} and {weight.shape}")
@@ -1255,7 +1264,7 @@ class Tensor:
         return x._pool(k, st, _pair(dilation)).max((-2, -1))
 
     def avg_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0,
-                   count_include_pad: bool = True) -> Tensor:
+                   count_include_pad: builtins.bool = True) -> Tensor:
         k = _pair(kernel_size)
         st = _pair(stride) if stride is not None else k
         ph, pw = _pair(padding)

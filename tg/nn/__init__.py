@@ -7,8 +7,18 @@
     (3, 2)
 """
 from tg.nn import functional, optim, state
-from tg.nn.layers import (BatchNorm1d, BatchNorm2d, Conv2d, Dropout, Embedding, GroupNorm, LayerNorm, Linear,
-                          RMSNorm, Sequential)
+from tg.nn.layers import (
+    BatchNorm1d,
+    BatchNorm2d,
+    Conv2d,
+    Dropout,
+    Embedding,
+    GroupNorm,
+    LayerNorm,
+    Linear,
+    RMSNorm,
+    Sequential,
+)
 
 __all__ = ["functional", "optim", "state", "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
            "RMSNorm", "GroupNorm", "Embedding", "Dropout", "Sequential"]

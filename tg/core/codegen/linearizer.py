@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from tg import config
 from tg.core.dtype import DType, dtypes, min_value
@@ -174,7 +174,8 @@ class Dims:
 
         def inner_ok(d: int, need_unit: bool) -> bool:
             coefs = [(c, uses) for n, c, uses in self._coefs(d, True) if n.op is AstOps.LOAD]
-            return all(c in (0, 1) and not uses for c, uses in coefs) and (not need_unit or any(c == 1 for c, _ in coefs))
+            return (all(c in (0, 1) and not uses for c, uses in coefs)
+                    and (not need_unit or any(c == 1 for c, _ in coefs)))
 
         if not red_dims:
             return next((d for d in reversed(out_dims) if fits(d) and store_unit(d)), None)
@@ -283,6 +284,7 @@ class Lowerer:
         dim = self.dims.dims[d]
         idx = loop * (dim.upcast * dim.lanes) + up * dim.lanes
         if d == self.dims.lane_dim:
+            assert self.lane_var is not None   # a lane dim always has lanes > 1
             idx = idx + self.lane_var
         return idx
 
@@ -340,7 +342,7 @@ class Lowerer:
                 acc *= loops
         else:
             parallel = dims.parallel
-            for n_open, d in enumerate(dims.loop_order):
+            for d in dims.loop_order:
                 loops = dims.dims[d].loops
                 if loops == 1:
                     loop_vars[d] = num(0)
@@ -350,7 +352,7 @@ class Lowerer:
                 self.emit("LOOP", arg=(v, loops, len(parallel) if d == parallel[0] else 0), cache=False)
         # the reduce part
         red = dims.reduce_node
-        acc_of: dict[int, UOp] = {}
+        acc_of: dict[tuple[int, ...], UOp] = {}
         out_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in out_dims]))
         red_dims = [d for d, dim in enumerate(dims.dims) if dim.reduce]
         if red is not None:
@@ -381,16 +383,17 @@ class Lowerer:
                     self.emit("ENDLOOP", cache=False)
             self.cache = outer_cache
             lane_is_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
+            red_alu = _red_alu(cast(ReduceOps, red.op))   # the reduce node's op is a ReduceOps
             for oc in out_combos:
                 parts = [accs[(oc, rc)] for rc in red_combos]
                 while len(parts) > 1:   # pairwise: a balanced tree keeps float error small
-                    nxt = [self.alu(_red_alu(red.op), red.dtype, (parts[i], parts[i + 1]), None)
+                    nxt = [self.alu(red_alu, red.dtype, (parts[i], parts[i + 1]), None)
                            for i in range(0, len(parts) - 1, 2)]
                     parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
-                total = parts[0]
+                reduced = parts[0]
                 if lane_is_reduce:
-                    total = self.emit("HREDUCE", red.dtype, (total,), arg=red.op)
-                acc_of[oc] = total
+                    reduced = self.emit("HREDUCE", red.dtype, (reduced,), arg=red.op)
+                acc_of[oc] = reduced
         # epilogue and store, once per output tile element
         store = dims.ast
         for oc in out_combos:
