@@ -36,8 +36,14 @@ def best_of(fn, repeat: int = 7, warmup: int = 2) -> float:
 
 
 def copy_bandwidth(n: int) -> float:
-    src, dst = np.random.rand(n).astype(np.float32), np.empty(n, np.float32)
-    return src.nbytes / best_of(lambda: np.copyto(dst, src)) / 1e9
+    """np.copyto GB/s (bytes read) on n float32s: the best of many runs, measured once per size."""
+    if n not in _COPY:
+        src, dst = np.random.rand(n).astype(np.float32), np.empty(n, np.float32)
+        _COPY[n] = src.nbytes / best_of(lambda: np.copyto(dst, src), repeat=25, warmup=3) / 1e9
+    return _COPY[n]
+
+
+_COPY: dict[int, float] = {}
 
 
 def bench_elementwise(n: int, device: str, read_only: bool) -> tuple[float, float]:
@@ -46,7 +52,7 @@ def bench_elementwise(n: int, device: str, read_only: bool) -> tuple[float, floa
     x = Tensor(a, device=device).realize()
     chain = lambda: (x * 2.0 + 1.0).relu() * 0.5 - 0.25  # noqa: E731
     f = (lambda: chain().sum().realize()) if read_only else (lambda: chain().realize())
-    gbs = a.nbytes / best_of(f) / 1e9
+    gbs = a.nbytes / best_of(f, repeat=11) / 1e9
     return gbs, copy_bandwidth(n)
 
 
@@ -56,8 +62,8 @@ def bench_matmul(n: int, device: str) -> tuple[float, float]:
     out = (x @ y).numpy()
     assert np.allclose(out, a @ b, rtol=1e-3, atol=1e-3 * n), "matmul result is wrong"
     flops = 2 * n ** 3
-    ours = flops / best_of(lambda: (x @ y).realize(), repeat=5) / 1e9
-    ref = flops / best_of(lambda: a @ b, repeat=5) / 1e9
+    ours = flops / best_of(lambda: (x @ y).realize(), repeat=11) / 1e9
+    ref = flops / best_of(lambda: a @ b, repeat=11) / 1e9
     return ours, ref
 
 
@@ -65,7 +71,7 @@ def bench_sum(n: int, device: str) -> tuple[float, float]:
     a = np.random.rand(n, n).astype(np.float32)
     x = Tensor(a, device=device).realize()
     assert np.allclose(x.sum(-1).numpy(), a.sum(-1), rtol=1e-4)
-    gbs = a.nbytes / best_of(lambda: x.sum(-1).realize()) / 1e9
+    gbs = a.nbytes / best_of(lambda: x.sum(-1).realize(), repeat=11) / 1e9
     return gbs, copy_bandwidth(n * n)
 
 
