@@ -52,6 +52,28 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("TG_CPU_THREADS", int, 0, "threads a CPU kernel may use (OpenMP); 0 means one per core"),
     Knob("TG_NOOPT", int, 0, "1 turns off the loop optimisations (upcast, vector lanes, unroll)"),
     Knob("TG_NULL_DIALECT", str, "opencl", "dialect the NULL device renders: c | opencl | cuda"),
+    # --- distributed: torchrun's contract, plus what mpirun and Slurm set
+    Knob("RANK", int, -1, "this process's global rank (torchrun contract); -1 when unset"),
+    Knob("WORLD_SIZE", int, -1, "number of ranks in the job; -1 when unset"),
+    Knob("LOCAL_RANK", int, -1, "rank among the processes on this host; -1 when unset"),
+    Knob("MASTER_ADDR", str, "", "host of the rendezvous store (rank 0 or the launcher)"),
+    Knob("MASTER_PORT", int, 0, "port of the rendezvous store"),
+    Knob("OMPI_COMM_WORLD_RANK", int, -1, "rank, as Open MPI's mpirun sets it"),
+    Knob("OMPI_COMM_WORLD_SIZE", int, -1, "world size, as Open MPI's mpirun sets it"),
+    Knob("OMPI_COMM_WORLD_LOCAL_RANK", int, -1, "local rank, as Open MPI's mpirun sets it"),
+    Knob("PMI_RANK", int, -1, "rank, as MPICH's mpiexec sets it"),
+    Knob("PMI_SIZE", int, -1, "world size, as MPICH's mpiexec sets it"),
+    Knob("MPI_LOCALRANKID", int, -1, "local rank, as MPICH's mpiexec sets it"),
+    Knob("SLURM_PROCID", int, -1, "rank, as Slurm's srun sets it"),
+    Knob("SLURM_NTASKS", int, -1, "world size, as Slurm's srun sets it"),
+    Knob("SLURM_LOCALID", int, -1, "local rank, as Slurm's srun sets it"),
+    Knob("TG_SECRET", str, "", "per-job secret every store and transport connection proves (set by tglaunch); "
+                               "empty derives one from the job's rendezvous address"),
+    Knob("TG_BACKEND", str, "", "distributed backend: tcp (default); shm, mpi and ucx as they land"),
+    Knob("TG_DIST_TIMEOUT", float, 300.0, "seconds any store call, init or collective may block before raising"),
+    Knob("TG_DIST_HOST", str, "", "address this rank's transport listens on; empty: 127.0.0.1 when the "
+                                  "master is local, else this host's name"),
+    Knob("TG_STORE_EXTERNAL", int, 0, "1 when the launcher hosts the store (rank 0 then only connects)"),
 ]}
 
 

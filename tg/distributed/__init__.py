@@ -1,1 +1,466 @@
-"""tg.distributed: process groups, collectives and data-parallel training (see the distributed issues)."""
+"""tg.distributed: torch.distributed's names and semantics over tg's own transports.
+
+    import tg.distributed as dist
+    dist.init_process_group()            # env:// (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), mpirun,
+                                         # Slurm, or a one-rank group when nothing is set
+    dist.all_reduce(t)                   # in place on a tg Tensor or a numpy array
+    work = dist.all_reduce(t, op=dist.ReduceOp.AVG, async_op=True); work.wait()
+
+With no launcher and no environment, init_process_group() gives a one-rank group whose
+collectives are identities, so the same script runs under `python` and under `tglaunch`.
+
+    >>> import numpy as np
+    >>> init_process_group()
+    >>> x = np.arange(3.0); all_reduce(x); x.tolist()
+    [0.0, 1.0, 2.0]
+    >>> destroy_process_group()
+"""
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import socket
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from datetime import timedelta
+from typing import Any, Callable
+
+import numpy as np
+
+from tg import config
+from tg.distributed.errors import DistributedError
+from tg.distributed.group import ProcessGroup, ReduceOp
+from tg.distributed.store import TCPStore
+
+__all__ = ["init_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank",
+           "destroy_process_group", "new_group", "ReduceOp", "Work", "DistributedError", "all_reduce", "reduce",
+           "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
+           "gather", "scatter", "all_to_all_single", "send", "recv", "isend", "irecv", "barrier",
+           "broadcast_object", "all_gather_object", "GroupMember"]
+
+
+class GroupMember:
+    NON_GROUP_MEMBER = object()
+
+
+class _State:
+    default: ProcessGroup | None = None
+    store: TCPStore | None = None
+    secret: bytes = b""
+    timeout: float = 300.0
+    local_rank: int = 0
+    groups: int = 0
+    host: str = "127.0.0.1"
+    p2p: dict[tuple[int, str], ThreadPoolExecutor] = {}
+
+
+class Work:
+    """Handle of an async call: wait(timeout), is_completed(), exception()."""
+
+    def __init__(self, future: Future, after: Callable[[], None] | None = None):
+        self._future, self._after, self._done = future, after, False
+
+    def wait(self, timeout: float | timedelta | None = None) -> bool:
+        t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        try:
+            self._future.result(timeout=t)
+        except FutureTimeout:
+            raise DistributedError(f"[distributed] Work.wait timed out after {t}s") from None
+        if not self._done and self._after is not None:
+            self._after()
+        self._done = True
+        return True
+
+    def is_completed(self) -> bool:
+        return self._future.done()
+
+    def exception(self) -> BaseException | None:
+        return self._future.exception() if self._future.done() else None
+
+
+# ---------------------------------------------------------------------------- start-up
+
+def _detect() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's, mpirun's or Slurm's environment; (0, 1, 0) if none."""
+    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+                     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"), ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")):
+        rank, world = getattr(config, r), getattr(config, w)
+        if rank >= 0 and world > 0:
+            local = getattr(config, lr)
+            return rank, world, local if local >= 0 else rank
+    return 0, 1, 0
+
+
+def _is_local(host: str) -> bool:
+    try:
+        return host in ("localhost", "") or ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+def init_process_group(backend: str | None = None, init_method: str = "env://", rank: int | None = None,
+                       world_size: int | None = None, timeout: float | timedelta | None = None) -> None:
+    """Join the job's default process group (torch.distributed.init_process_group)."""
+    if _State.default is not None:
+        raise RuntimeError("[distributed] init_process_group was already called; call destroy_process_group first")
+    backend = (backend or config.TG_BACKEND or "tcp").lower()
+    if backend not in ("tcp",):
+        raise ValueError(f"[distributed] backend {backend!r} is not available yet; use 'tcp'")
+    t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    _State.timeout = float(t if t is not None else config.TG_DIST_TIMEOUT)
+    env_rank, env_world, local = _detect()
+    rank = env_rank if rank is None else rank
+    world = env_world if world_size is None else world_size
+    if not 0 <= rank < world:
+        raise ValueError(f"[distributed] rank {rank} is out of range for world size {world}")
+    _State.local_rank = local
+    if world == 1:
+        _State.default = ProcessGroup(0, 1, [0], None, "default")
+        return
+    if init_method.startswith("tcp://"):
+        host, port = init_method[6:].rsplit(":", 1)
+        master, master_port = host, int(port)
+    elif init_method == "env://":
+        master, master_port = config.MASTER_ADDR, config.MASTER_PORT
+        if not master or not master_port:
+            raise ValueError("[distributed] env:// needs MASTER_ADDR and MASTER_PORT for a world of "
+                             f"{world} ranks; start the job with tglaunch, or set them")
+    else:
+        raise ValueError(f"[distributed] init_method must be 'env://' or 'tcp://host:port', got {init_method!r}")
+    secret = config.TG_SECRET.encode() or hashlib.sha256(f"tg:{master}:{master_port}:{world}".encode()).digest()
+    _State.secret = secret
+    _State.host = config.TG_DIST_HOST or ("127.0.0.1" if _is_local(master) else socket.gethostname())
+    hosts_store = rank == 0 and not config.TG_STORE_EXTERNAL
+    _State.store = TCPStore(master, master_port, is_server=hosts_store, secret=secret, timeout=_State.timeout)
+    _State.default = _make_group(list(range(world)), rank, "default")
+
+
+def _make_group(ranks: list[int], my_global: int, name: str) -> ProcessGroup:
+    from tg.distributed.tcp import TcpTransport
+    _State.groups += 1
+    prefix = f"pg{_State.groups}"
+    me = ranks.index(my_global)
+    assert _State.store is not None
+    transport = TcpTransport(me, len(ranks), _State.store, prefix, _State.secret, _State.host, _State.timeout)
+    return ProcessGroup(me, len(ranks), ranks, transport, name)
+
+
+def is_initialized() -> bool:
+    return _State.default is not None
+
+
+def _group(group: Any) -> ProcessGroup:
+    if _State.default is None:
+        raise RuntimeError("[distributed] call dist.init_process_group() before any collective")
+    if group is None:
+        return _State.default
+    if group is GroupMember.NON_GROUP_MEMBER:
+        raise ValueError("[distributed] this rank is not in the group it passed; only members may use it")
+    return group
+
+
+def get_rank(group: Any = None) -> int:
+    g = _group(group)
+    return g.rank if group is not None else g.ranks[g.rank]
+
+
+def get_world_size(group: Any = None) -> int:
+    return _group(group).size
+
+
+def get_local_rank() -> int:
+    _group(None)
+    return _State.local_rank
+
+
+def new_group(ranks: list[int] | None = None, timeout: Any = None) -> Any:
+    """A subgroup; every rank of the default group must call it, in the same order (as in torch)."""
+    default = _group(None)
+    ranks = sorted(set(range(default.size) if ranks is None else ranks))
+    if any(not 0 <= r < default.size for r in ranks):
+        raise ValueError(f"[distributed] new_group: ranks {ranks} must be in 0..{default.size - 1}")
+    me = default.ranks[default.rank]
+    if default.size == 1:
+        return ProcessGroup(0, 1, [0], None, "sub")
+    if me not in ranks:
+        _State.groups += 1   # keep the store prefixes in step with the members
+        return GroupMember.NON_GROUP_MEMBER
+    return _make_group(ranks, me, f"sub{_State.groups + 1}")
+
+
+def destroy_process_group(group: Any = None) -> None:
+    if group is not None and group is not GroupMember.NON_GROUP_MEMBER:
+        group.close()
+        return
+    g = _State.default
+    if g is None:
+        return
+    try:
+        if g.size > 1 and g.failure is None:
+            g.run_now(g.barrier)   # the store host must outlive every other rank's use of it
+    finally:
+        g.close()
+        if _State.store is not None:
+            _State.store.close()
+        _State.default, _State.store = None, None
+        for ex in _State.p2p.values():
+            ex.shutdown(wait=False, cancel_futures=True)
+        _State.p2p.clear()
+
+
+# ---------------------------------------------------------------------------- tensors <-> host arrays
+
+def _as_host(t: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
+    """A host array to work on in place, and what to do afterwards to make the result visible in t."""
+    if isinstance(t, np.ndarray):
+        if not t.flags.c_contiguous or not t.flags.writeable:
+            raise ValueError("[distributed] numpy arrays must be C-contiguous and writeable; use np.ascontiguousarray")
+        return t, None
+    from tg import Tensor
+    from tg.core.dtype import bf16_to_f32, dtypes, f32_to_bf16
+    if not isinstance(t, Tensor):
+        raise TypeError(f"[distributed] expected a tg Tensor or a numpy array, got {type(t).__name__}")
+    lb = t.lazydata
+    if not (lb.is_base and lb.op is not None) or lb.base.realized is None:
+        t.lazydata = lb.contiguous()
+        t.realize()
+    buf = t.lazydata.base.realized
+    assert buf is not None
+    host_device = t.device in ("CPU", "NUMPY")
+    if t.dtype == dtypes.bfloat16:
+        bits = buf._buf.view(np.uint16) if host_device else buf.numpy()
+        values = bf16_to_f32(bits).reshape(t.shape)
+
+        def write_bf16() -> None:
+            new = f32_to_bf16(values).reshape(-1)
+            if host_device:
+                bits[...] = new
+            else:
+                buf.copyin(new)
+        return values, write_bf16
+    if host_device:
+        return buf._buf.view(t.dtype.np).reshape(t.shape), None
+    arr = buf.numpy().reshape(t.shape)
+    return arr, lambda: buf.copyin(arr)
+
+
+def _run(group: Any, fn: Callable, args: tuple, after: Callable[[], None] | None, async_op: bool) -> Any:
+    g = _group(group)
+    if not async_op:
+        g.run_now(fn, *args)
+        if after is not None:
+            after()
+        return None
+    return Work(g.submit(fn, *args), after)
+
+
+def _chain(*fns: Callable[[], None] | None) -> Callable[[], None] | None:
+    live = [f for f in fns if f is not None]
+    if not live:
+        return None
+
+    def run() -> None:
+        for f in live:
+            f()
+    return run
+
+
+def _check_root(g: ProcessGroup, root: int, what: str) -> int:
+    if not 0 <= root < g.size:
+        raise ValueError(f"[distributed] {what}: rank {root} is out of range for a group of {g.size}")
+    return root
+
+
+def _group_rank(group: Any, global_rank: int) -> int:
+    g = _group(group)
+    if group is None:
+        return global_rank
+    if global_rank not in g.ranks:
+        raise ValueError(f"[distributed] rank {global_rank} is not in the group {g.ranks}")
+    return g.ranks.index(global_rank)
+
+
+# ---------------------------------------------------------------------------- collectives
+
+def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+    """Reduce tensor across ranks, in place on every rank."""
+    g = _group(group)
+    arr, after = _as_host(tensor)
+    from tg.distributed.group import reducer
+    reducer(op, arr.dtype)   # a dtype the op cannot use fails here, at the call
+    return _run(group, g.all_reduce, (arr, op), after, async_op)
+
+
+def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+    g = _group(group)
+    root = _check_root(g, _group_rank(group, dst), "reduce")
+    arr, after = _as_host(tensor)
+    return _run(group, g.reduce, (arr, root, op), after, async_op)
+
+
+def broadcast(tensor: Any, src: int, group: Any = None, async_op: bool = False) -> Any:
+    g = _group(group)
+    root = _check_root(g, _group_rank(group, src), "broadcast")
+    arr, after = _as_host(tensor)
+    return _run(group, g.broadcast, (arr, root), after, async_op)
+
+
+def all_gather_into_tensor(output: Any, input: Any, group: Any = None, async_op: bool = False) -> Any:  # noqa: A002
+    g = _group(group)
+    out, after = _as_host(output)
+    inp, _ = _as_host(input)
+    if out.size != inp.size * g.size or out.dtype != inp.dtype:
+        raise ValueError(f"[distributed] all_gather_into_tensor: output {out.dtype.name}{list(out.shape)} must hold "
+                         f"{g.size} x input {inp.dtype.name}{list(inp.shape)}")
+    return _run(group, g.all_gather, (out, inp), after, async_op)
+
+
+def all_gather(tensor_list: list, tensor: Any, group: Any = None, async_op: bool = False) -> Any:
+    g = _group(group)
+    if len(tensor_list) != g.size:
+        raise ValueError(f"[distributed] all_gather: tensor_list has {len(tensor_list)} entries, the group has {g.size}")
+    inp, _ = _as_host(tensor)
+    outs = [_as_host(t) for t in tensor_list]
+    for o, _a in outs:
+        if o.shape != inp.shape or o.dtype != inp.dtype:
+            raise ValueError(f"[distributed] all_gather: every output must be {inp.dtype.name}{list(inp.shape)}, "
+                             f"got {o.dtype.name}{list(o.shape)}")
+    flat = np.empty(inp.size * g.size, inp.dtype)
+
+    def unpack() -> None:
+        for i, (o, a) in enumerate(outs):
+            o.reshape(-1)[...] = flat[i * inp.size:(i + 1) * inp.size]
+            if a is not None:
+                a()
+    return _run(group, g.all_gather, (flat, inp), unpack, async_op)
+
+
+def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None,  # noqa: A002
+                          async_op: bool = False) -> Any:
+    g = _group(group)
+    out, after = _as_host(output)
+    inp, _ = _as_host(input)
+    if inp.size != out.size * g.size or out.dtype != inp.dtype:
+        raise ValueError(f"[distributed] reduce_scatter_tensor: input {inp.dtype.name}{list(inp.shape)} must be "
+                         f"{g.size} x output {out.dtype.name}{list(out.shape)}")
+    return _run(group, g.reduce_scatter, (out, inp, op), after, async_op)
+
+
+def reduce_scatter(output: Any, input_list: list, op: ReduceOp = ReduceOp.SUM, group: Any = None,
+                   async_op: bool = False) -> Any:
+    g = _group(group)
+    if len(input_list) != g.size:
+        raise ValueError(f"[distributed] reduce_scatter: input_list has {len(input_list)} entries, the group has "
+                         f"{g.size}")
+    out, after = _as_host(output)
+    flat = np.concatenate([_as_host(t)[0].reshape(-1) for t in input_list])
+    return _run(group, g.reduce_scatter, (out, flat, op), after, async_op)
+
+
+def gather(tensor: Any, gather_list: list | None = None, dst: int = 0, group: Any = None,
+           async_op: bool = False) -> Any:
+    g = _group(group)
+    root = _check_root(g, _group_rank(group, dst), "gather")
+    mine, _ = _as_host(tensor)
+    outs = [_as_host(t) for t in gather_list] if g.rank == root and gather_list is not None else []
+    if g.rank == root and len(outs) != g.size:
+        raise ValueError(f"[distributed] gather: the destination needs a gather_list of {g.size} tensors")
+    return _run(group, g.gather, (mine, [o for o, _ in outs], root), _chain(*[a for _, a in outs]), async_op)
+
+
+def scatter(tensor: Any, scatter_list: list | None = None, src: int = 0, group: Any = None,
+            async_op: bool = False) -> Any:
+    g = _group(group)
+    root = _check_root(g, _group_rank(group, src), "scatter")
+    out, after = _as_host(tensor)
+    chunks = [_as_host(t)[0] for t in scatter_list] if g.rank == root and scatter_list is not None else []
+    if g.rank == root and len(chunks) != g.size:
+        raise ValueError(f"[distributed] scatter: the source needs a scatter_list of {g.size} tensors")
+    return _run(group, g.scatter, (out, chunks, root), after, async_op)
+
+
+def all_to_all_single(output: Any, input: Any, group: Any = None, async_op: bool = False) -> Any:  # noqa: A002
+    g = _group(group)
+    out, after = _as_host(output)
+    inp, _ = _as_host(input)
+    if out.shape != inp.shape or out.dtype != inp.dtype or (inp.shape and inp.shape[0] % g.size):
+        raise ValueError(f"[distributed] all_to_all_single: input and output must have the same shape, with a first "
+                         f"dim divisible by {g.size}; got {list(inp.shape)} and {list(out.shape)}")
+    return _run(group, g.all_to_all, (out, inp), after, async_op)
+
+
+def barrier(group: Any = None, async_op: bool = False) -> Any:
+    g = _group(group)
+    return _run(group, g.barrier, (), None, async_op)
+
+
+# ---------------------------------------------------------------------------- point to point
+
+def _p2p_executor(g: ProcessGroup, peer: int, kind: str) -> ThreadPoolExecutor:
+    key = (id(g) * 1000 + peer, kind)
+    if key not in _State.p2p:
+        _State.p2p[key] = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tg-p2p-{kind}-{peer}")
+    return _State.p2p[key]
+
+
+def _p2p(tensor: Any, peer: int, group: Any, kind: str, async_op: bool) -> Any:
+    g = _group(group)
+    p = _group_rank(group, peer)
+    if p == g.rank or not 0 <= p < g.size:
+        raise ValueError(f"[distributed] {kind}: peer {peer} must be another rank of the group")
+    arr, after = _as_host(tensor)
+    fn = g.send if kind == "send" else g.recv
+    fut = _p2p_executor(g, p, kind).submit(g._run, 0, fn, (arr, p))
+    work = Work(fut, after)
+    if async_op:
+        return work
+    work.wait(None)
+    return None
+
+
+def send(tensor: Any, dst: int, group: Any = None, tag: int = 0) -> None:
+    _p2p(tensor, dst, group, "send", False)
+
+
+def recv(tensor: Any, src: int, group: Any = None, tag: int = 0) -> int:
+    _p2p(tensor, src, group, "recv", False)
+    return src
+
+
+def isend(tensor: Any, dst: int, group: Any = None, tag: int = 0) -> Work:
+    return _p2p(tensor, dst, group, "send", True)
+
+
+def irecv(tensor: Any, src: int, group: Any = None, tag: int = 0) -> Work:
+    return _p2p(tensor, src, group, "recv", True)
+
+
+# ---------------------------------------------------------------------------- JSON objects (no pickle)
+
+def broadcast_object(obj: Any, src: int = 0, group: Any = None) -> Any:
+    """obj from rank src on every rank; obj must be JSON-serialisable (tg never pickles)."""
+    g = _group(group)
+    data = json.dumps(obj).encode() if g.rank == _group_rank(group, src) else b""
+    n = np.array([len(data)], np.int64)
+    broadcast(n, src, group)
+    buf = np.frombuffer(data, np.uint8).copy() if data else np.zeros(int(n[0]), np.uint8)
+    broadcast(buf, src, group)
+    return json.loads(buf.tobytes().decode())
+
+
+def all_gather_object(object_list: list, obj: Any, group: Any = None) -> None:
+    g = _group(group)
+    data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
+    sizes = np.zeros(g.size, np.int64)
+    all_gather_into_tensor(sizes, np.array([data.size], np.int64), group)
+    padded = np.zeros(int(sizes.max()), np.uint8)
+    padded[:data.size] = data
+    out = np.zeros(g.size * padded.size, np.uint8)
+    all_gather_into_tensor(out, padded, group)
+    for i in range(g.size):
+        object_list[i] = json.loads(out[i * padded.size:i * padded.size + int(sizes[i])].tobytes().decode())
+
+

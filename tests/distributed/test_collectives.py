@@ -1,0 +1,177 @@
+"""Every collective x dtype x reduce op x size against numpy, in real processes at world sizes
+1, 2, 3 and 4. Each rank builds its inputs from a seed, so it can compute every expected value."""
+import numpy as np
+import pytest
+from harness import run_ranks
+
+DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "bool"]
+SIZES = [0, 1, 7, 1 << 20]
+
+
+def inputs(rank: int, dtype: str, n: int) -> np.ndarray:
+    rng = np.random.default_rng(1000 * rank + n)
+    if dtype == "bool":
+        return rng.integers(0, 2, n).astype(bool)
+    if dtype in ("int32", "int64", "uint8"):
+        return rng.integers(1, 5, n).astype(dtype)
+    return rng.uniform(0.5, 1.5, n).astype(dtype)
+
+
+def expected(op: str, parts: list) -> np.ndarray:
+    stack = np.stack(parts).astype(np.float64 if parts[0].dtype.kind == "f" else parts[0].dtype)
+    if parts[0].dtype == bool:
+        return {"SUM": np.any, "MAX": np.any, "MIN": np.all, "PRODUCT": np.all, "BAND": np.all, "BOR": np.any,
+                "BXOR": lambda s, axis: np.bitwise_xor.reduce(s, axis=axis)}[op](stack, axis=0)
+    return {"SUM": lambda s: s.sum(0), "AVG": lambda s: s.mean(0), "PRODUCT": lambda s: s.prod(0),
+            "MIN": lambda s: s.min(0), "MAX": lambda s: s.max(0), "BAND": lambda s: np.bitwise_and.reduce(s, 0),
+            "BOR": lambda s: np.bitwise_or.reduce(s, 0), "BXOR": lambda s: np.bitwise_xor.reduce(s, 0)}[op](stack)
+
+
+def close(got: np.ndarray, want: np.ndarray, dtype: str) -> bool:
+    tol = {"float16": 2e-2, "float32": 1e-5, "float64": 1e-12}.get(dtype, 0)
+    if got.shape != want.shape:
+        return False
+    return bool(np.allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)) if tol else \
+        bool(np.array_equal(got, want))
+
+
+def collective_suite(rank: int, world: int) -> list[str]:
+    """Runs everything; returns a list of failures (empty when all is well)."""
+    import tg.distributed as dist
+    from tg import Tensor
+    bad: list[str] = []
+    for dtype in DTYPES:
+        kind = np.dtype(dtype).kind
+        ops = ["SUM", "PRODUCT", "MIN", "MAX"] + (["AVG"] if kind == "f" else ["BAND", "BOR", "BXOR"])
+        for n in SIZES:
+            if n > 7 and dtype not in ("float32", "int32"):
+                continue
+            parts = [inputs(r, dtype, n) for r in range(world)]
+            for op in ops:
+                if op == "PRODUCT" and n > 7:
+                    continue
+                x = parts[rank].copy()
+                dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
+                if not close(x, expected(op, parts).astype(dtype) if dtype != "bool" else expected(op, parts), dtype):
+                    bad.append(f"all_reduce {op} {dtype}[{n}]")
+            # broadcast from the last rank, all_gather, reduce_scatter, gather, scatter, all_to_all
+            x = parts[rank].copy()
+            dist.broadcast(x, src=world - 1)
+            if not np.array_equal(x, parts[-1]):
+                bad.append(f"broadcast {dtype}[{n}]")
+            out = np.zeros(n * world, dtype)
+            dist.all_gather_into_tensor(out, parts[rank])
+            if not np.array_equal(out, np.concatenate(parts)):
+                bad.append(f"all_gather_into_tensor {dtype}[{n}]")
+            lst = [np.zeros(n, dtype) for _ in range(world)]
+            dist.all_gather(lst, parts[rank])
+            if not all(np.array_equal(a, b) for a, b in zip(lst, parts)):
+                bad.append(f"all_gather {dtype}[{n}]")
+            if kind != "b":
+                big = [inputs(r, dtype, n * world) for r in range(world)]
+                rs = np.zeros(n, dtype)
+                dist.reduce_scatter_tensor(rs, big[rank])
+                want = expected("SUM", big)[rank * n:(rank + 1) * n].astype(dtype)
+                if not close(rs, want, dtype):
+                    bad.append(f"reduce_scatter_tensor {dtype}[{n}]")
+                rsl = np.zeros(n, dtype)
+                dist.reduce_scatter(rsl, [b.copy() for b in np.split(big[rank], world)])
+                if not close(rsl, want, dtype):
+                    bad.append(f"reduce_scatter {dtype}[{n}]")
+                red = parts[rank].copy()
+                dist.reduce(red, dst=0)
+                if rank == 0 and not close(red, expected("SUM", parts).astype(dtype), dtype):
+                    bad.append(f"reduce {dtype}[{n}]")
+            gl = [np.zeros(n, dtype) for _ in range(world)] if rank == 0 else None
+            dist.gather(parts[rank], gl, dst=0)
+            if rank == 0 and not all(np.array_equal(a, b) for a, b in zip(gl, parts)):
+                bad.append(f"gather {dtype}[{n}]")
+            sc = np.zeros(n, dtype)
+            dist.scatter(sc, [inputs(99, dtype, n) + 0 * r if kind != "b" else inputs(99, dtype, n)
+                              for r in range(world)] if rank == 1 % world else None, src=1 % world)
+            if not np.array_equal(sc, inputs(99, dtype, n)):
+                bad.append(f"scatter {dtype}[{n}]")
+            a2a_in = np.concatenate([np.full(max(n, 1), 10 * rank + j, np.int64) for j in range(world)])
+            a2a_out = np.zeros_like(a2a_in)
+            dist.all_to_all_single(a2a_out, a2a_in)
+            if not np.array_equal(a2a_out, np.concatenate([np.full(max(n, 1), 10 * j + rank, np.int64)
+                                                           for j in range(world)])):
+                bad.append(f"all_to_all_single [{n}]")
+    # tg Tensors (in place), bfloat16 reduced in float32, async handles, barrier, objects, p2p
+    t = Tensor(np.full(5, rank + 1, np.float32))
+    dist.all_reduce(t)
+    if t.tolist() != [world * (world + 1) / 2] * 5:
+        bad.append("all_reduce on a Tensor")
+    tb = Tensor(np.full(3, rank + 1.0, np.float32), dtype="bfloat16")
+    dist.all_reduce(tb, op=dist.ReduceOp.AVG)
+    if not np.allclose(tb.numpy(), (world + 1) / 2, rtol=1e-2):
+        bad.append("bfloat16 AVG")
+    works = [dist.all_reduce(np.full(4, float(i)), async_op=True) for i in range(3)]
+    for w in works:
+        w.wait(timeout=30)
+    if not all(w.is_completed() and w.exception() is None for w in works):
+        bad.append("async handles")
+    dist.barrier()
+    if dist.broadcast_object({"from": rank, "list": [1, 2]}, src=0) != {"from": 0, "list": [1, 2]}:
+        bad.append("broadcast_object")
+    objs = [None] * world
+    dist.all_gather_object(objs, f"rank{rank}")
+    if objs != [f"rank{r}" for r in range(world)]:
+        bad.append("all_gather_object")
+    if world > 1:
+        if rank == 0:
+            dist.send(np.arange(6, dtype=np.float32), dst=1)
+            back = np.zeros(6, np.float32)
+            dist.recv(back, src=world - 1)
+            if not np.array_equal(back, np.arange(6, dtype=np.float32) * world):
+                bad.append("send/recv ring")
+        else:
+            buf = np.zeros(6, np.float32)
+            dist.recv(buf, src=rank - 1)
+            buf += np.arange(6, dtype=np.float32)
+            dist.send(buf, dst=(rank + 1) % world)
+    if dist.get_rank() != rank or dist.get_world_size() != world or dist.get_local_rank() != rank:
+        bad.append("get_rank / get_world_size / get_local_rank")
+    return bad
+
+
+def subgroup_suite(rank: int, world: int) -> list:
+    import tg.distributed as dist
+    odd = dist.new_group([r for r in range(world) if r % 2 == 1])
+    even = dist.new_group([r for r in range(world) if r % 2 == 0])
+    mine = even if rank % 2 == 0 else odd
+    x = np.array([float(rank)])
+    dist.all_reduce(x, group=mine)
+    members = [r for r in range(world) if r % 2 == rank % 2]
+    ok = x[0] == sum(members) and dist.get_world_size(mine) == len(members)
+    other = odd if rank % 2 == 0 else even
+    try:
+        dist.all_reduce(np.ones(1), group=other)
+        ok = False
+    except ValueError:
+        pass
+    return [ok]
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_collectives_against_numpy(world):
+    failures = run_ranks(world, collective_suite, timeout=300)
+    assert failures == [[]] * world
+
+
+@pytest.mark.parametrize("world", [3, 4])
+def test_subgroups(world):
+    assert run_ranks(world, subgroup_suite) == [[True]] * world
+
+
+def test_one_rank_group_without_environment():
+    import tg.distributed as dist
+    dist.init_process_group()
+    try:
+        x = np.arange(4.0)
+        dist.all_reduce(x, op=dist.ReduceOp.SUM)
+        assert x.tolist() == [0.0, 1.0, 2.0, 3.0] and dist.get_world_size() == 1 and dist.get_rank() == 0
+        w = dist.broadcast(x, src=0, async_op=True)
+        assert w.wait() and w.is_completed()
+    finally:
+        dist.destroy_process_group()

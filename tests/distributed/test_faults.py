@@ -1,0 +1,121 @@
+"""Failure is loud and fast: dead ranks, mismatched calls, bad secrets, garbage, misuse."""
+import os
+import signal
+import socket
+import struct
+import time
+
+import numpy as np
+import pytest
+from harness import run_ranks
+
+import tg.distributed as dist
+from tg.distributed.store import StoreError, TCPStore
+
+
+def die_mid_all_reduce(rank: int, world: int, stamp_dir: str) -> str:
+    big = np.ones(1 << 21, np.float32)
+    for i in range(1000):
+        if rank == world - 1 and i == 3:
+            with open(os.path.join(stamp_dir, "died"), "w") as f:
+                f.write(repr(time.time()))
+            os.kill(os.getpid(), signal.SIGKILL)
+        try:
+            dist.all_reduce(big)
+        except dist.DistributedError as e:
+            return f"{time.time()}|{e}"
+    return "no error"
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_sigkilled_rank_is_named_within_seconds(tmp_path, world):
+    results = run_ranks(world, die_mid_all_reduce, str(tmp_path), allow_errors=True, init=True, timeout=60)
+    died = float((tmp_path / "died").read_text())
+    for rank in range(world - 1):
+        caught, message = results[rank].split("|", 1)
+        assert float(caught) - died < 10, f"rank {rank} took {float(caught) - died:.1f}s to notice"
+        assert f"rank {world - 1}" in message, message
+
+
+def mismatched_shapes(rank: int, world: int) -> str:
+    try:
+        dist.all_reduce(np.zeros(8 if rank == 0 else 16, np.float32))
+    except dist.DistributedError as e:
+        return str(e)
+    return "no error"
+
+
+def test_mismatched_shapes_raise_on_every_rank():
+    results = run_ranks(3, mismatched_shapes, allow_errors=True)
+    for message in results:
+        assert "float32[8]" in message and "float32[16]" in message, message
+        assert "all_reduce #" in message
+
+
+def test_store_rejects_wrong_secret_and_garbage(caplog):
+    server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"right", timeout=5)
+    try:
+        with pytest.raises(StoreError, match="secret"):
+            TCPStore("127.0.0.1", server.port, secret=b"wrong", timeout=5)
+        raw = socket.create_connection(("127.0.0.1", server.port))
+        raw.recv(32)                                   # the challenge
+        raw.sendall(b"\x00" * 32 + b"GARBAGE" * 10)    # a wrong answer, then junk
+        raw.settimeout(5)
+        try:
+            assert raw.recv(100) == b""                # closed without reading the junk ...
+        except ConnectionResetError:
+            pass                                       # ... or reset, as unread junk makes the kernel do
+        raw.close()
+        good = TCPStore("127.0.0.1", server.port, secret=b"right", timeout=5)
+        good.set("k", "v")
+        assert good.get("k") == b"v" and good.add("c", 5) == 5 and good.add("c", -2) == 3
+        assert good.compare_set("k", b"v", b"w") == b"w" and good.compare_set("k", b"x", b"y") == b"w"
+        assert good.delete("k") and not good.delete("k")
+        good.wait(["c"], timeout=1)
+        with pytest.raises(StoreError, match="timed out"):
+            good.get("missing", timeout=0.2)
+        good.close()
+    finally:
+        server.close()
+    assert any("did not prove the job secret" in r.message for r in caplog.records)
+
+
+def test_store_rejects_malformed_frames_and_carries_on():
+    server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"s", timeout=5)
+    try:
+        client = TCPStore("127.0.0.1", server.port, secret=b"s", timeout=5)
+        client._sock.sendall(struct.pack("<4sBBHIQ", b"JUNK", 9, 1, 0, 0, 0))   # bad magic and version
+        client._sock.settimeout(5)
+        try:
+            assert client._sock.recv(10) == b""
+        except ConnectionResetError:
+            pass
+        other = TCPStore("127.0.0.1", server.port, secret=b"s", timeout=5)
+        other.set("still", "up")
+        assert other.get("still") == b"up"
+        other.close()
+    finally:
+        server.close()
+
+
+def test_misuse_errors_at_the_call():
+    with pytest.raises(RuntimeError, match="init_process_group"):
+        dist.all_reduce(np.ones(2))
+    dist.init_process_group()
+    try:
+        with pytest.raises(RuntimeError, match="already"):
+            dist.init_process_group()
+        with pytest.raises(TypeError, match="BAND"):
+            dist.all_reduce(np.ones(2), op=dist.ReduceOp.BAND)
+        with pytest.raises(TypeError, match="AVG"):
+            dist.all_reduce(np.ones(2, np.int32), op=dist.ReduceOp.AVG)
+        with pytest.raises(ValueError, match="out of range"):
+            dist.broadcast(np.ones(2), src=3)
+        with pytest.raises(ValueError, match="contiguous"):
+            dist.all_reduce(np.ones((4, 4))[:, ::2])
+        with pytest.raises(TypeError, match="tg Tensor or a numpy array"):
+            dist.all_reduce([1.0, 2.0])
+    finally:
+        dist.destroy_process_group()
+    with pytest.raises(ValueError, match="out of range"):
+        dist.init_process_group(rank=5, world_size=2)

@@ -1,0 +1,241 @@
+"""Collective algorithms, written once over the point-to-point transport interface
+(`isend(peer, kind, seq, arg, payload)`, `recv_frame`, `recv_into`).
+
+Large all_reduce is a ring reduce-scatter + all-gather, small all_reduce recursive doubling
+(every rank ends bit-identical), broadcast a binomial tree; all are pipelined in chunks so
+sending, receiving and reducing overlap. Every collective first sends its descriptor (op, dtype,
+shape, root, reduce op) to each peer it talks to, and checks the one it receives, so ranks that
+disagree raise on all sides instead of hanging or corrupting data.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Callable
+
+import numpy as np
+
+from tg.distributed.errors import DistributedError
+from tg.distributed.tcp import DATA, DESC
+
+CHUNK = 1 << 20            # bytes per pipelined message
+SMALL = 1 << 15            # all_reduce below this many bytes uses recursive doubling
+
+OPS = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "scatter",
+       "all_to_all", "barrier", "send"]
+DESC_HEAD = struct.Struct("<BBbiB")   # op, reduce op, dtype code, root, ndim
+
+
+def encode_desc(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1, red: int = 0) -> bytes:
+    code = DTYPE_CODES.index(np.dtype(dtype).str) if np.dtype(dtype).str in DTYPE_CODES else -1
+    return DESC_HEAD.pack(OPS.index(op), red, code, root, len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
+
+
+def describe(desc: bytes) -> str:
+    op, red, code, root, ndim = DESC_HEAD.unpack(desc[:DESC_HEAD.size])
+    shape = struct.unpack(f"<{ndim}Q", desc[DESC_HEAD.size:DESC_HEAD.size + 8 * ndim])
+    dt = np.dtype(DTYPE_CODES[code]).name if 0 <= code < len(DTYPE_CODES) else "?"
+    extra = f" root={root}" if root >= 0 else ""
+    return f"{OPS[op]} {dt}[{', '.join(map(str, shape))}]{extra}" + (f" op={red}" if red else "")
+
+
+DTYPE_CODES = [np.dtype(t).str for t in ("bool", "int8", "uint8", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8",
+                                         "<f2", "<f4", "<f8")]
+
+
+class Call:
+    """One collective in flight: sends the descriptor before the first payload to each peer and
+    checks it before the first payload from each peer."""
+
+    def __init__(self, transport, seq: int, desc: bytes, name: str, ranks: list[int]):
+        self.t, self.seq, self.desc, self.name, self.ranks = transport, seq, desc, name, ranks
+        self.sent: set[int] = set()
+        self.checked: set[int] = set()
+        self.handles: list = []
+
+    @property
+    def what(self) -> str:
+        return f"{self.name} #{self.seq}"
+
+    def isend(self, peer: int, payload) -> None:
+        if peer not in self.sent:
+            self.t.isend(peer, DESC, self.seq, 0, self.desc)
+            self.sent.add(peer)
+        mv = memoryview(payload).cast("B") if not isinstance(payload, (bytes, bytearray)) else payload
+        self.handles.append(self.t.isend(peer, DATA, self.seq, 0, mv))
+
+    def check(self, peer: int) -> None:
+        if peer in self.checked:
+            return
+        _, _, n = self.t.recv_frame(peer, DESC, self.seq, self.what)
+        theirs = self.t.recv_bytes(peer, n)
+        if theirs != self.desc:
+            g_peer, g_me = self.ranks[peer], self.ranks[self.t.rank]
+            raise DistributedError(f"[distributed] {self.what}: rank {g_peer} sent {describe(theirs)}, "
+                                   f"rank {g_me} expected {describe(self.desc)}")
+        self.checked.add(peer)
+
+    def recv_into(self, peer: int, buf: np.ndarray) -> None:
+        self.check(peer)
+        _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
+        view = memoryview(buf).cast("B") if buf.nbytes else memoryview(b"")
+        if n != len(view):
+            raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent {n} bytes, rank "
+                                   f"{self.ranks[self.t.rank]} expected {len(view)}")
+        if n:
+            self.t.recv_into(peer, view)
+
+    def finish(self) -> None:
+        for h in self.handles:
+            h.wait(self.t.timeout)
+        self.handles.clear()
+
+
+def _chunks(n_items: int, itemsize: int) -> list[slice]:
+    per = max(CHUNK // max(itemsize, 1), 1)
+    return [slice(i, min(i + per, n_items)) for i in range(0, n_items, per)] or [slice(0, 0)]
+
+
+def _blocks(n: int, parts: int) -> list[slice]:
+    edges = [n * i // parts for i in range(parts + 1)]
+    return [slice(edges[i], edges[i + 1]) for i in range(parts)]
+
+
+Reducer = Callable[[np.ndarray, np.ndarray], None]   # reduce(dst, src): dst = dst op src, in place
+
+
+def ring_reduce_scatter(c: Call, buf: np.ndarray, reduce: Reducer, blocks: list[slice]) -> None:
+    """After this, rank r's block r of buf holds the reduction over all ranks."""
+    n, r = c.t.world, c.t.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    tmp = np.empty(max((b.stop - b.start) for b in blocks), dtype=buf.dtype)
+    for s in range(n - 1):
+        send_b, recv_b = blocks[(r - s - 1) % n], blocks[(r - s - 2) % n]
+        send_seg, recv_seg = buf[send_b], buf[recv_b]
+        send_chunks, recv_chunks = _chunks(len(send_seg), buf.itemsize), _chunks(len(recv_seg), buf.itemsize)
+        for j in range(max(len(send_chunks), len(recv_chunks))):
+            if j < len(send_chunks):
+                c.isend(nxt, send_seg[send_chunks[j]])
+            if j < len(recv_chunks):
+                part = recv_seg[recv_chunks[j]]
+                t = tmp[:len(part)]
+                c.recv_into(prv, t)
+                reduce(part, t)
+        c.finish()
+
+
+def ring_all_gather(c: Call, buf: np.ndarray, blocks: list[slice]) -> None:
+    """Rank r contributes block r of buf; afterwards every rank has every block."""
+    n, r = c.t.world, c.t.rank
+    nxt, prv = (r + 1) % n, (r - 1) % n
+    for s in range(n - 1):
+        send_seg, recv_seg = buf[blocks[(r - s) % n]], buf[blocks[(r - s - 1) % n]]
+        send_chunks, recv_chunks = _chunks(len(send_seg), buf.itemsize), _chunks(len(recv_seg), buf.itemsize)
+        for j in range(max(len(send_chunks), len(recv_chunks))):
+            if j < len(send_chunks):
+                c.isend(nxt, send_seg[send_chunks[j]])
+            if j < len(recv_chunks):
+                c.recv_into(prv, recv_seg[recv_chunks[j]])
+        c.finish()
+
+
+def recursive_doubling(c: Call, buf: np.ndarray, reduce: Reducer) -> None:
+    """Small all_reduce in log2(n) exchanges; ranks beyond the largest power of two fold in first."""
+    n, r = c.t.world, c.t.rank
+    p2 = 1 << (n.bit_length() - 1)
+    extra = n - p2
+    tmp = np.empty_like(buf)
+    if r >= p2:
+        c.isend(r - p2, buf)
+        c.recv_into(r - p2, buf)
+        c.finish()
+        return
+    if r < extra:
+        c.recv_into(r + p2, tmp)
+        reduce(buf, tmp)
+    mask = 1
+    while mask < p2:
+        partner = r ^ mask
+        c.isend(partner, buf.copy())
+        c.recv_into(partner, tmp)
+        c.finish()
+        # the lower rank's value goes first, so every rank adds in the same order: bit-identical results
+        if partner < r:
+            first = tmp.copy()
+            reduce(first, buf)
+            buf[...] = first
+        else:
+            reduce(buf, tmp)
+        mask <<= 1
+    if r < extra:
+        c.isend(r + p2, buf)
+    c.finish()
+
+
+def all_reduce(c: Call, buf: np.ndarray, reduce: Reducer) -> None:
+    if c.t.world == 1 or buf.size == 0:
+        return
+    if buf.nbytes <= SMALL or buf.size < c.t.world:
+        recursive_doubling(c, buf, reduce)
+        return
+    blocks = _blocks(buf.size, c.t.world)
+    ring_reduce_scatter(c, buf, reduce, blocks)
+    ring_all_gather(c, buf, blocks)
+
+
+def broadcast(c: Call, buf: np.ndarray, root: int) -> None:
+    """Binomial tree from root; large buffers are forwarded chunk by chunk as they arrive."""
+    n, r = c.t.world, c.t.rank
+    vr = (r - root) % n
+    parent, mask = None, 1
+    while mask < n:
+        if vr & mask:
+            parent = (vr - mask + root) % n
+            break
+        mask <<= 1
+    children = []
+    mask >>= 1
+    while mask > 0:
+        if vr + mask < n:
+            children.append((vr + mask + root) % n)
+        mask >>= 1
+    for chunk in _chunks(buf.size, buf.itemsize):
+        if parent is not None:
+            c.recv_into(parent, buf[chunk])
+        for child in children:
+            c.isend(child, buf[chunk])
+    c.finish()
+
+
+def gather(c: Call, chunks: list[np.ndarray], mine: np.ndarray, root: int) -> None:
+    """Root's chunks[i] receives rank i's `mine`."""
+    if c.t.rank == root:
+        for peer in range(c.t.world):
+            if peer == root:
+                chunks[peer][...] = mine
+            else:
+                c.recv_into(peer, chunks[peer])
+    else:
+        c.isend(root, mine)
+    c.finish()
+
+
+def scatter(c: Call, chunks: list[np.ndarray], out: np.ndarray, root: int) -> None:
+    if c.t.rank == root:
+        for peer in range(c.t.world):
+            if peer == root:
+                out[...] = chunks[peer]
+            else:
+                c.isend(peer, chunks[peer])
+    else:
+        c.recv_into(root, out)
+    c.finish()
+
+
+def all_to_all(c: Call, send_blocks: list[np.ndarray], recv_blocks: list[np.ndarray]) -> None:
+    n, r = c.t.world, c.t.rank
+    recv_blocks[r][...] = send_blocks[r]
+    for k in range(1, n):
+        to, frm = (r + k) % n, (r - k) % n
+        c.isend(to, send_blocks[to])
+        c.recv_into(frm, recv_blocks[frm])
+    c.finish()
