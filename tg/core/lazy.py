@@ -161,6 +161,9 @@ class LazyBuffer:
     def _view(self, st: ShapeTracker) -> LazyBuffer:
         if st.contiguous and st.shape == self.base.shape:
             return self.base
+        mask = st.views[-1].mask
+        if mask is not None and any(lo >= hi for lo, hi in mask):   # entirely padding: zeros
+            return LazyBuffer.const(0, self.dtype, self.device, st.shape)
         return LazyBuffer(self.device, st, self.dtype, base=self.base)
 
     def movement(self, op: MovementOps, arg: Any) -> LazyBuffer:

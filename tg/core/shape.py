@@ -242,6 +242,8 @@ class ShapeTracker:
         mask = [(0, s) for s in shape]
         if valid.is_const:
             if valid.min == 0:
+                if not shape:
+                    return None     # a 0-d view cannot say "nothing valid": keep the views stacked
                 return View.create(shape, mask=tuple((0, 0) for _ in shape))
         else:
             for cond in (valid.nodes if hasattr(valid, "nodes") else (valid,)):

@@ -316,6 +316,11 @@ def div(a: IntLike, b: int) -> Node:
         rest_q: Node = num(rest_node.min // bb)
     elif bb == 1:
         rest_q = rest_node
+    elif rest_node.min < 0:
+        # C's / truncates toward zero; keep the atom's argument non-negative so it floors:
+        # (r + k*b) // b - k == r // b
+        k = -(rest_node.min // bb)
+        rest_q = add(Div(add(rest_node, k * bb), bb), -k)
     else:
         rest_q = Div(rest_node, bb)
     return add(_from_linear(quotient, q_const), rest_q)
@@ -343,6 +348,8 @@ def mod(a: IntLike, b: int) -> Node:
         return mul(inner, g)
     if inner.min // bb == inner.max // bb:  # no wrap-around inside the range
         return mul(add(inner, -(inner.min // bb) * bb), g)
+    if inner.min < 0:   # C's % keeps the dividend's sign: shift the argument non-negative first
+        inner = add(inner, -(inner.min // bb) * bb)
     return mul(Mod(inner, bb), g)
 
 
