@@ -196,16 +196,19 @@ def main(argv: list[str] | None = None) -> dict:
         if not ckpt.exists():
             raise FileNotFoundError(f"[train] --resume: no checkpoint at {ckpt}; run once without --resume")
         load_state_dict(model, safe_load(ckpt))
-        opt_state = out / "optim.safetensors"
-        if opt_state.exists():
-            opt.load_state_dict(safe_load(opt_state))
         meta = safe_load_metadata(ckpt)
         start_step = int(meta.get("step", "0"))
+        # the two files are each written atomically; a crash between them leaves different steps
+        opt_state = out / "optim.safetensors"
+        opt_step = safe_load_metadata(opt_state).get("step") if opt_state.exists() else None
+        if opt_step != str(start_step):
+            raise RuntimeError(f"[train] --resume: {ckpt} is at step {start_step} but {opt_state} is at step "
+                               f"{opt_step}; a run was interrupted while saving. Delete {out} to start over.")
+        opt.load_state_dict(safe_load(opt_state))
         history = json.loads(meta.get("history", '{"train": [], "val": []}'))
         for _ in range(start_step):
             sched.step()
         print(f"resumed from {ckpt} at step {start_step}")
-    rng = np.random.default_rng(args.seed + start_step)
     n_params = sum(p.numel() for p in params)
     source = "stdlib" if args.data is None else args.data
     print(f"tg GPT: {n_params / 1e6:.2f}M params, {len(tokens):,} tokens ({source}), "
@@ -234,13 +237,14 @@ def main(argv: list[str] | None = None) -> dict:
     def save(step: int) -> None:
         meta = {"step": str(step), "history": json.dumps(history), "config": json.dumps(vars(args))}
         safe_save(get_state_dict(model), ckpt, metadata=meta)
-        safe_save(opt.state_dict(), out / "optim.safetensors")
+        safe_save(opt.state_dict(), out / "optim.safetensors", metadata={"step": str(step)})
 
     start = time.perf_counter()
     tokens_per_step = args.batch * args.block
     loss_v = float("nan")
     for step in range(start_step + 1, args.steps + 1):
-        x, y = get_batch(train_tok, args.batch, args.block, rng)
+        # batches depend only on (seed, step): a resumed run sees the same data as an unbroken one
+        x, y = get_batch(train_tok, args.batch, args.block, np.random.default_rng([args.seed, step]))
         loss_v = train_step(x, y).item()
         sched.step()
         history["train"].append((step, loss_v))

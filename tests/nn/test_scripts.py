@@ -79,3 +79,8 @@ def test_train_gpt_learns_checkpoints_and_resumes(tmp_path):
     history = json.loads((run / "history.json").read_text())
     assert [s for s, _ in history["train"]] == list(range(1, 41))     # steps 31..40 continued the run
     assert resumed["last_loss"] < out["first_loss"]
+    # a checkpoint pair from different steps is refused instead of silently mixed
+    from tg.nn.state import safe_load, safe_save
+    safe_save(safe_load(run / "optim.safetensors"), run / "optim.safetensors", metadata={"step": "7"})
+    with pytest.raises(RuntimeError, match="interrupted while saving"):
+        train.main(args + ["--resume"])

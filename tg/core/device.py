@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import importlib
 import pkgutil
+import weakref
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,8 @@ class Buffer:
         self.nbytes = size * dtype.itemsize
         self.allocator = Device[device].allocator
         self._buf = self.allocator.alloc(self.nbytes)
+        # every lazy buffer whose value lives in this memory (an assign's result shares its target's)
+        self.aliases: weakref.WeakSet = weakref.WeakSet()
         GlobalCounters.mem_used += self.nbytes
         GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
 

@@ -11,7 +11,9 @@ building, scheduling or Python per op in steady state.
 
 Rules: tensors the function reads must be passed as arguments (or be state it updates in place,
 like parameters and optimizer buffers); host data created inside the function is frozen at
-capture. Arguments of another shape, dtype or device get their own capture (a retrace).
+capture. Arguments of another shape, dtype or device get their own capture (a retrace). As in
+tinygrad, replays write into the same output buffers and return the same Tensor objects: copy
+(`.numpy()`, `.item()`, `.contiguous()`) what you want to keep from one call to the next.
 """
 from __future__ import annotations
 

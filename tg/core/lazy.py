@@ -69,6 +69,8 @@ class LazyBuffer:
     @realized.setter
     def realized(self, buf: Buffer | None) -> None:
         self.__dict__["realized"] = buf
+        if buf is not None:
+            buf.aliases.add(self)
 
     @property
     def is_const(self) -> bool:

@@ -97,13 +97,12 @@ VEC_TYPES = {"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v
 
 # exp2 / log2 on whole SIMD vectors (libm has only scalar versions): range reduction to a small
 # interval, then a minimax polynomial (Cephes' coefficients, ~1e-7 relative error); inf, NaN,
-# zero and negative inputs give what exp2f / log2f give (exp2 results below 2**-126 flush to
-# 0; log2 of a subnormal input is not exact).
+# zero, negative and subnormal inputs give what exp2f / log2f give.
 VECTOR_MATH = """
 #define TG_SEL(m, a, b) ((f32v)((((i32v)(a)) & (m)) | (((i32v)(b)) & ~(m))))
 static inline f32v tg_exp2_v(f32v x) {
   f32v xc = TG_SEL(x > 128.0f, ((f32v){} + 128.0f), x);
-  xc = TG_SEL(xc < -126.0f, ((f32v){} - 126.0f), xc);
+  xc = TG_SEL(xc < -150.0f, ((f32v){} - 150.0f), xc);
   f32v t = xc + 0.5f;
   i32v n = __builtin_convertvector(t, i32v);
   n = n + (__builtin_convertvector(n, f32v) > t);            /* floor(x + 0.5) */
@@ -115,12 +114,14 @@ static inline f32v tg_exp2_v(f32v x) {
   i32v half = n >> 1;                                        /* 2**n as two normal factors */
   f32v r = (p * (f32v)((half + 127) << 23)) * (f32v)((n - half + 127) << 23);
   r = TG_SEL(x >= 128.0f, ((f32v){} + INFINITY), r);
-  r = TG_SEL(x < -126.0f, ((f32v){}), r);
+  r = TG_SEL(x < -150.0f, ((f32v){}), r);
   return TG_SEL(x != x, x, r);
 }
 static inline f32v tg_log2_v(f32v x) {
-  i32v bits = (i32v)x;
-  i32v e = ((bits >> 23) & 0xff) - 127;
+  i32v sub = (((i32v)x >> 23) & 0xff) == 0;                   /* subnormal (or zero) input */
+  f32v xs = TG_SEL(sub, x * 8388608.0f, x);                  /* times 2**23: now normal */
+  i32v bits = (i32v)xs;
+  i32v e = ((bits >> 23) & 0xff) - 127 + (sub & -23);
   f32v m = (f32v)((bits & 0x7fffff) | 0x3f800000);           /* mantissa in [1, 2) */
   i32v big = m > 1.41421356f;
   m = TG_SEL(big, m * 0.5f, m);
@@ -304,8 +305,10 @@ class CStyleRenderer:
         if op == "HREDUCE":
             src = u.src[0]
             lanes = [f"{self.ref(src)}[{i}]" for i in range(self.lanes)]
+            tmpl = RENDER_TEMPLATES[RENDER_TEMPLATES[u.arg]]
+            if u.arg is ReduceOps.MAX and u.dtype is not None and u.dtype.is_float:
+                tmpl = "((({0}>{1})||({0}!={0}))?{0}:{1})"      # NaN propagates, as in the scalar MAX
             while len(lanes) > 1:
-                tmpl = RENDER_TEMPLATES[RENDER_TEMPLATES[u.arg]]
                 lanes = [tmpl.format(lanes[i], lanes[i + 1]) for i in range(0, len(lanes) - 1, 2)] + \
                         ([lanes[-1]] if len(lanes) % 2 else [])
             return self.decl(u, lanes[0])

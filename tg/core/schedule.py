@@ -319,6 +319,15 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
     return _order(items)
 
 
+def _same_memory(b: LazyBuffer) -> list[LazyBuffer]:
+    """b and every other lazy buffer whose value lives in the same memory."""
+    return [b] + [a for a in list(b.realized.aliases) if a is not b] if b.realized is not None else [b]
+
+
+def _storage(b: LazyBuffer) -> int:
+    return id(b.realized) if b.realized is not None else id(b)
+
+
 def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
     """Copy-on-write for in-place assigns: a computation that is still pending outside this
     schedule and reads the old contents (say a loss, read after optimizer.step()) is rewired to a
@@ -329,16 +338,19 @@ def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
         if b.op is not BufferOps.ASSIGN:
             continue
         target = b.srcs[0].base
-        outside = [r for r in list(target.readers)
-                   if r.realized is None and r.srcs and id(r) not in in_schedule]
+        same = _same_memory(target)
+        same_ids = {id(x) for x in same}
+        outside = {id(r): r for x in same for r in list(x.readers)
+                   if r.realized is None and r.srcs and id(r) not in in_schedule}
         if not outside:
             continue
         snap = LazyBuffer.empty(target.shape, target.dtype, target.device).assign(target)
-        for r in outside:
-            r.srcs = tuple(LazyBuffer(s.device, s.st, s.dtype, base=snap) if s.base is target else s
+        for r in outside.values():
+            r.srcs = tuple(LazyBuffer(s.device, s.st, s.dtype, base=snap) if id(s.base) in same_ids else s
                            for s in r.srcs)
             snap.readers.add(r)
-            target.readers.discard(r)
+            for x in same:
+                x.readers.discard(r)
         snapshots.append(snap)
     return snapshots
 
@@ -347,7 +359,7 @@ def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
     """Topological order (stable): producers first, and readers of a buffer before its ASSIGN."""
     producer = {id(it.out): i for i, it in enumerate(items)}
     deps: list[set[int]] = [set() for _ in items]
-    readers_of: dict[int, list[int]] = {}
+    readers_of: dict[int, list[int]] = {}   # by memory: aliases of one buffer are one key
     for i, it in enumerate(items):
         srcs: list[LazyBuffer] = []
         if it.kernel is not None:
@@ -359,11 +371,11 @@ def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
         for b in srcs:
             if id(b) in producer and producer[id(b)] != i:
                 deps[i].add(producer[id(b)])
-            readers_of.setdefault(id(b), []).append(i)
+            readers_of.setdefault(_storage(b), []).append(i)
     for i, it in enumerate(items):
         if it.kernel is not None and it.out.op is BufferOps.ASSIGN:
             target = it.out.srcs[0].base
-            for r in readers_of.get(id(target), []):
+            for r in readers_of.get(_storage(target), []):
                 if r != i and i not in deps[r]:
                     deps[i].add(r)
     done: set[int] = set()

@@ -217,11 +217,12 @@ class Tensor:
         return bits
 
     @staticmethod
-    def _uniform01(shape: tuple[int, ...], device: str | None) -> Tensor:
-        """Floats in [0, 1) with 24 random bits each."""
+    def _uniform01(shape: tuple[int, ...], device: str | None, mantissa: int = 24) -> Tensor:
+        """Floats in [0, 1) with `mantissa` random bits each: as many as the target dtype holds, so
+        rounding into it can never reach 1.0."""
         n = prod(shape)
         bits = Tensor._random_bits(n, device)
-        return ((bits >> 8).cast(dtypes.float32) * (1.0 / (1 << 24))).reshape(shape)
+        return ((bits >> (32 - mantissa)).cast(dtypes.float32) * (1.0 / (1 << mantissa))).reshape(shape)
 
     @staticmethod
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
@@ -282,7 +283,8 @@ class Tensor:
     @staticmethod
     def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
-        out = Tensor._uniform01(_shape(shape), device).cast(dt)
+        mantissa = {"float16": 11, "bfloat16": 8}.get(dt.name, 24)
+        out = Tensor._uniform01(_shape(shape), device, mantissa).cast(dt)
         return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
@@ -1051,7 +1053,7 @@ class Tensor:
     def prod(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """Product via logs of magnitudes, with the sign and zeros tracked separately."""
         axis = dim if dim is not None else axis
-        x = self._float_like() if self.dtype.is_float else self.cast(dtypes.float64)
+        x = self.cast(dtypes.float64)      # logs summed in float64: exact for ordinary products
         mag = x.abs()
         logs = (mag == 0).where(0.0, mag.log()).sum(axis, keepdim)
         zeros = (x == 0).sum(axis, keepdim)
@@ -1059,7 +1061,7 @@ class Tensor:
         sign = ((negs % 2) == 1).where(-1.0, 1.0)
         out = (zeros > 0).where(0.0, logs.exp() * sign)
         if self.dtype.is_float:
-            return out
+            return out.cast(self.dtype)
         return out.round().cast(dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
 
     def _arg_extreme(self, axis: builtins.int | None, keepdim: builtins.bool, largest: builtins.bool) -> Tensor:

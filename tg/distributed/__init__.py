@@ -244,7 +244,10 @@ def _as_host(t: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
     if host_device:
         return buf._buf.view(t.dtype.np).reshape(t.shape), None
     arr = buf.numpy().reshape(t.shape)
-    return arr, lambda: buf.copyin(arr)
+
+    def write_back() -> None:
+        buf.copyin(arr)
+    return arr, write_back
 
 
 def _run(group: Any, fn: Callable, args: tuple, after: Callable[[], None] | None, async_op: bool) -> Any:
@@ -321,7 +324,8 @@ def all_gather_into_tensor(output: Any, input: Any, group: Any = None, async_op:
 def all_gather(tensor_list: list, tensor: Any, group: Any = None, async_op: bool = False) -> Any:
     g = _group(group)
     if len(tensor_list) != g.size:
-        raise ValueError(f"[distributed] all_gather: tensor_list has {len(tensor_list)} entries, the group has {g.size}")
+        raise ValueError(f"[distributed] all_gather: tensor_list has {len(tensor_list)} entries, "
+                         f"the group has {g.size}")
     inp, _ = _as_host(tensor)
     outs = [_as_host(t) for t in tensor_list]
     for o, _a in outs:

@@ -77,7 +77,8 @@ class Call:
     def recv_into(self, peer: int, buf: np.ndarray) -> None:
         self.check(peer)
         _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
-        view = memoryview(buf).cast("B") if buf.nbytes else memoryview(b"")
+        # numpy's stubs declare the buffer protocol only for Python >= 3.12; arrays support it at runtime
+        view = memoryview(buf).cast("B") if buf.nbytes else memoryview(b"")  # type: ignore[arg-type]
         if n != len(view):
             raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent {n} bytes, rank "
                                    f"{self.ranks[self.t.rank]} expected {len(view)}")

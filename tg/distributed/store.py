@@ -171,12 +171,12 @@ class _Server:
             (elen,) = struct.unpack("<Q", value[:8])
             expected, desired = value[8:8 + elen], value[8 + elen:]
             with self.cond:
-                current = self.data.get(key)
-                if (current is None and expected == b"") or current == expected:
+                held = self.data.get(key)
+                if (held is None and expected == b"") or held == expected:
                     self.data[key] = desired
                     self.cond.notify_all()
                     return OK, desired
-                return OK, current if current is not None else expected
+                return OK, held if held is not None else expected
         if op == OP_DELETE:
             with self.cond:
                 return OK, b"\x01" if self.data.pop(key, None) is not None else b"\x00"
