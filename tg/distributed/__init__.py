@@ -21,7 +21,6 @@ import hashlib
 import ipaddress
 import json
 import socket
-import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
