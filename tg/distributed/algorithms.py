@@ -17,7 +17,7 @@ import numpy as np
 from tg.distributed.errors import DistributedError
 from tg.distributed.tcp import DATA, DESC
 
-CHUNK = 1 << 20            # bytes per pipelined message
+CHUNK = 4 << 20            # bytes per pipelined message (fewer, larger messages: less overhead)
 SMALL = 1 << 15            # all_reduce below this many bytes uses recursive doubling
 
 OPS = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "scatter",

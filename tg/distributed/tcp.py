@@ -180,9 +180,10 @@ class TcpTransport:
         return kind, arg, nbytes
 
     def recv_into(self, peer: int, buf: memoryview) -> None:
+        """The payload after a frame header: blocking reads (a peer that dies mid-message shows as EOF)."""
         p = self.peers[peer]
         try:
-            _recv_into_exact(p.sock, buf, self.timeout)
+            _recv_into_exact(p.sock, buf, None)
         except TimeoutError:
             raise DistributedError(f"[distributed] rank {self.rank} timed out receiving from rank {peer}") from None
         except (OSError, ConnectionError):

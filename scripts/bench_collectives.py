@@ -1,0 +1,200 @@
+"""Collective benchmarks in the style of nccl-tests: for sizes 4 B .. 128 MiB, time, algbw and
+busbw (nccl-tests' factors) of all_reduce, all_gather, reduce_scatter and broadcast, at world sizes
+2 and 4, over tg's transports. The limits are measured in the same run: np.copyto bandwidth and a
+loopback socket's bandwidth; `--vs gloo` adds PyTorch gloo's numbers when torch is importable.
+
+    python scripts/bench_collectives.py                 # all_reduce, world 2 and 4
+    python scripts/bench_collectives.py --ops all --vs gloo
+    python scripts/bench_collectives.py --quick
+"""
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import socket
+import sys
+import threading
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+BUSBW = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,
+         "reduce_scatter": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
+
+
+def sizes(quick: bool) -> list[int]:
+    top = 8 << 20 if quick else 128 << 20
+    out, s = [], 4
+    while s <= top:
+        out.append(s)
+        s *= 4 if s < (1 << 20) else 2
+    return out
+
+
+def iters_for(nbytes: int) -> int:
+    return max(5, min(1000, (64 << 20) // max(nbytes, 1)))
+
+
+def _tg_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[int], q) -> None:
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port), "TG_SECRET": "bench"})
+    import tg.distributed as dist
+    dist.init_process_group()
+    rows = []
+    for op in ops:
+        for nbytes in size_list:
+            n = max(nbytes // 4, 1)
+            if op in ("all_gather", "reduce_scatter"):
+                n = max(n // world, 1) * world
+            x = np.zeros(n, np.float32)
+            out = np.empty(n, np.float32)
+            small = np.empty(n // world if n >= world else 1, np.float32)
+
+            def run() -> None:
+                if op == "all_reduce":
+                    dist.all_reduce(x)
+                elif op == "broadcast":
+                    dist.broadcast(x, src=0)
+                elif op == "all_gather":
+                    dist.all_gather_into_tensor(out, x[: n // world])
+                else:
+                    dist.reduce_scatter_tensor(small, x)
+            k = iters_for(n * 4)
+            for _ in range(3):
+                run()
+            dist.barrier()
+            t = time.perf_counter()
+            for _ in range(k):
+                run()
+            dist.barrier()
+            rows.append((op, n * 4, (time.perf_counter() - t) / k))
+    dist.destroy_process_group()
+    if rank == 0:
+        q.put(rows)
+
+
+def _gloo_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[int], q) -> None:
+    import torch
+    import torch.distributed as tdist
+    os.environ.update({"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    tdist.init_process_group("gloo", rank=rank, world_size=world)
+    rows = []
+    for op in ops:
+        if op not in ("all_reduce", "broadcast"):
+            continue
+        for nbytes in size_list:
+            x = torch.ones(max(nbytes // 4, 1))
+            run = (lambda: tdist.all_reduce(x)) if op == "all_reduce" else (lambda: tdist.broadcast(x, 0))
+            k = iters_for(x.numel() * 4)
+            for _ in range(3):
+                run()
+            tdist.barrier()
+            t = time.perf_counter()
+            for _ in range(k):
+                run()
+            tdist.barrier()
+            rows.append((op, x.numel() * 4, (time.perf_counter() - t) / k))
+    tdist.destroy_process_group()
+    if rank == 0:
+        q.put(rows)
+
+
+def run_job(fn, world: int, ops: list[str], size_list: list[int]) -> list:
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    procs = [ctx.Process(target=fn, args=(r, world, port, ops, size_list, q)) for r in range(world)]
+    for p in procs:
+        p.start()
+    rows = q.get(timeout=1800)
+    for p in procs:
+        p.join(60)
+    return rows
+
+
+def copy_bw() -> float:
+    a, b = np.ones(32 << 18, np.float32), np.empty(32 << 18, np.float32)
+    best = min((lambda t0: (np.copyto(b, a), time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(20))
+    return a.nbytes / best / 1e9
+
+
+def socket_bw() -> float:
+    """One loopback TCP stream, 32 MiB, large buffers: the most a tcp transport can move."""
+    srv = socket.create_server(("127.0.0.1", 0))
+    total = 256 << 20
+    payload = memoryview(bytearray(1 << 22))
+
+    def sink() -> None:
+        conn, _ = srv.accept()
+        buf = memoryview(bytearray(1 << 22))
+        got = 0
+        while got < total:
+            got += conn.recv_into(buf)
+        conn.close()
+    th = threading.Thread(target=sink)
+    th.start()
+    c = socket.create_connection(srv.getsockname())
+    t = time.perf_counter()
+    sent = 0
+    while sent < total:
+        c.sendall(payload)
+        sent += len(payload)
+    th.join()
+    dt = time.perf_counter() - t
+    c.close()
+    srv.close()
+    return total / dt / 1e9
+
+
+def fmt_size(n: int) -> str:
+    for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= f:
+            return f"{n // f} {unit}"
+    return f"{n} B"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--ops", default="all_reduce", help="comma list, or 'all'")
+    ap.add_argument("--worlds", default="2,4")
+    ap.add_argument("--vs", default="", help="'gloo' to add PyTorch gloo in the same run")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    ops = list(BUSBW) if args.ops == "all" else args.ops.split(",")
+    size_list = sizes(args.quick)
+    print(f"tg bench_collectives  cores={os.cpu_count()}  limits: np.copyto {copy_bw():.2f} GB/s, "
+          f"loopback socket {socket_bw():.2f} GB/s")
+    for world in map(int, args.worlds.split(",")):
+        results = {"tg tcp": run_job(_tg_rank, world, ops, size_list)}
+        if args.vs == "gloo":
+            try:
+                import torch  # noqa: F401
+                results["gloo"] = run_job(_gloo_rank, world, ops, size_list)
+            except ImportError:
+                print("(torch is not installed: no gloo column)")
+        for op in ops:
+            print(f"\n{op}  world={world}")
+            head = f"{'size':>9}"
+            for name in results:
+                head += f"  {name + ' time':>14} {'algbw':>8} {'busbw':>8}"
+            print(head + "   (time in us, bandwidth in GB/s)")
+            for nbytes in size_list:
+                line = f"{fmt_size(nbytes):>9}"
+                for name, rows in results.items():
+                    hit = sorted((r for r in rows if r[0] == op), key=lambda r: abs(r[1] - nbytes))[:1]
+                    if not hit:
+                        line += f"  {'-':>14} {'-':>8} {'-':>8}"
+                        continue
+                    _, nb, t = hit[0]
+                    alg = nb / t / 1e9
+                    line += f"  {t * 1e6:14.1f} {alg:8.2f} {alg * BUSBW[op](world):8.2f}"
+                print(line)
+
+
+if __name__ == "__main__":
+    main()
