@@ -38,6 +38,24 @@ def iters_for(nbytes: int) -> int:
     return max(5, min(1000, (64 << 20) // max(nbytes, 1)))
 
 
+def _tg_call(dist, op: str, x: np.ndarray, out: np.ndarray, small: np.ndarray, world: int) -> None:
+    if op == "all_reduce":
+        dist.all_reduce(x)
+    elif op == "broadcast":
+        dist.broadcast(x, src=0)
+    elif op == "all_gather":
+        dist.all_gather_into_tensor(out, x[: x.size // world])
+    else:
+        dist.reduce_scatter_tensor(small, x)
+
+
+def _gloo_call(tdist, op: str, x) -> None:
+    if op == "all_reduce":
+        tdist.all_reduce(x)
+    else:
+        tdist.broadcast(x, 0)
+
+
 def _tg_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[int], q) -> None:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(port), "TG_SECRET": "bench"})
@@ -53,22 +71,13 @@ def _tg_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[i
             out = np.empty(n, np.float32)
             small = np.empty(n // world if n >= world else 1, np.float32)
 
-            def run() -> None:
-                if op == "all_reduce":
-                    dist.all_reduce(x)
-                elif op == "broadcast":
-                    dist.broadcast(x, src=0)
-                elif op == "all_gather":
-                    dist.all_gather_into_tensor(out, x[: n // world])
-                else:
-                    dist.reduce_scatter_tensor(small, x)
             k = iters_for(n * 4)
             for _ in range(3):
-                run()
+                _tg_call(dist, op, x, out, small, world)
             dist.barrier()
             t = time.perf_counter()
             for _ in range(k):
-                run()
+                _tg_call(dist, op, x, out, small, world)
             dist.barrier()
             rows.append((op, n * 4, (time.perf_counter() - t) / k))
     dist.destroy_process_group()
@@ -86,15 +95,14 @@ def _gloo_rank(rank: int, world: int, port: int, ops: list[str], size_list: list
         if op not in ("all_reduce", "broadcast"):
             continue
         for nbytes in size_list:
-            x = torch.ones(max(nbytes // 4, 1))
-            run = (lambda: tdist.all_reduce(x)) if op == "all_reduce" else (lambda: tdist.broadcast(x, 0))
+            x = torch.zeros(max(nbytes // 4, 1))
             k = iters_for(x.numel() * 4)
             for _ in range(3):
-                run()
+                _gloo_call(tdist, op, x)
             tdist.barrier()
             t = time.perf_counter()
             for _ in range(k):
-                run()
+                _gloo_call(tdist, op, x)
             tdist.barrier()
             rows.append((op, x.numel() * 4, (time.perf_counter() - t) / k))
     tdist.destroy_process_group()
@@ -185,7 +193,7 @@ def main() -> None:
             print(head + "   (time in us, bandwidth in GB/s)")
             for nbytes in size_list:
                 line = f"{fmt_size(nbytes):>9}"
-                for name, rows in results.items():
+                for rows in results.values():
                     hit = sorted((r for r in rows if r[0] == op), key=lambda r: abs(r[1] - nbytes))[:1]
                     if not hit:
                         line += f"  {'-':>14} {'-':>8} {'-':>8}"

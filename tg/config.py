@@ -74,6 +74,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("TG_DIST_HOST", str, "", "address this rank's transport listens on; empty: 127.0.0.1 when the "
                                   "master is local, else this host's name"),
     Knob("TG_STORE_EXTERNAL", int, 0, "1 when the launcher hosts the store (rank 0 then only connects)"),
+    Knob("TG_SHM", int, 1, "1 moves large payloads between ranks on one host through shared memory; "
+                           "0 keeps everything on TCP"),
 ]}
 
 

@@ -153,10 +153,24 @@ def subgroup_suite(rank: int, world: int) -> list:
     return [ok]
 
 
-@pytest.mark.parametrize("world", [1, 2, 3, 4])
-def test_collectives_against_numpy(world):
-    failures = run_ranks(world, collective_suite, timeout=300)
+TRANSPORTS = {"tcp": {"TG_SHM": "0"}, "shm": {"TG_SHM": "1"}}
+
+
+def transport_kind(rank: int, world: int) -> str:
+    import tg.distributed as dist
+    return dist._State.default.transport.kind if world > 1 else "local"
+
+
+# a one-rank group has no transport, so world 1 runs once
+@pytest.mark.parametrize("world,transport", [(1, "tcp")] + [(w, t) for w in (2, 3, 4) for t in TRANSPORTS])
+def test_collectives_against_numpy(world, transport):
+    failures = run_ranks(world, collective_suite, timeout=300, env=TRANSPORTS[transport])
     assert failures == [[]] * world
+
+
+@pytest.mark.parametrize("transport,kind", [("tcp", "tcp"), ("shm", "tcp+shm")])
+def test_transport_choice(transport, kind):
+    assert run_ranks(2, transport_kind, env=TRANSPORTS[transport]) == [kind, kind]
 
 
 @pytest.mark.parametrize("world", [3, 4])

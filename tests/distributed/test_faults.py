@@ -27,9 +27,21 @@ def die_mid_all_reduce(rank: int, world: int, stamp_dir: str) -> str:
     return "no error"
 
 
+def own_segments() -> set[str]:
+    from tg.distributed.shm import SHM_DIR
+    return {f for f in os.listdir(SHM_DIR) if f.startswith(f"tg-{os.getuid()}-")}
+
+
 @pytest.mark.parametrize("world", [2, 3])
 def test_sigkilled_rank_is_named_within_seconds(tmp_path, world):
+    before = own_segments()
     results = run_ranks(world, die_mid_all_reduce, str(tmp_path), allow_errors=True, init=True, timeout=60)
+    # shared-memory segments are unlinked once mapped: a SIGKILLed job leaves none behind
+    # (other jobs running in parallel may own short-lived ones, so wait for strays to go)
+    deadline = time.time() + 5
+    while own_segments() - before and time.time() < deadline:
+        time.sleep(0.1)
+    assert not own_segments() - before
     died = float((tmp_path / "died").read_text())
     for rank in range(world - 1):
         caught, message = results[rank].split("|", 1)

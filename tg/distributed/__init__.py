@@ -143,7 +143,12 @@ def _make_group(ranks: list[int], my_global: int, name: str) -> ProcessGroup:
     prefix = f"pg{_State.groups}"
     me = ranks.index(my_global)
     assert _State.store is not None
-    transport = TcpTransport(me, len(ranks), _State.store, prefix, _State.secret, _State.host, _State.timeout)
+    store = _State.store
+    transport = TcpTransport(me, len(ranks), store, prefix, _State.secret, _State.host, _State.timeout)
+    # nobody leaves set-up (and so nobody can finish, fail or close the store) before everyone is done
+    if store.add(f"{prefix}/ready", 1) == len(ranks):
+        store.set(f"{prefix}/all-ready", "1")
+    store.wait([f"{prefix}/all-ready"], timeout=_State.timeout)
     return ProcessGroup(me, len(ranks), ranks, transport, name)
 
 

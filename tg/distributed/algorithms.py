@@ -85,6 +85,22 @@ class Call:
         if n:
             self.t.recv_into(peer, view)
 
+    def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Reducer, tmp: np.ndarray) -> None:
+        """dst = dst op (what peer sends); from shared memory in place when the peer is on this host."""
+        self.check(peer)
+        _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
+        if n != dst.nbytes:
+            raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent {n} bytes, rank "
+                                   f"{self.ranks[self.t.rank]} expected {dst.nbytes}")
+        view = self.t.shm_view(peer, n) if n else None
+        if view is not None:
+            reduce(dst, view.view(dst.dtype))
+            self.t.shm_release(peer)
+            return
+        if n:
+            self.t.recv_into(peer, memoryview(tmp).cast("B"))  # type: ignore[arg-type]
+        reduce(dst, tmp)
+
     def finish(self) -> None:
         for h in self.handles:
             h.wait(self.t.timeout)
@@ -118,9 +134,7 @@ def ring_reduce_scatter(c: Call, buf: np.ndarray, reduce: Reducer, blocks: list[
                 c.isend(nxt, send_seg[send_chunks[j]])
             if j < len(recv_chunks):
                 part = recv_seg[recv_chunks[j]]
-                t = tmp[:len(part)]
-                c.recv_into(prv, t)
-                reduce(part, t)
+                c.recv_reduce(prv, part, reduce, tmp[:len(part)])
         c.finish()
 
 

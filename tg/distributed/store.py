@@ -185,7 +185,12 @@ class _Server:
                 return OK, struct.pack("<Q", len(self.data))
         return OK, b""   # PING
 
-    def close(self) -> None:
+    def close(self, grace: float = 0.0) -> None:
+        """Stop serving; with grace, first wait (that long at most) for the other clients to hang up,
+        so a rank leaving early (say after a failure) does not cut off a reply still on its way."""
+        deadline = time.monotonic() + grace
+        while self.conns and time.monotonic() < deadline:      # ours closed first: wait for the rest
+            time.sleep(0.01)
         self.closed = True
         with self.cond:
             self.cond.notify_all()
@@ -275,9 +280,9 @@ class TCPStore:
     def num_keys(self) -> int:
         return struct.unpack("<Q", self._call(OP_NUM_KEYS, ""))[0]
 
-    def close(self) -> None:
+    def close(self, grace: float = 5.0) -> None:
         try:
             self._sock.close()
         finally:
             if self._server is not None:
-                self._server.close()
+                self._server.close(grace)

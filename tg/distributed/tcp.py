@@ -9,6 +9,7 @@ rank raises within milliseconds instead of waiting for the timeout.
 """
 from __future__ import annotations
 
+import os
 import queue
 import socket
 import struct
@@ -16,7 +17,11 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
+
+from tg import config
 from tg.distributed.errors import DistributedError
+from tg.distributed.shm import ShmRing, boot_id, pid_alive
 from tg.distributed.store import TCPStore, prove, verify
 
 FRAME = struct.Struct("<4sBBHIIQ")     # magic, kind, flags, reserved, seq, arg, payload bytes
@@ -24,6 +29,8 @@ MAGIC = b"TGMS"
 DATA, DESC, ABORT, P2P = 1, 2, 3, 4
 DIRECT_SEND = 1 << 16                  # smaller payloads are sent from the calling thread
 SOCK_BUF = 4 << 20
+IN_SHM = 1                             # frame flag: the payload waits in shared-memory slot `arg`
+SHM_SLOTS, SHM_SLOT_BYTES = 8, 4 << 20
 
 
 @dataclass
@@ -37,6 +44,10 @@ class _Peer:
     pending: int = 0
     thread: threading.Thread | None = None
     dead: str | None = None
+    shm_out: ShmRing | None = None     # our slots for payloads to this peer (same host only)
+    shm_in: ShmRing | None = None      # the peer's slots for payloads to us
+    shm_slot: int | None = None        # slot of the frame just read, until its payload is taken
+    pid: int = 0
 
 
 class SendHandle:
@@ -57,6 +68,10 @@ _DONE.done.set()
 
 class TcpTransport:
     name = "tcp"
+
+    @property
+    def kind(self) -> str:
+        return "tcp+shm" if getattr(self, "shm_peers", None) else "tcp"
 
     def __init__(self, rank: int, world: int, store: TCPStore, prefix: str, secret: bytes, host: str,
                  timeout: float):
@@ -107,6 +122,37 @@ class TcpTransport:
                                    f"{timeout:.0f}s {errors[:1]}")
         for peer, sock in accepted.items():
             self._add_peer(peer, sock)
+        self.shm_peers: list[int] = []
+        if config.TG_SHM and world > 1:
+            self._setup_shm(store, prefix)
+
+    def _setup_shm(self, store: TCPStore, prefix: str) -> None:
+        """Slot rings to every peer on this host. Segment files are unlinked once both sides map them."""
+        store.set(f"{prefix}/host/{self.rank}", f"{boot_id()}|{os.getpid()}")
+        me = boot_id()
+        local = []
+        for peer in self.peers:
+            host, _, pid = store.get(f"{prefix}/host/{peer}").decode().rpartition("|")
+            if host == me:
+                self.peers[peer].pid = int(pid)
+                local.append(peer)
+        created = {}
+        try:
+            for peer in local:
+                ring = ShmRing.create(SHM_SLOTS, SHM_SLOT_BYTES)
+                created[peer] = ring
+                self.peers[peer].shm_out = ring
+                store.set(f"{prefix}/shm/{self.rank}->{peer}", ring.path)
+            for peer in local:
+                path = store.get(f"{prefix}/shm/{peer}->{self.rank}").decode()
+                self.peers[peer].shm_in = ShmRing.attach(path, SHM_SLOTS, SHM_SLOT_BYTES)
+                store.set(f"{prefix}/shmok/{peer}->{self.rank}", "1")
+            for peer in local:
+                store.wait([f"{prefix}/shmok/{self.rank}->{peer}"], timeout=self.timeout)
+        finally:
+            for ring in created.values():
+                ring.unlink()          # mapped by both sides now (or setup failed): nothing to leak
+        self.shm_peers = local
 
     def _add_peer(self, peer: int, sock: socket.socket) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -126,13 +172,16 @@ class TcpTransport:
                 return
             header, payload, handle = item
             try:
+                if p.shm_out is not None and len(payload) <= SHM_SLOT_BYTES:
+                    slot = p.shm_out.put(payload, lambda: pid_alive(p.pid), self.timeout)
+                    magic, kind, _f, _r, seq, _arg, nbytes = FRAME.unpack(header)
+                    header, payload = FRAME.pack(magic, kind, IN_SHM, 0, seq, slot, nbytes), b""
                 with p.send_lock:
                     p.sock.sendall(header)
                     if len(payload):
                         p.sock.sendall(payload)
-            except OSError as e:
-                handle.error = DistributedError(f"[distributed] rank {self.rank}: sending to rank {p.rank} "
-                                                f"failed ({e}); rank {p.rank} died or aborted")
+            except (OSError, DistributedError) as e:
+                handle.error = self._peer_error(p, f"sending failed ({e})")
             finally:
                 with p.state:
                     p.pending -= 1
@@ -167,7 +216,8 @@ class TcpTransport:
                                    f"waiting for rank {peer}") from None
         except (OSError, ConnectionError):
             raise self._peer_error(p, f"{what}: the connection closed") from None
-        magic, kind, _f, _r, fseq, arg, nbytes = FRAME.unpack(raw)
+        magic, kind, flags, _r, fseq, arg, nbytes = FRAME.unpack(raw)
+        p.shm_slot = arg if flags & IN_SHM else None
         if magic != MAGIC:
             raise self._peer_error(p, f"{what}: a malformed frame arrived")
         if kind == ABORT:
@@ -182,12 +232,32 @@ class TcpTransport:
     def recv_into(self, peer: int, buf: memoryview) -> None:
         """The payload after a frame header: blocking reads (a peer that dies mid-message shows as EOF)."""
         p = self.peers[peer]
+        if p.shm_slot is not None:
+            assert p.shm_in is not None
+            slot, p.shm_slot = p.shm_slot, None
+            p.shm_in.take(slot, buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf)
+            return
         try:
             _recv_into_exact(p.sock, buf, None)
         except TimeoutError:
             raise DistributedError(f"[distributed] rank {self.rank} timed out receiving from rank {peer}") from None
         except (OSError, ConnectionError):
             raise self._peer_error(p, "the connection closed mid-message") from None
+
+    def shm_view(self, peer: int, n: int) -> np.ndarray | None:
+        """The payload of the frame just read, in place in shared memory (None if it came by socket).
+        Call shm_release(peer) when done with it."""
+        p = self.peers[peer]
+        if p.shm_slot is None:
+            return None
+        assert p.shm_in is not None
+        return p.shm_in.slot(p.shm_slot, n)
+
+    def shm_release(self, peer: int) -> None:
+        p = self.peers[peer]
+        assert p.shm_in is not None
+        p.shm_slot = None
+        p.shm_in.ctrl[0] += 1
 
     def recv_bytes(self, peer: int, n: int) -> bytes:
         buf = bytearray(n)
@@ -249,6 +319,10 @@ class TcpTransport:
             except OSError:
                 pass
             p.sock.close()
+            for ring in (p.shm_out, p.shm_in):
+                if ring is not None:
+                    ring.unlink()
+                    ring.close()
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:
