@@ -56,9 +56,9 @@ def _gloo_call(tdist, op: str, x) -> None:
         tdist.broadcast(x, 0)
 
 
-def _tg_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[int], q) -> None:
+def _tg_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[int], q, shm: str = "1") -> None:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(port), "TG_SECRET": "bench"})
+                       "MASTER_PORT": str(port), "TG_SECRET": "bench", "TG_SHM": shm})
     import tg.distributed as dist
     dist.init_process_group()
     rows = []
@@ -110,13 +110,13 @@ def _gloo_rank(rank: int, world: int, port: int, ops: list[str], size_list: list
         q.put(rows)
 
 
-def run_job(fn, world: int, ops: list[str], size_list: list[int]) -> list:
+def run_job(fn, world: int, ops: list[str], size_list: list[int], *extra) -> list:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    procs = [ctx.Process(target=fn, args=(r, world, port, ops, size_list, q)) for r in range(world)]
+    procs = [ctx.Process(target=fn, args=(r, world, port, ops, size_list, q, *extra)) for r in range(world)]
     for p in procs:
         p.start()
     rows = q.get(timeout=1800)
@@ -178,7 +178,8 @@ def main() -> None:
     print(f"tg bench_collectives  cores={os.cpu_count()}  limits: np.copyto {copy_bw():.2f} GB/s, "
           f"loopback socket {socket_bw():.2f} GB/s")
     for world in map(int, args.worlds.split(",")):
-        results = {"tg tcp": run_job(_tg_rank, world, ops, size_list)}
+        results = {"tg tcp": run_job(_tg_rank, world, ops, size_list, "0"),
+                   "tg shm": run_job(_tg_rank, world, ops, size_list, "1")}
         if args.vs == "gloo":
             try:
                 import torch  # noqa: F401

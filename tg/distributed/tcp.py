@@ -9,6 +9,7 @@ rank raises within milliseconds instead of waiting for the timeout.
 """
 from __future__ import annotations
 
+import logging
 import os
 import queue
 import socket
@@ -24,6 +25,7 @@ from tg.distributed.errors import DistributedError
 from tg.distributed.shm import ShmRing, boot_id, pid_alive
 from tg.distributed.store import TCPStore, prove, verify
 
+log = logging.getLogger("tg.distributed.tcp")
 FRAME = struct.Struct("<4sBBHIIQ")     # magic, kind, flags, reserved, seq, arg, payload bytes
 MAGIC = b"TGMS"
 DATA, DESC, ABORT, P2P = 1, 2, 3, 4
@@ -94,6 +96,8 @@ class TcpTransport:
                     errors.append(str(e))
                     return
                 if not verify(conn, secret, b"tg-transport"):
+                    log.warning("[distributed] rank %d rejected a connection from %s:%s: it did not prove the "
+                                "job secret", rank, *addr[:2])
                     conn.close()   # a stray or hostile connection: rejected, the job carries on
                     continue
                 try:
