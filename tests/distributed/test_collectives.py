@@ -189,3 +189,19 @@ def test_one_rank_group_without_environment():
         assert w.wait() and w.is_completed()
     finally:
         dist.destroy_process_group()
+
+
+def async_p2p_exchange(rank: int, world: int) -> list:
+    """Both ranks post the receive first, then the send: async p2p must not serialise them."""
+    import tg.distributed as dist
+    peer = 1 - rank
+    got = np.zeros(1000, np.float32)
+    recv_work = dist.irecv(got, src=peer)
+    send_work = dist.isend(np.full(1000, rank, np.float32), dst=peer)
+    send_work.wait(timeout=30)
+    recv_work.wait(timeout=30)
+    return [bool((got == peer).all()), recv_work.is_completed(), recv_work.exception() is None]
+
+
+def test_async_point_to_point_both_directions():
+    assert run_ranks(2, async_p2p_exchange) == [[True, True, True]] * 2
