@@ -119,7 +119,7 @@ def test_layout_header_and_metadata(tmp_path):
 # ---------------------------------------------------------------- against the safetensors library
 
 def test_tg_files_read_by_safetensors_and_back(tmp_path):
-    st_numpy = pytest.importorskip("safetensors.numpy")
+    import safetensors.numpy as st_numpy
     arrays = {f"t_{dt.name}": random_bits(dt, (2, 3), seed=i) for i, dt in enumerate(ALL_DTYPES)
               if dt != dtypes.bfloat16}
     arrays["scalar"], arrays["empty"] = np.array(1.5, np.float32), np.zeros((0, 3), np.int64)
@@ -137,7 +137,7 @@ def test_tg_files_read_by_safetensors_and_back(tmp_path):
 
 
 def test_same_order_gives_a_byte_identical_file(tmp_path):
-    st_numpy = pytest.importorskip("safetensors.numpy")
+    import safetensors.numpy as st_numpy
     arrays = {"w": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.arange(3, dtype=np.int64),
               "m": np.array([True, False]), "h": np.ones((1, 2), np.float16)}
     st_numpy.save_file(arrays, str(tmp_path / "st.st"), metadata={"format": "np"})
@@ -149,9 +149,7 @@ def test_same_order_gives_a_byte_identical_file(tmp_path):
 
 
 def test_bfloat16_interop_with_safetensors(tmp_path):
-    safetensors = pytest.importorskip("safetensors")
-    if not hasattr(safetensors, "TensorSpec"):
-        pytest.skip("no torch-free bf16 API (TensorSpec) here; test_bfloat16_hand_made covers bf16")
+    import safetensors   # the dev extra pins a version with the torch-free TensorSpec API
     bits = np.array([0x3F80, 0xC000, 0x7F80, 0xFF80, 0x7FC1, 0x8000, 0x0001], np.uint16)
     spec = safetensors.TensorSpec(dtype="bfloat16", shape=[7], data_ptr=bits.ctypes.data,
                                   data_len=bits.nbytes)
