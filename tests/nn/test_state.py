@@ -149,7 +149,7 @@ def test_same_order_gives_a_byte_identical_file(tmp_path):
 
 
 def test_bfloat16_interop_with_safetensors(tmp_path):
-    import safetensors   # the dev extra pins a version with the torch-free TensorSpec API
+    import safetensors  # the dev extra pins a version with the torch-free TensorSpec API
     bits = np.array([0x3F80, 0xC000, 0x7F80, 0xFF80, 0x7FC1, 0x8000, 0x0001], np.uint16)
     spec = safetensors.TensorSpec(dtype="bfloat16", shape=[7], data_ptr=bits.ctypes.data,
                                   data_len=bits.nbytes)
