@@ -16,7 +16,7 @@ import numpy as np
 
 from tg.core.device import Buffer
 from tg.core.dtype import DType, dtypes, min_value
-from tg.core.ops import COMPARISON_OPS, BufferOps, MovementOps, Op, ReduceOps, TernaryOps, UnaryOps
+from tg.core.ops import COMPARISON_OPS, BufferOps, Op, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
 
 # Reductions over several large axes are split in two stages (see LazyBuffer.r).
@@ -167,9 +167,6 @@ class LazyBuffer:
         if mask is not None and any(lo >= hi for lo, hi in mask):   # entirely padding: zeros
             return LazyBuffer.const(0, self.dtype, self.device, st.shape)
         return LazyBuffer(self.device, st, self.dtype, base=self.base)
-
-    def movement(self, op: MovementOps, arg: Any) -> LazyBuffer:
-        return getattr(self, op.name.lower())(arg)
 
     def reshape(self, shape: tuple[int, ...]) -> LazyBuffer:
         return self if shape == self.shape else self._view(self.st.reshape(shape))

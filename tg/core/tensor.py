@@ -26,10 +26,6 @@ from tg.core.shape import prod
 POOL_BY_STACK = True
 
 
-class ShapeError(ValueError):
-    """A shape or axis the op cannot take. Also an IndexError, as torch raises for bad dims."""
-
-
 class TgIndexError(IndexError, ValueError):
     pass
 
@@ -1098,9 +1094,9 @@ class Tensor:
         m = self.max(axis, keepdim=True).detach()
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
-        return out if keepdim else out.squeeze_axes(self._axes(axis))
+        return out if keepdim else out._squeeze_axes(self._axes(axis))
 
-    def squeeze_axes(self, axes: Iterable[builtins.int]) -> Tensor:
+    def _squeeze_axes(self, axes: Iterable[builtins.int]) -> Tensor:
         axes = set(axes)
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
