@@ -421,7 +421,7 @@ def _p2p(tensor: Any, peer: int, group: Any, kind: str, async_op: bool) -> Any:
         raise ValueError(f"[distributed] {kind}: peer {peer} must be another rank of the group")
     arr, after = _as_host(tensor)
     fn = g.send if kind == "send" else g.recv
-    fut = _p2p_executor(g, p, kind).submit(g._run, 0, fn, (arr, p))
+    fut = _p2p_executor(g, p, kind).submit(fn, 0, arr, p)
     work = Work(fut, after)
     if async_op:
         return work

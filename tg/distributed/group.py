@@ -188,13 +188,15 @@ class ProcessGroup:
             self.all_reduce(seq, np.zeros(1, np.uint8), ReduceOp.SUM)
 
     def send(self, seq: int, arr: np.ndarray, dst: int) -> None:
-        c = alg.Call(self.transport, 0, alg.encode_desc("send", arr.dtype, arr.shape), "send", self.ranks)
-        c.isend(dst, np.ascontiguousarray(arr).reshape(-1))
-        c.finish()
+        """Point-to-point runs on its own connection, so it never interleaves with collectives."""
+        flat = np.ascontiguousarray(arr).reshape(-1)
+        payload = memoryview(flat).cast("B") if flat.nbytes else memoryview(b"")  # type: ignore[arg-type]
+        self.transport.p2p_send(dst, alg.encode_desc("send", arr.dtype, arr.shape), payload)
 
     def recv(self, seq: int, arr: np.ndarray, src: int) -> None:
-        c = alg.Call(self.transport, 0, alg.encode_desc("send", arr.dtype, arr.shape), "recv", self.ranks)
-        c.recv_into(src, arr.reshape(-1))
+        flat = arr.reshape(-1)
+        view = memoryview(flat).cast("B") if flat.nbytes else memoryview(bytearray(0))  # type: ignore[arg-type]
+        self.transport.p2p_recv(src, alg.encode_desc("send", arr.dtype, arr.shape), view, alg.describe)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

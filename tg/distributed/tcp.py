@@ -29,6 +29,7 @@ log = logging.getLogger("tg.distributed.tcp")
 FRAME = struct.Struct("<4sBBHIIQ")     # magic, kind, flags, reserved, seq, arg, payload bytes
 MAGIC = b"TGMS"
 DATA, DESC, ABORT, P2P = 1, 2, 3, 4
+MAX_CONTROL = 4096                     # DESC and ABORT payloads are small; a larger claim is malformed
 DIRECT_SEND = 1 << 16                  # smaller payloads are sent from the calling thread
 SOCK_BUF = 4 << 20
 IN_SHM = 1                             # frame flag: the payload waits in shared-memory slot `arg`
@@ -39,6 +40,7 @@ SHM_SLOTS, SHM_SLOT_BYTES = 8, 4 << 20
 class _Peer:
     rank: int
     sock: socket.socket
+    p2p: socket.socket
     send_lock: threading.Lock = field(default_factory=threading.Lock)
     recv_lock: threading.Lock = field(default_factory=threading.Lock)
     state: threading.Lock = field(default_factory=threading.Lock)
@@ -83,8 +85,8 @@ class TcpTransport:
         self.abort_reason: str | None = None
         listener = socket.create_server((host, 0), backlog=max(world, 8))
         store.set(f"{prefix}/tcp/{rank}", f"{host}:{listener.getsockname()[1]}")
-        expected = set(range(rank + 1, world))
-        accepted: dict[int, socket.socket] = {}
+        expected = {(peer, ch) for peer in range(rank + 1, world) for ch in (0, 1)}
+        accepted: dict[tuple[int, int], socket.socket] = {}
         errors: list[str] = []
 
         def accept_all() -> None:
@@ -101,31 +103,34 @@ class TcpTransport:
                     conn.close()   # a stray or hostile connection: rejected, the job carries on
                     continue
                 try:
-                    (peer,) = struct.unpack("<I", _recv_exact(conn, 4))
-                except (OSError, ConnectionError):
+                    peer, channel = struct.unpack("<IB", _recv_exact(conn, 5, timeout))
+                except (OSError, ConnectionError, TimeoutError):
                     conn.close()
                     continue
-                if peer in expected and peer not in accepted:
-                    accepted[peer] = conn
+                if (peer, channel) in expected and (peer, channel) not in accepted:
+                    accepted[(peer, channel)] = conn
                 else:
                     conn.close()
         acceptor = threading.Thread(target=accept_all, daemon=True)
         acceptor.start()
+        outgoing: dict[tuple[int, int], socket.socket] = {}
         for peer in range(rank):
             host_port = store.get(f"{prefix}/tcp/{peer}").decode()
             h, p = host_port.rsplit(":", 1)
-            sock = _connect(h, int(p), timeout)
-            prove(sock, secret, b"tg-transport")
-            sock.sendall(struct.pack("<I", rank))
-            self._add_peer(peer, sock)
+            for channel in (0, 1):     # 0: collectives, 1: point-to-point (they never interleave)
+                sock = _connect(h, int(p), timeout)
+                prove(sock, secret, b"tg-transport")
+                sock.sendall(struct.pack("<IB", rank, channel))
+                outgoing[(peer, channel)] = sock
         acceptor.join(timeout)
         listener.close()
         if len(accepted) < len(expected):
-            missing = sorted(expected - set(accepted))
+            missing = sorted({peer for peer, _ in expected - set(accepted)})
             raise DistributedError(f"[distributed] rank {rank}: ranks {missing} never connected within "
                                    f"{timeout:.0f}s {errors[:1]}")
-        for peer, sock in accepted.items():
-            self._add_peer(peer, sock)
+        both = {**outgoing, **accepted}
+        for peer in sorted({peer for peer, _ in both}):
+            self._add_peer(peer, both[(peer, 0)], both[(peer, 1)])
         self.shm_peers: list[int] = []
         if config.TG_SHM and world > 1:
             self._setup_shm(store, prefix)
@@ -158,12 +163,18 @@ class TcpTransport:
                 ring.unlink()          # mapped by both sides now (or setup failed): nothing to leak
         self.shm_peers = local
 
-    def _add_peer(self, peer: int, sock: socket.socket) -> None:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCK_BUF)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCK_BUF)
-        sock.settimeout(None)
-        p = _Peer(peer, sock)
+    def _add_peer(self, peer: int, sock: socket.socket, p2p: socket.socket) -> None:
+        # Blocking sockets with kernel-level timeouts: no poll per call, and no read or write ever
+        # blocks longer than the job's timeout (a peer that is alive but stuck included).
+        tv = struct.pack("ll", int(self.timeout), int((self.timeout % 1) * 1e6))
+        for sk in (sock, p2p):
+            sk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCK_BUF)
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCK_BUF)
+            sk.settimeout(None)
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+            sk.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        p = _Peer(peer, sock, p2p)
         p.thread = threading.Thread(target=self._sender, args=(p,), daemon=True, name=f"tg-send-{peer}")
         p.thread.start()
         self.peers[peer] = p
@@ -176,16 +187,17 @@ class TcpTransport:
                 return
             header, payload, handle = item
             try:
-                if p.shm_out is not None and len(payload) <= SHM_SLOT_BYTES:
-                    slot = p.shm_out.put(payload, lambda: pid_alive(p.pid), self.timeout)
+                if p.shm_out is not None and 0 < len(payload) <= SHM_SLOT_BYTES:
+                    slot = p.shm_out.put(payload, lambda: pid_alive(p.pid) and not self.closed, self.timeout)
                     magic, kind, _f, _r, seq, _arg, nbytes = FRAME.unpack(header)
                     header, payload = FRAME.pack(magic, kind, IN_SHM, 0, seq, slot, nbytes), b""
                 with p.send_lock:
                     p.sock.sendall(header)
                     if len(payload):
                         p.sock.sendall(payload)
-            except (OSError, DistributedError) as e:
-                handle.error = self._peer_error(p, f"sending failed ({e})")
+            except BaseException as e:  # noqa: BLE001 - every failure reaches the waiting caller
+                handle.error = DistributedError(f"[distributed] rank {self.rank}: sending to rank {p.rank} "
+                                                f"failed ({e}); rank {p.rank} died, aborted or stopped reading")
             finally:
                 with p.state:
                     p.pending -= 1
@@ -214,7 +226,7 @@ class TcpTransport:
         """Read the next frame header from peer: (kind, arg, payload bytes). ABORT frames raise."""
         p = self.peers[peer]
         try:
-            raw = _recv_exact(p.sock, FRAME.size, self.timeout)
+            raw = _recv_exact(p.sock, FRAME.size)
         except TimeoutError:
             raise DistributedError(f"[distributed] {what}: rank {self.rank} timed out after {self.timeout:.0f}s "
                                    f"waiting for rank {peer}") from None
@@ -224,8 +236,10 @@ class TcpTransport:
         p.shm_slot = arg if flags & IN_SHM else None
         if magic != MAGIC:
             raise self._peer_error(p, f"{what}: a malformed frame arrived")
+        if kind in (ABORT, DESC) and nbytes > MAX_CONTROL:
+            raise self._peer_error(p, f"{what}: a control frame claims {nbytes} bytes (at most {MAX_CONTROL})")
         if kind == ABORT:
-            reason = _recv_exact(p.sock, nbytes, self.timeout).decode("utf-8", "replace")
+            reason = _recv_exact(p.sock, nbytes).decode("utf-8", "replace")
             raise DistributedError(reason)
         if kind != expect_kind or fseq != seq & 0xFFFFFFFF:
             raise DistributedError(f"[distributed] {what}: rank {peer} is out of step with rank {self.rank} "
@@ -242,9 +256,10 @@ class TcpTransport:
             p.shm_in.take(slot, buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf)
             return
         try:
-            _recv_into_exact(p.sock, buf, None)
+            _recv_into_exact(p.sock, buf)
         except TimeoutError:
-            raise DistributedError(f"[distributed] rank {self.rank} timed out receiving from rank {peer}") from None
+            raise DistributedError(f"[distributed] rank {self.rank} timed out after {self.timeout:.0f}s receiving "
+                                   f"from rank {peer}") from None
         except (OSError, ConnectionError):
             raise self._peer_error(p, "the connection closed mid-message") from None
 
@@ -262,6 +277,40 @@ class TcpTransport:
         assert p.shm_in is not None
         p.shm_slot = None
         p.shm_in.ctrl[0] += 1
+
+    def p2p_send(self, peer: int, desc: bytes, payload: memoryview) -> None:
+        """One message on the point-to-point connection: header, descriptor, data."""
+        p = self.peers[peer]
+        header = FRAME.pack(MAGIC, P2P, 0, 0, 0, len(desc), len(desc) + len(payload))
+        try:
+            with p.state:     # one writer at a time on this connection
+                p.p2p.sendall(header + desc)
+                if len(payload):
+                    p.p2p.sendall(payload)
+        except OSError as e:
+            raise DistributedError(f"[distributed] send to rank {peer} failed ({e}); it died or stopped "
+                                   f"receiving (noticed by rank {self.rank})") from None
+
+    def p2p_recv(self, peer: int, desc: bytes, buf: memoryview, describe) -> None:
+        """Receive the next point-to-point message from peer into buf, checking its descriptor."""
+        p = self.peers[peer]
+        try:
+            magic, kind, _f, _r, _s, dlen, nbytes = FRAME.unpack(_recv_exact(p.p2p, FRAME.size))
+            if magic != MAGIC or kind != P2P or dlen > MAX_CONTROL or nbytes < dlen:
+                raise DistributedError(f"[distributed] recv from rank {peer}: a malformed message arrived")
+            theirs = _recv_exact(p.p2p, dlen)
+            if theirs != desc or nbytes - dlen != len(buf):
+                _recv_exact(p.p2p, nbytes - dlen) if nbytes - dlen <= (64 << 20) else None
+                raise DistributedError(f"[distributed] recv from rank {peer}: it sent {describe(theirs)}, "
+                                       f"rank {self.rank} expected {describe(desc)}")
+            if len(buf):
+                _recv_into_exact(p.p2p, buf)
+        except TimeoutError:
+            raise DistributedError(f"[distributed] recv: rank {self.rank} timed out after {self.timeout:.0f}s "
+                                   f"waiting for rank {peer}") from None
+        except (OSError, ConnectionError) as e:
+            raise DistributedError(f"[distributed] recv from rank {peer} failed ({e}); it died or aborted "
+                                   f"(noticed by rank {self.rank})") from None
 
     def recv_bytes(self, peer: int, n: int) -> bytes:
         buf = bytearray(n)
@@ -302,14 +351,17 @@ class TcpTransport:
         """Tell every peer why this rank stops (best effort), then close everything."""
         if self.closed:
             return
-        msg = reason.encode()[:4000]
+        msg = reason.encode()[:MAX_CONTROL]
         for p in self.peers.values():
+            if not p.send_lock.acquire(timeout=0.5):
+                continue          # a sender is stuck on this peer: close() below unblocks it
             try:
                 p.sock.settimeout(0.5)
-                with p.send_lock:
-                    p.sock.sendall(FRAME.pack(MAGIC, ABORT, 0, 0, 0, self.rank, len(msg)) + msg)
+                p.sock.sendall(FRAME.pack(MAGIC, ABORT, 0, 0, 0, self.rank, len(msg)) + msg)
             except OSError:
                 pass
+            finally:
+                p.send_lock.release()
         self.close()
 
     def close(self) -> None:
@@ -318,11 +370,12 @@ class TcpTransport:
         self.closed = True
         for p in self.peers.values():
             p.queue.put(None)
-            try:
-                p.sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-            p.sock.close()
+            for sk in (p.sock, p.p2p):
+                try:
+                    sk.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+                sk.close()
             for ring in (p.shm_out, p.shm_in):
                 if ring is not None:
                     ring.unlink()
@@ -350,11 +403,20 @@ def _recv_exact(sock: socket.socket, n: int, timeout: float | None = None) -> by
 
 
 def _recv_into_exact(sock: socket.socket, view: memoryview, timeout: float | None = None) -> None:
+    """Fill view from sock. Without `timeout` the socket's own (kernel) receive timeout applies."""
     view = view.cast("B") if view.format != "B" or view.ndim != 1 else view
     got, n = 0, len(view)
-    sock.settimeout(timeout)
-    while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
-            raise ConnectionError("connection closed")
-        got += k
+    if timeout is not None:
+        sock.settimeout(timeout)
+    try:
+        while got < n:
+            try:
+                k = sock.recv_into(view[got:])
+            except BlockingIOError:
+                raise TimeoutError("receive timed out") from None   # SO_RCVTIMEO expired
+            if k == 0:
+                raise ConnectionError("connection closed")
+            got += k
+    finally:
+        if timeout is not None:
+            sock.settimeout(None)
