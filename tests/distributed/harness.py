@@ -21,13 +21,13 @@ def free_port() -> int:
 
 
 def _worker(rank: int, world: int, port: int, secret: str, fn: Callable, args: tuple, q: Any,
-            init: bool, extra_env: dict) -> None:
+            init: bool, extra_env: dict, dist_timeout: float) -> None:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TG_SECRET": secret, **extra_env})
     try:
         import tg.distributed as dist
         if init:
-            dist.init_process_group(timeout=60)
+            dist.init_process_group(timeout=dist_timeout)
         result = fn(rank, world, *args)
         if init:
             dist.destroy_process_group()
@@ -41,15 +41,15 @@ class RankError(AssertionError):
 
 
 def run_ranks(world: int, fn: Callable, *args: Any, timeout: float = 120, init: bool = True,
-              allow_errors: bool = False, env: dict | None = None) -> list[Any]:
+              allow_errors: bool = False, env: dict | None = None, dist_timeout: float = 60) -> list[Any]:
     """Run fn(rank, world, *args) in `world` fresh processes; returns each rank's result.
 
     With allow_errors, a rank's exception comes back as the string "ERROR: ..." instead of failing."""
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port, secret = free_port(), secrets.token_hex(16)
-    procs = [ctx.Process(target=_worker, args=(r, world, port, secret, fn, args, q, init, env or {}), daemon=True)
-             for r in range(world)]
+    procs = [ctx.Process(target=_worker, args=(r, world, port, secret, fn, args, q, init, env or {}, dist_timeout),
+                         daemon=True) for r in range(world)]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}

@@ -205,3 +205,36 @@ def async_p2p_exchange(rank: int, world: int) -> list:
 
 def test_async_point_to_point_both_directions():
     assert run_ranks(2, async_p2p_exchange) == [[True, True, True]] * 2
+
+
+def p2p_around_collectives(rank: int, world: int) -> list:
+    """Legal in torch: p2p in flight while a collective runs, and send/recv on either side of one."""
+    import tg.distributed as dist
+    out = []
+    if rank == 0:
+        work = dist.isend(np.full(3_000_000, 7.0, np.float32), dst=1)
+    else:
+        buf = np.zeros(3_000_000, np.float32)
+        work = dist.irecv(buf, src=0)
+    x = np.ones(1 << 20, np.float32)
+    dist.all_reduce(x)
+    work.wait(timeout=30)
+    out.append(float(x[0]))
+    if rank == 1:
+        out.append(float(buf[123]))
+    y = np.ones(4)
+    if rank == 0:
+        dist.send(np.arange(10.0), dst=1)
+        dist.all_reduce(y)
+    else:
+        dist.all_reduce(y)
+        z = np.zeros(10)
+        dist.recv(z, src=0)
+        out.append(float(z.sum()))
+    out.append(float(y[0]))
+    return out
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_point_to_point_around_collectives(transport):
+    assert run_ranks(2, p2p_around_collectives, env=TRANSPORTS[transport]) == [[2.0, 2.0], [2.0, 7.0, 45.0, 2.0]]

@@ -131,3 +131,65 @@ def test_misuse_errors_at_the_call():
         dist.destroy_process_group()
     with pytest.raises(ValueError, match="out of range"):
         dist.init_process_group(rank=5, world_size=2)
+
+
+def stuck_peer(rank: int, world: int) -> str:
+    """Rank 1 is alive but stops taking part; rank 0's large broadcast must time out, not hang."""
+    if rank == 1:
+        time.sleep(12)
+        return "slept"
+    start = time.time()
+    try:
+        dist.broadcast(np.zeros(16 << 20, np.float32), src=0)
+        dist.barrier()
+    except dist.DistributedError as e:
+        return f"{time.time() - start:.1f}|{e}"
+    return "no error"
+
+
+def test_alive_but_stuck_peer_times_out():
+    results = run_ranks(2, stuck_peer, allow_errors=True, dist_timeout=3, env={"TG_SHM": "0"})
+    elapsed, message = results[0].split("|", 1)
+    assert float(elapsed) < 10, results[0]
+    assert "rank 1" in message or "timed out" in message
+
+
+def pending_reader(rank: int, world: int) -> list:
+    from tg import Tensor
+    a = Tensor(np.ones(4, np.float32))
+    before = a + 1                 # lazy: must see the values from before the in-place collective
+    dist.all_reduce(a)
+    return [before.tolist(), a.tolist()]
+
+
+def test_in_place_collective_keeps_pending_readers_consistent():
+    assert run_ranks(2, pending_reader) == [[[2.0] * 4, [2.0] * 4]] * 2
+
+
+def test_shm_refuses_foreign_paths(tmp_path):
+    from tg.distributed.shm import ShmRing
+    foreign = tmp_path / "not-ours"
+    foreign.write_bytes(b"x" * 64)
+    with pytest.raises(dist.DistributedError, match="refusing to map"):
+        ShmRing.attach(str(foreign), 1, 1)
+
+
+def test_closed_store_stops_listening():
+    server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"s", timeout=5)
+    port = server.port
+    server.close(grace=0)
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).recv(1)
+
+
+def test_reduce_scatter_checks_at_the_call():
+    dist.init_process_group()
+    try:
+        with pytest.raises(TypeError, match="AVG"):
+            dist.reduce_scatter_tensor(np.zeros(2, np.int32), np.zeros(2, np.int32), op=dist.ReduceOp.AVG)
+        with pytest.raises(ValueError, match="input_list"):
+            dist.reduce_scatter(np.zeros(2, np.float32), [np.zeros(3, np.float32)])
+        with pytest.raises(TypeError, match="BAND"):
+            dist.reduce(np.zeros(2), dst=0, op=dist.ReduceOp.BAND)
+    finally:
+        dist.destroy_process_group()

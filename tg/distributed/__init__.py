@@ -30,7 +30,7 @@ import numpy as np
 
 from tg import config
 from tg.distributed.errors import DistributedError
-from tg.distributed.group import ProcessGroup, ReduceOp
+from tg.distributed.group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.store import TCPStore
 
 __all__ = ["init_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank",
@@ -231,6 +231,11 @@ def _as_host(t: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
     if not (lb.is_base and lb.op is not None) or lb.base.realized is None:
         t.lazydata = lb.contiguous()
         t.realize()
+    # the collective overwrites this memory in place: compute what still reads the old values first
+    pending = [r for r in list(t.lazydata.base.readers) if r.realized is None and r.srcs]
+    if pending:
+        from tg.core.realize import realize
+        realize(pending)
     buf = t.lazydata.base.realized
     assert buf is not None
     host_device = t.device in ("CPU", "NUMPY")
@@ -296,7 +301,6 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None, asyn
     """Reduce tensor across ranks, in place on every rank."""
     g = _group(group)
     arr, after = _as_host(tensor)
-    from tg.distributed.group import reducer
     reducer(op, arr.dtype)   # a dtype the op cannot use fails here, at the call
     return _run(group, g.all_reduce, (arr, op), after, async_op)
 
@@ -305,6 +309,7 @@ def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: Any = None
     g = _group(group)
     root = _check_root(g, _group_rank(group, dst), "reduce")
     arr, after = _as_host(tensor)
+    reducer(op, arr.dtype)
     return _run(group, g.reduce, (arr, root, op), after, async_op)
 
 
@@ -354,6 +359,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM, 
     if inp.size != out.size * g.size or out.dtype != inp.dtype:
         raise ValueError(f"[distributed] reduce_scatter_tensor: input {inp.dtype.name}{list(inp.shape)} must be "
                          f"{g.size} x output {out.dtype.name}{list(out.shape)}")
+    reducer(op, inp.dtype)
     return _run(group, g.reduce_scatter, (out, inp, op), after, async_op)
 
 
@@ -364,7 +370,13 @@ def reduce_scatter(output: Any, input_list: list, op: ReduceOp = ReduceOp.SUM, g
         raise ValueError(f"[distributed] reduce_scatter: input_list has {len(input_list)} entries, the group has "
                          f"{g.size}")
     out, after = _as_host(output)
-    flat = np.concatenate([_as_host(t)[0].reshape(-1) for t in input_list])
+    parts = [_as_host(t)[0] for t in input_list]
+    for i, part in enumerate(parts):
+        if part.size != out.size or part.dtype != out.dtype:
+            raise ValueError(f"[distributed] reduce_scatter: input_list[{i}] is {part.dtype.name}{list(part.shape)}, "
+                             f"every entry must match the output {out.dtype.name}{list(out.shape)}")
+    reducer(op, out.dtype)
+    flat = np.concatenate([part.reshape(-1) for part in parts])
     return _run(group, g.reduce_scatter, (out, flat, op), after, async_op)
 
 

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import secrets
+import stat
 import time
 from typing import Callable
 
@@ -42,16 +44,26 @@ class ShmRing:
         path = os.path.join(SHM_DIR, f"tg-{os.getuid()}-{secrets.token_hex(8)}")
         fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
-            os.ftruncate(fd, CONTROL + slots * slot_bytes)
+            # reserve the pages now: a full /dev/shm is an OSError here, not a SIGBUS on first write
+            os.posix_fallocate(fd, 0, CONTROL + slots * slot_bytes)
             mm = mmap.mmap(fd, CONTROL + slots * slot_bytes)
-        finally:
+        except OSError:
             os.close(fd)
+            os.unlink(path)
+            raise
+        os.close(fd)
         return ShmRing(mm, slots, slot_bytes, path)
 
     @staticmethod
     def attach(path: str, slots: int, slot_bytes: int) -> ShmRing:
-        fd = os.open(path, os.O_RDWR)
+        """Map a peer's segment; only a regular file of ours, of the expected size, by its exact name."""
+        if not re.fullmatch(re.escape(SHM_DIR) + rf"/tg-{os.getuid()}-[0-9a-f]{{16}}", path):
+            raise DistributedError(f"[distributed] refusing to map {path!r}: not a tg shared-memory segment")
+        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
         try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size != CONTROL + slots * slot_bytes:
+                raise DistributedError(f"[distributed] refusing to map {path!r}: wrong owner, type or size")
             mm = mmap.mmap(fd, CONTROL + slots * slot_bytes)
         finally:
             os.close(fd)

@@ -26,6 +26,8 @@ import struct
 import threading
 import time
 
+from tg.distributed.errors import DistributedError  # noqa: E402
+
 log = logging.getLogger("tg.distributed.store")
 
 MAGIC = b"TGST"
@@ -38,8 +40,8 @@ OP_SET, OP_GET, OP_ADD, OP_WAIT, OP_CAS, OP_DELETE, OP_NUM_KEYS, OP_PING = range
 OK, TIMEOUT, ERROR = 0, 1, 2
 
 
-class StoreError(RuntimeError):
-    pass
+class StoreError(DistributedError):
+    """The rendezvous store failed or is gone (its host, rank 0 or the launcher, left or died)."""
 
 
 class StoreTimeout(StoreError, TimeoutError):
@@ -195,6 +197,10 @@ class _Server:
         with self.cond:
             self.cond.notify_all()
         try:
+            self.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept() thread; close alone does not
+        except OSError:
+            pass
+        try:
             self.sock.close()
         except OSError:
             pass
@@ -248,7 +254,8 @@ class TCPStore:
                 magic, version, status, _flags, vlen = REP.unpack(_recv_exact(self._sock, REP.size))
                 out = _recv_exact(self._sock, vlen)
             except (OSError, ConnectionError) as e:
-                raise StoreError(f"[store] lost the connection to {self.host}:{self.port}: {e}") from None
+                raise StoreError(f"[store] lost the connection to the store at {self.host}:{self.port} ({e}); its "
+                                 f"host (rank 0 or the launcher) left or died") from None
         if magic != MAGIC or version != VERSION:
             raise StoreError(f"[store] malformed reply from {self.host}:{self.port}")
         if status == TIMEOUT:

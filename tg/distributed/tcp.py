@@ -55,13 +55,15 @@ class _Peer:
 
 
 class SendHandle:
-    def __init__(self) -> None:
+    def __init__(self, what: str = "a send") -> None:
         self.done = threading.Event()
         self.error: BaseException | None = None
+        self.what = what
 
     def wait(self, timeout: float | None = None) -> None:
         if not self.done.wait(timeout):
-            raise DistributedError("[distributed] a send did not complete in time")
+            raise DistributedError(f"[distributed] {self.what} did not complete within {timeout:.0f}s: the peer "
+                                   f"is alive but not receiving (stuck, or not in this collective)")
         if self.error is not None:
             raise self.error
 
@@ -148,14 +150,22 @@ class TcpTransport:
         created = {}
         try:
             for peer in local:
-                ring = ShmRing.create(SHM_SLOTS, SHM_SLOT_BYTES)
+                try:
+                    ring = ShmRing.create(SHM_SLOTS, SHM_SLOT_BYTES)
+                except OSError as e:      # /dev/shm too small (a container's 64 MB): TCP for this pair
+                    log.warning("[distributed] rank %d: no shared memory for rank %d (%s); using TCP",
+                                self.rank, peer, e)
+                    store.set(f"{prefix}/shm/{self.rank}->{peer}", "none")
+                    store.set(f"{prefix}/shmok/{self.rank}->{peer}", "1")
+                    continue
                 created[peer] = ring
                 self.peers[peer].shm_out = ring
                 store.set(f"{prefix}/shm/{self.rank}->{peer}", ring.path)
             for peer in local:
                 path = store.get(f"{prefix}/shm/{peer}->{self.rank}").decode()
-                self.peers[peer].shm_in = ShmRing.attach(path, SHM_SLOTS, SHM_SLOT_BYTES)
-                store.set(f"{prefix}/shmok/{peer}->{self.rank}", "1")
+                if path != "none":
+                    self.peers[peer].shm_in = ShmRing.attach(path, SHM_SLOTS, SHM_SLOT_BYTES)
+                    store.set(f"{prefix}/shmok/{peer}->{self.rank}", "1")
             for peer in local:
                 store.wait([f"{prefix}/shmok/{self.rank}->{peer}"], timeout=self.timeout)
         finally:
@@ -217,7 +227,7 @@ class TcpTransport:
             except OSError as e:
                 raise self._peer_error(p, f"sending failed ({e})") from None
             return _DONE
-        handle = SendHandle()
+        handle = SendHandle(f"rank {self.rank} sending to rank {peer}")
         p.queue.put((header, payload, handle))
         return handle
 
