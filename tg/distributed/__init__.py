@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import logging
 import socket
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -32,6 +33,8 @@ from tg import config
 from tg.distributed.errors import DistributedError
 from tg.distributed.group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.store import TCPStore
+
+log = logging.getLogger("tg.distributed")
 
 __all__ = ["init_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank",
            "destroy_process_group", "new_group", "ReduceOp", "Work", "DistributedError", "all_reduce", "reduce",
@@ -130,6 +133,10 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
     else:
         raise ValueError(f"[distributed] init_method must be 'env://' or 'tcp://host:port', got {init_method!r}")
     secret = config.TG_SECRET.encode() or hashlib.sha256(f"tg:{master}:{master_port}:{world}".encode()).digest()
+    if not config.TG_SECRET and not _is_local(master):
+        log.warning("[distributed] no TG_SECRET: the job secret is derived from %s:%s, which anyone who can reach "
+                    "the port can derive too; start multi-host jobs with tglaunch or set TG_SECRET", master,
+                    master_port)
     _State.secret = secret
     _State.host = config.TG_DIST_HOST or ("127.0.0.1" if _is_local(master) else socket.gethostname())
     hosts_store = rank == 0 and not config.TG_STORE_EXTERNAL

@@ -91,28 +91,41 @@ class TcpTransport:
         accepted: dict[tuple[int, int], socket.socket] = {}
         errors: list[str] = []
 
+        lock = threading.Lock()
+        all_in = threading.Event()
+
+        def admit(conn: socket.socket, addr: tuple) -> None:
+            # each connection proves the secret on its own thread: a silent one delays nobody
+            if not verify(conn, secret, b"tg-transport"):
+                log.warning("[distributed] rank %d rejected a connection from %s:%s: it did not prove the "
+                            "job secret", rank, *addr[:2])
+                conn.close()   # a stray or hostile connection: rejected, the job carries on
+                return
+            try:
+                peer, channel = struct.unpack("<IB", _recv_exact(conn, 5, timeout))
+            except (OSError, ConnectionError, TimeoutError):
+                conn.close()
+                return
+            with lock:
+                if (peer, channel) in expected and (peer, channel) not in accepted:
+                    accepted[(peer, channel)] = conn
+                    if len(accepted) == len(expected):
+                        all_in.set()
+                    return
+            conn.close()
+
         def accept_all() -> None:
+            if not expected:
+                all_in.set()
+                return
             listener.settimeout(timeout)
-            while len(accepted) < len(expected):
+            while not all_in.is_set():
                 try:
                     conn, addr = listener.accept()
                 except OSError as e:
                     errors.append(str(e))
                     return
-                if not verify(conn, secret, b"tg-transport"):
-                    log.warning("[distributed] rank %d rejected a connection from %s:%s: it did not prove the "
-                                "job secret", rank, *addr[:2])
-                    conn.close()   # a stray or hostile connection: rejected, the job carries on
-                    continue
-                try:
-                    peer, channel = struct.unpack("<IB", _recv_exact(conn, 5, timeout))
-                except (OSError, ConnectionError, TimeoutError):
-                    conn.close()
-                    continue
-                if (peer, channel) in expected and (peer, channel) not in accepted:
-                    accepted[(peer, channel)] = conn
-                else:
-                    conn.close()
+                threading.Thread(target=admit, args=(conn, addr), daemon=True).start()
         acceptor = threading.Thread(target=accept_all, daemon=True)
         acceptor.start()
         outgoing: dict[tuple[int, int], socket.socket] = {}
@@ -124,7 +137,7 @@ class TcpTransport:
                 prove(sock, secret, b"tg-transport")
                 sock.sendall(struct.pack("<IB", rank, channel))
                 outgoing[(peer, channel)] = sock
-        acceptor.join(timeout)
+        all_in.wait(timeout)
         listener.close()
         if len(accepted) < len(expected):
             missing = sorted({peer for peer, _ in expected - set(accepted)})
