@@ -1,4 +1,6 @@
-"""Shared pytest setup: every test process starts from the same RNG seed."""
+"""Shared pytest setup: every test starts from the same RNG seeds (tg's and numpy's global one),
+whatever order xdist runs it in."""
+import numpy as np
 import pytest
 
 import tg
@@ -7,4 +9,5 @@ import tg
 @pytest.fixture(autouse=True)
 def _seed():
     tg.Tensor.manual_seed(0)
+    np.random.seed(0)
     yield
