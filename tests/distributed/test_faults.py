@@ -193,3 +193,17 @@ def test_reduce_scatter_checks_at_the_call():
             dist.reduce(np.zeros(2), dst=0, op=dist.ReduceOp.BAND)
     finally:
         dist.destroy_process_group()
+
+
+def pending_reader_of_alias(rank: int, world: int) -> list:
+    from tg import Tensor
+    p = Tensor(np.ones(4, np.float32)).realize()
+    old_handle = p.detach()
+    p.assign(p * 3).realize()          # p's memory now holds 3s; old_handle shares it
+    later = old_handle + 1             # lazy, reads the shared memory
+    dist.all_reduce(p)
+    return later.tolist()
+
+
+def test_in_place_collective_respects_readers_through_aliases():
+    assert run_ranks(2, pending_reader_of_alias) == [[4.0] * 4] * 2

@@ -239,7 +239,10 @@ def _as_host(t: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
         t.lazydata = lb.contiguous()
         t.realize()
     # the collective overwrites this memory in place: compute what still reads the old values first
-    pending = [r for r in list(t.lazydata.base.readers) if r.realized is None and r.srcs]
+    # (through any lazy buffer that shares the memory, as the scheduler's copy-on-write does)
+    holders = list(t.lazydata.base.realized.aliases) if t.lazydata.base.realized is not None else []
+    pending = list({id(r): r for h in [t.lazydata.base, *holders] for r in list(h.readers)
+                    if r.realized is None and r.srcs}.values())
     if pending:
         from tg.core.realize import realize
         realize(pending)
