@@ -124,3 +124,19 @@ def test_large_elementwise_output_is_exact():
     a = np.random.default_rng(0).standard_normal(3 << 20).astype(np.float32)
     out = ((Tensor(a) * 2.0 + 1.0).relu() * 0.5).numpy()
     np.testing.assert_array_equal(out, np.maximum(a * 2.0 + 1.0, 0) * 0.5)
+
+
+@pytest.mark.parametrize("device", ["CPU", "NUMPY"])
+def test_assign_reading_its_own_target_through_another_view(device):
+    a = np.arange(16, dtype=np.float32).reshape(4, 4)
+    y = Tensor(a, device=device).realize()
+    y.assign(y.T).realize()
+    np.testing.assert_array_equal(y.numpy(), a.T)
+    x = Tensor(np.arange(8, dtype=np.float32), device=device).realize()
+    x.assign(x.flip(0) * 2 + x).realize()
+    np.testing.assert_array_equal(x.numpy(), np.arange(8)[::-1] * 2 + np.arange(8))
+    z = Tensor(np.arange(4, dtype=np.float32), device=device).realize()
+    handle = z.detach()
+    z.assign(z + 1).realize()                     # z's memory now belongs to two lazy buffers
+    z.assign(handle.flip(0)).realize()            # reads that memory reversed through the old handle
+    np.testing.assert_array_equal(z.numpy(), [4.0, 3.0, 2.0, 1.0])

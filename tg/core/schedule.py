@@ -216,6 +216,7 @@ class _KernelBuilder:
         self.inputs: list[LazyBuffer] = []
         self.target = out.srcs[0].base if out.op is BufferOps.ASSIGN else out
         self.memo: dict[tuple, KOp] = {}   # a value read twice at the same index is one node
+        self.reads_own_target_elsewhere = False
 
     def buf_index(self, base: LazyBuffer) -> int:
         if base is self.target:
@@ -258,6 +259,19 @@ class _KernelBuilder:
         assert base.op is not None   # every base buffer is created with an op
         return KOp(base.op, srcs, base.arg, base.dtype)
 
+    def _reads_target_elsewhere(self, value: KOp, store_st: ShapeTracker) -> bool:
+        """Whether the kernel loads the memory it overwrites at other indices than it writes
+        (x.assign(x.T)): one kernel cannot do that in place, whichever lazy buffer the load is through."""
+        memory = self.target.realized
+        for n in value.walk():
+            if n.op is not AstOps.LOAD:
+                continue
+            i, st = n.arg
+            same = i == 0 or (memory is not None and self.inputs[i - 1].realized is memory)
+            if same and st.key != store_st.key:
+                return True
+        return False
+
     def kernel(self) -> Kernel:
         out = self.out
         red = _carried_reduce(out, self.store)
@@ -273,6 +287,8 @@ class _KernelBuilder:
             store_st = space
         if value.dtype != self.target.dtype:
             raise AssertionError(f"store of {value.dtype} into {self.target.dtype}")
+        if out.op is BufferOps.ASSIGN:
+            self.reads_own_target_elsewhere = self._reads_target_elsewhere(value, store_st)
         root = KOp(AstOps.STORE, (value,), (0, store_st), self.target.dtype)
         bufs = [self.target, *self.inputs]
         return Kernel(root, [out], self.inputs, [b.dtype for b in bufs], [prod(b.shape) for b in bufs])
@@ -315,7 +331,13 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
         elif b.op is BufferOps.CONST:
             continue
         else:
-            items.append(ScheduleItem("kernel", b, kernel=_KernelBuilder(b, store).kernel()))
+            builder = _KernelBuilder(b, store)
+            kernel = builder.kernel()
+            if builder.reads_own_target_elsewhere:
+                # compute the value into a fresh buffer first, then copy it in: plan again with that
+                b.srcs = (b.srcs[0], LazyBuffer.empty(b.shape, b.dtype, b.device).assign(b.srcs[1]))
+                return create_schedule(outs)
+            items.append(ScheduleItem("kernel", b, kernel=kernel))
     return _order(items)
 
 

@@ -181,9 +181,6 @@ class Tensor:
         target = self.lazydata
         if not target.is_base or target.op is BufferOps.CONST:
             target = self.lazydata = target.contiguous()   # a view or a constant has no memory of its own
-        if _reads_through_other_view(value.lazydata, target):
-            # x.assign(x.T): one kernel cannot read and overwrite the same memory in another order
-            value = value.contiguous()
         # an unrealized target is computed first in the same schedule (the scheduler stores it)
         self.lazydata = target.assign(value.lazydata)
         return self
@@ -1407,26 +1404,6 @@ def _cached_arange(n: int, device: str, np_dtype: type) -> Tensor:
             _ARANGE_CACHE.clear()
         _ARANGE_CACHE[key] = Tensor(np.arange(n, dtype=np_dtype), device=device)
     return _ARANGE_CACHE[key]
-
-
-def _reads_through_other_view(value: LazyBuffer, target: LazyBuffer) -> bool:
-    """Whether computing value reads target's memory at other indices than the ones it writes."""
-    seen: set[int] = set()
-    stack = [value]
-    while stack:
-        lb = stack.pop()
-        if id(lb) in seen:
-            continue
-        seen.add(id(lb))
-        if lb.base is target.base or (lb.base.realized is not None and lb.base.realized is target.base.realized):
-            if not (lb.st.contiguous and lb.shape == target.shape) or not lb.base.is_base:
-                return True
-            if lb.base is not target.base:
-                return True    # another handle on the same memory
-            continue
-        if lb.base.realized is None:
-            stack.extend(lb.base.srcs)
-    return False
 
 
 def _check_index_bounds(index: Tensor, n: int) -> None:

@@ -330,13 +330,18 @@ def broadcast(tensor: Any, src: int, group: Any = None, async_op: bool = False) 
     return _run(group, g.broadcast, (arr, root), after, async_op)
 
 
+def _check_whole(op: str, whole_name: str, whole: np.ndarray, part_name: str, part: np.ndarray, n: int) -> None:
+    """The one-tensor collectives: `whole` holds n parts, each the size and dtype of `part`."""
+    if whole.size != part.size * n or whole.dtype != part.dtype:
+        raise ValueError(f"[distributed] {op}: {whole_name} {whole.dtype.name}{list(whole.shape)} must hold {n} x "
+                         f"{part_name} {part.dtype.name}{list(part.shape)}")
+
+
 def all_gather_into_tensor(output: Any, input: Any, group: Any = None, async_op: bool = False) -> Any:  # noqa: A002
     g = _group(group)
     out, after = _as_host(output)
     inp, _ = _as_host(input)
-    if out.size != inp.size * g.size or out.dtype != inp.dtype:
-        raise ValueError(f"[distributed] all_gather_into_tensor: output {out.dtype.name}{list(out.shape)} must hold "
-                         f"{g.size} x input {inp.dtype.name}{list(inp.shape)}")
+    _check_whole("all_gather_into_tensor", "output", out, "input", inp, g.size)
     return _run(group, g.all_gather, (out, inp), after, async_op)
 
 
@@ -366,9 +371,7 @@ def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM, 
     g = _group(group)
     out, after = _as_host(output)
     inp, _ = _as_host(input)
-    if inp.size != out.size * g.size or out.dtype != inp.dtype:
-        raise ValueError(f"[distributed] reduce_scatter_tensor: input {inp.dtype.name}{list(inp.shape)} must be "
-                         f"{g.size} x output {out.dtype.name}{list(out.shape)}")
+    _check_whole("reduce_scatter_tensor", "input", inp, "output", out, g.size)
     reducer(op, inp.dtype)
     return _run(group, g.reduce_scatter, (out, inp, op), after, async_op)
 
