@@ -69,7 +69,8 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("SLURM_LOCALID", int, -1, "local rank, as Slurm's srun sets it"),
     Knob("TG_SECRET", str, "", "per-job secret every store and transport connection proves (set by tglaunch); "
                                "empty derives one from the job's rendezvous address"),
-    Knob("TG_BACKEND", str, "", "distributed backend: tcp (default); shm, mpi and ucx as they land"),
+    Knob("TG_BACKEND", str, "", "distributed backend: tcp | mpi | ucx; empty: mpi when started by mpiexec, "
+                                "else tcp (shared memory between ranks on one host)"),
     Knob("TG_DIST_TIMEOUT", float, 300.0, "seconds any store call, init or collective may block before raising"),
     Knob("TG_DIST_HOST", str, "", "address this rank's transport listens on; empty: 127.0.0.1 when the "
                                   "master is local, else this host's name"),
@@ -77,6 +78,12 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("TG_SHM", int, 1, "1 moves large payloads between ranks on one host through shared memory; "
                            "0 keeps everything on TCP"),
 ]}
+
+
+def export_default(name: str, value: str) -> None:
+    """Give a third-party library's own environment variable a default, before it is imported; a value
+    the user set wins."""
+    os.environ.setdefault(name, value)
 
 
 def __getattr__(name: str) -> Any:

@@ -2,16 +2,63 @@
 
     results = run_ranks(3, fn, arg)      # fn(rank, world, arg) runs in 3 processes after
                                          # dist.init_process_group(); results[i] is rank i's value
+    run_ranks(3, fn, backend="mpi")      # the same under mpiexec -n 3 (fn's module is imported there,
+                                         # so fn must be a module-level function, args and results JSON)
+
+Backends: tcp (sockets only), shm (tcp + shared memory between ranks on one host: the default),
+ucx (ucxx) and mpi (mpi4py under mpiexec).
 """
 from __future__ import annotations
 
+import inspect
+import json
 import multiprocessing as mp
 import os
 import secrets
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 from typing import Any, Callable
+
+import pytest
+
+BACKENDS = ["tcp", "shm", "ucx", "mpi"]
+BACKEND_ENV = {"tcp": {"TG_BACKEND": "tcp", "TG_SHM": "0"}, "shm": {"TG_BACKEND": "tcp", "TG_SHM": "1"},
+               "ucx": {"TG_BACKEND": "ucx"}, "mpi": {"TG_BACKEND": "mpi"}}
+NEEDS = {"ucx": "ucxx", "mpi": "mpi4py"}
+
+
+def require(backend: str) -> None:
+    """Skip when the backend's package is missing on a developer's machine; CI installs every extra,
+    so there a missing package fails instead of skipping."""
+    import importlib.util
+    module = NEEDS.get(backend)
+    if module is None or importlib.util.find_spec(module) is not None:
+        if backend != "mpi" or mpiexec_path() is not None:
+            return
+    message = f"backend {backend} needs pip install -e '.[dev]' ({module} and its libraries)"
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def mpiexec_path() -> str | None:
+    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return here if os.path.exists(here) else shutil.which("mpiexec")
+
+
+def mpiexec(world: int) -> list[str]:
+    """The mpiexec command line for `world` ranks on this (2-core, root) machine: Open MPI refuses root
+    and oversubscription unless told; MPICH's hydra needs neither flag."""
+    exe = mpiexec_path()
+    assert exe is not None
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    flags = ["--allow-run-as-root", "--oversubscribe"] if "Open MPI" in version or "OpenRTE" in version else []
+    return [exe, *flags, "-n", str(world)]
 
 
 def free_port() -> int:
@@ -41,14 +88,19 @@ class RankError(AssertionError):
 
 
 def run_ranks(world: int, fn: Callable, *args: Any, timeout: float = 120, init: bool = True,
-              allow_errors: bool = False, env: dict | None = None, dist_timeout: float = 60) -> list[Any]:
+              allow_errors: bool = False, env: dict | None = None, dist_timeout: float = 60,
+              backend: str = "shm") -> list[Any]:
     """Run fn(rank, world, *args) in `world` fresh processes; returns each rank's result.
 
     With allow_errors, a rank's exception comes back as the string "ERROR: ..." instead of failing."""
+    require(backend)
+    env = {**BACKEND_ENV[backend], **(env or {})}
+    if backend == "mpi":
+        return _run_mpi(world, fn, args, timeout, init, allow_errors, env, dist_timeout)
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     port, secret = free_port(), secrets.token_hex(16)
-    procs = [ctx.Process(target=_worker, args=(r, world, port, secret, fn, args, q, init, env or {}, dist_timeout),
+    procs = [ctx.Process(target=_worker, args=(r, world, port, secret, fn, args, q, init, env, dist_timeout),
                          daemon=True) for r in range(world)]
     for p in procs:
         p.start()
@@ -76,3 +128,29 @@ def run_ranks(world: int, fn: Callable, *args: Any, timeout: float = 120, init: 
             if p.is_alive():
                 p.kill()
     return [results[r] for r in range(world)]
+
+
+def _run_mpi(world: int, fn: Callable, args: tuple, timeout: float, init: bool, allow_errors: bool, env: dict,
+             dist_timeout: float) -> list[Any]:
+    out = tempfile.mkdtemp(prefix="tg-mpi-")
+    try:
+        spec = json.dumps({"module": inspect.getfile(fn), "fn": fn.__name__, "args": list(args), "init": init,
+                           "dist_timeout": dist_timeout, "out": out})
+        worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mpi_worker.py")
+        cmd = [*mpiexec(world), sys.executable, worker, spec]
+        proc = subprocess.run(cmd, env={**os.environ, **env}, capture_output=True, text=True, timeout=timeout)
+        results = []
+        for r in range(world):
+            path = os.path.join(out, f"rank{r}.json")
+            if not os.path.exists(path):
+                status, value = "error", f"exited without a result (mpiexec exit {proc.returncode}):\n" \
+                                         f"{proc.stdout[-2000:]}{proc.stderr[-2000:]}"
+            else:
+                with open(path) as f:
+                    status, value = json.load(f)
+            if status == "error" and not allow_errors:
+                raise RankError(f"rank {r} raised:\n{value}")
+            results.append(value if status == "ok" else f"ERROR: {value}")
+        return results
+    finally:
+        shutil.rmtree(out, ignore_errors=True)

@@ -2,7 +2,7 @@
 1, 2, 3 and 4. Each rank builds its inputs from a seed, so it can compute every expected value."""
 import numpy as np
 import pytest
-from harness import run_ranks
+from harness import BACKENDS, run_ranks
 
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "bool"]
 SIZES = [0, 1, 7, 1 << 20]
@@ -130,7 +130,9 @@ def collective_suite(rank: int, world: int) -> list[str]:
             dist.recv(buf, src=rank - 1)
             buf += np.arange(6, dtype=np.float32)
             dist.send(buf, dst=(rank + 1) % world)
-    if dist.get_rank() != rank or dist.get_world_size() != world or dist.get_local_rank() != rank:
+    locals_ = [None] * world      # one host: each rank has its own local rank (mpiexec may permute them)
+    dist.all_gather_object(locals_, dist.get_local_rank())
+    if dist.get_rank() != rank or dist.get_world_size() != world or sorted(locals_) != list(range(world)):
         bad.append("get_rank / get_world_size / get_local_rank")
     return bad
 
@@ -153,29 +155,27 @@ def subgroup_suite(rank: int, world: int) -> list:
     return [ok]
 
 
-TRANSPORTS = {"tcp": {"TG_SHM": "0"}, "shm": {"TG_SHM": "1"}}
-
-
-def transport_kind(rank: int, world: int) -> str:
+def transport_kind(rank: int, world: int) -> list:
     import tg.distributed as dist
-    return dist._State.default.transport.kind if world > 1 else "local"
+    return [dist.get_backend(), dist._State.default.transport.kind if world > 1 else "local"]
 
 
-# a one-rank group has no transport, so world 1 runs once
-@pytest.mark.parametrize("world,transport", [(1, "tcp")] + [(w, t) for w in (2, 3, 4) for t in TRANSPORTS])
-def test_collectives_against_numpy(world, transport):
-    failures = run_ranks(world, collective_suite, timeout=300, env=TRANSPORTS[transport])
+# the tcp backend's one-rank group has no transport, so tcp and shm are the same at world 1
+@pytest.mark.parametrize("world,backend", [(w, b) for w in (1, 2, 3, 4) for b in BACKENDS if (w, b) != (1, "shm")])
+def test_collectives_against_numpy(world, backend):
+    failures = run_ranks(world, collective_suite, timeout=300, backend=backend)
     assert failures == [[]] * world
 
 
-@pytest.mark.parametrize("transport,kind", [("tcp", "tcp"), ("shm", "tcp+shm")])
-def test_transport_choice(transport, kind):
-    assert run_ranks(2, transport_kind, env=TRANSPORTS[transport]) == [kind, kind]
+@pytest.mark.parametrize("backend,kind", [("tcp", ["tcp", "tcp"]), ("shm", ["tcp", "tcp+shm"]),
+                                          ("ucx", ["ucx", "ucx"]), ("mpi", ["mpi", "mpi"])])
+def test_backend_choice(backend, kind):
+    assert run_ranks(2, transport_kind, backend=backend) == [kind, kind]
 
 
-@pytest.mark.parametrize("world", [3, 4])
-def test_subgroups(world):
-    assert run_ranks(world, subgroup_suite) == [[True]] * world
+@pytest.mark.parametrize("world,backend", [(w, b) for w in (3, 4) for b in BACKENDS])
+def test_subgroups(world, backend):
+    assert run_ranks(world, subgroup_suite, backend=backend) == [[True]] * world
 
 
 def test_one_rank_group_without_environment():
@@ -203,8 +203,9 @@ def async_p2p_exchange(rank: int, world: int) -> list:
     return [bool((got == peer).all()), recv_work.is_completed(), recv_work.exception() is None]
 
 
-def test_async_point_to_point_both_directions():
-    assert run_ranks(2, async_p2p_exchange) == [[True, True, True]] * 2
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_async_point_to_point_both_directions(backend):
+    assert run_ranks(2, async_p2p_exchange, backend=backend) == [[True, True, True]] * 2
 
 
 def p2p_around_collectives(rank: int, world: int) -> list:
@@ -235,6 +236,6 @@ def p2p_around_collectives(rank: int, world: int) -> list:
     return out
 
 
-@pytest.mark.parametrize("transport", TRANSPORTS)
-def test_point_to_point_around_collectives(transport):
-    assert run_ranks(2, p2p_around_collectives, env=TRANSPORTS[transport]) == [[2.0, 2.0], [2.0, 7.0, 45.0, 2.0]]
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_point_to_point_around_collectives(backend):
+    assert run_ranks(2, p2p_around_collectives, backend=backend) == [[2.0, 2.0], [2.0, 7.0, 45.0, 2.0]]

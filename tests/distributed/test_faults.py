@@ -3,11 +3,13 @@ import os
 import signal
 import socket
 import struct
+import subprocess
+import sys
 import time
 
 import numpy as np
 import pytest
-from harness import run_ranks
+from harness import mpiexec, require, run_ranks
 
 import tg.distributed as dist
 from tg.distributed.store import StoreError, TCPStore
@@ -32,10 +34,12 @@ def own_segments() -> set[str]:
     return {f for f in os.listdir(SHM_DIR) if f.startswith(f"tg-{os.getuid()}-")}
 
 
-@pytest.mark.parametrize("world", [2, 3])
-def test_sigkilled_rank_is_named_within_seconds(tmp_path, world):
+# under MPI a dead rank takes the job down (mpiexec's own policy): see test_mpi_* below
+@pytest.mark.parametrize("world,backend", [(2, "shm"), (3, "shm"), (3, "tcp"), (2, "ucx"), (3, "ucx")])
+def test_sigkilled_rank_is_named_within_seconds(tmp_path, world, backend):
     before = own_segments()
-    results = run_ranks(world, die_mid_all_reduce, str(tmp_path), allow_errors=True, init=True, timeout=60)
+    results = run_ranks(world, die_mid_all_reduce, str(tmp_path), allow_errors=True, init=True, timeout=60,
+                        backend=backend)
     # shared-memory segments are unlinked once mapped: a SIGKILLed job leaves none behind
     # (other jobs running in parallel may own short-lived ones, so wait for strays to go)
     deadline = time.time() + 5
@@ -57,8 +61,9 @@ def mismatched_shapes(rank: int, world: int) -> str:
     return "no error"
 
 
-def test_mismatched_shapes_raise_on_every_rank():
-    results = run_ranks(3, mismatched_shapes, allow_errors=True)
+@pytest.mark.parametrize("backend", ["tcp", "shm", "ucx", "mpi"])
+def test_mismatched_shapes_raise_on_every_rank(backend):
+    results = run_ranks(3, mismatched_shapes, allow_errors=True, backend=backend)
     for message in results:
         assert "float32[8]" in message and "float32[16]" in message, message
         assert "all_reduce #" in message
@@ -147,8 +152,9 @@ def stuck_peer(rank: int, world: int) -> str:
     return "no error"
 
 
-def test_alive_but_stuck_peer_times_out():
-    results = run_ranks(2, stuck_peer, allow_errors=True, dist_timeout=3, env={"TG_SHM": "0"})
+@pytest.mark.parametrize("backend", ["tcp", "ucx"])
+def test_alive_but_stuck_peer_times_out(backend):
+    results = run_ranks(2, stuck_peer, allow_errors=True, dist_timeout=3, backend=backend)
     elapsed, message = results[0].split("|", 1)
     assert float(elapsed) < 10, results[0]
     assert "rank 1" in message or "timed out" in message
@@ -207,3 +213,58 @@ def pending_reader_of_alias(rank: int, world: int) -> list:
 
 def test_in_place_collective_respects_readers_through_aliases():
     assert run_ranks(2, pending_reader_of_alias) == [[4.0] * 4] * 2
+
+
+# ---------------------------------------------------------------------------- MPI: the job dies, nobody hangs
+
+MPI_SCRIPT = """
+import sys, time
+import numpy as np
+import tg.distributed as dist
+dist.init_process_group(timeout=float(sys.argv[2]))
+rank = dist.get_rank()
+for i in range(1000):
+    if rank == dist.get_world_size() - 1 and i == 3:
+        if sys.argv[1] == "raise":
+            raise RuntimeError("rank gave up")
+        time.sleep(60)                      # alive, but never joins the next all_reduce
+    dist.all_reduce(np.ones(1 << 16, np.float32))
+"""
+
+
+@pytest.mark.parametrize("world,failure", [(2, "raise"), (3, "raise"), (3, "stuck")])
+def test_mpi_job_aborts_instead_of_hanging(tmp_path, world, failure):
+    """An uncaught exception in one rank, or a rank that stops taking part, ends the whole job within
+    seconds (mpi4py's `-m mpi4py` behaviour, and tg's watchdog at the job's timeout)."""
+    require("mpi")
+    script = tmp_path / "job.py"
+    script.write_text(MPI_SCRIPT)
+    start = time.time()
+    proc = subprocess.run([*mpiexec(world), sys.executable, str(script), failure, "3"], capture_output=True,
+                          text=True, timeout=120)
+    elapsed = time.time() - start
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert elapsed < 25, f"the job took {elapsed:.1f}s to end:\n{output}"
+    if failure == "raise":
+        assert "RuntimeError: rank gave up" in output and f"rank {world - 1} raised RuntimeError" in output, output
+    else:
+        assert "did not complete within the timeout" in output, output
+
+
+def mpi_rank_disagrees(rank: int, world: int) -> str:
+    if rank == 1:          # only rank 0 tries: a group it never joins would stall the others' set-up
+        from tg.distributed.mpi import load_mpi
+        load_mpi()
+        return "not tried"
+    try:
+        dist.init_process_group(backend="mpi")
+    except ValueError as e:
+        return str(e)
+    return "no error"        # no collective: rank 0 never joined the group
+
+
+def test_mpi_rank_must_agree_with_the_environment():
+    results = run_ranks(2, mpi_rank_disagrees, init=False, backend="mpi", env={"RANK": "1", "WORLD_SIZE": "2"})
+    assert "MPI says this is rank 0 of 2" in results[0] and "RANK / WORLD_SIZE say rank 1 of 2" in results[0]
+    assert results[1] == "not tried"

@@ -40,7 +40,7 @@ __all__ = ["init_process_group", "is_initialized", "get_rank", "get_world_size",
            "destroy_process_group", "new_group", "ReduceOp", "Work", "DistributedError", "all_reduce", "reduce",
            "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
            "gather", "scatter", "all_to_all_single", "send", "recv", "isend", "irecv", "barrier",
-           "broadcast_object", "all_gather_object", "GroupMember"]
+           "broadcast_object", "all_gather_object", "GroupMember", "get_backend"]
 
 
 class GroupMember:
@@ -56,6 +56,7 @@ class _State:
     groups: int = 0
     host: str = "127.0.0.1"
     p2p: dict[tuple[int, str], ThreadPoolExecutor] = {}
+    backend: str = "tcp"
 
 
 class Work:
@@ -96,6 +97,28 @@ def _detect() -> tuple[int, int, int]:
     return 0, 1, 0
 
 
+BACKENDS = ("tcp", "mpi", "ucx")
+
+
+def _choose_backend(asked: str | None) -> str:
+    """The argument, else TG_BACKEND, else mpi under mpiexec (unless a torchrun-style launcher set RANK),
+    else tcp (with shared memory between ranks on one host)."""
+    from tg.distributed.mpi import under_mpiexec
+    backend = (asked or config.TG_BACKEND or "").lower()
+    if not backend:
+        backend = "mpi" if under_mpiexec() and config.RANK < 0 else "tcp"
+    if backend not in BACKENDS:
+        raise ValueError(f"[distributed] unknown backend {backend!r}; choose one of {', '.join(BACKENDS)} "
+                         f"(argument or TG_BACKEND)")
+    return backend
+
+
+def get_backend(group: Any = None) -> str:
+    """The backend the job runs on: 'tcp', 'mpi' or 'ucx'."""
+    _group(group)
+    return _State.backend
+
+
 def _is_local(host: str) -> bool:
     try:
         return host in ("localhost", "") or ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
@@ -108,11 +131,14 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
     """Join the job's default process group (torch.distributed.init_process_group)."""
     if _State.default is not None:
         raise RuntimeError("[distributed] init_process_group was already called; call destroy_process_group first")
-    backend = (backend or config.TG_BACKEND or "tcp").lower()
-    if backend not in ("tcp",):
-        raise ValueError(f"[distributed] backend {backend!r} is not available yet; use 'tcp'")
+    backend = _choose_backend(backend)
     t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     _State.timeout = float(t if t is not None else config.TG_DIST_TIMEOUT)
+    _State.backend = backend
+    if backend == "mpi":
+        from tg.distributed.mpi import init_world
+        _State.default, _State.local_rank = init_world(rank, world_size, _State.timeout)
+        return
     env_rank, env_world, local = _detect()
     rank = env_rank if rank is None else rank
     world = env_world if world_size is None else world_size
@@ -145,13 +171,18 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
 
 
 def _make_group(ranks: list[int], my_global: int, name: str) -> ProcessGroup:
-    from tg.distributed.tcp import TcpTransport
     _State.groups += 1
     prefix = f"pg{_State.groups}"
     me = ranks.index(my_global)
     assert _State.store is not None
     store = _State.store
-    transport = TcpTransport(me, len(ranks), store, prefix, _State.secret, _State.host, _State.timeout)
+    transport: Any
+    if _State.backend == "ucx":
+        from tg.distributed.ucx import UcxTransport
+        transport = UcxTransport(me, len(ranks), store, prefix, _State.secret, _State.timeout)
+    else:
+        from tg.distributed.tcp import TcpTransport
+        transport = TcpTransport(me, len(ranks), store, prefix, _State.secret, _State.host, _State.timeout)
     # nobody leaves set-up (and so nobody can finish, fail or close the store) before everyone is done
     if store.add(f"{prefix}/ready", 1) == len(ranks):
         store.set(f"{prefix}/all-ready", "1")
@@ -199,6 +230,9 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None) -> Any:
     if me not in ranks:
         _State.groups += 1   # keep the store prefixes in step with the members
         return GroupMember.NON_GROUP_MEMBER
+    if _State.backend == "mpi":
+        _State.groups += 1
+        return default.subgroup(ranks, f"sub{_State.groups}")  # type: ignore[attr-defined]
     return _make_group(ranks, me, f"sub{_State.groups + 1}")
 
 
@@ -217,6 +251,9 @@ def destroy_process_group(group: Any = None) -> None:
         if _State.store is not None:
             _State.store.close()
         _State.default, _State.store = None, None
+        if _State.backend == "mpi":
+            from tg.distributed.mpi import finish
+            finish()
         for ex in _State.p2p.values():
             ex.shutdown(wait=False, cancel_futures=True)
         _State.p2p.clear()

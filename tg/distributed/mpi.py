@@ -1,0 +1,361 @@
+"""The `mpi` backend: tg's collectives mapped straight onto MPI's own, through mpi4py's buffer API
+(Allreduce, Bcast, Allgather, Reduce_scatter_block, Send/Recv, ...; never the pickling lower-case
+API). Processes come from `mpiexec`; rank and size come from MPI.
+
+What tg adds on top of MPI:
+- **Agreement before data.** Every collective first reduces a 62-bit hash of its descriptor (op,
+  dtype, shape, root, reduce op) with MIN and MAX in one 16-byte Allreduce. Ranks that disagree all
+  see it, gather the descriptors and raise naming the odd rank, instead of MPI's hang or garbage.
+- **No silent hang.** A watchdog thread aborts the whole job (MPI_Abort) when a call blocks past
+  the job's timeout, and an uncaught exception in any rank aborts the job too (mpi4py's `-m mpi4py`
+  idea), so the other ranks never wait forever in a collective the dead one will not join.
+- **p2p on its own communicator** (a Dup), so sends and receives never match a collective's
+  messages; each message is preceded by its descriptor, checked by the receiver.
+
+Async calls run on the group's worker thread in blocking MPI calls (mpi4py releases the GIL), which
+overlaps them with the caller's compute; MPI's nonblocking collectives would only progress inside
+later MPI calls. This needs MPI_THREAD_MULTIPLE, which Open MPI and MPICH provide.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+import numpy as np
+
+from tg import config
+from tg.distributed import algorithms as alg
+from tg.distributed.errors import DistributedError
+from tg.distributed.group import ProcessGroup, ReduceOp
+
+DESC_BYTES = 272           # room for a descriptor of up to 32 dims, plus its 2-byte length
+_P2P_DESC, _P2P_DATA = 1, 2
+
+
+def load_mpi() -> Any:
+    """mpi4py's MPI module, imported so that ucxx still works afterwards.
+
+    The MPI wheels bundle their own UCX; if MPI's copy loads first, ucxx's copy fails to load
+    (undefined symbols). Loading ucxx's UCX first, when it is installed, keeps both usable."""
+    if "mpi4py.MPI" not in sys.modules and importlib.util.find_spec("libucx") is not None:
+        import libucx
+        libucx.load_library()
+    try:
+        from mpi4py import MPI
+    except ImportError as e:
+        raise ImportError(f"[distributed] backend 'mpi' needs mpi4py and an MPI library ({e}); install them with "
+                          f"pip install 'tg[mpi]' (Open MPI) and start the job with mpiexec") from None
+    return MPI
+
+
+def under_mpiexec() -> bool:
+    """True when Open MPI's or MPICH's launcher started this process."""
+    return config.OMPI_COMM_WORLD_SIZE > 0 or config.PMI_SIZE > 0
+
+
+# ---------------------------------------------------------------------------- failure: watchdog and excepthook
+
+class _Watchdog:
+    """Aborts the MPI job when any guarded call runs past its deadline: a blocked MPI call cannot be
+    interrupted, and a job that hangs forever is the one outcome tg never allows."""
+
+    def __init__(self, mpi: Any) -> None:
+        self.mpi = mpi
+        self.calls: dict[int, tuple[float, str]] = {}
+        self.lock = threading.Lock()
+        self.next_id = 0
+        threading.Thread(target=self._watch, daemon=True, name="tg-mpi-watchdog").start()
+
+    @contextmanager
+    def guard(self, what: str, timeout: float) -> Iterator[None]:
+        with self.lock:
+            self.next_id += 1
+            key = self.next_id
+            self.calls[key] = (time.monotonic() + timeout, what)
+        try:
+            yield
+        finally:
+            with self.lock:
+                del self.calls[key]
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(0.5)
+            now = time.monotonic()
+            with self.lock:
+                late = [what for deadline, what in self.calls.values() if deadline < now]
+            if late:
+                rank = self.mpi.COMM_WORLD.Get_rank()
+                sys.stderr.write(f"[distributed] rank {rank}: {late[0]} did not complete within the timeout "
+                                 f"(TG_DIST_TIMEOUT): a rank is stuck or skipped it; aborting the MPI job\n")
+                sys.stderr.flush()
+                self.mpi.COMM_WORLD.Abort(1)
+
+
+_watchdog: _Watchdog | None = None
+_previous_hook: Any = None
+
+
+def _install_abort_hook(mpi: Any) -> None:
+    global _previous_hook
+    if _previous_hook is not None:
+        return
+    _previous_hook = previous = sys.excepthook
+
+    def abort_job(kind: type, value: BaseException, tb: Any) -> None:
+        previous(kind, value, tb)
+        rank = mpi.COMM_WORLD.Get_rank()
+        sys.stderr.write(f"[distributed] rank {rank} raised {kind.__name__}; aborting the MPI job so no rank is "
+                         f"left waiting for it\n")
+        sys.stderr.flush()
+        mpi.COMM_WORLD.Abort(1)
+    sys.excepthook = abort_job
+
+
+def _remove_abort_hook() -> None:
+    global _previous_hook
+    if _previous_hook is not None:
+        sys.excepthook, _previous_hook = _previous_hook, None
+
+
+# ---------------------------------------------------------------------------- the group
+
+def _bytes(arr: np.ndarray) -> np.ndarray:
+    return arr.reshape(-1).view(np.uint8)
+
+
+def _pack_desc(desc: bytes) -> np.ndarray:
+    out = np.zeros(DESC_BYTES, np.uint8)
+    body = desc[:DESC_BYTES - 2]
+    out[:2] = np.frombuffer(len(body).to_bytes(2, "little"), np.uint8)
+    out[2:2 + len(body)] = np.frombuffer(body, np.uint8)
+    return out
+
+
+def _unpack_desc(packed: np.ndarray) -> bytes:
+    n = int.from_bytes(packed[:2].tobytes(), "little")
+    return packed[2:2 + min(n, DESC_BYTES - 2)].tobytes()
+
+
+class MpiComms:
+    """The group's `transport`: its communicators. MPI aborts the job itself, so abort() only
+    stops using them."""
+    name = kind = "mpi"
+
+    def __init__(self, mpi: Any, comm: Any, timeout: float):
+        self.mpi, self.comm, self.timeout = mpi, comm, timeout
+        self.p2p = comm.Dup()
+        self.rank, self.world = comm.Get_rank(), comm.Get_size()
+        self.closed = False
+
+    def abort(self, reason: str) -> None:
+        self.closed = True
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.p2p.Free()
+        if self.comm != self.mpi.COMM_WORLD:
+            self.comm.Free()
+
+
+class MpiGroup(ProcessGroup):
+    """A ProcessGroup whose collectives are MPI's, on host numpy arrays, in place."""
+    transport: MpiComms
+
+    def __init__(self, mpi: Any, comm: Any, ranks: list[int], timeout: float, name: str):
+        comms = MpiComms(mpi, comm, timeout)
+        super().__init__(comms.rank, comms.world, ranks, comms, name)
+        self.mpi, self.comm, self.timeout = mpi, comm, timeout
+
+    def _guard(self, what: str) -> Any:
+        assert _watchdog is not None
+        return _watchdog.guard(f"{what} (group {self.name})", self.timeout)
+
+    def _agree(self, seq: int, desc: bytes, name: str) -> None:
+        """Every rank must be in the same call: one Allreduce of (h, -h) under MAX gives max and -min."""
+        h = int.from_bytes(hashlib.blake2b(desc, digest_size=8).digest(), "little") >> 2
+        pair = np.array([h, -h], np.int64)
+        self.comm.Allreduce(self.mpi.IN_PLACE, pair, op=self.mpi.MAX)
+        if pair[0] == h and -pair[1] == h:
+            return
+        everyone = np.empty(self.size * DESC_BYTES, np.uint8)
+        self.comm.Allgather(_pack_desc(desc), everyone)
+        for r in range(self.size):
+            theirs = _unpack_desc(everyone[r * DESC_BYTES:(r + 1) * DESC_BYTES])
+            if theirs != desc:
+                raise DistributedError(f"[distributed] {name} #{seq}: rank {self.ranks[r]} sent "
+                                       f"{alg.describe(theirs)}, rank {self.ranks[self.rank]} expected "
+                                       f"{alg.describe(desc)}")
+        raise DistributedError(f"[distributed] {name} #{seq}: the ranks disagree on the call, but every "
+                               f"descriptor matches rank {self.ranks[self.rank]}'s")  # a hash collision
+
+    @contextmanager
+    def _call(self, seq: int, op: str, arr: np.ndarray, root: int = -1, red: ReduceOp | None = None,
+              shape: tuple[int, ...] | None = None) -> Iterator[None]:
+        desc = alg.encode_desc(op, arr.dtype, tuple(arr.shape if shape is None else shape), root,
+                               red.value if red is not None else 0)
+        with self._guard(f"{op} #{seq}"):
+            self._agree(seq, desc, op)
+            yield
+
+    def _mpi_op(self, op: ReduceOp, dtype: np.dtype) -> Any:
+        if dtype == np.bool_:
+            name = {ReduceOp.SUM: "LOR", ReduceOp.MAX: "LOR", ReduceOp.BOR: "LOR", ReduceOp.PRODUCT: "LAND",
+                    ReduceOp.MIN: "LAND", ReduceOp.BAND: "LAND", ReduceOp.BXOR: "LXOR"}[op]
+        else:
+            name = {ReduceOp.SUM: "SUM", ReduceOp.AVG: "SUM", ReduceOp.PRODUCT: "PROD", ReduceOp.MIN: "MIN",
+                    ReduceOp.MAX: "MAX", ReduceOp.BAND: "BAND", ReduceOp.BOR: "BOR", ReduceOp.BXOR: "BXOR"}[op]
+        return getattr(self.mpi, name)
+
+    @staticmethod
+    def _typed(arr: np.ndarray) -> np.ndarray:
+        """mpi4py reads the MPI datatype off the buffer's format (float32 -> MPI_FLOAT, bool -> MPI_C_BOOL)."""
+        return arr.reshape(-1)
+
+    @staticmethod
+    def _reducible(arr: np.ndarray) -> np.ndarray:
+        """float16 is reduced in float32 (MPI has no half type), as the other backends do."""
+        return arr.astype(np.float32) if arr.dtype.kind == "f" and arr.itemsize < 4 else arr
+
+    # ------------------------------------------------------------------ collectives
+    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
+        work = self._reducible(arr)
+        with self._call(seq, "all_reduce", arr, red=op):
+            if work.size:
+                self.comm.Allreduce(self.mpi.IN_PLACE, self._typed(work), op=self._mpi_op(op, work.dtype))
+        if op is ReduceOp.AVG:
+            np.divide(work, self.size, out=work, casting="unsafe")
+        if work is not arr:
+            arr[...] = work
+
+    def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
+        with self._call(seq, "broadcast", arr, root=root):
+            self.comm.Bcast(_bytes(arr), root=root)
+
+    def all_gather(self, seq: int, out: np.ndarray, mine: np.ndarray) -> None:
+        with self._call(seq, "all_gather", mine):
+            self.comm.Allgather(_bytes(np.ascontiguousarray(mine)), _bytes(out))
+
+    def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
+        work_in = self._reducible(np.ascontiguousarray(inp).reshape(-1))
+        work_out = np.empty(out.size, work_in.dtype)
+        with self._call(seq, "reduce_scatter", inp, red=op):
+            if work_out.size:
+                self.comm.Reduce_scatter_block(self._typed(work_in), self._typed(work_out),
+                                               op=self._mpi_op(op, work_in.dtype))
+        if op is ReduceOp.AVG:
+            work_out = work_out / self.size
+        out.reshape(-1)[...] = work_out
+
+    def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
+        work = self._reducible(arr)
+        result = np.empty_like(work) if self.rank == root else None
+        with self._call(seq, "reduce", arr, root=root, red=op):
+            if work.size:
+                self.comm.Reduce(self._typed(work), self._typed(result) if result is not None else None,
+                                 op=self._mpi_op(op, work.dtype), root=root)
+        if result is not None and work.size:
+            if op is ReduceOp.AVG:
+                result = result / self.size
+            arr[...] = result.reshape(arr.shape)
+
+    def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
+        flat = np.empty(self.size * mine.nbytes, np.uint8) if self.rank == root else None
+        with self._call(seq, "gather", mine, root=root):
+            self.comm.Gather(_bytes(np.ascontiguousarray(mine)), flat, root=root)
+        if flat is not None:
+            for i, chunk in enumerate(chunks or []):
+                _bytes(chunk)[...] = flat[i * mine.nbytes:(i + 1) * mine.nbytes]
+
+    def scatter(self, seq: int, out: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
+        flat = np.concatenate([_bytes(np.ascontiguousarray(c)) for c in chunks or []]) if self.rank == root \
+            else None
+        with self._call(seq, "scatter", out, root=root):
+            self.comm.Scatter(flat, _bytes(out), root=root)
+
+    def all_to_all(self, seq: int, out: np.ndarray, inp: np.ndarray) -> None:
+        counts = [len(part) * inp.itemsize for part in np.array_split(np.arange(inp.size), self.size)]
+        displs = [sum(counts[:i]) for i in range(self.size)]
+        with self._call(seq, "all_to_all", inp):
+            self.comm.Alltoallv([_bytes(np.ascontiguousarray(inp)), (counts, displs), self.mpi.BYTE],
+                                [_bytes(out), (counts, displs), self.mpi.BYTE])
+
+    def barrier(self, seq: int) -> None:
+        with self._call(seq, "barrier", np.zeros(0, np.uint8)):
+            pass      # the agreement Allreduce is itself a barrier
+
+    # ------------------------------------------------------------------ point to point (own communicator)
+    def send(self, seq: int, arr: np.ndarray, dst: int) -> None:
+        desc = alg.encode_desc("send", arr.dtype, arr.shape)
+        with self._guard(f"send to rank {self.ranks[dst]}"):
+            self.transport.p2p.Send(_pack_desc(desc), dest=dst, tag=_P2P_DESC)
+            self.transport.p2p.Send(_bytes(np.ascontiguousarray(arr)), dest=dst, tag=_P2P_DATA)
+
+    def recv(self, seq: int, arr: np.ndarray, src: int) -> None:
+        desc = alg.encode_desc("send", arr.dtype, arr.shape)
+        p2p = self.transport.p2p
+        packed = np.empty(DESC_BYTES, np.uint8)
+        with self._guard(f"recv from rank {self.ranks[src]}"):
+            p2p.Recv(packed, source=src, tag=_P2P_DESC)
+            theirs = _unpack_desc(packed)
+            if theirs != desc:
+                status = self.mpi.Status()
+                p2p.Probe(source=src, tag=_P2P_DATA, status=status)
+                p2p.Recv(np.empty(status.Get_count(self.mpi.BYTE), np.uint8), source=src, tag=_P2P_DATA)
+                raise DistributedError(f"[distributed] recv from rank {self.ranks[src]}: it sent "
+                                       f"{alg.describe(theirs)}, rank {self.ranks[self.rank]} expected "
+                                       f"{alg.describe(desc)}")
+            p2p.Recv(_bytes(arr), source=src, tag=_P2P_DATA)
+
+    def subgroup(self, ranks: list[int], name: str) -> MpiGroup:
+        """A group of some of this group's ranks; only its members call this (MPI_Comm_create_group)."""
+        with self._guard(f"new_group({[self.ranks[r] for r in ranks]})"):
+            members = self.comm.Get_group().Incl(ranks)
+            comm = self.comm.Create_group(members)
+            members.Free()
+            return MpiGroup(self.mpi, comm, [self.ranks[r] for r in ranks], self.timeout, name)
+
+    def close(self) -> None:
+        super().close()
+
+
+def init_world(rank: int | None, world_size: int | None, timeout: float) -> tuple[MpiGroup, int]:
+    """The default group over MPI_COMM_WORLD, and this process's local rank."""
+    global _watchdog
+    mpi = load_mpi()
+    if mpi.Query_thread() < mpi.THREAD_MULTIPLE:
+        raise RuntimeError("[distributed] backend 'mpi' needs an MPI library initialised with MPI_THREAD_MULTIPLE "
+                           f"(got level {mpi.Query_thread()}); use Open MPI or MPICH from pip install 'tg[mpi]'")
+    world = mpi.COMM_WORLD
+    mpi_rank, mpi_size = world.Get_rank(), world.Get_size()
+    if _watchdog is None:
+        _watchdog = _Watchdog(mpi)
+    if mpi_size > 1:
+        _install_abort_hook(mpi)   # from here on, an uncaught error in any rank ends the job
+    env_rank, env_world = config.RANK, config.WORLD_SIZE
+    for source, r, w in (("RANK / WORLD_SIZE", env_rank, env_world), ("init_process_group(rank=, world_size=)",
+                                                                      rank, world_size)):
+        if (r is not None and r >= 0 and r != mpi_rank) or (w is not None and w > 0 and w != mpi_size):
+            raise ValueError(f"[distributed] backend 'mpi': MPI says this is rank {mpi_rank} of {mpi_size}, but "
+                             f"{source} say rank {r} of {w}; start MPI jobs with mpiexec -n N (which sets both), or "
+                             f"unset RANK / WORLD_SIZE")
+    local = max(config.OMPI_COMM_WORLD_LOCAL_RANK, config.MPI_LOCALRANKID)
+    if local < 0:      # a launcher that does not say: ask MPI which ranks share this node
+        with _watchdog.guard("finding the local rank (MPI_Comm_split_type)", timeout):
+            node = world.Split_type(mpi.COMM_TYPE_SHARED)
+            local = node.Get_rank()
+            node.Free()
+    with _watchdog.guard("creating the default group (MPI_Comm_dup)", timeout):
+        return MpiGroup(mpi, world, list(range(mpi_size)), timeout, "default"), local
+
+
+def finish() -> None:
+    """After destroy_process_group: exceptions no longer abort the job."""
+    _remove_abort_hook()
