@@ -23,8 +23,8 @@ import importlib.util
 import sys
 import threading
 import time
-from contextlib import contextmanager
-from typing import Any, Iterator
+from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -35,6 +35,19 @@ from tg.distributed.group import ProcessGroup, ReduceOp
 
 DESC_BYTES = 272           # room for a descriptor of up to 32 dims, plus its 2-byte length
 _P2P_DESC, _P2P_DATA = 1, 2
+
+
+_OP_NAMES = {ReduceOp.SUM: "SUM", ReduceOp.AVG: "SUM", ReduceOp.PRODUCT: "PROD", ReduceOp.MIN: "MIN",
+             ReduceOp.MAX: "MAX", ReduceOp.BAND: "BAND", ReduceOp.BOR: "BOR", ReduceOp.BXOR: "BXOR"}
+_BOOL_OP_NAMES = {ReduceOp.SUM: "LOR", ReduceOp.MAX: "LOR", ReduceOp.BOR: "LOR", ReduceOp.PRODUCT: "LAND",
+                  ReduceOp.MIN: "LAND", ReduceOp.BAND: "LAND", ReduceOp.BXOR: "LXOR"}
+
+
+@lru_cache(maxsize=4096)
+def _descriptor(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int, red: int) -> tuple[bytes, int]:
+    """The call's descriptor and its 62-bit hash (cached: a training loop repeats a few shapes)."""
+    desc = alg.encode_desc(op, dtype, shape, root, red)
+    return desc, int.from_bytes(hashlib.blake2b(desc, digest_size=8).digest(), "little") >> 2
 
 
 def load_mpi() -> Any:
@@ -66,35 +79,37 @@ class _Watchdog:
 
     def __init__(self, mpi: Any) -> None:
         self.mpi = mpi
-        self.calls: dict[int, tuple[float, str]] = {}
-        self.lock = threading.Lock()
-        self.next_id = 0
+        self.calls: dict[int, tuple[float, str]] = {}     # one slot per calling thread
         threading.Thread(target=self._watch, daemon=True, name="tg-mpi-watchdog").start()
 
-    @contextmanager
-    def guard(self, what: str, timeout: float) -> Iterator[None]:
-        with self.lock:
-            self.next_id += 1
-            key = self.next_id
-            self.calls[key] = (time.monotonic() + timeout, what)
-        try:
-            yield
-        finally:
-            with self.lock:
-                del self.calls[key]
+    def guard(self, what: str, timeout: float) -> _Guard:
+        return _Guard(self.calls, what, timeout)
 
     def _watch(self) -> None:
         while True:
             time.sleep(0.5)
             now = time.monotonic()
-            with self.lock:
-                late = [what for deadline, what in self.calls.values() if deadline < now]
+            late = [what for deadline, what in list(self.calls.values()) if deadline < now]
             if late:
                 rank = self.mpi.COMM_WORLD.Get_rank()
                 sys.stderr.write(f"[distributed] rank {rank}: {late[0]} did not complete within the timeout "
                                  f"(TG_DIST_TIMEOUT): a rank is stuck or skipped it; aborting the MPI job\n")
                 sys.stderr.flush()
                 self.mpi.COMM_WORLD.Abort(1)
+
+
+class _Guard:
+    __slots__ = ("calls", "what", "timeout", "key")
+
+    def __init__(self, calls: dict, what: str, timeout: float) -> None:
+        self.calls, self.what, self.timeout = calls, what, timeout
+
+    def __enter__(self) -> None:
+        self.key = threading.get_ident()
+        self.calls[self.key] = (time.monotonic() + self.timeout, self.what)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.calls.pop(self.key, None)
 
 
 _watchdog: _Watchdog | None = None
@@ -142,6 +157,30 @@ def _unpack_desc(packed: np.ndarray) -> bytes:
     return packed[2:2 + min(n, DESC_BYTES - 2)].tobytes()
 
 
+class _Agreed:
+    """Enter: the watchdog starts timing the call, and one Allreduce of (h, -h) under MAX gives the max
+    and -min of every rank's descriptor hash; unequal means some rank is in a different call. Exit:
+    the watchdog stops timing."""
+    __slots__ = ("group", "seq", "op", "desc", "h", "guard")
+
+    def __init__(self, group: MpiGroup, seq: int, op: str, desc_hash: tuple[bytes, int]) -> None:
+        self.group, self.seq, self.op = group, seq, op
+        self.desc, self.h = desc_hash
+
+    def __enter__(self) -> None:
+        g = self.group
+        self.guard = g._guard(f"{self.op} #{self.seq}")
+        self.guard.__enter__()
+        pair = g.pair
+        pair[0], pair[1] = self.h, -self.h
+        g.comm.Allreduce(g.mpi.IN_PLACE, pair, op=g.mpi.MAX)
+        if pair[0] != self.h or -pair[1] != self.h:
+            g._name_the_odd_rank(self.seq, self.op, self.desc)
+
+    def __exit__(self, *exc: Any) -> None:
+        self.guard.__exit__()
+
+
 class MpiComms:
     """The group's `transport`: its communicators. MPI aborts the job itself, so abort() only
     stops using them."""
@@ -173,18 +212,18 @@ class MpiGroup(ProcessGroup):
         comms = MpiComms(mpi, comm, timeout)
         super().__init__(comms.rank, comms.world, ranks, comms, name)
         self.mpi, self.comm, self.timeout = mpi, comm, timeout
+        self.pair = np.zeros(2, np.int64)     # the agreement's buffer: one collective at a time per group
 
-    def _guard(self, what: str) -> Any:
+    def _guard(self, what: str) -> _Guard:
         assert _watchdog is not None
         return _watchdog.guard(f"{what} (group {self.name})", self.timeout)
 
-    def _agree(self, seq: int, desc: bytes, name: str) -> None:
-        """Every rank must be in the same call: one Allreduce of (h, -h) under MAX gives max and -min."""
-        h = int.from_bytes(hashlib.blake2b(desc, digest_size=8).digest(), "little") >> 2
-        pair = np.array([h, -h], np.int64)
-        self.comm.Allreduce(self.mpi.IN_PLACE, pair, op=self.mpi.MAX)
-        if pair[0] == h and -pair[1] == h:
-            return
+    def _agree(self, seq: int, op: str, arr: np.ndarray, root: int = -1, red: ReduceOp | None = None) -> _Agreed:
+        """`with self._agree(...)`: every rank must be in the same call before any data moves."""
+        return _Agreed(self, seq, op, _descriptor(op, arr.dtype, arr.shape, root, red.value if red is not None
+                                                  else 0))
+
+    def _name_the_odd_rank(self, seq: int, name: str, desc: bytes) -> None:
         everyone = np.empty(self.size * DESC_BYTES, np.uint8)
         self.comm.Allgather(_pack_desc(desc), everyone)
         for r in range(self.size):
@@ -196,23 +235,8 @@ class MpiGroup(ProcessGroup):
         raise DistributedError(f"[distributed] {name} #{seq}: the ranks disagree on the call, but every "
                                f"descriptor matches rank {self.ranks[self.rank]}'s")  # a hash collision
 
-    @contextmanager
-    def _call(self, seq: int, op: str, arr: np.ndarray, root: int = -1, red: ReduceOp | None = None,
-              shape: tuple[int, ...] | None = None) -> Iterator[None]:
-        desc = alg.encode_desc(op, arr.dtype, tuple(arr.shape if shape is None else shape), root,
-                               red.value if red is not None else 0)
-        with self._guard(f"{op} #{seq}"):
-            self._agree(seq, desc, op)
-            yield
-
     def _mpi_op(self, op: ReduceOp, dtype: np.dtype) -> Any:
-        if dtype == np.bool_:
-            name = {ReduceOp.SUM: "LOR", ReduceOp.MAX: "LOR", ReduceOp.BOR: "LOR", ReduceOp.PRODUCT: "LAND",
-                    ReduceOp.MIN: "LAND", ReduceOp.BAND: "LAND", ReduceOp.BXOR: "LXOR"}[op]
-        else:
-            name = {ReduceOp.SUM: "SUM", ReduceOp.AVG: "SUM", ReduceOp.PRODUCT: "PROD", ReduceOp.MIN: "MIN",
-                    ReduceOp.MAX: "MAX", ReduceOp.BAND: "BAND", ReduceOp.BOR: "BOR", ReduceOp.BXOR: "BXOR"}[op]
-        return getattr(self.mpi, name)
+        return getattr(self.mpi, (_BOOL_OP_NAMES if dtype == np.bool_ else _OP_NAMES)[op])
 
     @staticmethod
     def _typed(arr: np.ndarray) -> np.ndarray:
@@ -227,7 +251,7 @@ class MpiGroup(ProcessGroup):
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
         work = self._reducible(arr)
-        with self._call(seq, "all_reduce", arr, red=op):
+        with self._agree(seq, "all_reduce", arr, red=op):
             if work.size:
                 self.comm.Allreduce(self.mpi.IN_PLACE, self._typed(work), op=self._mpi_op(op, work.dtype))
         if op is ReduceOp.AVG:
@@ -236,17 +260,17 @@ class MpiGroup(ProcessGroup):
             arr[...] = work
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
-        with self._call(seq, "broadcast", arr, root=root):
+        with self._agree(seq, "broadcast", arr, root=root):
             self.comm.Bcast(_bytes(arr), root=root)
 
     def all_gather(self, seq: int, out: np.ndarray, mine: np.ndarray) -> None:
-        with self._call(seq, "all_gather", mine):
+        with self._agree(seq, "all_gather", mine):
             self.comm.Allgather(_bytes(np.ascontiguousarray(mine)), _bytes(out))
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
         work_in = self._reducible(np.ascontiguousarray(inp).reshape(-1))
         work_out = np.empty(out.size, work_in.dtype)
-        with self._call(seq, "reduce_scatter", inp, red=op):
+        with self._agree(seq, "reduce_scatter", inp, red=op):
             if work_out.size:
                 self.comm.Reduce_scatter_block(self._typed(work_in), self._typed(work_out),
                                                op=self._mpi_op(op, work_in.dtype))
@@ -257,7 +281,7 @@ class MpiGroup(ProcessGroup):
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
         work = self._reducible(arr)
         result = np.empty_like(work) if self.rank == root else None
-        with self._call(seq, "reduce", arr, root=root, red=op):
+        with self._agree(seq, "reduce", arr, root=root, red=op):
             if work.size:
                 self.comm.Reduce(self._typed(work), self._typed(result) if result is not None else None,
                                  op=self._mpi_op(op, work.dtype), root=root)
@@ -268,7 +292,7 @@ class MpiGroup(ProcessGroup):
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
         flat = np.empty(self.size * mine.nbytes, np.uint8) if self.rank == root else None
-        with self._call(seq, "gather", mine, root=root):
+        with self._agree(seq, "gather", mine, root=root):
             self.comm.Gather(_bytes(np.ascontiguousarray(mine)), flat, root=root)
         if flat is not None:
             for i, chunk in enumerate(chunks or []):
@@ -277,29 +301,29 @@ class MpiGroup(ProcessGroup):
     def scatter(self, seq: int, out: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
         flat = np.concatenate([_bytes(np.ascontiguousarray(c)) for c in chunks or []]) if self.rank == root \
             else None
-        with self._call(seq, "scatter", out, root=root):
+        with self._agree(seq, "scatter", out, root=root):
             self.comm.Scatter(flat, _bytes(out), root=root)
 
     def all_to_all(self, seq: int, out: np.ndarray, inp: np.ndarray) -> None:
         counts = [len(part) * inp.itemsize for part in np.array_split(np.arange(inp.size), self.size)]
         displs = [sum(counts[:i]) for i in range(self.size)]
-        with self._call(seq, "all_to_all", inp):
+        with self._agree(seq, "all_to_all", inp):
             self.comm.Alltoallv([_bytes(np.ascontiguousarray(inp)), (counts, displs), self.mpi.BYTE],
                                 [_bytes(out), (counts, displs), self.mpi.BYTE])
 
     def barrier(self, seq: int) -> None:
-        with self._call(seq, "barrier", np.zeros(0, np.uint8)):
+        with self._agree(seq, "barrier", np.zeros(0, np.uint8)):
             pass      # the agreement Allreduce is itself a barrier
 
     # ------------------------------------------------------------------ point to point (own communicator)
     def send(self, seq: int, arr: np.ndarray, dst: int) -> None:
-        desc = alg.encode_desc("send", arr.dtype, arr.shape)
+        desc = _descriptor("send", arr.dtype, arr.shape, -1, 0)[0]
         with self._guard(f"send to rank {self.ranks[dst]}"):
             self.transport.p2p.Send(_pack_desc(desc), dest=dst, tag=_P2P_DESC)
             self.transport.p2p.Send(_bytes(np.ascontiguousarray(arr)), dest=dst, tag=_P2P_DATA)
 
     def recv(self, seq: int, arr: np.ndarray, src: int) -> None:
-        desc = alg.encode_desc("send", arr.dtype, arr.shape)
+        desc = _descriptor("send", arr.dtype, arr.shape, -1, 0)[0]
         p2p = self.transport.p2p
         packed = np.empty(DESC_BYTES, np.uint8)
         with self._guard(f"recv from rank {self.ranks[src]}"):

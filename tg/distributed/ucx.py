@@ -3,9 +3,10 @@
 Each rank opens one UCX worker per group and publishes its worker address in the rendezvous
 store; peers connect by worker address (not through a listener), which lets UCX pick shared
 memory between ranks on one host and TCP (or RDMA) across hosts. Messages are UCX tagged sends:
-a frame is a 24-byte header message then, if it has one, a payload message received straight into
-the destination buffer. The tag says which part it is, which channel (collectives or
-point-to-point) and which rank sent it; UCX keeps messages with equal tags from one sender in order.
+a frame is one message holding the 24-byte header and a small payload (up to 8 KiB), or a header
+message then a payload message received straight into the destination buffer. The tag says which
+part it is, which channel (collectives or point-to-point) and which rank sent it; UCX keeps
+messages with equal tags from one sender in order.
 
 Waiting progresses the worker, then sleeps on its event file descriptor (no core is burnt while a
 peer computes). While waiting for a peer, a closed endpoint (UCX reports a dead process at once)
@@ -38,6 +39,7 @@ from tg.distributed.tcp import FRAME, MAGIC, MAX_CONTROL, P2P
 HEADER, DATA, ABORT, AUTH = 0, 1, 2, 3          # tag part
 COLLECTIVE, POINT = 0, 1                        # tag channel
 SPIN = 200                                      # progress polls before sleeping on the event fd
+INLINE = 8 << 10                                # payloads up to this ride in the header's message
 _PART_MASK = 0xF << 36
 
 
@@ -104,6 +106,7 @@ class UcxTransport:
                                               api.UCXXTagMask(_PART_MASK))
         self.eps: dict[int, Any] = {}
         self.in_flight: list[_Sent] = []
+        self.inline: dict[int, memoryview | None] = {}   # the payload that came inside the last header
         for peer in range(world):
             if peer != rank:
                 address = api.UCXAddress.create_from_buffer(store.get(f"{prefix}/ucx/{peer}"))
@@ -166,11 +169,12 @@ class UcxTransport:
 
     # ------------------------------------------------------------------ the algorithms' interface
     def _send(self, peer: int, channel: int, header: bytes, payload: Any) -> _Sent:
-        head = bytearray(header)
+        inline = len(payload) <= INLINE
+        head = bytearray(header) + payload if inline else bytearray(header)
         with self.lock:
             ep = self.eps[peer]
             reqs = [ep.tag_send(self.Array(head), self.api.UCXXTag(_tag(HEADER, channel, self.rank)))]
-            if len(payload):
+            if not inline:
                 reqs.append(ep.tag_send(self.Array(payload), self.api.UCXXTag(_tag(DATA, channel, self.rank))))
             sent = _Sent(self, peer, reqs, (head, payload))
             self.in_flight.append(sent)     # its buffers live until UCX is done, even if nobody waits on it
@@ -186,9 +190,10 @@ class UcxTransport:
         return self._send(peer, COLLECTIVE, header, payload)
 
     def recv_frame(self, peer: int, expect_kind: int, seq: int, what: str) -> tuple[int, int, int]:
-        raw = bytearray(FRAME.size)
+        raw = bytearray(FRAME.size + INLINE)
         self._recv(peer, HEADER, COLLECTIVE, raw, what)
-        magic, kind, _flags, _r, fseq, arg, nbytes = FRAME.unpack(raw)
+        magic, kind, _flags, _r, fseq, arg, nbytes = FRAME.unpack_from(raw)
+        self.inline[peer] = memoryview(raw)[FRAME.size:FRAME.size + nbytes] if nbytes <= INLINE else None
         if magic != MAGIC:
             raise DistributedError(f"[distributed] {what}: a malformed frame arrived from rank {peer}")
         if kind != expect_kind or fseq != seq & 0xFFFFFFFF:
@@ -198,6 +203,14 @@ class UcxTransport:
         return kind, arg, nbytes
 
     def recv_into(self, peer: int, buf: memoryview) -> None:
+        inline, self.inline[peer] = self.inline.get(peer), None
+        if inline is not None:
+            view = buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf
+            if len(view) != len(inline):
+                raise DistributedError(f"[distributed] rank {peer} sent {len(inline)} bytes, rank {self.rank} "
+                                       f"expected {len(view)}")
+            view[:] = inline
+            return
         self._recv(peer, DATA, COLLECTIVE, buf, f"receiving from rank {peer}")
 
     def recv_bytes(self, peer: int, n: int) -> bytes:
@@ -214,21 +227,26 @@ class UcxTransport:
 
     def p2p_send(self, peer: int, desc: bytes, payload: memoryview) -> None:
         header = FRAME.pack(MAGIC, P2P, 0, 0, 0, len(desc), len(desc) + len(payload)) + desc
-        self._send(peer, POINT, header, payload).wait()
+        self._send(peer, POINT, header, payload).wait()     # _send inlines payloads up to INLINE bytes
 
     def p2p_recv(self, peer: int, desc: bytes, buf: memoryview, describe: Any) -> None:
-        raw = bytearray(FRAME.size + MAX_CONTROL)
+        """The header message carries the descriptor (and the payload too when it is small)."""
+        raw = bytearray(FRAME.size + MAX_CONTROL + INLINE)
         self._recv(peer, HEADER, POINT, raw, f"recv from rank {peer}")
-        magic, kind, _f, _r, _s, dlen, nbytes = FRAME.unpack(raw[:FRAME.size])
+        magic, kind, _f, _r, _s, dlen, nbytes = FRAME.unpack_from(raw)
         if magic != MAGIC or kind != P2P or dlen > MAX_CONTROL or nbytes < dlen:
             raise DistributedError(f"[distributed] recv from rank {peer}: a malformed message arrived")
         theirs = bytes(raw[FRAME.size:FRAME.size + dlen])
+        inline = nbytes - dlen <= INLINE
         if theirs != desc or nbytes - dlen != len(buf):
-            if nbytes > dlen:     # take the payload, so the sender is not left waiting
+            if not inline:     # take the payload, so the sender is not left waiting
                 self._recv(peer, DATA, POINT, bytearray(nbytes - dlen), f"recv from rank {peer}")
             raise DistributedError(f"[distributed] recv from rank {peer}: it sent {describe(theirs)}, "
                                    f"rank {self.rank} expected {describe(desc)}")
-        if len(buf):
+        view = buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf
+        if inline:
+            view[:] = raw[FRAME.size + dlen:FRAME.size + nbytes]
+        elif len(buf):
             self._recv(peer, DATA, POINT, buf, f"recv from rank {peer}")
 
     # ------------------------------------------------------------------ failure and teardown
