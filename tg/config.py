@@ -67,6 +67,15 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("SLURM_PROCID", int, -1, "rank, as Slurm's srun sets it"),
     Knob("SLURM_NTASKS", int, -1, "world size, as Slurm's srun sets it"),
     Knob("SLURM_LOCALID", int, -1, "local rank, as Slurm's srun sets it"),
+    Knob("SLURM_NODEID", int, -1, "this node's index in a Slurm allocation (tglaunch's node rank)"),
+    Knob("LOCAL_WORLD_SIZE", int, -1, "ranks on this node (set by tglaunch)"),
+    Knob("NODE_RANK", int, -1, "this node's rank in the job (set by tglaunch; GROUP_RANK is the same)"),
+    Knob("TG_RESTART_COUNT", int, 0, "which attempt this is, 0 first (set by tglaunch)"),
+    Knob("TG_MAX_RESTARTS", int, 0, "restarts tglaunch allows the job"),
+    Knob("TG_RUN_ID", str, "", "the job's id in the store and in logs (set by tglaunch)"),
+    Knob("TG_ERROR_FILE", str, "", "where a worker records an uncaught exception for tglaunch's summary"),
+    Knob("TG_PREFIX_OUTPUT", int, 0, "1 makes a worker prefix its own output lines with [rankN]: (under mpiexec)"),
+    Knob("TG_STORE_PREFIX", str, "", "prefix of every store key the process group uses (one per tglaunch attempt)"),
     Knob("TG_SECRET", str, "", "per-job secret every store and transport connection proves (set by tglaunch); "
                                "empty derives one from the job's rendezvous address"),
     Knob("TG_BACKEND", str, "", "distributed backend: tcp | mpi | ucx; empty: mpi when started by mpiexec, "
@@ -84,6 +93,16 @@ def export_default(name: str, value: str) -> None:
     """Give a third-party library's own environment variable a default, before it is imported; a value
     the user set wins."""
     os.environ.setdefault(name, value)
+
+
+def environment() -> dict[str, str]:
+    """A copy of this process's environment, to start child processes with."""
+    return dict(os.environ)
+
+
+def export(name: str, value: str) -> None:
+    """Set a variable in this process's environment (for code that reads it later, or for children)."""
+    os.environ[name] = value
 
 
 def __getattr__(name: str) -> Any:

@@ -172,7 +172,7 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
 
 def _make_group(ranks: list[int], my_global: int, name: str) -> ProcessGroup:
     _State.groups += 1
-    prefix = f"pg{_State.groups}"
+    prefix = f"{config.TG_STORE_PREFIX}pg{_State.groups}"
     me = ranks.index(my_global)
     assert _State.store is not None
     store = _State.store

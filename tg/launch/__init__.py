@@ -1,1 +1,209 @@
-"""tg.launch: home of `tglaunch`, the torchrun-style launcher (see the launcher issue)."""
+"""tglaunch: start a tg job of N processes per node, torchrun-style, and stop it cleanly.
+
+    tglaunch --nproc 4 train.py --lr 3e-4          # 4 ranks on this machine
+    tglaunch --nproc 2 -m mypkg.train               # a module, like python -m
+    tglaunch --config configs/two_nodes.yaml --node-rank 1      # one node of a multi-node job
+    tglaunch --backend mpi --nproc 4 train.py       # mpiexec starts the processes
+    python -m tg.launch ...                         # the same as tglaunch
+
+Flags (a flag given on the command line wins over the same key in --config):
+  --nproc N, --nproc-per-node N   processes on this node (default 1)
+  --nnodes N                      nodes in the job (default 1)
+  --node-rank K                   this node's rank; else SLURM_NODEID, else this host's place in
+                                  the config's `hosts` (matched by name or by a local address)
+  --master-addr HOST              where the rendezvous store listens (default 127.0.0.1); node 0
+                                  binds exactly this address, never all interfaces
+  --master-port P                 its port; 0 (the default on one node) picks a free one
+  --backend tcp|mpi|ucx           TG_BACKEND for the workers (default tcp); mpi hands start-up to
+                                  mpiexec (one node)
+  --config FILE.yaml              job settings, schema below
+  --max-restarts N                restart the whole job (every node) up to N times after a failure
+  --log-dir DIR                   also write each rank's output to DIR/rank{R}.stdout / .stderr
+  --run-id ID                     names the job in the store and in TG_RUN_ID (default random)
+  --grace S                       seconds between SIGTERM and SIGKILL when stopping workers (5)
+  -m MODULE                       run a module instead of a script
+  script, args...                 everything after the script (or module) goes to it unchanged
+
+Every worker gets: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK (the
+same), MASTER_ADDR, MASTER_PORT, TG_RESTART_COUNT (0 on the first attempt), TG_MAX_RESTARTS,
+TG_RUN_ID, TG_BACKEND, TG_SECRET (random per job on one node; on several nodes from TG_SECRET in
+the agents' environment, or derived from the run id and master with a warning), TG_ERROR_FILE, and
+PYTHONUNBUFFERED=1, so `dist.init_process_group()` needs no arguments and torchrun scripts run as
+they are. On several nodes the agents host the store: workers also get TG_STORE_EXTERNAL=1 and
+TG_STORE_PREFIX (one per attempt).
+
+Output: every line a worker prints appears at once, prefixed `[rank3]: `, on the launcher's stdout
+or stderr as the worker wrote it.
+
+Failure modes:
+- A worker exits non-zero or dies by a signal: the others are sent SIGTERM, then SIGKILL after
+  --grace seconds; the launcher prints the failing rank, its exit code or signal, host, time and the
+  last lines of its traceback (from the error file the worker bootstrap writes), and exits with
+  that code (128 + signal for a signal). With --max-restarts it starts the whole job again first.
+- Ctrl-C / SIGTERM to the launcher: every worker is stopped the same way; exit code 130 / 143.
+- The launcher is SIGKILLed: each worker gets SIGKILL from the kernel (PR_SET_PDEATHSIG).
+- A node fails (multi-node): every other node stops its workers, and every node prints the summary.
+- A node never joins: after TG_DIST_TIMEOUT seconds the agents fail, naming the missing nodes.
+- The master port is taken: a clear error naming host:port.
+
+YAML schema (`--config`; an unknown key is an error with a did-you-mean, and errors name the file,
+line and key): nnodes, nproc_per_node, master_addr, master_port, backend, max_restarts, log_dir,
+run_id, env (a mapping of extra variables), script, module, args (a list), hosts (one address or
+name per node, node 0 first). See configs/.
+"""
+from __future__ import annotations
+
+import argparse
+import secrets
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+
+from tg.launch.job import JobSpec, load_config
+
+__all__ = ["main", "JobSpec"]
+
+
+@dataclass
+class Failure:
+    rank: int
+    code: int                 # exit code, or -signal
+    host: str
+    when: float
+    error: str = ""
+    traceback: str = ""
+    node: int = 0
+
+    def describe(self) -> str:
+        how = f"signal {-self.code} ({_signal_name(-self.code)})" if self.code < 0 else f"exit code {self.code}"
+        stamp = time.strftime("%H:%M:%S", time.localtime(self.when))
+        lines = [f"[tglaunch] rank {self.rank} (node {self.node}, host {self.host}) failed at {stamp} with {how}"]
+        if self.error:
+            lines.append(f"[tglaunch]   {self.error}")
+        if self.traceback:
+            tail = self.traceback.rstrip().splitlines()[-8:]
+            lines += [f"[tglaunch]   | {line}" for line in tail]
+        return "\n".join(lines)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 - self.code if self.code < 0 else self.code
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "?"
+
+
+@dataclass
+class Launch:
+    """What one agent runs, resolved from the flags and the config."""
+    spec: JobSpec
+    node_rank: int
+    grace: float
+    secret: str
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+def parse_args(argv: list[str] | None) -> Launch:
+    ap = argparse.ArgumentParser(prog="tglaunch", description="Start a tg job (see `python -m tg.launch` docs).",
+                                 formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    ap.add_argument("--nproc", "--nproc-per-node", dest="nproc_per_node", type=int)
+    ap.add_argument("--nnodes", type=int)
+    ap.add_argument("--node-rank", type=int)
+    ap.add_argument("--master-addr")
+    ap.add_argument("--master-port", type=int)
+    ap.add_argument("--backend", choices=["tcp", "mpi", "ucx"])
+    ap.add_argument("--config")
+    ap.add_argument("--max-restarts", type=int)
+    ap.add_argument("--log-dir")
+    ap.add_argument("--run-id")
+    ap.add_argument("--grace", type=float, default=5.0)
+    ap.add_argument("-m", dest="module")
+    ap.add_argument("script_and_args", nargs=argparse.REMAINDER)
+    args = ap.parse_args(argv)
+    try:
+        spec = load_config(args.config) if args.config else JobSpec()
+    except ValueError as e:
+        ap.error(str(e))
+    for key in ("nproc_per_node", "nnodes", "master_addr", "master_port", "backend", "max_restarts", "log_dir",
+                "run_id", "module"):
+        value = getattr(args, key)
+        if value is not None:
+            setattr(spec, key, value)
+    rest = list(args.script_and_args)
+    if rest and rest[0] == "--":
+        rest = rest[1:]
+    if args.module is not None:
+        spec.script, spec.args = None, rest
+    elif rest:
+        spec.script, spec.args, spec.module = rest[0], rest[1:], None
+    if spec.script is None and spec.module is None:
+        ap.error("give a script to run (tglaunch --nproc 2 train.py), -m module, or `script` in --config")
+    if spec.nproc_per_node < 1 or spec.nnodes < 1:
+        ap.error(f"--nproc and --nnodes must be at least 1, got {spec.nproc_per_node} and {spec.nnodes}")
+    from tg import config
+    # every node's agent must name the same run: random on one node, else from the master's address
+    spec.run_id = spec.run_id or config.TG_RUN_ID or (secrets.token_hex(4) if spec.nnodes == 1 else
+                                                      f"{spec.master_addr}:{spec.master_port}")
+    try:
+        node_rank = spec.resolve_node_rank(args.node_rank)
+    except ValueError as e:
+        ap.error(str(e))
+    secret = config.TG_SECRET
+    if not secret:
+        if spec.nnodes == 1:
+            secret = secrets.token_hex(16)
+        else:
+            print(f"[tglaunch] warning: no TG_SECRET in the environment; the job secret is derived from the run id "
+                  f"and master ({spec.run_id}, {spec.master_addr}:{spec.master_port}), which anyone who knows them "
+                  f"can derive too; export the same TG_SECRET on every node", file=sys.stderr)
+            import hashlib
+            seed = f"tglaunch:{spec.run_id}:{spec.master_addr}:{spec.master_port}"
+            secret = hashlib.sha256(seed.encode()).hexdigest()
+    return Launch(spec, node_rank, args.grace, secret)
+
+
+def main(argv: list[str] | None = None) -> int:
+    launch = parse_args(argv)
+    from tg.launch.agent import Agent
+    try:
+        code = Agent(launch).run()
+    except KeyboardInterrupt:
+        code = 130
+    except LaunchError as e:
+        print(f"[tglaunch] {e}", file=sys.stderr)
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+class LaunchError(Exception):
+    """A launch that cannot go on (port taken, node missing, bad config): printed without a traceback."""
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port(host: str, port: int) -> None:
+    """A clear error now rather than a confusing one inside rank 0 later."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise LaunchError(f"cannot use {host}:{port} for the rendezvous store ({e.strerror}); pick another "
+                              f"--master-port, or 0 for a free one") from None
+
+
+def run_main() -> None:
+    sys.exit(main())
+

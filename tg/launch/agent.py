@@ -1,0 +1,365 @@
+"""The per-node agent behind tglaunch: starts this node's workers, relays their output line by line,
+stops them all when one fails (or when told to), restarts the job, and on several nodes keeps the
+agents in step through the rendezvous store hosted by node 0's agent."""
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import IO, Any
+
+from tg import config
+from tg.launch import Failure, Launch, LaunchError, check_port, free_port
+
+BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
+POLL = 0.02          # seconds between checks of the workers while no output arrives
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_launcher() -> None:
+    """Runs in the child between fork and exec: the kernel SIGKILLs it if the launcher dies."""
+    import ctypes
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class _Worker:
+    def __init__(self, rank: int, proc: subprocess.Popen, logs: dict[str, IO[bytes]]):
+        self.rank, self.proc, self.logs = rank, proc, logs
+        self.partial = {"stdout": b"", "stderr": b""}
+
+
+class Agent:
+    def __init__(self, launch: Launch):
+        self.launch, self.spec, self.node = launch, launch.spec, launch.node_rank
+        self.stop_signal = 0
+        self.store: Any = None
+        self.key = f"tglaunch/{self.spec.run_id}"
+        self.base_rank, self.world = 0, self.spec.nproc_per_node
+        self.host = socket.gethostname()
+
+    # ------------------------------------------------------------------ the job
+    def run(self) -> int:
+        spec = self.spec
+        previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            if spec.nnodes > 1:
+                self._rendezvous()
+            for attempt in range(spec.max_restarts + 1):
+                failure = self._attempt(attempt)
+                if self.stop_signal:
+                    print(f"[tglaunch] stopped by {signal.Signals(self.stop_signal).name}; every worker is gone",
+                          file=sys.stderr)
+                    return 128 + self.stop_signal
+                if failure is None:
+                    return 0
+                print(failure.describe(), file=sys.stderr)
+                if attempt < spec.max_restarts:
+                    print(f"[tglaunch] restarting the whole job (restart {attempt + 1} of {spec.max_restarts})",
+                          file=sys.stderr)
+                    continue
+                return failure.exit_code
+            return 1
+        finally:
+            for s, handler in previous.items():
+                signal.signal(s, handler)
+            if self.store is not None:
+                self._leave()
+
+    def _on_signal(self, signum: int, _frame: Any) -> None:
+        self.stop_signal = signum
+
+    def _attempt(self, attempt: int) -> Failure | None:
+        errors = tempfile.mkdtemp(prefix="tglaunch-")
+        try:
+            if self.spec.backend == "mpi":
+                return self._attempt_mpi(attempt, errors)
+            if self.store is not None:
+                self._all_nodes(f"a{attempt}/ready", "start the attempt")
+            workers = self._start(attempt, self._worker_env(attempt, errors), errors)
+            return self._supervise(workers, attempt, errors)
+        finally:
+            shutil.rmtree(errors, ignore_errors=True)
+
+    def _worker_env(self, attempt: int, errors: str) -> dict[str, str]:
+        spec = self.spec
+        env = config.environment()
+        env.update(spec.env)
+        if self.store is not None:
+            port = spec.master_port
+            env.update(TG_STORE_EXTERNAL="1", TG_STORE_PREFIX=f"{self.key}/a{attempt}/")
+        elif spec.master_port:
+            check_port(spec.master_addr, spec.master_port)
+            port = spec.master_port
+        else:
+            port = free_port(spec.master_addr)
+        env.update(WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE=str(spec.nproc_per_node), NODE_RANK=str(self.node),
+                   GROUP_RANK=str(self.node), MASTER_ADDR=spec.master_addr, MASTER_PORT=str(port),
+                   TG_RESTART_COUNT=str(attempt), TG_MAX_RESTARTS=str(spec.max_restarts),
+                   TG_RUN_ID=spec.run_id or "", TG_BACKEND=spec.backend, TG_SECRET=self.launch.secret,
+                   TG_ERROR_FILE=os.path.join(errors, "rank{rank}.json"), PYTHONUNBUFFERED="1")
+        return env
+
+    def _command(self) -> list[str]:
+        spec = self.spec
+        target = ["-m", spec.module] if spec.module else [spec.script or ""]
+        return [sys.executable, BOOTSTRAP, *target, *spec.args]
+
+    def _start(self, attempt: int, env: dict[str, str], errors: str) -> list[_Worker]:
+        workers = []
+        for local in range(self.spec.nproc_per_node):
+            rank = self.base_rank + local
+            wenv = {**env, "RANK": str(rank), "LOCAL_RANK": str(local)}
+            proc = subprocess.Popen(self._command(), env=wenv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    stdin=subprocess.DEVNULL, process_group=0, preexec_fn=_die_with_launcher)
+            workers.append(_Worker(rank, proc, self._open_logs(rank, attempt)))
+        return workers
+
+    def _open_logs(self, rank: int, attempt: int) -> dict[str, IO[bytes]]:
+        if not self.spec.log_dir:
+            return {}
+        os.makedirs(self.spec.log_dir, exist_ok=True)
+        logs: dict[str, IO[bytes]] = {}
+        for stream in ("stdout", "stderr"):
+            f = open(os.path.join(self.spec.log_dir, f"rank{rank}.{stream}"), "ab")
+            if attempt:
+                f.write(f"--- restart {attempt}\n".encode())
+            logs[stream] = f
+        return logs
+
+    # ------------------------------------------------------------------ watching the workers
+    def _supervise(self, workers: list[_Worker], attempt: int, errors: str) -> Failure | None:
+        sel = selectors.DefaultSelector()
+        for w in workers:
+            for stream in ("stdout", "stderr"):
+                pipe = getattr(w.proc, stream)
+                os.set_blocking(pipe.fileno(), False)
+                sel.register(pipe, selectors.EVENT_READ, (w, stream))
+        failure: Failure | None = None
+        next_store_check = 0.0
+        try:
+            while True:
+                for key, _ in sel.select(POLL):
+                    self._relay(sel, key)
+                if self.stop_signal:
+                    break
+                exited = [w for w in workers if w.proc.poll() is not None]
+                bad = [w for w in exited if w.proc.returncode != 0]
+                if bad:
+                    failure = self._failure(min(bad, key=lambda w: w.rank), errors)
+                    if self.store is not None:
+                        self._publish(attempt, failure)
+                    break
+                if self.store is not None and time.monotonic() >= next_store_check:
+                    next_store_check = time.monotonic() + 0.1
+                    failure = self._remote_failure(attempt)
+                    if failure is not None:
+                        break
+                if len(exited) == len(workers):
+                    break
+        finally:
+            self._stop(workers)
+            while sel.get_map():
+                for key, _ in sel.select(0.1):
+                    self._relay(sel, key)
+            sel.close()
+            for w in workers:
+                for f in w.logs.values():
+                    f.close()
+        if failure is None and not self.stop_signal and self.store is not None:
+            return self._finish_together(attempt)
+        return failure
+
+    def _relay(self, sel: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
+        """Copy what a worker wrote, a whole line at a time, each line prefixed with its rank."""
+        w, stream = key.data
+        try:
+            chunk = os.read(key.fd, 1 << 16)
+        except BlockingIOError:
+            return
+        out = sys.stdout.buffer if stream == "stdout" else sys.stderr.buffer
+        if not chunk:
+            sel.unregister(key.fileobj)
+            if w.partial[stream]:
+                self._emit(w, stream, out, w.partial[stream] + b"\n")
+            return
+        data = w.partial[stream] + chunk
+        cut = data.rfind(b"\n") + 1
+        w.partial[stream] = data[cut:]
+        if cut:
+            self._emit(w, stream, out, data[:cut])
+
+    def _emit(self, w: _Worker, stream: str, out: IO[bytes], lines: bytes) -> None:
+        prefix = f"[rank{w.rank}]: ".encode()
+        out.write(b"".join(prefix + line + b"\n" for line in lines[:-1].split(b"\n")))
+        out.flush()
+        if stream in w.logs:
+            w.logs[stream].write(lines)
+            w.logs[stream].flush()
+
+    def _failure(self, w: _Worker, errors: str) -> Failure:
+        failure = Failure(w.rank, w.proc.returncode, self.host, time.time(), node=self.node)
+        path = os.path.join(errors, f"rank{w.rank}.json")
+        if os.path.exists(path):
+            try:
+                with open(path) as f:
+                    record = json.load(f)
+                failure.error, failure.traceback = record.get("error", ""), record.get("traceback", "")
+                failure.when = record.get("time", failure.when)
+            except (OSError, ValueError):
+                pass
+        return failure
+
+    def _stop(self, workers: list[_Worker]) -> None:
+        """SIGTERM to every worker still running (and its children), SIGKILL after the grace period."""
+        alive = [w for w in workers if w.proc.poll() is None]
+        for w in alive:
+            _killpg(w.proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + self.launch.grace
+        while alive and time.monotonic() < deadline:
+            time.sleep(0.005)
+            alive = [w for w in alive if w.proc.poll() is None]
+        for w in alive:
+            _killpg(w.proc.pid, signal.SIGKILL)
+        for w in workers:
+            w.proc.wait()
+            _killpg(w.proc.pid, signal.SIGKILL)   # anything the worker started and left behind
+
+    # ------------------------------------------------------------------ mpiexec starts the processes
+    def _attempt_mpi(self, attempt: int, errors: str) -> Failure | None:
+        spec = self.spec
+        env = self._worker_env(attempt, errors)
+        env.update(TG_PREFIX_OUTPUT="1")
+        for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+            env.pop(name, None)             # the bootstrap takes them from mpiexec
+        exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+        exe = exe if os.path.exists(exe) else shutil.which("mpiexec") or ""
+        if not exe:
+            raise LaunchError("--backend mpi needs mpiexec: pip install 'tg[mpi]' (Open MPI) or 'tg[mpich]'")
+        version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+        flags = []
+        if "Open MPI" in version or "OpenRTE" in version:
+            flags += ["--allow-run-as-root"] if os.geteuid() == 0 else []
+            flags += ["--oversubscribe"] if spec.nproc_per_node > (os.cpu_count() or 1) else []
+        proc = subprocess.Popen([exe, *flags, "-n", str(spec.nproc_per_node), *self._command()], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                                process_group=0, preexec_fn=_die_with_launcher)
+        job = _Worker(-1, proc, {})
+        sel = selectors.DefaultSelector()
+        for stream in ("stdout", "stderr"):
+            sel.register(getattr(proc, stream), selectors.EVENT_READ, stream)
+        while sel.get_map():
+            for key, _ in sel.select(POLL):
+                chunk = os.read(key.fd, 1 << 16)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                out = sys.stdout.buffer if key.data == "stdout" else sys.stderr.buffer
+                out.write(chunk)       # the bootstrap prefixed these lines already
+                out.flush()
+            if self.stop_signal:
+                self._stop([job])
+        sel.close()
+        proc.wait()
+        if proc.returncode == 0 or self.stop_signal:
+            return None
+        records = sorted(f for f in os.listdir(errors) if f.endswith(".json"))
+        if records:
+            rank = int(records[0][4:-5])
+            failure = self._failure(_Worker(rank, proc, {}), errors)
+            failure.code = proc.returncode if proc.returncode > 0 else failure.code
+            return failure
+        return Failure(-1, proc.returncode, self.host, time.time(), error="mpiexec ended the job (see above)")
+
+    # ------------------------------------------------------------------ several nodes
+    def _rendezvous(self) -> None:
+        """Node 0 hosts the store at master_addr:master_port; every agent says how many ranks it runs and
+        waits for all the others."""
+        from tg.distributed.store import StoreError, TCPStore
+        spec = self.spec
+        if not spec.master_port:
+            raise LaunchError(f"a {spec.nnodes}-node job needs a fixed --master-port (0 picks a port only "
+                              f"on one node)")
+        if self.node == 0:
+            check_port(spec.master_addr, spec.master_port)
+        try:
+            self.store = TCPStore(spec.master_addr, spec.master_port, is_server=self.node == 0,
+                                  secret=self.launch.secret.encode(), timeout=config.TG_DIST_TIMEOUT)
+        except (StoreError, OSError) as e:
+            raise LaunchError(f"node {self.node} could not reach the rendezvous store at "
+                              f"{spec.master_addr}:{spec.master_port}: {e}") from None
+        self.store.set(f"{self.key}/node/{self.node}", json.dumps({"host": self.host,
+                                                                    "nproc": spec.nproc_per_node}))
+        self._all_nodes("joined", "join the job")
+        counts = [json.loads(self.store.get(f"{self.key}/node/{n}"))["nproc"] for n in range(spec.nnodes)]
+        self.base_rank, self.world = sum(counts[:self.node]), sum(counts)
+
+    def _all_nodes(self, name: str, what: str) -> None:
+        """A barrier of the agents on counter `name`; a timeout names the nodes that never came."""
+        key = f"{self.key}/{name}"
+        self.store.add(key, 1)
+        self.store.set(f"{key}/{self.node}", "1")
+        deadline = time.monotonic() + config.TG_DIST_TIMEOUT
+        while self.store.add(key, 0) < self.spec.nnodes:
+            if time.monotonic() > deadline:
+                missing = [n for n in range(self.spec.nnodes) if not self._has(f"{key}/{n}")]
+                raise LaunchError(f"nodes {missing} did not {what} within {config.TG_DIST_TIMEOUT:.0f}s "
+                                  f"(store {self.spec.master_addr}:{self.spec.master_port})")
+            if self.stop_signal:
+                raise KeyboardInterrupt
+            time.sleep(0.01)
+
+    def _has(self, key: str) -> bool:
+        from tg.distributed.store import StoreError
+        try:
+            self.store.get(key, timeout=0.01)
+            return True
+        except StoreError:
+            return False
+
+    def _publish(self, attempt: int, failure: Failure) -> None:
+        record = json.dumps(failure.__dict__).encode()
+        self.store.compare_set(f"{self.key}/a{attempt}/failure", b"", record)
+        self.store.add(f"{self.key}/a{attempt}/failed", 1)
+
+    def _remote_failure(self, attempt: int) -> Failure | None:
+        if self.store.add(f"{self.key}/a{attempt}/failed", 0) == 0:
+            return None
+        return Failure(**json.loads(self.store.get(f"{self.key}/a{attempt}/failure")))
+
+    def _finish_together(self, attempt: int) -> Failure | None:
+        """This node's workers succeeded: wait until every node's did, or one failed."""
+        done = f"{self.key}/a{attempt}/done"
+        self.store.add(done, 1)
+        while self.store.add(done, 0) < self.spec.nnodes:
+            failure = self._remote_failure(attempt)
+            if failure is not None or self.stop_signal:
+                return failure
+            time.sleep(0.05)
+        return None
+
+    def _leave(self) -> None:
+        """Node 0 keeps the store up until every agent has read the outcome."""
+        left = f"{self.key}/left"
+        try:
+            self.store.add(left, 1)
+            if self.node == 0:
+                deadline = time.monotonic() + 10
+                while self.store.add(left, 0) < self.spec.nnodes and time.monotonic() < deadline:
+                    time.sleep(0.02)
+        except Exception:  # noqa: BLE001 - the store host may be gone already
+            pass
+        self.store.close(grace=0)
+
+
+def _killpg(pid: int, sig: int) -> None:
+    try:
+        os.killpg(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass

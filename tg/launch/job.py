@@ -1,0 +1,126 @@
+"""A job's settings (JobSpec), from flags and a YAML file, with errors that name file, line and key."""
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import os
+import socket
+from dataclasses import dataclass, field, fields
+from typing import Any, cast
+
+
+@dataclass
+class JobSpec:
+    nnodes: int = 1
+    nproc_per_node: int = 1
+    master_addr: str = "127.0.0.1"
+    master_port: int = 0
+    backend: str = "tcp"
+    max_restarts: int = 0
+    log_dir: str | None = None
+    run_id: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
+    script: str | None = None
+    module: str | None = None
+    args: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)
+
+    def resolve_node_rank(self, flag: int | None) -> int:
+        """--node-rank, else SLURM_NODEID, else this host's index in `hosts`; 0 on a one-node job."""
+        from tg import config
+        if flag is not None:
+            rank = flag
+        elif config.SLURM_NODEID >= 0:
+            rank = config.SLURM_NODEID
+        elif self.nnodes == 1:
+            rank = 0
+        elif self.hosts:
+            matches = [i for i, h in enumerate(self.hosts) if is_this_host(h)]
+            if len(matches) != 1:
+                raise ValueError(f"[launch] cannot tell this node's rank: {'none' if not matches else 'several'} of "
+                                 f"hosts {self.hosts} match this host ({socket.gethostname()}); pass --node-rank")
+            rank = matches[0]
+        else:
+            raise ValueError(f"[launch] a {self.nnodes}-node job needs --node-rank, SLURM_NODEID, or `hosts` in the "
+                             f"config to tell this node's rank")
+        if not 0 <= rank < self.nnodes:
+            raise ValueError(f"[launch] node rank {rank} is out of range for {self.nnodes} nodes")
+        if self.nnodes > 1 and self.backend == "mpi":
+            raise ValueError("[launch] --backend mpi runs on one node (mpiexec places the ranks); for several "
+                             "nodes use mpiexec's own host file, or backend tcp / ucx")
+        return rank
+
+
+def is_this_host(host: str) -> bool:
+    """True when host names this machine: its name, or an address one of its interfaces owns."""
+    if host in (socket.gethostname(), socket.getfqdn()):
+        return True
+    try:
+        addr = socket.gethostbyname(host)
+    except OSError:
+        return False
+    if ipaddress.ip_address(addr).is_loopback:
+        return False       # every machine owns 127.0.0.1: it tells nodes apart only by name
+    with socket.socket() as s:
+        try:
+            s.bind((addr, 0))      # only an address of one of this host's interfaces can be bound
+            return True
+        except OSError:
+            return False
+
+
+_TYPES = {f.name: f.type for f in fields(JobSpec)}
+_CHECK = {"nnodes": int, "nproc_per_node": int, "master_addr": str, "master_port": int, "backend": str,
+          "max_restarts": int, "log_dir": str, "run_id": str, "env": dict, "script": str, "module": str,
+          "args": list, "hosts": list}
+
+
+def load_config(path: str) -> JobSpec:
+    """Read a YAML job file; every problem names the file, the line and the key."""
+    import yaml
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise ValueError(f"[launch] cannot read config {path}: {e.strerror}") from None
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f":{mark.line + 1}" if mark is not None else ""
+        raise ValueError(f"[launch] {path}{where}: not valid YAML ({getattr(e, 'problem', e)})") from None
+    spec = JobSpec()
+    if root is None:
+        return spec
+    if not isinstance(root, yaml.MappingNode):
+        raise ValueError(f"[launch] {path}:{root.start_mark.line + 1}: the config must be a mapping of keys "
+                         f"({', '.join(_CHECK)})")
+    constructor = yaml.constructor.SafeConstructor()
+    items: Any = root.value
+    for key_node, value_node in items:
+        key, line = key_node.value, key_node.start_mark.line + 1
+        if key not in _CHECK:
+            near = difflib.get_close_matches(key, list(_CHECK), n=1)
+            hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(_CHECK)}"
+            raise ValueError(f"[launch] {path}:{line}: unknown key {key!r}{hint}")
+        value: Any = constructor.construct_object(value_node, deep=True)
+        want = _CHECK[key]
+        if value is None and key in ("log_dir", "run_id", "script", "module"):
+            continue
+        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
+            raise ValueError(f"[launch] {path}:{line}: {key} must be {want.__name__}, got {value!r}")
+        if key == "env":
+            value = {str(k): str(v) for k, v in cast(dict, value).items()}
+        elif key in ("args", "hosts"):
+            value = [str(v) for v in cast(list, value)]
+        if key == "backend" and value not in ("tcp", "mpi", "ucx"):
+            raise ValueError(f"[launch] {path}:{line}: backend must be tcp, mpi or ucx, got {value!r}")
+        if key in ("nnodes", "nproc_per_node") and value < 1:
+            raise ValueError(f"[launch] {path}:{line}: {key} must be at least 1, got {value}")
+        setattr(spec, key, value)
+    if spec.hosts and len(spec.hosts) != spec.nnodes:
+        raise ValueError(f"[launch] {path}: hosts lists {len(spec.hosts)} nodes but nnodes is {spec.nnodes}")
+    if spec.script and not os.path.isabs(spec.script):
+        spec.script = os.path.join(os.path.dirname(os.path.abspath(path)), spec.script) \
+            if not os.path.exists(spec.script) else spec.script
+    return spec
