@@ -161,8 +161,6 @@ def test_module_mode(tmp_path: Path) -> None:
     run_module(tmp_path, ["steps", "3", "two words"])
 
 
-@pytest.mark.xfail(strict=True, reason="launcher bug: `-m MODULE --flag` is parsed by tglaunch's argparse "
-                   "(`tglaunch: error: unrecognized arguments: --steps`), unlike a script's arguments")
 def test_module_mode_flags(tmp_path: Path) -> None:
     run_module(tmp_path, ["--steps", "3"])
 
@@ -404,9 +402,6 @@ def test_two_nodes_remote_failure(tmp_path: Path) -> None:
         assert "RuntimeError: rank 3 gives up before joining" in err, err
 
 
-@pytest.mark.xfail(strict=False, reason="launcher bug (racy): when node 0's ranks notice rank 3's death through the "
-                   "transport before node 0's agent reads the store, node 0 summarises its own secondary failure "
-                   "(rank 0/1 DistributedError) instead of the root cause that node 1 published first")
 def test_two_nodes_remote_failure_mid_collective(tmp_path: Path) -> None:
     cfg = two_node_job(tmp_path, fail_rank=3)
     results = run_agents([[*LAUNCH, "--config", str(cfg), "--node-rank", str(n), "--grace", "2"] for n in range(2)])

@@ -125,7 +125,12 @@ def parse_args(argv: list[str] | None) -> Launch:
     ap.add_argument("--grace", type=float, default=5.0)
     ap.add_argument("-m", dest="module")
     ap.add_argument("script_and_args", nargs=argparse.REMAINDER)
-    args = ap.parse_args(argv)
+    argv = sys.argv[1:] if argv is None else argv
+    ours, target = _split_target(argv)
+    args = ap.parse_args(ours)
+    if target and target[0] == "-m":
+        args.module, target = target[1], target[2:]
+    args.script_and_args = target if target else args.script_and_args
     try:
         spec = load_config(args.config) if args.config else JobSpec()
     except ValueError as e:
@@ -166,6 +171,29 @@ def parse_args(argv: list[str] | None) -> Launch:
             seed = f"tglaunch:{spec.run_id}:{spec.master_addr}:{spec.master_port}"
             secret = hashlib.sha256(seed.encode()).hexdigest()
     return Launch(spec, node_rank, args.grace, secret)
+
+
+_VALUED = {"--nproc", "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--backend",
+           "--config", "--max-restarts", "--log-dir", "--run-id", "--grace"}
+
+
+def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
+    """tglaunch's own flags, and the target: `-m module args...` or `script args...`, whose arguments
+    (flags included) belong to the target, never to tglaunch."""
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token == "--":
+            return argv[:i], argv[i + 1:]
+        if token == "-m" and i + 1 < len(argv):
+            return argv[:i], argv[i:]
+        if token in _VALUED:
+            i += 2
+            continue
+        if not token.startswith("-"):
+            return argv[:i], argv[i:]
+        i += 1
+    return argv, []
 
 
 def main(argv: list[str] | None = None) -> int:

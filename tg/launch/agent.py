@@ -154,7 +154,7 @@ class Agent:
                 if bad:
                     failure = self._failure(min(bad, key=lambda w: w.rank), errors)
                     if self.store is not None:
-                        self._publish(attempt, failure)
+                        failure = self._publish(attempt, failure)
                     break
                 if self.store is not None and time.monotonic() >= next_store_check:
                     next_store_check = time.monotonic() + 0.1
@@ -323,15 +323,27 @@ class Agent:
         except StoreError:
             return False
 
-    def _publish(self, attempt: int, failure: Failure) -> None:
-        record = json.dumps(failure.__dict__).encode()
-        self.store.compare_set(f"{self.key}/a{attempt}/failure", b"", record)
+    def _publish(self, attempt: int, failure: Failure) -> Failure:
+        """Record this node's failure, let the other nodes' land (a rank on another node often fails
+        second, having noticed the first through the transport), and return the earliest: the root cause."""
+        self.store.set(f"{self.key}/a{attempt}/failure/{self.node}", json.dumps(failure.__dict__))
         self.store.add(f"{self.key}/a{attempt}/failed", 1)
+        time.sleep(0.25)
+        return self._earliest(attempt) or failure
 
     def _remote_failure(self, attempt: int) -> Failure | None:
         if self.store.add(f"{self.key}/a{attempt}/failed", 0) == 0:
             return None
-        return Failure(**json.loads(self.store.get(f"{self.key}/a{attempt}/failure")))
+        time.sleep(0.25)
+        return self._earliest(attempt)
+
+    def _earliest(self, attempt: int) -> Failure | None:
+        found = []
+        for node in range(self.spec.nnodes):
+            key = f"{self.key}/a{attempt}/failure/{node}"
+            if self._has(key):
+                found.append(Failure(**json.loads(self.store.get(key))))
+        return min(found, key=lambda f: f.when) if found else None
 
     def _finish_together(self, attempt: int) -> Failure | None:
         """This node's workers succeeded: wait until every node's did, or one failed."""
