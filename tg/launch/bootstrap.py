@@ -58,7 +58,7 @@ def _record(kind, value, tb) -> None:
     while tb is not None and tb.tb_next is not None and (
             tb.tb_frame.f_code.co_filename == __file__ or "runpy" in tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
-    sys.__excepthook__(kind, value, tb)
+    sys.__excepthook__(kind, value.with_traceback(tb), tb)
     path = config.TG_ERROR_FILE
     if not path:
         return
