@@ -17,7 +17,6 @@ import importlib.util
 import json
 import multiprocessing as mp
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -170,12 +169,10 @@ def mpi_child(ops: list[str], size_list: list[int]) -> None:
 
 
 def run_mpi_job(world: int, ops: list[str], size_list: list[int]) -> dict[str, list]:
-    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    exe = exe if os.path.exists(exe) else shutil.which("mpiexec") or "mpiexec"
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-    flags = ["--allow-run-as-root", "--oversubscribe"] if "Open MPI" in version else []
-    cmd = [exe, *flags, "-n", str(world), sys.executable, os.path.abspath(__file__), "--mpi-child",
-           "--ops", ",".join(ops), "--sizes", ",".join(map(str, size_list))]
+    from tg.launch.agent import mpiexec_command
+    mpiexec = mpiexec_command(world) or ["mpiexec", "-n", str(world)]
+    cmd = [*mpiexec, sys.executable, os.path.abspath(__file__), "--mpi-child", "--ops", ",".join(ops),
+           "--sizes", ",".join(map(str, size_list))]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
     for line in proc.stdout.splitlines():
         if line.startswith("ROWS "):

@@ -38,7 +38,8 @@ def require(backend: str) -> None:
     import importlib.util
     module = NEEDS.get(backend)
     if module is None or importlib.util.find_spec(module) is not None:
-        if backend != "mpi" or mpiexec_path() is not None:
+        from tg.launch.agent import mpiexec_command
+        if backend != "mpi" or mpiexec_command(1) is not None:
             return
     message = f"backend {backend} needs pip install -e '.[dev]' ({module} and its libraries)"
     if os.environ.get("CI"):
@@ -46,19 +47,12 @@ def require(backend: str) -> None:
     pytest.skip(message)
 
 
-def mpiexec_path() -> str | None:
-    here = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return here if os.path.exists(here) else shutil.which("mpiexec")
-
-
 def mpiexec(world: int) -> list[str]:
-    """The mpiexec command line for `world` ranks on this (2-core, root) machine: Open MPI refuses root
-    and oversubscription unless told; MPICH's hydra needs neither flag."""
-    exe = mpiexec_path()
-    assert exe is not None
-    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
-    flags = ["--allow-run-as-root", "--oversubscribe"] if "Open MPI" in version or "OpenRTE" in version else []
-    return [exe, *flags, "-n", str(world)]
+    """The mpiexec command line for `world` ranks (tglaunch's, with the flags Open MPI needs here)."""
+    from tg.launch.agent import mpiexec_command
+    cmd = mpiexec_command(world)
+    assert cmd is not None
+    return cmd
 
 
 def free_port() -> int:

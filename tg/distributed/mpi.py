@@ -346,9 +346,6 @@ class MpiGroup(ProcessGroup):
             members.Free()
             return MpiGroup(self.mpi, comm, [self.ranks[r] for r in ranks], self.timeout, name)
 
-    def close(self) -> None:
-        super().close()
-
 
 def init_world(rank: int | None, world_size: int | None, timeout: float) -> tuple[MpiGroup, int]:
     """The default group over MPI_COMM_WORLD, and this process's local rank."""

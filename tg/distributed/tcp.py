@@ -264,10 +264,7 @@ class TcpTransport:
         if kind == ABORT:
             reason = _recv_exact(p.sock, nbytes).decode("utf-8", "replace")
             raise DistributedError(reason)
-        if kind != expect_kind or fseq != seq & 0xFFFFFFFF:
-            raise DistributedError(f"[distributed] {what}: rank {peer} is out of step with rank {self.rank} "
-                                   f"(it sent frame kind {kind} of operation #{fseq}, expected kind {expect_kind} "
-                                   f"of #{seq}); the ranks called collectives in different orders")
+        check_in_step(kind, fseq, expect_kind, seq, peer, self.rank, what)
         return kind, arg, nbytes
 
     def recv_into(self, peer: int, buf: memoryview) -> None:
@@ -403,6 +400,14 @@ class TcpTransport:
                 if ring is not None:
                     ring.unlink()
                     ring.close()
+
+
+def check_in_step(kind: int, fseq: int, expect_kind: int, seq: int, peer: int, rank: int, what: str) -> None:
+    """A frame of another kind or operation means the ranks called collectives in different orders."""
+    if kind != expect_kind or fseq != seq & 0xFFFFFFFF:
+        raise DistributedError(f"[distributed] {what}: rank {peer} is out of step with rank {rank} "
+                               f"(it sent frame kind {kind} of operation #{fseq}, expected kind {expect_kind} "
+                               f"of #{seq}); the ranks called collectives in different orders")
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:

@@ -34,7 +34,7 @@ import numpy as np
 from tg import config
 from tg.distributed.errors import DistributedError
 from tg.distributed.store import TCPStore
-from tg.distributed.tcp import FRAME, MAGIC, MAX_CONTROL, P2P
+from tg.distributed.tcp import FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
 
 HEADER, DATA, ABORT, AUTH = 0, 1, 2, 3          # tag part
 COLLECTIVE, POINT = 0, 1                        # tag channel
@@ -142,7 +142,6 @@ class UcxTransport:
                     pass
                 if self.abort_req.completed:
                     raise DistributedError(self._abort_reason())
-                self.in_flight = [s for s in self.in_flight if not s.done()]
                 if all(r.completed for r in requests):
                     break
                 if peer is not None and not self.eps[peer].alive:
@@ -177,6 +176,7 @@ class UcxTransport:
             if not inline:
                 reqs.append(ep.tag_send(self.Array(payload), self.api.UCXXTag(_tag(DATA, channel, self.rank))))
             sent = _Sent(self, peer, reqs, (head, payload))
+            self.in_flight = [s for s in self.in_flight if not s.done()]
             self.in_flight.append(sent)     # its buffers live until UCX is done, even if nobody waits on it
         return sent
 
@@ -196,10 +196,7 @@ class UcxTransport:
         self.inline[peer] = memoryview(raw)[FRAME.size:FRAME.size + nbytes] if nbytes <= INLINE else None
         if magic != MAGIC:
             raise DistributedError(f"[distributed] {what}: a malformed frame arrived from rank {peer}")
-        if kind != expect_kind or fseq != seq & 0xFFFFFFFF:
-            raise DistributedError(f"[distributed] {what}: rank {peer} is out of step with rank {self.rank} "
-                                   f"(it sent frame kind {kind} of operation #{fseq}, expected kind {expect_kind} "
-                                   f"of #{seq}); the ranks called collectives in different orders")
+        check_in_step(kind, fseq, expect_kind, seq, peer, self.rank, what)
         return kind, arg, nbytes
 
     def recv_into(self, peer: int, buf: memoryview) -> None:

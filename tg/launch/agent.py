@@ -238,16 +238,10 @@ class Agent:
         env.update(TG_PREFIX_OUTPUT="1")
         for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
             env.pop(name, None)             # the bootstrap takes them from mpiexec
-        exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-        exe = exe if os.path.exists(exe) else shutil.which("mpiexec") or ""
-        if not exe:
+        mpiexec = mpiexec_command(spec.nproc_per_node)
+        if mpiexec is None:
             raise LaunchError("--backend mpi needs mpiexec: pip install 'tg[mpi]' (Open MPI) or 'tg[mpich]'")
-        version = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
-        flags = []
-        if "Open MPI" in version or "OpenRTE" in version:
-            flags += ["--allow-run-as-root"] if os.geteuid() == 0 else []
-            flags += ["--oversubscribe"] if spec.nproc_per_node > (os.cpu_count() or 1) else []
-        proc = subprocess.Popen([exe, *flags, "-n", str(spec.nproc_per_node), *self._command()], env=env,
+        proc = subprocess.Popen([*mpiexec, *self._command()], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 process_group=0, preexec_fn=_die_with_launcher)
         job = _Worker(-1, proc, {})
@@ -368,6 +362,21 @@ class Agent:
         except Exception:  # noqa: BLE001 - the store host may be gone already
             pass
         self.store.close(grace=0)
+
+
+def mpiexec_command(nproc: int) -> list[str] | None:
+    """`mpiexec [flags] -n nproc` (the one beside this Python first), or None without one. Open MPI refuses
+    root and more ranks than cores unless told; MPICH's hydra needs neither flag."""
+    exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    exe = exe if os.path.exists(exe) else shutil.which("mpiexec") or ""
+    if not exe:
+        return None
+    version = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+    flags = []
+    if "Open MPI" in version or "OpenRTE" in version:
+        flags += ["--allow-run-as-root"] if os.geteuid() == 0 else []
+        flags += ["--oversubscribe"] if nproc > (os.cpu_count() or 1) else []
+    return [exe, *flags, "-n", str(nproc)]
 
 
 def _killpg(pid: int, sig: int) -> None:
