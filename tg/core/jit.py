@@ -14,6 +14,10 @@ like parameters and optimizer buffers); host data created inside the function is
 capture. Arguments of another shape, dtype or device get their own capture (a retrace). As in
 tinygrad, replays write into the same output buffers and return the same Tensor objects: copy
 (`.numpy()`, `.item()`, `.contiguous()`) what you want to keep from one call to the next.
+
+Host work between kernels (a collective on gradient buffers, say) is recorded with `host_step(fn)`:
+fn runs now and again at the same point of every replay, so it must touch only buffers that stay
+the same from call to call (realized tensors the function keeps, as DDP's gradient buckets are).
 """
 from __future__ import annotations
 
@@ -38,13 +42,26 @@ class CapturedCall:
 
 
 class Capture:
-    """Collects launches while active (set as realize.CAPTURE by TinyJit)."""
+    """Collects launches (and host steps) while active (set as realize.CAPTURE by TinyJit)."""
 
     def __init__(self) -> None:
         self.calls: list[CapturedCall] = []
 
     def add(self, prog: Any, bufs: list[Buffer], kind: str = "kernel") -> None:
         self.calls.append(CapturedCall(prog, list(bufs), kind))
+
+
+def host_step(fn: Callable[[], None]) -> None:
+    """Run fn() now and, while a TinyJit captures, at this point of every replay too.
+
+        >>> calls = []
+        >>> host_step(lambda: calls.append(1)); calls
+        [1]
+    """
+    from tg.core import realize as realize_mod
+    fn()
+    if realize_mod.CAPTURE is not None:
+        realize_mod.CAPTURE.add(fn, [], "host")
 
 
 @dataclass
@@ -123,10 +140,11 @@ class TinyJit(Generic[ReturnType]):
         slots = [(ci, bi, in_bufs[id(b)]) for ci, call in enumerate(capture.calls)
                  for bi, b in enumerate(call.bufs) if id(b) in in_bufs]
         rep = _Replay(capture.calls, slots, ret)
-        rep.fast = [(c.prog.replay_fn(c.bufs) if hasattr(c.prog, "replay_fn") else None, c.bufs) for c in capture.calls]
+        rep.fast = [(c.prog.replay_fn(c.bufs) if c.kind == "kernel" and hasattr(c.prog, "replay_fn") else None, c.bufs)
+                    for c in capture.calls]
         self.replays[key] = rep
         if config.DEBUG >= 1:
-            print(f"[jit] captured {len(capture.calls)} kernels for {getattr(self.fn, '__name__', 'fn')}")
+            print(f"[jit] captured {len(capture.calls)} launches for {getattr(self.fn, '__name__', 'fn')}")
         return ret
 
     def _replay(self, rep: _Replay, inputs: list[Tensor]) -> Any:
@@ -144,11 +162,13 @@ class TinyJit(Generic[ReturnType]):
         for (fast, bufs), call in zip(rep.fast, rep.calls):
             if call.kind == "copy":
                 bufs[0].copyin(bufs[1].numpy())
+            elif call.kind == "host":
+                call.prog()
             elif fast is not None:
                 fast()
             else:
                 call.prog(bufs)
-        GlobalCounters.kernel_count += len(rep.calls)
+        GlobalCounters.kernel_count += sum(call.kind != "host" for call in rep.calls)
         if config.DEBUG >= 1:
             print(f"[jit] replayed {len(rep.calls)} kernels of {getattr(self.fn, '__name__', 'fn')}")
         return rep.ret

@@ -61,6 +61,7 @@ class Tensor:
     _seed: int = 0
     _last_root: weakref.ref[Tensor] | None = None
     _rng_counters: dict[str, Tensor] = {}
+    _post_backward_hooks: list[Callable[[Tensor], None]] = []
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
                  requires_grad: bool | None = None):
@@ -392,7 +393,26 @@ class Tensor:
                 grads[id(p)] = pg if id(p) not in grads else grads[id(p)].e(BinaryOps.ADD, pg)
             if not any(isinstance(p, Tensor) and p.requires_grad for p in t._ctx.parents):
                 continue
+        for hook in list(Tensor._post_backward_hooks):
+            hook(self)
         return self
+
+    @staticmethod
+    def register_post_backward_hook(fn: Callable[[Tensor], None]) -> Callable[[], None]:
+        """Call fn(root) at the end of every backward() (DDP and ZeRO start their gradient
+        communication there); returns a function that removes the hook.
+
+            >>> seen = []
+            >>> remove = Tensor.register_post_backward_hook(lambda root: seen.append(root.shape))
+            >>> _ = (Tensor([1.0, 2.0], requires_grad=True) * 3).sum().backward(); remove(); seen
+            [()]
+        """
+        Tensor._post_backward_hooks.append(fn)
+
+        def remove() -> None:
+            if fn in Tensor._post_backward_hooks:
+                Tensor._post_backward_hooks.remove(fn)
+        return remove
 
     @staticmethod
     def last_backward_root() -> Tensor | None:

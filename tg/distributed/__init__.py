@@ -31,6 +31,7 @@ import numpy as np
 
 from tg import config
 from tg.distributed.errors import DistributedError
+from tg.distributed.flat import HostView
 from tg.distributed.group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.store import TCPStore
 
@@ -40,7 +41,23 @@ __all__ = ["init_process_group", "is_initialized", "get_rank", "get_world_size",
            "destroy_process_group", "new_group", "ReduceOp", "Work", "DistributedError", "all_reduce", "reduce",
            "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
            "gather", "scatter", "all_to_all_single", "send", "recv", "isend", "irecv", "barrier",
-           "broadcast_object", "all_gather_object", "GroupMember", "get_backend"]
+           "broadcast_object", "all_gather_object", "GroupMember", "get_backend",
+           "DistributedSampler", "DataLoader", "DistributedDataParallel", "ZeroOptimizer",
+           "save_checkpoint", "load_checkpoint", "latest_checkpoint"]
+
+# The training pieces import the tensor core, which tglaunch must not pay for: loaded on first use.
+_LAZY = {"DistributedSampler": "sampler", "DataLoader": "sampler", "DistributedDataParallel": "ddp",
+         "ZeroOptimizer": "zero", "save_checkpoint": "checkpoint", "load_checkpoint": "checkpoint",
+         "latest_checkpoint": "checkpoint"}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module 'tg.distributed' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module(f"tg.distributed.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
 
 
 class GroupMember:
@@ -268,42 +285,14 @@ def _as_host(t: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
             raise ValueError("[distributed] numpy arrays must be C-contiguous and writeable; use np.ascontiguousarray")
         return t, None
     from tg import Tensor
-    from tg.core.dtype import bf16_to_f32, dtypes, f32_to_bf16
     if not isinstance(t, Tensor):
         raise TypeError(f"[distributed] expected a tg Tensor or a numpy array, got {type(t).__name__}")
-    lb = t.lazydata
-    if not (lb.is_base and lb.op is not None) or lb.base.realized is None:
-        t.lazydata = lb.contiguous()
-        t.realize()
-    # the collective overwrites this memory in place: compute what still reads the old values first
-    # (through any lazy buffer that shares the memory, as the scheduler's copy-on-write does)
-    holders = list(t.lazydata.base.realized.aliases) if t.lazydata.base.realized is not None else []
-    pending = list({id(r): r for h in [t.lazydata.base, *holders] for r in list(h.readers)
-                    if r.realized is None and r.srcs}.values())
-    if pending:
-        from tg.core.realize import realize
-        realize(pending)
-    buf = t.lazydata.base.realized
-    assert buf is not None
-    host_device = t.device in ("CPU", "NUMPY")
-    if t.dtype == dtypes.bfloat16:
-        bits = buf._buf.view(np.uint16) if host_device else buf.numpy()
-        values = bf16_to_f32(bits).reshape(t.shape)
-
-        def write_bf16() -> None:
-            new = f32_to_bf16(values).reshape(-1)
-            if host_device:
-                bits[...] = new
-            else:
-                buf.copyin(new)
-        return values, write_bf16
-    if host_device:
-        return buf._buf.view(t.dtype.np).reshape(t.shape), None
-    arr = buf.numpy().reshape(t.shape)
-
-    def write_back() -> None:
-        buf.copyin(arr)
-    return arr, write_back
+    # the collective overwrites this memory in place: HostView computes what still reads it first
+    view = HostView(t)
+    arr = view.read().reshape(t.shape)
+    if view.zero_copy:
+        return arr, None
+    return arr, lambda: view.write(arr)
 
 
 def _run(group: Any, fn: Callable, args: tuple, after: Callable[[], None] | None, async_op: bool) -> Any:

@@ -46,7 +46,7 @@ from tg.core.lazy import LazyBuffer
 from tg.core.shape import prod
 from tg.core.tensor import Tensor
 
-__all__ = ["get_parameters", "get_state_dict", "load_state_dict", "LoadResult", "StateDictError",
+__all__ = ["get_parameters", "write_atomic", "get_state_dict", "load_state_dict", "LoadResult", "StateDictError",
            "safe_save", "safe_load", "safe_load_metadata", "SafetensorsError"]
 
 # ---------------------------------------------------------------- finding tensors
@@ -279,6 +279,18 @@ def _atomic_write(path: str, write: Callable[[BinaryIO], None]) -> None:
             os.fsync(dir_fd)
         finally:
             os.close(dir_fd)
+
+
+def write_atomic(path: str | os.PathLike, data: bytes) -> None:
+    """Write bytes to path atomically (temporary file, fsync, rename): readers see the old file or
+    the new one, never a torn one.
+
+        >>> import os, tempfile
+        >>> path = os.path.join(tempfile.mkdtemp(), "latest")
+        >>> write_atomic(path, b"step-3"); open(path).read()
+        'step-3'
+    """
+    _atomic_write(os.fspath(path), lambda f: f.write(data))
 
 
 def safe_save(tensors: Mapping[str, Tensor | np.ndarray], path: str | os.PathLike,

@@ -1,0 +1,208 @@
+"""Training checkpoints that survive a crash mid-save and load at another world size.
+
+    import tg.distributed as dist
+    dist.save_checkpoint("out/ckpt", step, model, opt, extra={"data": loader.state_dict()})
+    meta = dist.load_checkpoint("out/ckpt", model, opt)     # None when there is no checkpoint yet
+    start = meta["step"] if meta else 0
+
+Every rank calls both, in step. On disk (a directory every rank can reach):
+
+    out/ckpt/latest                          the name of the newest complete checkpoint
+    out/ckpt/step-00000100/model.safetensors the whole model (rank 0); `safe_load` reads it alone
+    out/ckpt/step-00000100/optim-00001-of-00004.safetensors
+                                             a ZeroOptimizer's shard, one file per rank, with an index
+                                             of the flat ranges it holds in its metadata
+    out/ckpt/step-00000100/optim.safetensors a plain (replicated) optimizer's state (rank 0)
+    out/ckpt/step-00000100/meta.json         step, world size, files, each rank's RNG state, extra
+
+Files are written atomically into `step-N.partial/`; once every rank has written, rank 0 writes
+meta.json, renames the directory to `step-N` and only then points `latest` at it. A crash at any
+moment leaves `latest` naming the last complete checkpoint. ZeroOptimizer shards saved at N ranks
+load at any M: each rank reads, from the old shards' indexes, the pieces overlapping its new shard.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tg.core.tensor import Tensor
+from tg.distributed.ddp import _world
+from tg.nn.state import get_state_dict, load_state_dict, safe_load, safe_load_metadata, safe_save, write_atomic
+
+FORMAT = "tg-checkpoint-1"
+
+
+def _unwrap(model: Any) -> Any:
+    from tg.distributed.ddp import DistributedDataParallel
+    return model.module if isinstance(model, DistributedDataParallel) else model
+
+
+def _barrier(group: Any) -> None:
+    import tg.distributed as dist
+    if _world(group)[1] > 1:
+        dist.barrier(group)
+
+
+def _gather_json(obj: Any, group: Any) -> list[Any]:
+    import tg.distributed as dist
+    size = _world(group)[1]
+    if size == 1:
+        return [obj]
+    out: list[Any] = [None] * size
+    dist.all_gather_object(out, obj, group)
+    return out
+
+
+def _rng_state() -> Any:
+    getter = getattr(Tensor, "get_rng_state", None)
+    return getter() if getter is not None else None
+
+
+def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
+    """The newest complete checkpoint under directory, or None."""
+    root = Path(directory)
+    try:
+        name = (root / "latest").read_text().strip()
+    except FileNotFoundError:
+        return None
+    path = root / name
+    if not (path / "meta.json").is_file():
+        raise FileNotFoundError(f"[distributed] {root / 'latest'} names {name}, but {path / 'meta.json'} is missing; "
+                                f"the checkpoint directory was changed by hand. Fix: point 'latest' at a complete "
+                                f"step-* directory or delete {root} to start over")
+    return path
+
+
+def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimizer: Any = None,
+                    extra: dict | None = None, keep: int = 2, group: Any = None) -> Path:
+    """Save model, optimizer (sharded when it is a ZeroOptimizer), every rank's RNG state and a
+    JSON-able `extra` (sampler position, history, config) as checkpoint `step`. Keeps the newest
+    `keep` checkpoints. Returns the checkpoint's directory."""
+    from tg.distributed.zero import ZeroOptimizer
+    rank, size = _world(group)
+    root = Path(directory)
+    final = root / f"step-{int(step):08d}"
+    partial = root / f"step-{int(step):08d}.partial"
+    if rank == 0:
+        root.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(partial, ignore_errors=True)
+        partial.mkdir()
+    _barrier(group)
+    files = ["model.safetensors"]
+    if rank == 0:
+        safe_save(get_state_dict(_unwrap(model)), partial / "model.safetensors", metadata={"step": str(step)})
+    if isinstance(optimizer, ZeroOptimizer):
+        files += [_shard_name(r, size) for r in range(size)]
+        meta = {"index": json.dumps(optimizer.shard_index()), "rank": str(rank), "world_size": str(size),
+                "params": json.dumps([list(p.shape) for p in optimizer.params])}
+        safe_save(optimizer.state_dict(), partial / _shard_name(rank, size), metadata=meta)
+    elif optimizer is not None:
+        files.append("optim.safetensors")
+        if rank == 0:
+            safe_save(optimizer.state_dict(), partial / "optim.safetensors")
+    rng = _gather_json(_rng_state(), group)
+    _barrier(group)   # every rank's files are on disk
+    if rank == 0:
+        meta_json = {"format": FORMAT, "step": int(step), "world_size": size, "files": files, "rng": rng,
+                     "extra": extra or {}}
+        write_atomic(partial / "meta.json", json.dumps(meta_json).encode())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(partial, final)
+        write_atomic(root / "latest", final.name.encode())
+        done = sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".partial"))
+        for old in done[:-keep] if keep > 0 else []:
+            shutil.rmtree(old, ignore_errors=True)
+    _barrier(group)   # nobody returns before `latest` names the new checkpoint
+    return final
+
+
+def _shard_name(rank: int, size: int) -> str:
+    return f"optim-{rank:05d}-of-{size:05d}.safetensors"
+
+
+def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = None, group: Any = None,
+                    restore_rng: bool = True) -> dict | None:
+    """Load the newest checkpoint under directory into model and optimizer (any world size for a
+    ZeroOptimizer) and restore this rank's RNG state. Returns meta.json ({"step", "world_size",
+    "extra", ...}), or None when there is no checkpoint yet."""
+    from tg.distributed.zero import ZeroOptimizer
+    rank, size = _world(group)
+    path = latest_checkpoint(directory)
+    if path is None:
+        return None
+    meta = json.loads((path / "meta.json").read_text())
+    if meta.get("format") != FORMAT:
+        raise ValueError(f"[distributed] {path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+    load_state_dict(_unwrap(model), safe_load(path / "model.safetensors"))
+    if isinstance(optimizer, ZeroOptimizer):
+        shards = sorted(str(path / f) for f in meta["files"] if f.startswith("optim-"))
+        if not shards:
+            raise ValueError(f"[distributed] {path} holds no ZeroOptimizer shards (saved with a plain optimizer); "
+                             f"load it with the optimizer it was saved with")
+        load_zero_shards(optimizer, shards)
+    elif optimizer is not None:
+        if "optim.safetensors" not in meta["files"]:
+            raise ValueError(f"[distributed] {path} holds ZeroOptimizer shards, not a plain optimizer's state; "
+                             f"load it into a ZeroOptimizer (any world size)")
+        optimizer.load_state_dict(safe_load(path / "optim.safetensors"))
+    rng = meta.get("rng") or []
+    setter = getattr(Tensor, "set_rng_state", None)
+    if restore_rng and setter is not None and rng and rng[rank % len(rng)] is not None:
+        setter(rng[rank % len(rng)])
+    return meta
+
+
+def load_zero_shards(opt: Any, paths: list[str]) -> None:
+    """Fill opt's shard (any world size) from shard files saved at any world size."""
+    shapes = [list(p.shape) for p in opt.params]
+    old: list[tuple[str, list[dict]]] = []
+    for path in paths:
+        meta = safe_load_metadata(path)
+        saved_shapes = json.loads(meta["params"])
+        if saved_shapes != shapes:
+            raise ValueError(f"[distributed] {path} was saved for {len(saved_shapes)} parameters of shapes "
+                             f"{saved_shapes[:4]}..., this optimizer has {len(shapes)} of shapes {shapes[:4]}...; "
+                             f"the model changed since the checkpoint")
+        old.append((path, json.loads(meta["index"])))
+    # where each parameter's elements live in the old shards: (first, length, file, part, offset)
+    by_param: dict[int, list[tuple[int, int, int, int, int]]] = {}
+    for f, (_, index) in enumerate(old):
+        for part in index:
+            for param, first, length, offset in part["pieces"]:
+                by_param.setdefault(param, []).append((first, length, f, part["part"], offset))
+    loaded: dict[int, dict[str, Tensor]] = {}
+
+    def tensors_of(f: int) -> dict[str, Tensor]:
+        if f not in loaded:
+            loaded[f] = safe_load(old[f][0], device=opt.device)
+        return loaded[f]
+    state = opt.state_dict()
+    keys = sorted({k.split(".", 2)[2] for k in state if k.startswith("state.")})
+    targets = {key: [np.zeros(m.numel(), np.float64) for m in opt.masters] for key in [*keys, "master"]}
+    host: dict[tuple[int, str, int], np.ndarray] = {}
+    for b, part in enumerate(opt.shard_index()):
+        for param, first, length, offset in part["pieces"]:
+            for ofirst, olength, f, opart, ooffset in by_param.get(param, []):
+                lo, hi = max(first, ofirst), min(first + length, ofirst + olength)
+                if lo >= hi:
+                    continue
+                for key in targets:
+                    name = f"master.{opart}" if key == "master" else f"state.{opart}.{key}"
+                    if (f, name, opart) not in host:
+                        host[(f, name, opart)] = tensors_of(f)[name].numpy().astype(np.float64)
+                    src = host[(f, name, opart)]
+                    targets[key][b][offset + lo - first:offset + hi - first] = src[ooffset + lo - ofirst:
+                                                                                   ooffset + hi - ofirst]
+    scalars = tensors_of(0)
+    new: dict[str, Any] = {"t": scalars["t"], "lr": scalars["lr"]}
+    for b, m in enumerate(opt.masters):
+        new[f"master.{b}"] = targets["master"][b].astype(m.dtype.np)
+        for key in keys:
+            new[f"state.{b}.{key}"] = targets[key][b].astype(state[f"state.{b}.{key}"].dtype.np)
+    opt.load_state_dict(new)

@@ -1,0 +1,135 @@
+"""DistributedDataParallel: every rank holds the whole model; gradients are averaged after backward.
+
+    import tg.distributed as dist
+    dist.init_process_group()
+    model = dist.DistributedDataParallel(GPT(), bucket_mb=25)   # parameters broadcast from rank 0
+    loss = model(x).loss(y); loss.backward()                    # .grad is now the mean over ranks
+    with model.no_sync():                                       # accumulate locally, no communication
+        model(x2).loss(y2).backward()
+
+After each `backward()` that reached the model's parameters (outside `no_sync()`), the gradients
+are packed into flat buckets of about `bucket_mb` MiB, last layers first, and each bucket is
+all-reduced (mean) on the group's worker thread while the next bucket's gradients are computed.
+The averaged values are written back into the gradients' own memory, so an optimizer (and a
+TinyJit replay of the whole step) reads them as usual. A parameter with no gradient on this rank
+contributes zeros and is given the mean of the others.
+
+    >>> from tg import Tensor
+    >>> w = Tensor([1.0, 2.0], requires_grad=True)
+    >>> ddp = DistributedDataParallel({"w": w})        # no process group: a one-rank job
+    >>> _ = (w * w).sum().backward(); w.grad.tolist()
+    [2.0, 4.0]
+"""
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Iterator
+from typing import Any
+
+from tg.core.jit import host_step
+from tg.core.tensor import Tensor
+from tg.distributed.flat import Bucket, HostView, make_buckets
+from tg.nn.state import get_parameters, get_state_dict
+
+
+def _world(group: Any) -> tuple[int, int]:
+    import tg.distributed as dist
+    if not dist.is_initialized():
+        return 0, 1
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def broadcast_state(obj: Any, src: int = 0, group: Any = None) -> None:
+    """Make every tensor reachable from obj (parameters and buffers) equal to rank src's."""
+    import tg.distributed as dist
+    if _world(group)[1] == 1:
+        return
+    for t in get_state_dict(obj).values():
+        dist.broadcast(t, src, group)
+
+
+def watch_backward(owner: Any, method: str) -> Any:
+    """Call owner.<method>(root) after every backward(), for as long as owner lives."""
+    ref = weakref.ref(owner)
+
+    def hook(root: Tensor) -> None:
+        target = ref()
+        if target is not None:
+            getattr(target, method)(root)
+    remove = Tensor.register_post_backward_hook(hook)
+    weakref.finalize(owner, remove)
+    return remove
+
+
+class DistributedDataParallel:
+    """Wrap a model: same forward, gradients averaged across the group's ranks after backward."""
+
+    def __init__(self, module: Any, bucket_mb: float = 25.0, group: Any = None, broadcast_from: int = 0):
+        if bucket_mb <= 0:
+            raise ValueError(f"[distributed] DistributedDataParallel: bucket_mb must be > 0, got {bucket_mb}")
+        self.module, self.group = module, group
+        self.params = [p for p in get_parameters(module) if p.requires_grad]
+        if not self.params:
+            raise ValueError("[distributed] DistributedDataParallel: the model has no parameters with "
+                             "requires_grad=True; nothing to synchronise")
+        self.rank, self.world_size = _world(group)
+        broadcast_state(module, broadcast_from, group)
+        self.buckets = make_buckets(self.params, int(bucket_mb * (1 << 20)))
+        self.require_sync = True
+        self._synced: list[Tensor | None] = [None] * len(self.params)   # each .grad as left by the last sync
+        self._hook = watch_backward(self, "_after_backward")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.module(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        # model.loss(...), model.blocks, ...: everything else is the wrapped model's
+        if name == "module":
+            raise AttributeError(name)
+        return getattr(self.module, name)
+
+    def parameters(self) -> list[Tensor]:
+        return list(self.params)
+
+    @contextlib.contextmanager
+    def no_sync(self) -> Iterator[None]:
+        """Inside, backward() only accumulates local gradients; the first backward after it
+        averages everything accumulated."""
+        before, self.require_sync = self.require_sync, False
+        try:
+            yield
+        finally:
+            self.require_sync = before
+
+    def _after_backward(self, root: Tensor) -> None:
+        if not self.require_sync or self.world_size == 1:
+            return
+        if all(p.grad is s for p, s in zip(self.params, self._synced)):
+            return   # this backward did not reach the model
+        self.sync_gradients()
+
+    def sync_gradients(self) -> None:
+        """Average every parameter's gradient across the group now (called after backward)."""
+        import tg.distributed as dist
+        for p in self.params:
+            if p.grad is None:
+                p.grad = Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device)
+        works: list[Any] = []
+        staged: list[tuple[Bucket, list[HostView | None]]] = []
+        for bucket in self.buckets:
+            views = bucket.realize_grads()
+            staged.append((bucket, views))
+
+            def start(bucket: Bucket = bucket, views: list[HostView | None] = views) -> None:
+                works.append(dist.all_reduce(bucket.pack(views), op=dist.ReduceOp.AVG, group=self.group,
+                                             async_op=True))
+            host_step(start)
+
+        def finish() -> None:
+            for work, (bucket, views) in zip(works, staged):
+                work.wait()
+                bucket.unpack(views, bucket.host)
+            works.clear()
+        host_step(finish)
+        self._synced = [p.grad for p in self.params]
