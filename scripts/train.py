@@ -1,21 +1,31 @@
 """Train a small GPT-style byte-level transformer with tg: the main job.
 
-With no arguments it trains on an embedded default corpus (the Python installation's own
-standard-library sources, read from disk: nothing is downloaded); `--data FILE` trains on any
-text file. It prints a progress line (step, loss, tokens/s, ETA), evaluates on a held-out split
-every --eval-every steps, writes a checkpoint (safetensors, atomic) at the end and every
---ckpt-every steps, and a loss-curve plot (SVG) at the end. `--resume` continues from the
-checkpoint in --out.
+Runs the same under tglaunch (data-parallel over every rank) and as a plain `python` process:
 
-    python scripts/train.py                             # about 2 minutes on 2 CPU cores
-    python scripts/train.py --data my.txt --steps 2000 --n-layer 4 --n-embd 256
-    python scripts/train.py --resume --steps 600        # continue the run in --out
+    tglaunch --nproc 2 scripts/train.py --config configs/gpt_zero2.yaml   # 2 ranks, ZeRO-2 (the main job)
+    python scripts/train.py                                              # one process
+    python scripts/train.py --zero --checkpoint-activations --steps 200   # flags win over --config
+    tglaunch --nproc 2 scripts/train.py --config configs/gpt_zero2.yaml --resume
+
+With no --data it trains on an embedded default corpus (the Python installation's own
+standard-library sources, read from disk: nothing is downloaded). Every rank reads a different
+slice of each epoch (DistributedSampler); gradients are averaged by DistributedDataParallel, or
+with --zero reduce-scattered by ZeroOptimizer (ZeRO-2: each rank keeps 1/N of the optimizer
+state); --checkpoint-activations recomputes each block's activations in backward instead of
+keeping them. Rank 0 prints progress (loss averaged over ranks, tokens/s over all ranks, peak
+tensor memory of every rank), evaluates on a held-out split every --eval-every steps, writes a
+sharded checkpoint every --ckpt-every steps and at the end (`<out>/ckpt`, loadable at another
+number of ranks) and a loss-curve plot (`<out>/loss.svg`). `--resume` continues from the newest
+checkpoint; under `tglaunch --max-restarts N` a restarted job resumes by itself, so a killed rank
+costs at most the steps since the last checkpoint.
 """
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import signal
 import sys
 import sysconfig
 import time
@@ -25,16 +35,11 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import tg  # noqa: E402
-from tg import Tensor, TinyJit, nn  # noqa: E402
+import tg.distributed as dist  # noqa: E402
+from tg import GlobalCounters, Tensor, TinyJit, config, nn  # noqa: E402
 from tg.nn import functional as F  # noqa: E402
-from tg.nn.state import (  # noqa: E402
-    get_parameters,
-    get_state_dict,
-    load_state_dict,
-    safe_load,
-    safe_load_metadata,
-    safe_save,
-)
+from tg.nn.checkpoint import checkpoint  # noqa: E402
+from tg.nn.state import get_parameters  # noqa: E402
 
 # ---------------------------------------------------------------------------- data
 
@@ -63,11 +68,19 @@ def load_tokens(path: str | None) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8).astype(np.int32)     # bytes are the tokens (vocab 256)
 
 
-def get_batch(tokens: np.ndarray, batch: int, block: int, rng: np.random.Generator) -> tuple[Tensor, Tensor]:
-    starts = rng.integers(0, len(tokens) - block - 1, size=batch)
-    x = np.stack([tokens[s:s + block] for s in starts])             # (B, T)
-    y = np.stack([tokens[s + 1:s + block + 1] for s in starts])     # (B, T)
-    return Tensor(x), Tensor(y)
+class TokenWindows:
+    """Non-overlapping windows of block+1 tokens: item i is (x, y) = (w[:-1], w[1:]) of window i.
+    Indexed by a whole array of window numbers at once (what tg's DataLoader hands over)."""
+
+    def __init__(self, tokens: np.ndarray, block: int):
+        self.tokens, self.block = tokens, block
+
+    def __len__(self) -> int:
+        return (len(self.tokens) - 1) // self.block
+
+    def __getitem__(self, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        rows = self.tokens[(idx * self.block)[:, None] + np.arange(self.block + 1)]    # (B, T+1)
+        return rows[:, :-1], rows[:, 1:]
 
 
 # ---------------------------------------------------------------------------- model
@@ -98,8 +111,9 @@ class Block:
 
 
 class GPT:
-    def __init__(self, vocab: int = 256, block: int = 64, n_layer: int = 2, n_head: int = 4, n_embd: int = 128):
-        self.block = block
+    def __init__(self, vocab: int = 256, block: int = 64, n_layer: int = 2, n_head: int = 4, n_embd: int = 128,
+                 checkpoint_activations: bool = False):
+        self.block, self.checkpoint_activations = block, checkpoint_activations
         self.tok = nn.Embedding(vocab, n_embd)
         self.pos = nn.Embedding(block, n_embd)
         self.blocks = [Block(n_embd, n_head) for _ in range(n_layer)]
@@ -110,7 +124,8 @@ class GPT:
         B, T = idx.shape
         x = self.tok(idx) + self.pos.weight[:T]                                 # (B, T, C)
         for blk in self.blocks:
-            x = blk(x)
+            # recomputed in backward: only each block's input is kept
+            x = checkpoint(blk, x) if self.checkpoint_activations else blk(x)
         return self.head(self.ln_f(x))                                          # (B, T, vocab)
 
     def loss(self, idx: Tensor, targets: Tensor) -> Tensor:
@@ -152,117 +167,207 @@ def write_svg_plot(path: Path, train: list[tuple[int, float]], val: list[tuple[i
     os.replace(tmp, path)
 
 
-# ---------------------------------------------------------------------------- training
+# ---------------------------------------------------------------------------- options
 
-def progress(step: int, total: int, loss: float, tok_s: float, elapsed: float, start_step: int) -> str:
-    done = (step - start_step) / max(total - start_step, 1)
-    eta = elapsed / max(done, 1e-9) * (1 - done)
-    bar = "#" * int(24 * step / total) + "." * (24 - int(24 * step / total))
-    return f"\r[{bar}] step {step}/{total}  loss {loss:.4f}  {tok_s:,.0f} tok/s  ETA {eta:5.0f}s"
-
-
-def main(argv: list[str] | None = None) -> dict:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--config", help="a YAML file of these options (underscores or dashes); flags win over it")
     ap.add_argument("--data", help="a text file to train on (default: the stdlib sources)")
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=16, help="sequences per rank per step")
     ap.add_argument("--block", type=int, default=128)
     ap.add_argument("--n-layer", type=int, default=4)
     ap.add_argument("--n-head", type=int, default=4)
     ap.add_argument("--n-embd", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--zero", action="store_true", help="ZeRO-2: shard optimizer state and gradients over ranks")
+    ap.add_argument("--checkpoint-activations", action="store_true", help="recompute each block in backward")
+    ap.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size for the collectives")
+    ap.add_argument("--no-jit", action="store_true", help="run every step eagerly (no TinyJit capture)")
     ap.add_argument("--eval-every", type=int, default=200)
+    ap.add_argument("--eval-batches", type=int, default=8)
+    ap.add_argument("--log-every", type=int, default=10, help="progress line every N steps (not on a terminal)")
     ap.add_argument("--ckpt-every", type=int, default=0, help="also checkpoint every N steps (0: only at the end)")
-    ap.add_argument("--out", default="out/train", help="folder for the checkpoint, log and plot")
-    ap.add_argument("--resume", action="store_true", help="continue from the checkpoint in --out")
+    ap.add_argument("--out", default="out/train", help="folder for checkpoints, history and plot")
+    ap.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     ap.add_argument("--seed", type=int, default=1337)
-    args = ap.parse_args(argv)
+    ap.add_argument("--crash-at-step", type=int, default=0,
+                    help="fault drill: the last rank SIGKILLs itself at this step on the job's first attempt")
+    pre, _ = ap.parse_known_args(argv)
+    if pre.config:
+        ap.set_defaults(**read_config(pre.config, ap))
+    return ap.parse_args(argv)
 
+
+def read_config(path: str, ap: argparse.ArgumentParser) -> dict:
+    import yaml
+    with open(path) as f:
+        raw = yaml.safe_load(f) or {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"[train] {path}: expected a mapping of option: value, got {type(raw).__name__}")
+    known = {a.dest for a in ap._actions if a.dest not in ("help", "config")}
+    out = {}
+    for key, value in raw.items():
+        dest = str(key).replace("-", "_")
+        if dest not in known:
+            close = difflib.get_close_matches(dest, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(sorted(known))}"
+            raise ValueError(f"[train] {path}: unknown option {key!r}{hint}")
+        out[dest] = value
+    return out
+
+
+# ---------------------------------------------------------------------------- training
+
+def progress(step: int, total: int, loss: float, tok_s: float, elapsed: float, start_step: int,
+             mem_mib: list[float]) -> str:
+    done = (step - start_step) / max(total - start_step, 1)
+    eta = elapsed / max(done, 1e-9) * (1 - done)
+    bar = "#" * int(24 * step / total) + "." * (24 - int(24 * step / total))
+    mem = " ".join(f"{m:.0f}" for m in mem_mib) if len(mem_mib) <= 4 else f"{min(mem_mib):.0f}..{max(mem_mib):.0f}"
+    return f"[{bar}] step {step}/{total}  loss {loss:.4f}  {tok_s:,.0f} tok/s  mem/rank {mem} MiB  ETA {eta:4.0f}s"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    dist.init_process_group()
+    try:
+        return train(args)
+    finally:
+        dist.destroy_process_group()
+
+
+def train(args: argparse.Namespace) -> dict:
+    rank, world = dist.get_rank(), dist.get_world_size()
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    ckpt = out / "ckpt.safetensors"
+    ckpt_dir = out / "ckpt"
+    if rank == 0:
+        out.mkdir(parents=True, exist_ok=True)
     Tensor.manual_seed(args.seed)
     tokens = load_tokens(args.data)
     split = int(len(tokens) * 0.9)
-    train_tok, val_tok = tokens[:split], tokens[split:]
+    train_set, val_set = TokenWindows(tokens[:split], args.block), TokenWindows(tokens[split:], args.block)
+    if len(train_set) < args.batch * world:
+        raise ValueError(f"[train] the training split has {len(train_set)} windows of {args.block + 1} tokens; "
+                         f"one step needs {args.batch * world} ({world} ranks x --batch {args.batch}). "
+                         f"Fix: a smaller --batch or --block, or more --data")
+    loader = dist.DataLoader(train_set, args.batch, sampler=dist.DistributedSampler(train_set, seed=args.seed),
+                             drop_last=True)
+    val_loader = dist.DataLoader(val_set, args.batch, drop_last=True,
+                                 sampler=dist.DistributedSampler(val_set, shuffle=False, pad=False))
 
-    model = GPT(256, args.block, args.n_layer, args.n_head, args.n_embd)
+    model = GPT(256, args.block, args.n_layer, args.n_head, args.n_embd, args.checkpoint_activations)
     params = get_parameters(model)
-    opt = nn.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+    if args.zero:
+        opt: nn.optim.Optimizer = dist.ZeroOptimizer(params, nn.optim.AdamW, lr=args.lr, weight_decay=0.01,
+                                                     bucket_mb=args.bucket_mb)
+        net = model                       # ZeroOptimizer broadcasts and reduces the gradients itself
+    else:
+        opt = nn.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
+        net = dist.DistributedDataParallel(model, bucket_mb=args.bucket_mb)
     sched = nn.optim.CosineWithWarmup(opt, args.warmup, args.steps, min_lr=args.lr * 0.1)
-    start_step, history = 0, {"train": [], "val": []}
-    if args.resume:
-        if not ckpt.exists():
-            raise FileNotFoundError(f"[train] --resume: no checkpoint at {ckpt}; run once without --resume")
-        load_state_dict(model, safe_load(ckpt))
-        meta = safe_load_metadata(ckpt)
-        start_step = int(meta.get("step", "0"))
-        # the two files are each written atomically; a crash between them leaves different steps
-        opt_state = out / "optim.safetensors"
-        opt_step = safe_load_metadata(opt_state).get("step") if opt_state.exists() else None
-        if opt_step != str(start_step):
-            raise RuntimeError(f"[train] --resume: {ckpt} is at step {start_step} but {opt_state} is at step "
-                               f"{opt_step}; a run was interrupted while saving. Delete {out} to start over.")
-        opt.load_state_dict(safe_load(opt_state))
-        history = json.loads(meta.get("history", '{"train": [], "val": []}'))
+
+    start_step, epoch, history = 0, 0, {"train": [], "val": []}
+    resume = args.resume or config.TG_RESTART_COUNT > 0
+    meta = dist.load_checkpoint(ckpt_dir, model, opt) if resume else None
+    if args.resume and meta is None:
+        raise FileNotFoundError(f"[train] --resume: no checkpoint under {ckpt_dir}; run once without --resume")
+    if meta is not None:
+        start_step, extra = meta["step"], meta["extra"]
+        history, epoch = extra["history"], extra["loader"]["epoch"]
+        # the position in the epoch, in sequences over all ranks: the same at another number of ranks
+        seen = extra["sequences_in_epoch"] // (world * args.batch)
+        loader.load_state_dict({"epoch": epoch, "batches": min(seen, len(loader))})
         for _ in range(start_step):
             sched.step()
-        print(f"resumed from {ckpt} at step {start_step}")
+        if rank == 0:
+            print(f"resumed from {ckpt_dir} at step {start_step} (saved by {meta['world_size']} ranks)", flush=True)
     n_params = sum(p.numel() for p in params)
-    source = "stdlib" if args.data is None else args.data
-    print(f"tg GPT: {n_params / 1e6:.2f}M params, {len(tokens):,} tokens ({source}), "
-          f"batch {args.batch}x{args.block}, device {Tensor([0]).device}")
+    if rank == 0:
+        source = "stdlib" if args.data is None else args.data
+        mode = ("ZeRO-2" if args.zero else "DDP") + (" + checkpointing" if args.checkpoint_activations else "")
+        print(f"tg GPT: {n_params / 1e6:.2f}M params, {len(tokens):,} tokens ({source}), {world} rank(s) on "
+              f"{dist.get_backend()}, batch {world}x{args.batch}x{args.block}, {mode}, device {Tensor([0]).device}",
+              flush=True)
 
-    @TinyJit
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         Tensor.training = True
         opt.zero_grad()
-        loss = model.loss(x, y)
+        loss = net.loss(x, y)
         loss.backward()
         opt.step()
         Tensor.training = False
         return loss.realize()
 
-    @TinyJit
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
         return model.loss(x, y).realize()
+    step_fn = train_step if args.no_jit else TinyJit(train_step)
+    eval_fn = eval_step if args.no_jit else TinyJit(eval_step)
 
-    def evaluate(n_batches: int = 8) -> float:
-        erng = np.random.default_rng(0)
+    def evaluate() -> float:
+        total = np.zeros(2)                    # (sum of batch losses, batches) over every rank
         with tg.no_grad():
-            return float(np.mean([eval_step(*get_batch(val_tok, args.batch, args.block, erng)).item()
-                                  for _ in range(n_batches)]))
+            for i, (x, y) in enumerate(val_loader):
+                if i == args.eval_batches:
+                    break
+                total += (eval_fn(Tensor(x), Tensor(y)).item(), 1)
+        dist.all_reduce(total)
+        return float(total[0] / max(total[1], 1))
 
     def save(step: int) -> None:
-        meta = {"step": str(step), "history": json.dumps(history), "config": json.dumps(vars(args))}
-        safe_save(get_state_dict(model), ckpt, metadata=meta)
-        safe_save(opt.state_dict(), out / "optim.safetensors", metadata={"step": str(step)})
+        state = loader.state_dict()
+        extra = {"loader": state, "sequences_in_epoch": state["batches"] * world * args.batch,
+                 "history": history, "config": vars(args)}
+        dist.save_checkpoint(ckpt_dir, step, model, opt, extra=extra)
 
+    batches = iter_epochs(loader, epoch)
+    tty = rank == 0 and sys.stdout.isatty()
     start = time.perf_counter()
-    tokens_per_step = args.batch * args.block
+    tokens_per_step = world * args.batch * args.block
     loss_v = float("nan")
     for step in range(start_step + 1, args.steps + 1):
-        # batches depend only on (seed, step): a resumed run sees the same data as an unbroken one
-        x, y = get_batch(train_tok, args.batch, args.block, np.random.default_rng([args.seed, step]))
-        loss_v = train_step(x, y).item()
+        x, y = next(batches)
+        if args.crash_at_step == step and config.TG_RESTART_COUNT == 0 and rank == world - 1:
+            print(f"fault drill: rank {rank} kills itself at step {step}", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+        loss_local = np.array([step_fn(Tensor(x), Tensor(y)).item()])
+        dist.all_reduce(loss_local, op=dist.ReduceOp.AVG)
+        loss_v = float(loss_local[0])
         sched.step()
         history["train"].append((step, loss_v))
-        elapsed = time.perf_counter() - start
-        tok_s = tokens_per_step * (step - start_step) / elapsed
-        print(progress(step, args.steps, loss_v, tok_s, elapsed, start_step), end="", flush=True)
-        if step % args.eval_every == 0 or step == args.steps:
+        last = step == args.steps
+        if tty or step % args.log_every == 0 or last:
+            mem = [0.0] * world
+            dist.all_gather_object(mem, GlobalCounters.mem_peak / 2**20)
+            elapsed = time.perf_counter() - start
+            line = progress(step, args.steps, loss_v, tokens_per_step * (step - start_step) / elapsed, elapsed,
+                            start_step, mem)
+            if rank == 0:
+                print("\r" + line if tty else line, end="" if tty else "\n", flush=True)
+        if step % args.eval_every == 0 or last:
             val = evaluate()
             history["val"].append((step, val))
-            print(f"\n  eval loss {val:.4f} at step {step}", flush=True)
-        if args.ckpt_every and step % args.ckpt_every == 0 and step != args.steps:
+            if rank == 0:
+                print(f"{chr(10) if tty else ''}  eval loss {val:.4f} at step {step}", flush=True)
+        if args.ckpt_every and step % args.ckpt_every == 0 and not last:
             save(step)
     save(args.steps)
-    write_svg_plot(out / "loss.svg", history["train"], history["val"])
-    (out / "history.json").write_text(json.dumps(history))
     first = history["train"][0][1] if history["train"] else float("nan")
-    print(f"\ndone: loss {first:.3f} -> {loss_v:.3f}; checkpoint {ckpt}, plot {out / 'loss.svg'}")
+    if rank == 0:
+        write_svg_plot(out / "loss.svg", history["train"], history["val"])
+        (out / "history.json").write_text(json.dumps(history))
+        print(f"done: loss {first:.3f} -> {loss_v:.3f}; checkpoint {ckpt_dir}, plot {out / 'loss.svg'}", flush=True)
     return {"first_loss": first, "last_loss": loss_v, "history": history}
+
+
+def iter_epochs(loader: dist.DataLoader, epoch: int):
+    """Batches forever, epoch after epoch (each epoch shuffled differently, the same on every rank)."""
+    while True:
+        loader.set_epoch(epoch)
+        for x, y in loader:
+            yield x, y
+        epoch += 1
 
 
 if __name__ == "__main__":

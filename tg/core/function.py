@@ -19,6 +19,10 @@ def _const(like: LazyBuffer, value: Any, dtype: DType | None = None) -> LazyBuff
 
 class Function:
     parents: tuple[Any, ...]
+    # True for a Function whose backward runs a computation of its own (activation checkpointing
+    # recomputes its forward there): backprop first computes every gradient it holds pending, so the
+    # activations those read are freed before that computation starts (see Tensor._backprop).
+    runs_in_backward: bool = False
 
     def __init__(self, device: str, *tensors: Any):
         self.device = device
@@ -298,6 +302,20 @@ class Empty(Const):
 class Assign(Function):
     def forward(self, target: LazyBuffer, value: LazyBuffer) -> LazyBuffer:
         return target.assign(value)
+
+
+class Freed(Function):
+    """Stands in for the Function of a tensor whose graph a backward pass consumed without
+    retain_graph: what the Function saved is gone, so going back through it again is an error."""
+    parents = ()
+
+    def backward(self, grad: LazyBuffer) -> None:
+        raise RuntimeError("[autograd] backward through a graph a second time: the first backward() freed the "
+                           "values it saved; pass retain_graph=True to the first backward() (or gradient()) "
+                           "to go through it again, or recompute the forward")
+
+
+FREED = Freed("")
 
 
 FUNCTIONS: dict[Op, type[Function]] = {

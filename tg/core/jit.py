@@ -22,6 +22,8 @@ the same from call to call (realized tensors the function keeps, as DDP's gradie
 from __future__ import annotations
 
 import functools
+import gc
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 
@@ -136,6 +138,7 @@ class TinyJit(Generic[ReturnType]):
             flush_assigns()
         finally:
             realize_mod.CAPTURE = None
+        saved = _share_memory(capture.calls)
         in_bufs = {id(t.lazydata.base.realized): i for i, t in enumerate(inputs)}
         slots = [(ci, bi, in_bufs[id(b)]) for ci, call in enumerate(capture.calls)
                  for bi, b in enumerate(call.bufs) if id(b) in in_bufs]
@@ -144,7 +147,8 @@ class TinyJit(Generic[ReturnType]):
                     for c in capture.calls]
         self.replays[key] = rep
         if config.DEBUG >= 1:
-            print(f"[jit] captured {len(capture.calls)} launches for {getattr(self.fn, '__name__', 'fn')}")
+            print(f"[jit] captured {len(capture.calls)} launches for {getattr(self.fn, '__name__', 'fn')}; "
+                  f"{saved / 2**20:.1f} MiB of intermediates share memory")
         return ret
 
     def _replay(self, rep: _Replay, inputs: list[Tensor]) -> Any:
@@ -172,6 +176,53 @@ class TinyJit(Generic[ReturnType]):
         if config.DEBUG >= 1:
             print(f"[jit] replayed {len(rep.calls)} kernels of {getattr(self.fn, '__name__', 'fn')}")
         return rep.ret
+
+
+def _share_memory(calls: list[CapturedCall]) -> int:
+    """Let intermediate buffers whose lifetimes do not overlap share memory in the replays.
+
+    A buffer is an intermediate when nothing but the capture refers to it (not an input, a
+    parameter, optimizer state, a returned tensor or a host step's view). Its lifetime is the span
+    of calls that use it; buffers of one device and byte size whose spans are disjoint are mapped
+    onto one. Returns the bytes saved (the replaced buffers are freed)."""
+    gc.collect()   # lazy buffers that died in reference cycles must not count as users
+    span: dict[int, list[int]] = {}
+    by_id: dict[int, Buffer] = {}
+    count: dict[int, int] = {}
+    for ci, call in enumerate(calls):
+        if not call.bufs:
+            continue
+        for b in call.bufs:
+            by_id[id(b)] = b
+            count[id(b)] = count.get(id(b), 0) + 1
+            span.setdefault(id(b), [ci, ci])[1] = ci
+        del b   # a loop variable left holding a buffer would count as a user of it
+    copies = {id(b) for call in calls if call.kind != "kernel" for b in call.bufs}
+    internal: list[Buffer] = []
+    for key in list(by_id):
+        buf = by_id[key]
+        # references: one per appearance in a call, by_id's, this variable's and getrefcount's argument
+        if key not in copies and sys.getrefcount(buf) == count[key] + 3:
+            internal.append(buf)
+    del buf
+    internal.sort(key=lambda x: span[id(x)][0])
+    free: dict[tuple[str, int], list[tuple[int, Buffer]]] = {}   # (device, bytes) -> (last use, buffer)
+    mapping: dict[int, Buffer] = {}
+    saved = 0
+    for buf in internal:
+        first, last = span[id(buf)]
+        pool = free.setdefault((buf.device, buf.nbytes), [])
+        reuse = next((i for i, (end, _) in enumerate(pool) if end < first), None)
+        if reuse is None:
+            pool.append((last, buf))
+            continue
+        target = pool[reuse][1]
+        pool[reuse] = (last, target)
+        mapping[id(buf)] = target
+        saved += buf.nbytes
+    for call in calls:
+        call.bufs = [mapping.get(id(x), x) for x in call.bufs]
+    return saved
 
 
 def _flatten(x: Any) -> list[Any]:

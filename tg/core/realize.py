@@ -23,61 +23,76 @@ def realize(outs: list[LazyBuffer]) -> None:
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:
+    """Run the items in order. Consumes `items` (the list is empty afterwards): each item is
+    dropped once it has run, so a buffer the schedule made is freed right after its last reader,
+    unless something outside the schedule (a Tensor, a TinyJit capture) still holds it."""
     debug = config.DEBUG
     start = time.perf_counter()
-    by_device: dict[str, list[ScheduleItem]] = {}
-    for it in items:
-        if it.kind == "kernel" and prod(it.out.shape) > 0:
-            by_device.setdefault(it.out.device, []).append(it)
-    programs = {}
-    for dev, its in by_device.items():
-        for it, prog in zip(its, Device[dev].compile_many([it.kernel for it in its])):
-            programs[id(it)] = prog
+    n_items = len(items)
+    by_device: dict[str, list[int]] = {}
+    for i in range(n_items):
+        if items[i].kind == "kernel" and prod(items[i].out.shape) > 0:
+            by_device.setdefault(items[i].out.device, []).append(i)
+    programs: list[Any] = [None] * n_items
+    for dev, idx in by_device.items():
+        for i, prog in zip(idx, Device[dev].compile_many([items[i].kernel for i in idx])):
+            programs[i] = prog
     if debug >= 3:
-        for i, it in enumerate(items):
-            print(f"[schedule] {i:3d} {it.kind:6s} {it.name} -> {it.out}")
+        for i in range(n_items):
+            print(f"[schedule] {i:3d} {items[i].kind:6s} {items[i].name} -> {items[i].out}")
+    # pop() from the end hands out the items in order and drops the list's reference. Kernels run in
+    # launch order on a device, so memory freed here is only reused by kernels launched after it.
+    items.reverse()
     n_kernels = 0
-    for it in items:
-        out = it.out
-        if it.kind == "alloc":
-            out.realized = Buffer(out.device, prod(out.shape), out.dtype)
-        elif it.kind == "copy":
-            assert it.src is not None and it.src.realized is not None
-            out.realized = Buffer(out.device, prod(out.shape), out.dtype).copyin(it.src.realized.numpy())
-            if CAPTURE is not None:
-                CAPTURE.add(None, [out.realized, it.src.realized], "copy")
-        else:
-            kernel = it.kernel
-            assert kernel is not None
-            if out.op is BufferOps.ASSIGN:
-                buf = out.srcs[0].base.realized
-                assert buf is not None, "assign target must be realized first"
-            else:
-                buf = Buffer(out.device, prod(out.shape), out.dtype)
-            inputs = [b.realized for b in kernel.inputs]
-            assert all(b is not None for b in inputs), "kernel input not realized"
-            if prod(out.shape) > 0:
-                prog = programs[id(it)]
-                elapsed = prog([buf, *inputs], wait=debug >= 2)  # type: ignore[list-item]
-                if CAPTURE is not None:
-                    CAPTURE.add(prog, [buf, *inputs])
-                n_kernels += 1
-                GlobalCounters.kernel_count += 1
-                info = getattr(prog, "info", None)
-                if info is not None:
-                    GlobalCounters.global_ops += info.flops
-                    GlobalCounters.global_mem += info.mem_bytes
-                if debug >= 2:
-                    t = elapsed or 1e-9
-                    flops = info.flops if info is not None else 0
-                    mem = info.mem_bytes if info is not None else 0
-                    print(f"[kernel] {prog.name:30s} {out.device:5s} {t * 1e6:9.1f} us "
-                          f"{flops / t / 1e9:8.2f} GFLOPS {mem / t / 1e9:8.2f} GB/s")
-                    GlobalCounters.time_sum_s += t
-                if debug >= 4:
-                    print(getattr(prog, "src", ""))
-            out.realized = buf
-        out.srcs = ()
+    for i in range(n_items):
+        n_kernels += _run_item(items.pop(), programs[i], debug)
+        programs[i] = None   # a program may hold its kernel, and so its buffers (the NUMPY interpreter does)
     if debug >= 1:
-        print(f"[realize] {n_kernels} kernels, {len(items)} schedule items in "
+        print(f"[realize] {n_kernels} kernels, {n_items} schedule items in "
               f"{(time.perf_counter() - start) * 1e3:.2f} ms")
+
+
+def _run_item(it: ScheduleItem, prog: Any, debug: int) -> int:
+    """Run one schedule item; returns the number of kernels launched. Its own function so that
+    nothing of the item outlives the call (run_schedule's buffers die after their last reader)."""
+    out = it.out
+    launched = 0
+    if it.kind == "alloc":
+        out.realized = Buffer(out.device, prod(out.shape), out.dtype)
+    elif it.kind == "copy":
+        assert it.src is not None and it.src.realized is not None
+        out.realized = Buffer(out.device, prod(out.shape), out.dtype).copyin(it.src.realized.numpy())
+        if CAPTURE is not None:
+            CAPTURE.add(None, [out.realized, it.src.realized], "copy")
+    else:
+        kernel = it.kernel
+        assert kernel is not None
+        if out.op is BufferOps.ASSIGN:
+            buf = out.srcs[0].base.realized
+            assert buf is not None, "assign target must be realized first"
+        else:
+            buf = Buffer(out.device, prod(out.shape), out.dtype)
+        inputs = [b.realized for b in kernel.inputs]
+        assert all(b is not None for b in inputs), "kernel input not realized"
+        if prod(out.shape) > 0:
+            elapsed = prog([buf, *inputs], wait=debug >= 2)
+            if CAPTURE is not None:
+                CAPTURE.add(prog, [buf, *inputs])
+            launched = 1
+            GlobalCounters.kernel_count += 1
+            info = getattr(prog, "info", None)
+            if info is not None:
+                GlobalCounters.global_ops += info.flops
+                GlobalCounters.global_mem += info.mem_bytes
+            if debug >= 2:
+                t = elapsed or 1e-9
+                flops = info.flops if info is not None else 0
+                mem = info.mem_bytes if info is not None else 0
+                print(f"[kernel] {prog.name:30s} {out.device:5s} {t * 1e6:9.1f} us "
+                      f"{flops / t / 1e9:8.2f} GFLOPS {mem / t / 1e9:8.2f} GB/s")
+                GlobalCounters.time_sum_s += t
+            if debug >= 4:
+                print(getattr(prog, "src", ""))
+        out.realized = buf
+    out.srcs = ()
+    return launched

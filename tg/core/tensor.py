@@ -9,6 +9,7 @@ primitive ops through the Functions in function.py (so gradients come by composi
 from __future__ import annotations
 
 import builtins
+import heapq
 import itertools
 import math
 import weakref
@@ -194,6 +195,51 @@ class Tensor:
         Tensor._rng_counters = {}
 
     @staticmethod
+    def get_rng_state(on_device: bool = False) -> dict[str, Any]:
+        """The random number generator's state: {"seed": int, "counters": {device: count}}, where a
+        device's count is how many random 32-bit words it has drawn since the seed was set.
+
+        By default the counts are ints read back from the devices, ready to save (a training
+        checkpoint). With on_device=True each count is a realized uint32[1] copy made on its device
+        by a kernel, with no host read: this is what activation checkpointing saves, and it stays
+        right inside a TinyJit, whose replays rerun the copy. set_rng_state() takes either form.
+
+            >>> state = Tensor.get_rng_state()
+            >>> a = Tensor.rand(3).tolist()
+            >>> Tensor.set_rng_state(state)
+            >>> Tensor.rand(3).tolist() == a
+            True
+        """
+        counters: dict[str, Any] = {}
+        for device, counter in Tensor._rng_counters.items():
+            if on_device:
+                counters[device] = _device_copy(counter)
+            else:
+                counters[device] = int(counter.numpy()[0])
+        return {"seed": Tensor._seed, "counters": counters}
+
+    @staticmethod
+    def set_rng_state(state: dict[str, Any]) -> None:
+        """Restore a state from get_rng_state() (either form): later rand / randn / dropout draw the
+        same numbers as they did after it was taken. Counters are written in place on their devices
+        (a device with no saved count starts again from 0, as after manual_seed)."""
+        if not isinstance(state, dict) or set(state) != {"seed", "counters"}:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"[core] set_rng_state: expected the dict get_rng_state() returns, with keys "
+                             f"['counters', 'seed'], got {got}")
+        Tensor._seed = int(state["seed"]) & 0xFFFFFFFF
+        saved = {Device.canonicalize(d): v for d, v in state["counters"].items()}
+        for device in {*saved, *Tensor._rng_counters}:
+            value = saved.get(device, 0)
+            if not isinstance(value, Tensor):
+                value = Tensor(np.array([int(value) & 0xFFFFFFFF], np.uint32), device=device)
+            counter = Tensor._rng_counters.get(device)
+            if counter is None:
+                Tensor._rng_counters[device] = _device_copy(value)
+            else:
+                counter.assign(value).realize()
+
+    @staticmethod
     def _random_bits(n: int, device: str | None = None) -> Tensor:
         """n uniformly random uint32s, generated on the device by a counter-based hash.
 
@@ -360,11 +406,48 @@ class Tensor:
                         stack.append((p, False))
         return order
 
-    def backward(self, gradient: Tensor | None = None) -> Tensor:
-        """Accumulate d(self)/d(leaf) into every leaf's .grad (a scalar loss, or give `gradient`)."""
+    def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
+        """Accumulate d(self)/d(leaf) into every leaf's .grad (a scalar loss, or give `gradient`).
+
+        As in torch, the graph is freed as it is consumed: once a Function's gradient is taken it
+        lets go of the values it saved, so the forward's activations die with the last kernel that
+        reads them. Pass retain_graph=True to go backward through the same graph again.
+
+            >>> x = Tensor([1.0, 2.0], requires_grad=True)
+            >>> y = (x * x).sum()
+            >>> _ = y.backward(retain_graph=True)
+            >>> _ = y.backward()                  # a second pass needs the first to retain the graph
+            >>> x.grad.tolist()
+            [4.0, 8.0]
+        """
+        Tensor._last_root = weakref.ref(self)
+        for leaf, g in self._backprop(self._root_gradient(gradient, "backward"), None, retain_graph):
+            new = Tensor(g, device=leaf.device)
+            leaf.grad = new if leaf.grad is None else (leaf.grad + new)
+        for hook in list(Tensor._post_backward_hooks):
+            hook(self)
+        return self
+
+    def gradient(self, *targets: Tensor, gradient: Tensor | None = None,
+                 retain_graph: bool = False) -> list[Tensor | None]:
+        """d(self)/d(target) for each target, returned rather than accumulated into .grad (no
+        tensor's .grad changes); None for a target that self does not depend on. Targets may be
+        leaves or intermediate tensors. The graph is freed as in backward() unless retain_graph.
+
+            >>> x = Tensor([1.0, 2.0], requires_grad=True)
+            >>> [g.tolist() for g in (x * x).sum().gradient(x)]
+            [[2.0, 4.0]]
+        """
+        if not targets:
+            raise ValueError("[autograd] gradient() needs at least one target tensor; got none")
+        found = dict(self._backprop(self._root_gradient(gradient, "gradient"), {id(t) for t in targets},
+                                    retain_graph))
+        return [Tensor(found[t], device=t.device) if t in found else None for t in targets]
+
+    def _root_gradient(self, gradient: Tensor | None, caller: str) -> LazyBuffer:
         if gradient is None:
             if self.numel() != 1:
-                raise ValueError(f"[autograd] backward() without a gradient needs a scalar, got shape {self.shape}; "
+                raise ValueError(f"[autograd] {caller}() without a gradient needs a scalar, got shape {self.shape}; "
                                  f"pass gradient= of the same shape")
             gradient = Tensor.ones(*self.shape, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:
@@ -372,30 +455,72 @@ class Tensor:
         if self._ctx is None and not self.requires_grad:
             raise RuntimeError("[autograd] this tensor does not require grad and has no graph; "
                                "set requires_grad=True on the leaves")
-        Tensor._last_root = weakref.ref(self)
-        grads: dict[int, LazyBuffer] = {id(self): gradient.lazydata}
-        for t in reversed(self._toposort()):
+        return gradient.lazydata
+
+    def _backprop(self, gradient: LazyBuffer, targets: set[int] | None,
+                  retain_graph: bool) -> list[tuple[Tensor, LazyBuffer]]:
+        """The chain rule from self (whose gradient is `gradient`): the gradient reaching each tensor
+        whose id is in `targets`, or each leaf that requires grad when targets is None. Only the part
+        of the graph between self and the targets is walked; unless retain_graph, each Function is
+        dropped once used, and so are the engine's own references to tensors it is done with.
+
+        Tensors go consumers first, in depth-first order, except that a Function which runs a
+        computation of its own in backward (Function.runs_in_backward: a checkpoint's recompute)
+        waits until nothing else is ready. Before it runs, the root and the gradients pending for
+        leaves are realized, so the activations they read are freed before its computation starts."""
+        def wanted(t: Tensor) -> bool:
+            return id(t) in targets if targets is not None else t._ctx is None and bool(t.requires_grad)
+        order: list[Tensor | None] = list(self._toposort())
+        index = {id(t): i for i, t in enumerate(order)}
+        waiting = [0] * len(order)        # consumers of each tensor not processed yet
+        leads_to: set[int] = set()        # tensors on a path from self to a target
+        for t in order:
+            assert t is not None
+            ctx = t._ctx
+            for p in ctx.parents if ctx is not None else ():
+                waiting[index[id(p)]] += 1
+            # a consumed graph (F.FREED) may have led anywhere: walking into it raises below
+            if wanted(t) or ctx is F.FREED or (ctx is not None and any(id(p) in leads_to for p in ctx.parents)):
+                leads_to.add(id(t))
+        grads: dict[int, LazyBuffer] = {id(self): gradient}
+        found: list[tuple[Tensor, LazyBuffer]] = []
+        ready = [(False, -(len(order) - 1))]   # (deferred, -position): self is last in depth-first order
+        while ready:
+            i = -heapq.heappop(ready)[1]
+            t, order[i] = order[i], None
+            assert t is not None
+            ctx = t._ctx
+            for p in ctx.parents if ctx is not None else ():
+                j = index[id(p)]
+                waiting[j] -= 1
+                if waiting[j] == 0:
+                    pctx = p._ctx
+                    heapq.heappush(ready, (pctx is not None and pctx.runs_in_backward, -j))
             g = grads.pop(id(t), None)
-            if g is None:
+            if g is None or id(t) not in leads_to:
                 continue
-            if t._ctx is None:
-                if t.requires_grad:
-                    new = Tensor(g, device=t.device)
-                    t.grad = new if t.grad is None else (t.grad + new)
+            if wanted(t):
+                found.append((t, g))
+            if ctx is F.FREED and not wanted(t):
+                ctx.backward(g)           # raises: this graph was freed by an earlier backward
+            if ctx is None or not any(id(p) in leads_to for p in ctx.parents):
                 continue
-            parent_grads = t._ctx.backward(g)
+            if ctx.runs_in_backward:
+                from tg.core.realize import realize
+                realize([*(pg for pid, pg in grads.items() if order[index[pid]]._ctx is None),  # type: ignore[union-attr]
+                         *(leaf_grad for _, leaf_grad in found), self.lazydata])
+            parent_grads = ctx.backward(g)
             if not isinstance(parent_grads, tuple):
                 parent_grads = (parent_grads,)
-            for p, pg in zip(t._ctx.parents, parent_grads):
-                if pg is None or not p.requires_grad:
+            for p, pg in zip(ctx.parents, parent_grads):
+                if pg is None or id(p) not in leads_to or not p.requires_grad:
                     continue
-                assert pg.shape == p.shape, f"grad shape {pg.shape} != {p.shape} in {type(t._ctx).__name__}"
+                assert pg.shape == p.shape, f"grad shape {pg.shape} != {p.shape} in {type(ctx).__name__}"
                 grads[id(p)] = pg if id(p) not in grads else grads[id(p)].e(BinaryOps.ADD, pg)
-            if not any(isinstance(p, Tensor) and p.requires_grad for p in t._ctx.parents):
-                continue
-        for hook in list(Tensor._post_backward_hooks):
-            hook(self)
-        return self
+            if not retain_graph:
+                t._ctx = F.FREED
+            del t, ctx, g, parent_grads   # nothing of a done tensor outlives its turn
+        return found
 
     @staticmethod
     def register_post_backward_hook(fn: Callable[[Tensor], None]) -> Callable[[], None]:
@@ -1379,6 +1504,11 @@ def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
     # with NaN neither a < b nor a >= b holds, so >= is "> or ==", not "not <"
     eq = ne.apply(a, b).logical_not()
     return (lt.apply(a, b) if kind == "le" else lt.apply(b, a)) | eq
+
+
+def _device_copy(t: Tensor) -> Tensor:
+    """A realized copy of t in fresh memory, made by a kernel on t's device (no host round trip)."""
+    return Tensor.empty(*t.shape, dtype=t.dtype, device=t.device).assign(t.detach()).realize()
 
 
 def _hash32(x: int) -> int:

@@ -15,7 +15,9 @@ the next bucket's gradients are computed; a rank keeps only its part. The wrappe
 1-d "parameter" per bucket part — a float32 master copy when the parameters are float16/bfloat16 —
 so its state (Adam's two moments) is allocated for the shard alone. `step()` updates the shard,
 all-gathers each bucket and writes the new values into the parameters' own memory (the model keeps
-its tensors; a TinyJit replay of the whole step works).
+its tensors; a TinyJit replay of the whole step works). As with DDP, a parameter that got no
+gradient contributes zeros, and the whole shard is stepped (Adam's momentum and AdamW's decay still
+move it; a plain optimizer would skip it).
 
     >>> from tg import Tensor, nn
     >>> w = Tensor([1.0, -1.0], requires_grad=True)

@@ -29,8 +29,9 @@ same), MASTER_ADDR, MASTER_PORT, TG_RESTART_COUNT (0 on the first attempt), TG_M
 TG_RUN_ID, TG_BACKEND, TG_SECRET (random per job on one node; on several nodes from TG_SECRET in
 the agents' environment, or derived from the run id and master with a warning), TG_ERROR_FILE, and
 PYTHONUNBUFFERED=1, so `dist.init_process_group()` needs no arguments and torchrun scripts run as
-they are. On several nodes the agents host the store: workers also get TG_STORE_EXTERNAL=1 and
-TG_STORE_PREFIX (one per attempt).
+they are. Unless it is already set, TG_CPU_THREADS shares the node's cores among its ranks
+(cores // nproc_per_node, at least 1). On several nodes the agents host the store: workers also
+get TG_STORE_EXTERNAL=1 and TG_STORE_PREFIX (one per attempt).
 
 Output: every line a worker prints appears at once, prefixed `[rank3]: `, on the launcher's stdout
 or stderr as the worker wrote it.

@@ -104,6 +104,9 @@ class Agent:
                    TG_RESTART_COUNT=str(attempt), TG_MAX_RESTARTS=str(spec.max_restarts),
                    TG_RUN_ID=spec.run_id or "", TG_BACKEND=spec.backend, TG_SECRET=self.launch.secret,
                    TG_ERROR_FILE=os.path.join(errors, "rank{rank}.json"), PYTHONUNBUFFERED="1")
+        # the node's cores shared among its ranks, unless the user chose (torchrun sets OMP_NUM_THREADS=1)
+        if "TG_CPU_THREADS" not in env:
+            env["TG_CPU_THREADS"] = str(max(1, (os.cpu_count() or 1) // spec.nproc_per_node))
         return env
 
     def _command(self) -> list[str]:

@@ -290,7 +290,9 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
         >>> write_atomic(path, b"step-3"); open(path).read()
         'step-3'
     """
-    _atomic_write(os.fspath(path), lambda f: f.write(data))
+    def write(f: BinaryIO) -> None:
+        f.write(data)
+    _atomic_write(os.fspath(path), write)
 
 
 def safe_save(tensors: Mapping[str, Tensor | np.ndarray], path: str | os.PathLike,
