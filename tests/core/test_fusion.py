@@ -34,6 +34,19 @@ def test_matmul_bias_relu_epilogue_fuses(device):
     np.testing.assert_allclose(out.numpy(), np.maximum(a @ w + b, 0), rtol=1e-4, atol=1e-5)
 
 
+def test_long_epilogue_on_a_large_output_is_its_own_kernel(device):
+    # gelu's tanh after a 300x256 matmul: one vectorised elementwise kernel, not a scalar epilogue
+    rng = np.random.default_rng(5)
+    a, w = rng.standard_normal((300, 24)).astype(np.float32), rng.standard_normal((24, 256)).astype(np.float32)
+    out = (Tensor(a, device=device) @ Tensor(w, device=device)).gelu(approximate="tanh")
+    assert_kernels(out, 2)
+    h = a @ w
+    ref = 0.5 * h * (1 + np.tanh(np.sqrt(2 / np.pi) * (h + 0.044715 * h ** 3)))
+    np.testing.assert_allclose(out.numpy(), ref, rtol=1e-4, atol=1e-4)
+    small = (Tensor(a[:8], device=device) @ Tensor(w, device=device)).gelu(approximate="tanh")
+    assert_kernels(small, 1)                 # a small output keeps the fused epilogue
+
+
 def test_cheap_elementwise_inputs_of_matmul_fuse(device):
     a, w = np.random.randn(9, 7).astype(np.float32), np.random.randn(7, 5).astype(np.float32)
     out = (Tensor(a, device=device) * 2 + 1) @ (Tensor(w, device=device) + 1)

@@ -5,7 +5,8 @@ Rules (pinned by tests/core/test_fusion.py):
   reads them through a padded view (the padding must read as zero, not as f(0));
 - a reduce takes its elementwise producers with it;
 - an elementwise consumer that reads a reduce's result at the same index (any reshape of it)
-  fuses after it as an epilogue, when it is the reduce's only consumer;
+  fuses after it as an epilogue, when it is the reduce's only consumer (unless the epilogue is long
+  and the output large: an epilogue runs unvectorised, so gelu after a big matmul is stored first);
 - a kernel holds at most one reduce, and a reduce is never inlined into another reduce's input;
 - COPY, ASSIGN (and so `contiguous()`) and the outputs asked for are always stored.
 
@@ -162,6 +163,10 @@ def _inlined_reduces(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
 # many ALU ops it is cheaper to store it once (the cross-entropy gradient feeding a matmul).
 RECOMPUTE_LIMIT = 2
 
+# An elementwise epilogue runs once per output element after the reduce, unvectorised; a long one
+# (gelu's tanh, say) over a large output is faster as its own vectorised kernel.
+EPILOGUE_LIMIT, EPILOGUE_SIZE = 8, 1 << 16
+
 
 def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) -> set[int]:
     store: set[int] = set(seed) | {id(o.base) for o in outs}
@@ -200,6 +205,9 @@ def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) 
                 continue
             if isinstance(b.op, ReduceOps) or not _is_same_index(s):
                 store.add(id(sb))       # a reduce never goes inside another, nor is recomputed
+                continue
+            if cost[id(b)] - cost.get(id(c), 0) > EPILOGUE_LIMIT and prod(b.shape) >= EPILOGUE_SIZE:
+                store.add(id(c))        # a long epilogue runs unvectorised after the reduce: store it
                 continue
             reduces.append((sb, c))
         distinct = {id(c): (sb, c) for sb, c in reduces}
