@@ -167,6 +167,22 @@ def test_ddp_equals_one_process_on_the_global_batch(world, backend, name, bucket
     assert max_diff(numpy_params(MLP(seed=101)), numpy_params(MLP(seed=100))) > 0.1
 
 
+def as_lists(rank: int, world: int, kind: str) -> dict:
+    """ddp_train / zero_train with JSON-able results (the mpi harness sends them as JSON)."""
+    out = ddp_train(rank, world, "adam", {}, TINY_BUCKET, 3) if kind == "ddp" else \
+        zero_train(rank, world, "adam", {}, 1, 3)
+    return {k: v.tolist() for k, v in out["params"].items()}
+
+
+@pytest.mark.parametrize("backend", ["mpi", "ucx"])
+@pytest.mark.parametrize("kind", ["ddp", "zero"])
+def test_ddp_and_zero_on_every_backend(backend, kind):
+    want, _ = reference(numpy_params(MLP(seed=100)), batches(3), "adam", {})
+    results = [{k: np.array(v) for k, v in r.items()} for r in run_ranks(2, as_lists, kind, backend=backend)]
+    assert_ranks_agree(results)
+    assert max_diff(results[0], want) < 1e-5
+
+
 def ddp_no_sync_train(rank: int, world: int, steps: int) -> dict:
     model = MLP(seed=100 + rank)
     ddp, opt = wrap(model, "ddp", "sgd", {"momentum": 0.9})
