@@ -8,7 +8,8 @@ Every configuration is a real job started by tglaunch, each rank with one thread
 Columns: step time (median of the timed steps, TinyJit replays) and tokens/s over all ranks; peak
 tensor memory of a rank during the timed steps; the activation memory of one eager step (its peak
 above what was allocated before it: what checkpointing trades for recompute); optimizer-state
-bytes per rank (the wrapped optimizer's moments: ZeRO-2 keeps 1/N of them). The limits are
+bytes per rank (the wrapped optimizer's moments: ZeRO-2 keeps 1/N of them; its float32 master and
+summed gradient of the shard, another 2/N of the parameters' bytes, are in peak MiB). The limits are
 measured in the same run: 1 rank's tokens/s (linear scaling), DDP's step time and state, the
 uncheckpointed run's memory and step time.
 """

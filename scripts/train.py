@@ -25,6 +25,7 @@ import argparse
 import difflib
 import json
 import os
+import shutil
 import signal
 import sys
 import sysconfig
@@ -269,7 +270,13 @@ def train(args: argparse.Namespace) -> dict:
     sched = nn.optim.CosineWithWarmup(opt, args.warmup, args.steps, min_lr=args.lr * 0.1)
 
     start_step, epoch, history = 0, 0, {"train": [], "val": []}
-    resume = args.resume or config.TG_RESTART_COUNT > 0
+    resume = args.resume or config.TG_RESTART_COUNT > 0     # a job tglaunch restarted continues by itself
+    if not resume and rank == 0 and ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
+        # a new run never continues, or prunes, an earlier run's checkpoints: they are kept aside
+        aside = out / "ckpt.previous"
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(ckpt_dir, aside)
+        print(f"note: moved the earlier run's checkpoints to {aside} (--resume continues a run instead)", flush=True)
     meta = dist.load_checkpoint(ckpt_dir, model, opt) if resume else None
     if args.resume and meta is None:
         raise FileNotFoundError(f"[train] --resume: no checkpoint under {ckpt_dir}; run once without --resume")

@@ -76,3 +76,21 @@ def test_nested_jit_rejected():
             outer(x)
             inner(x)
             inner(x)
+
+
+def test_host_data_made_inside_the_function_survives_memory_sharing():
+    # the constant is read by the capture before any kernel writes it: it must not share memory
+    @TinyJit
+    def f(x: Tensor) -> Tensor:
+        u = x.sum(axis=1).exp().sum()
+        return (u.reshape(1) + Tensor([1.0, 2.0, 3.0, 4.0])).realize()
+    for i in range(4):
+        x = (np.arange(16, dtype=np.float32).reshape(4, 4) + i) / 16
+        np.testing.assert_allclose(f(Tensor(x)).numpy(), np.exp(x.sum(1)).sum() + np.arange(1, 5), rtol=1e-5)
+
+
+def test_returning_an_input_unchanged_is_refused():
+    f = TinyJit(lambda x: x)
+    f(Tensor([1.0]))
+    with pytest.raises(ValueError, match="returns one of its inputs"):
+        f(Tensor([2.0]))

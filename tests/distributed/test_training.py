@@ -516,3 +516,33 @@ def test_misuse_raises_with_a_clear_message():
     for model in (frozen, {}, {"scale": Tensor([1.0, 2.0])}):
         with pytest.raises(ValueError, match="requires_grad"):
             dist.DistributedDataParallel(model)
+
+
+def unrelated_backward(rank: int, world: int) -> list:
+    model = MLP(seed=100 + rank)
+    _, opt = wrap(model, "ddp")
+    mse(model, *rows_of(rank, world, batches(1)[0][0])).backward()
+    opt.step()
+    opt.zero_grad()
+    other = Tensor([1.0, 2.0], requires_grad=True)
+    (other * other).sum().backward()          # reaches no parameter of the model: no sync, no zeros
+    return [p.grad is None for p in get_parameters(model)]
+
+
+def test_ddp_ignores_a_backward_that_does_not_reach_the_model():
+    assert all(all(r) for r in run_ranks(2, unrelated_backward))
+
+
+def test_saves_keep_later_steps_of_another_run_and_survive_resaving(tmp_path):
+    model = MLP(seed=1)
+    opt = nn.optim.Adam(get_parameters(model), lr=0.1)
+    for step in (900, 1000, 100, 200, 200):       # an older, longer run left steps 900 and 1000
+        dist.save_checkpoint(tmp_path, step, model, opt, keep=2)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["latest", "step-00000100", "step-00000200", "step-00000900", "step-00001000"]
+    assert (tmp_path / "latest").read_text() == "step-00000200"
+    (tmp_path / "step-00000300.partial").mkdir()   # a save cut short
+    dist.save_checkpoint(tmp_path, 400, model, opt, keep=2)
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names == ["latest", "step-00000200", "step-00000400", "step-00000900", "step-00001000"]
+    assert dist.load_checkpoint(tmp_path, model, opt)["step"] == 400

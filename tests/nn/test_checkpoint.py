@@ -237,3 +237,36 @@ def test_checkpointing_lowers_the_memory_peak():
 def test_docstring_examples_run():
     from tg.nn import checkpoint as checkpoint_module
     assert doctest.testmod(checkpoint_module).failed == 0
+
+
+def test_a_retained_graph_differentiated_again_uses_fresh_output_gradients():
+    w = Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    a, b = checkpoint(lambda t: (t * w, t * w * 3), Tensor([1.0, 1.0]))
+    assert (a.sum() + b.sum()).gradient(w, retain_graph=True)[0].tolist() == [4.0, 4.0]
+    assert a.sum().gradient(w)[0].tolist() == [1.0, 1.0]      # only the first output this time
+
+
+def test_recompute_runs_in_the_forward_mode_and_under_no_grad():
+    def run(use_checkpoint: bool) -> list:
+        Tensor.manual_seed(0)
+        w = Tensor(np.ones(8, np.float32), requires_grad=True)
+        drop = nn.Dropout(0.5)
+        Tensor.training = True
+        out = checkpoint(lambda t: drop(t * w), Tensor(np.arange(1, 9, dtype=np.float32))) if use_checkpoint \
+            else drop(Tensor(np.arange(1, 9, dtype=np.float32)) * w)
+        loss = out.sum()
+        Tensor.training = False          # switched off before backward: the recompute still drops out
+        with tg.no_grad():               # and backward works under no_grad, as a plain one does
+            loss.backward()
+        return w.grad.tolist()
+    assert run(True) == run(False)
+
+
+def test_named_tuple_results_keep_their_type():
+    from collections import namedtuple
+    Pair = namedtuple("Pair", "a b")
+    w = Tensor([2.0], requires_grad=True)
+    out = checkpoint(lambda t: Pair(t * w, t + w), Tensor([3.0]))
+    assert isinstance(out, Pair)
+    (out.a + out.b).sum().backward()
+    assert w.grad.tolist() == [4.0]

@@ -89,6 +89,16 @@ def test_train_gpt_learns_checkpoints_and_resumes(tmp_path, mode):
     assert resumed["last_loss"] == pytest.approx(out["last_loss"], abs=1e-5)
 
 
+def test_a_new_run_moves_earlier_checkpoints_aside(tmp_path):
+    train = load("train")
+    args = gpt_args(tmp_path, steps=10)
+    train.main(args)
+    train.main(args[:args.index("--steps") + 1] + ["6"] + args[args.index("--steps") + 2:])
+    run = tmp_path / "run"
+    assert (run / "ckpt" / "latest").read_text() == "step-00000006"      # the new run's, not the old 10
+    assert (run / "ckpt.previous" / "latest").read_text() == "step-00000010"
+
+
 def test_train_gpt_config_file(tmp_path):
     train = load("train")
     config = tmp_path / "job.yaml"

@@ -18,6 +18,9 @@ tinygrad, replays write into the same output buffers and return the same Tensor 
 Host work between kernels (a collective on gradient buffers, say) is recorded with `host_step(fn)`:
 fn runs now and again at the same point of every replay, so it must touch only buffers that stay
 the same from call to call (realized tensors the function keeps, as DDP's gradient buckets are).
+Python decisions are made once, at capture: capture a whole training step (zero_grad, forward,
+backward, step), not a piece whose behaviour depends on state outside it (DDP's no_sync, ZeRO's
+accumulate-or-overwrite after zero_grad).
 """
 from __future__ import annotations
 
@@ -138,8 +141,13 @@ class TinyJit(Generic[ReturnType]):
             flush_assigns()
         finally:
             realize_mod.CAPTURE = None
-        saved = _share_memory(capture.calls)
         in_bufs = {id(t.lazydata.base.realized): i for i, t in enumerate(inputs)}
+        if any(id(t.lazydata.base.realized) in in_bufs for t in outs):
+            raise ValueError(f"[jit] {getattr(self.fn, '__name__', 'fn')} returns one of its inputs (or a view of "
+                             f"it) unchanged; a replay would hand back the captured call's tensor. Fix: return "
+                             f"a computed value, e.g. x.contiguous() for a copy, or call the function without "
+                             f"TinyJit")
+        saved = _share_memory(capture.calls)
         slots = [(ci, bi, in_bufs[id(b)]) for ci, call in enumerate(capture.calls)
                  for bi, b in enumerate(call.bufs) if id(b) in in_bufs]
         rep = _Replay(capture.calls, slots, ret)
@@ -181,30 +189,17 @@ class TinyJit(Generic[ReturnType]):
 def _share_memory(calls: list[CapturedCall]) -> int:
     """Let intermediate buffers whose lifetimes do not overlap share memory in the replays.
 
-    A buffer is an intermediate when nothing but the capture refers to it (not an input, a
-    parameter, optimizer state, a returned tensor or a host step's view). Its lifetime is the span
+    A buffer is an intermediate when a kernel of the capture writes it before anything reads it
+    (host data frozen into the capture is read first) and nothing but the capture refers to it
+    (not an input, a parameter, optimizer state, a returned tensor or a host step's view). Its lifetime is the span
     of calls that use it; buffers of one device and byte size whose spans are disjoint are mapped
     onto one. Returns the bytes saved (the replaced buffers are freed)."""
     gc.collect()   # lazy buffers that died in reference cycles must not count as users
-    span: dict[int, list[int]] = {}
-    by_id: dict[int, Buffer] = {}
-    count: dict[int, int] = {}
-    for ci, call in enumerate(calls):
-        if not call.bufs:
-            continue
-        for b in call.bufs:
-            by_id[id(b)] = b
-            count[id(b)] = count.get(id(b), 0) + 1
-            span.setdefault(id(b), [ci, ci])[1] = ci
-        del b   # a loop variable left holding a buffer would count as a user of it
-    copies = {id(b) for call in calls if call.kind != "kernel" for b in call.bufs}
-    internal: list[Buffer] = []
-    for key in list(by_id):
-        buf = by_id[key]
-        # references: one per appearance in a call, by_id's, this variable's and getrefcount's argument
-        if key not in copies and sys.getrefcount(buf) == count[key] + 3:
-            internal.append(buf)
-    del buf
+    span, by_id, count, written_first = _usage(calls)
+    copies = {id(x) for call in calls if call.kind != "kernel" for x in call.bufs}
+    # references to an intermediate: one per appearance in a call, by_id's and getrefcount's argument
+    internal = [by_id[key] for key in list(by_id) if key in written_first and key not in copies
+                and sys.getrefcount(by_id[key]) == count[key] + 2]
     internal.sort(key=lambda x: span[id(x)][0])
     free: dict[tuple[str, int], list[tuple[int, Buffer]]] = {}   # (device, bytes) -> (last use, buffer)
     mapping: dict[int, Buffer] = {}
@@ -223,6 +218,23 @@ def _share_memory(calls: list[CapturedCall]) -> int:
     for call in calls:
         call.bufs = [mapping.get(id(x), x) for x in call.bufs]
     return saved
+
+
+def _usage(calls: list[CapturedCall]) -> tuple[dict[int, list[int]], dict[int, Buffer], dict[int, int], set[int]]:
+    """Per buffer (by id): the first and last call using it, the buffer, how many times the calls
+    list it, and whether a kernel writes it before anything reads it."""
+    span: dict[int, list[int]] = {}
+    by_id: dict[int, Buffer] = {}
+    count: dict[int, int] = {}
+    written_first: set[int] = set()
+    for ci, call in enumerate(calls):
+        for pos, b in enumerate(call.bufs):
+            if id(b) not in by_id and call.kind == "kernel" and pos == 0:
+                written_first.add(id(b))
+            by_id[id(b)] = b
+            count[id(b)] = count.get(id(b), 0) + 1
+            span.setdefault(id(b), [ci, ci])[1] = ci
+    return span, by_id, count, written_first
 
 
 def _flatten(x: Any) -> list[Any]:

@@ -70,11 +70,15 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
         name = (root / "latest").read_text().strip()
     except FileNotFoundError:
         return None
+    if not name:
+        raise FileNotFoundError(f"[distributed] {root / 'latest'} is empty: a save of an existing step was cut "
+                                f"short. The previous copy is {root}/step-*.replaced. Fix: rename it back to "
+                                f"its step-* name and write that name into {root / 'latest'}")
     path = root / name
     if not (path / "meta.json").is_file():
-        raise FileNotFoundError(f"[distributed] {root / 'latest'} names {name}, but {path / 'meta.json'} is missing; "
-                                f"the checkpoint directory was changed by hand. Fix: point 'latest' at a complete "
-                                f"step-* directory or delete {root} to start over")
+        raise FileNotFoundError(f"[distributed] {root / 'latest'} names {name}, but {path / 'meta.json'} is missing "
+                                f"(the folder was changed outside tg). Fix: point 'latest' at a complete step-* "
+                                f"directory (one with meta.json), or delete {root} to start over")
     return path
 
 
@@ -111,15 +115,32 @@ def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimiz
         meta_json = {"format": FORMAT, "step": int(step), "world_size": size, "files": files, "rng": rng,
                      "extra": extra or {}}
         write_atomic(partial / "meta.json", json.dumps(meta_json).encode())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(partial, final)
-        write_atomic(root / "latest", final.name.encode())
-        done = sorted(p for p in root.glob("step-*") if p.is_dir() and not p.name.endswith(".partial"))
-        for old in done[:-keep] if keep > 0 else []:
-            shutil.rmtree(old, ignore_errors=True)
+        _publish(root, partial, final, keep)
     _barrier(group)   # nobody returns before `latest` names the new checkpoint
     return final
+
+
+def _publish(root: Path, partial: Path, final: Path, keep: int) -> None:
+    """Make partial the checkpoint `final` and point `latest` at it; at every moment `latest` names a
+    complete checkpoint. Then drop the older ones beyond `keep` and saves that were cut short."""
+    replaced = None
+    if final.exists():     # saving a step again: the old copy stays complete until `latest` moves
+        replaced = final.with_name(final.name + ".replaced")
+        shutil.rmtree(replaced, ignore_errors=True)
+        if (root / "latest").is_file() and (root / "latest").read_text().strip() == final.name:
+            write_atomic(root / "latest", b"")   # briefly no checkpoint rather than a missing one
+        os.replace(final, replaced)
+    os.replace(partial, final)
+    write_atomic(root / "latest", final.name.encode())
+    if replaced is not None:
+        shutil.rmtree(replaced, ignore_errors=True)
+    for stray in root.glob("step-*.partial"):
+        shutil.rmtree(stray, ignore_errors=True)
+    # older steps than this one, newest first; a later step left by another run is not touched
+    older = sorted((p for p in root.glob("step-*") if p.is_dir() and p.name[5:].isdigit()
+                    and int(p.name[5:]) < int(final.name[5:])), key=lambda p: int(p.name[5:]))
+    for old in older[:max(0, len(older) - (keep - 1))] if keep > 0 else []:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _shard_name(rank: int, size: int) -> str:
@@ -138,7 +159,8 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
         return None
     meta = json.loads((path / "meta.json").read_text())
     if meta.get("format") != FORMAT:
-        raise ValueError(f"[distributed] {path}: format {meta.get('format')!r}, expected {FORMAT!r}")
+        raise ValueError(f"[distributed] {path}: format {meta.get('format')!r}, expected {FORMAT!r}. Fix: load it "
+                         f"with the tg version that wrote it, or start from a new checkpoint directory")
     load_state_dict(_unwrap(model), safe_load(path / "model.safetensors"))
     if isinstance(optimizer, ZeroOptimizer):
         shards = sorted(str(path / f) for f in meta["files"] if f.startswith("optim-"))
@@ -168,7 +190,8 @@ def load_zero_shards(opt: Any, paths: list[str]) -> None:
         if saved_shapes != shapes:
             raise ValueError(f"[distributed] {path} was saved for {len(saved_shapes)} parameters of shapes "
                              f"{saved_shapes[:4]}..., this optimizer has {len(shapes)} of shapes {shapes[:4]}...; "
-                             f"the model changed since the checkpoint")
+                             f"the model changed since the checkpoint. Fix: build the model as it was when saved "
+                             f"(same layers, same parameter order), or start from a new checkpoint directory")
         old.append((path, json.loads(meta["index"])))
     # where each parameter's elements live in the old shards: (first, length, file, part, offset)
     by_param: dict[int, list[tuple[int, int, int, int, int]]] = {}

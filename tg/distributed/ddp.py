@@ -72,7 +72,8 @@ class DistributedDataParallel:
         self.params = [p for p in get_parameters(module) if p.requires_grad]
         if not self.params:
             raise ValueError("[distributed] DistributedDataParallel: the model has no parameters with "
-                             "requires_grad=True; nothing to synchronise")
+                             "requires_grad=True; nothing to synchronise. Fix: wrap the model whose "
+                             "weights train (nn layers create them with requires_grad=True)")
         self.rank, self.world_size = _world(group)
         broadcast_state(module, broadcast_from, group)
         self.buckets = make_buckets(self.params, int(bucket_mb * (1 << 20)))
@@ -105,7 +106,7 @@ class DistributedDataParallel:
     def _after_backward(self, root: Tensor) -> None:
         if not self.require_sync or self.world_size == 1:
             return
-        if all(p.grad is s for p, s in zip(self.params, self._synced)):
+        if all(p.grad is None or p.grad is s for p, s in zip(self.params, self._synced)):
             return   # this backward did not reach the model
         self.sync_gradients()
 

@@ -128,7 +128,7 @@ class ZeroOptimizer(Optimizer):
 
     # ------------------------------------------------------------ backward: reduce-scatter
     def _after_backward(self, root: Tensor) -> None:
-        if all(p.grad is s for p, s in zip(self.params, self._synced)):
+        if all(p.grad is None or p.grad is s for p, s in zip(self.params, self._synced)):
             return   # this backward did not reach these parameters
         self.reduce_gradients()
 
@@ -209,8 +209,14 @@ class ZeroOptimizer(Optimizer):
     def load_state_dict(self, state_dict: dict) -> None:
         """Restore what state_dict() returned on this rank at the same world size (strict).
         To load at another world size, use tg.distributed.load_checkpoint."""
-        from tg.nn.state import load_state_dict
-        load_state_dict(self.state_dict(), state_dict)
+        from tg.nn.state import StateDictError, load_state_dict
+        try:
+            load_state_dict(self.state_dict(), state_dict)
+        except StateDictError as e:
+            raise ValueError(f"[distributed] ZeroOptimizer.load_state_dict: this rank's shard has other parts or "
+                             f"sizes than the state given ({e}). A shard loads only at the world size and "
+                             f"bucket_mb it was saved with. Fix: save and load with tg.distributed."
+                             f"save_checkpoint / load_checkpoint, which reshard to any world size") from None
         self._write_masters_to_params()
 
     def _write_masters_to_params(self) -> None:

@@ -21,6 +21,9 @@ Contract:
 - With preserve_rng_state (the default) the recompute draws the same random numbers as the
   forward did (dropout masks match), and the generator is put back where it was afterwards. The
   state is saved and restored by kernels on the devices, so this also holds inside a TinyJit.
+- The recompute runs with `Tensor.training` as it was in the forward. Like torch's, it runs fn
+  twice, so side effects happen twice: a BatchNorm inside updates its running statistics in the
+  forward and again in the recompute (keep BatchNorm outside checkpointed segments).
 - Under `tg.no_grad()`, or when nothing fn reads requires grad, fn just runs.
 """
 from __future__ import annotations
@@ -57,6 +60,7 @@ def checkpoint(fn: Callable[..., Any], *args: Any, preserve_rng_state: bool = Tr
         return result
     node = _Checkpoint(parents[0].device, *parents)
     node.parents, node.fn, node.args, node.kwargs, node.rng = tuple(parents), fn, args, kwargs, rng
+    node.training = Tensor.training
     node.output_grads = [None] * len(outs)
     # The outputs hang off one node, so backward reaches it after every output's gradient is in.
     anchor = Tensor(LazyBuffer.const(0.0, dtypes.float32, outs[0].device, ()), requires_grad=True)
@@ -66,7 +70,8 @@ def checkpoint(fn: Callable[..., Any], *args: Any, preserve_rng_state: bool = Tr
     if isinstance(result, Tensor):
         return wrapped[0]
     next_wrapped = iter(wrapped)
-    return type(result)(next(next_wrapped) if isinstance(r, Tensor) else r for r in result)
+    items = [next(next_wrapped) if isinstance(r, Tensor) else r for r in result]
+    return type(result)(*items) if hasattr(result, "_fields") else type(result)(items)
 
 
 def checkpoint_sequential(layers: Sequence[Callable[[Tensor], Tensor]], segments: int, x: Tensor,
@@ -104,9 +109,18 @@ class _Checkpoint(Function):
     args: tuple
     kwargs: dict[str, Any]
     rng: dict[str, Any] | None
+    training: bool
     output_grads: list[LazyBuffer | None]
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        prev_no_grad, Tensor.no_grad = Tensor.no_grad, False   # backward() may be called under no_grad
+        try:
+            return self._backward()
+        finally:
+            Tensor.no_grad = prev_no_grad
+            self.output_grads = [None] * len(self.output_grads)   # a retained graph starts afresh
+
+    def _backward(self) -> tuple[LazyBuffer | None, ...]:
         # fn runs on new leaves holding the inputs' values, so the recomputed graph stops there
         fresh = {id(a): Tensor(a.lazydata, device=a.device, requires_grad=a.requires_grad)
                  for a in (*self.args, *self.kwargs.values()) if isinstance(a, Tensor)}
@@ -130,7 +144,8 @@ class _Checkpoint(Function):
         return tuple(g.lazydata if g is not None else None for g in grads)
 
     def _recompute(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        prev_no_grad, Tensor.no_grad = Tensor.no_grad, False
+        """fn again, in the forward's mode: Tensor.training as it was then, the same random numbers."""
+        prev_training, Tensor.training = Tensor.training, self.training
         now = Tensor.get_rng_state(on_device=True) if self.rng is not None else None
         try:
             if self.rng is not None:
@@ -139,7 +154,7 @@ class _Checkpoint(Function):
         finally:
             if now is not None:
                 Tensor.set_rng_state(now)
-            Tensor.no_grad = prev_no_grad
+            Tensor.training = prev_training
 
 
 class _Output(Function):
