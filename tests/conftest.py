@@ -1,5 +1,7 @@
 """Shared pytest setup: every test starts from the same RNG seeds (tg's and numpy's global one),
 whatever order xdist runs it in."""
+import os
+
 import numpy as np
 import pytest
 
@@ -11,3 +13,28 @@ def _seed():
     tg.Tensor.manual_seed(0)
     np.random.seed(0)
     yield
+
+
+def _compile_every_kernel_with_nvrtc(arch: str) -> None:
+    """TG_TEST_NVRTC=sm_90 (set by tests/core/test_gpu_suite.py): every kernel the tests schedule is
+    also rendered as CUDA C and compiled by NVRTC for that target, so a CUDA source that does not
+    compile fails the test that produced it. No GPU is needed."""
+    from tg.core import realize
+    from tg.core.runtime.ops_cuda import NVRTCCompiler, render
+
+    compiler = NVRTCCompiler(arch)
+    seen: set = set()
+    original = realize.create_schedule
+
+    def create_schedule(outs):
+        items = original(outs)
+        for it in items:
+            if it.kind == "kernel" and it.kernel is not None and it.kernel.ast.key not in seen:
+                seen.add(it.kernel.ast.key)
+                compiler.compile(render(it.kernel)[1])
+        return items
+    realize.create_schedule = create_schedule
+
+
+if os.environ.get("TG_TEST_NVRTC"):
+    _compile_every_kernel_with_nvrtc(os.environ["TG_TEST_NVRTC"])

@@ -44,8 +44,9 @@ def _cache_default() -> str:
 KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("DEBUG", int, 0, "0 quiet; 1 kernel count and time per realize; 2 each kernel's name, shape, "
                           "time, GFLOPS, GB/s; 3 the schedule; 4 the generated source"),
-    Knob("TG_DEVICE", _device_name, "", "default device: CPU | NUMPY | NULL (and CL | CUDA once "
-                                        "their backends exist); empty picks CPU"),
+    Knob("TG_DEVICE", _device_name, "", "default device: CPU | CL | CUDA | NUMPY | NULL; empty picks CUDA "
+                                        "when a GPU is usable, else CPU"),
+    Knob("TG_CUDA_ARCH", str, "", "target NVRTC compiles for (sm_90, ...); empty: the GPU present"),
     Knob("TG_CACHE_DIR", str, _cache_default(), "folder for compiled kernels, keyed by source hash"),
     Knob("TG_DISABLE_CACHE", int, 0, "1 compiles every kernel afresh and never touches the disk cache"),
     Knob("TG_CC", str, "cc", "C compiler the CPU device calls"),

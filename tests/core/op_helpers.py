@@ -9,6 +9,7 @@ tested alongside CPU, never used as the reference.
 from __future__ import annotations
 
 import math
+import os
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -17,7 +18,8 @@ import pytest
 
 from tg import GlobalCounters, Tensor
 
-DEVICES = ("CPU", "NUMPY")
+# TG_TEST_DEVICES=CL runs the op tests on other devices (tests/core/test_gpu_suite.py does, for CL)
+DEVICES = tuple(os.environ["TG_TEST_DEVICES"].split(",")) if os.environ.get("TG_TEST_DEVICES") else ("CPU", "NUMPY")
 LAYOUTS = ("contiguous", "transposed", "strided", "flipped", "expanded")
 
 # odd sizes, 0-d, size-1 and empty dims; used by many parametrized tests

@@ -41,7 +41,7 @@ PRIMITIVES = {
     "shrink": (lambda a: a[1:3, ::2], [r(4, 5)]),
     "flip": (lambda a: a.flip(0), [r(4, 2)]),
     "contiguous": (lambda a: a.T.contiguous(), [r(3, 2)]),
-    "copy": (lambda a: (a.to("NUMPY") * 2).to("CPU"), [r(3)]),
+    "copy": (lambda a: (a.to("NUMPY") * 2).to(a.device), [r(3)]),
 }
 
 

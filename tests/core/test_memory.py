@@ -11,7 +11,7 @@ from tg.core import realize as realize_mod
 N = 64   # (N, N) float32 intermediates: N * N * 4 bytes each
 
 
-def _square(value: float, device: str = "CPU") -> Tensor:
+def _square(value: float, device: str | None = None) -> Tensor:
     return Tensor(np.full((N, N), value, np.float32), device=device).realize()
 
 

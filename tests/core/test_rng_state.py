@@ -4,7 +4,7 @@ import json
 import numpy as np
 import pytest
 
-from tg import Tensor, TinyJit
+from tg import Device, Tensor, TinyJit
 
 
 @pytest.mark.parametrize("on_device", [False, True])
@@ -22,7 +22,7 @@ def test_host_form_is_plain_json():
     Tensor.manual_seed(42)
     Tensor.rand(10)
     state = Tensor.get_rng_state()
-    assert state == {"seed": 42, "counters": {"CPU": 10}}
+    assert state == {"seed": 42, "counters": {Device.DEFAULT: 10}}
     after = Tensor.rand(4).numpy()
     Tensor.manual_seed(1)
     Tensor.set_rng_state(json.loads(json.dumps(state)))
@@ -34,7 +34,7 @@ def test_device_form_is_a_copy():
     Tensor.rand(3)
     state = Tensor.get_rng_state(on_device=True)
     Tensor.rand(3)                                     # advances the counter, not the saved copy
-    assert state["counters"]["CPU"].tolist() == [3]
+    assert state["counters"][Device.DEFAULT].tolist() == [3]
 
 
 def test_device_form_restores_inside_a_jit():

@@ -26,7 +26,7 @@ def test_second_process_compiles_nothing(tmp_path):
         x = Tensor(np.arange(10, dtype=np.float32))
         print(((x * 3 + 1).relu().sum()).item())
     """
-    env = {"TG_CACHE_DIR": str(tmp_path)}
+    env = {"TG_CACHE_DIR": str(tmp_path), "TG_DEVICE": "CPU"}
     first = run_py(code, env)
     assert first.returncode == 0, first.stderr
     libs = sorted(p.name for p in (tmp_path / "kernels").glob("*.so"))

@@ -181,7 +181,26 @@ class _Registry:
                 raise ValueError(f"[core] TG_DEVICE={chosen!r} is not a device; expected one of "
                                  f"{', '.join(self.names())}")
             return chosen
-        return "CPU"
+        return _best_device()
+
+
+@functools.cache
+def _best_device() -> str:
+    """CUDA when cuda-python is installed and a GPU is usable, else CPU (DEBUG=1 says which, and why)."""
+    import importlib.util
+    reason = "cuda-python is not installed"
+    if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None:
+        try:
+            from tg.core.runtime.ops_cuda import probe
+            name = probe()
+            if config.DEBUG >= 1:
+                print(f"[device] default device CUDA ({name})")
+            return "CUDA"
+        except (ImportError, RuntimeError) as e:
+            reason = str(e).splitlines()[0]
+    if config.DEBUG >= 1:
+        print(f"[device] default device CPU ({reason}; TG_DEVICE picks another)")
+    return "CPU"
 
 
 Device = _Registry()

@@ -50,6 +50,7 @@ class Dialect:
     half_load: str = "(float)({0})"
     half_store: str = "({0})"
     half_round: str = "((float)(_Float16)({0}))"
+    half_value: str = "((_Float16)({0}))"   # a computed (float) value as the half type, for BITCAST
     bitcast: str = "({{ union {{ {src} s; {dst} d; }} u_; u_.s = ({0}); u_.d; }})"
     inf: str = "INFINITY"
     nan: str = "NAN"
@@ -82,15 +83,21 @@ DIALECTS: dict[str, Dialect] = {
                              "int64": "long", "uint64": "ulong", "uint32": "uint", "float16": "half",
                              "bfloat16": "ushort"},
         bool_type="bool", func32={f: f for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
-        half_round="((float)convert_half({0}))", bitcast="as_{dst_word}({0})"),
+        half_round="((float)convert_half({0}))", half_value="convert_half({0})", bitcast="as_{dst_word}({0})"),
     "cuda": Dialect(
         "cuda", 'extern "C" __global__ void ', "", "__restrict__ ",
-        "#include <cuda_fp16.h>\n#define INFINITY (__int_as_float(0x7f800000))\n"
-        "#define NAN (__int_as_float(0x7fffffff))\n" + _BF16_HELPERS.replace("static inline", "__device__ inline"),
-        "(blockIdx.x*blockDim.x+threadIdx.x)", {**_C_TYPES, "float16": "__half"}, bool_type="bool",
+        # no headers (NVRTC has none of the toolkit's): half is its bits, converted by PTX instructions
+        "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
+        "__device__ inline float tg_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : "
+        "\"h\"(h)); return f; }\n"
+        "__device__ inline unsigned short tg_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : "
+        "\"=h\"(h) : \"f\"(f)); return h; }\n"
+        "template <typename D, typename S> __device__ inline D tg_bitcast(S s) { union { S s; D d; } u; u.s = s; "
+        "return u.d; }\n" + _BF16_HELPERS.replace("static inline", "__device__ inline"),
+        "(blockIdx.x*blockDim.x+threadIdx.x)", {**_C_TYPES, "float16": "unsigned short"}, bool_type="bool",
         func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
-        half_load="__half2float({0})", half_store="__float2half({0})",
-        half_round="__half2float(__float2half({0}))", bitcast="(*(({dst}*)&({0})))"),
+        half_load="tg_h2f({0})", half_store="tg_f2h({0})", half_round="tg_h2f(tg_f2h({0}))",
+        half_value="tg_f2h({0})", bitcast="tg_bitcast<{dst}, {src}>({0})"),
 }
 
 VEC_TYPES = {"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v"}
@@ -383,8 +390,12 @@ class CStyleRenderer:
             x = args[0]
             if src_dtype == dtypes.bfloat16:          # bf16 values compute as float: recover the bits
                 x = f"tg_f32_to_bf16({x})"
+            elif src_dtype == dtypes.float16:         # so do half values
+                x = d.half_value.format(x)
             src, dst = d.types[src_dtype.name], d.types[arg.name]
             out = d.bitcast.format(x, src=src, dst=dst, dst_word=dst.replace("unsigned ", "u"))
+            if arg == dtypes.float16:
+                return d.half_load.format(out)
             return f"tg_bf16_to_f32({out})" if arg == dtypes.bfloat16 else out
         if src_dtype == dtypes.bool and op in BOOL_TEMPLATES:
             return BOOL_TEMPLATES[op].format(*args)

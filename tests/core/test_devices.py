@@ -1,0 +1,98 @@
+"""Devices beyond the CPU: transfers both ways between CPU, CL and NUMPY (COPY is a scheduled op),
+the CUDA device's compiler (NVRTC, no GPU needed) and its error when no GPU is present, and how the
+default device is chosen."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from helpers import kernel_count
+
+from tg import Device, Tensor
+from tg.core.schedule import create_schedule
+
+
+def needs(what: str) -> None:
+    try:
+        if what == "CL":
+            Device["CL"]
+        else:
+            from tg.core.runtime.ops_cuda import NVRTCCompiler
+            NVRTCCompiler("sm_80")
+    except (ImportError, RuntimeError) as e:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"{what} is not available here: {e}")
+
+
+@pytest.mark.parametrize("src,dst", [("CPU", "CL"), ("CL", "CPU"), ("CL", "NUMPY"), ("NUMPY", "CL"), ("CL", "CL")])
+def test_transfers_both_ways(src, dst):
+    needs("CL")
+    a = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
+    x = Tensor(a, device=src)
+    y = (x * 2).to(dst) + 1            # computed on src, copied, computed on dst
+    assert y.device == dst
+    np.testing.assert_allclose(y.numpy(), a * 2 + 1, rtol=1e-6)
+    back = y.to(src).T.contiguous()
+    np.testing.assert_allclose(back.numpy(), (a * 2 + 1).T, rtol=1e-6)
+
+
+def test_copy_is_a_scheduled_op():
+    needs("CL")
+    x = Tensor(np.arange(6, dtype=np.float32), device="CPU")
+    y = (x + 1).to("CL") * 3
+    kinds = [it.kind for it in create_schedule([y.lazydata])]
+    assert kinds == ["kernel", "copy", "kernel"] and kernel_count(y) == 2
+    assert y.tolist() == [3.0, 6.0, 9.0, 12.0, 15.0, 18.0]
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float64", "int8", "bool", "bfloat16"])
+def test_dtypes_round_trip_through_cl(dtype):
+    needs("CL")
+    a = (np.arange(-3, 9) % 5).astype(np.float32 if dtype == "bfloat16" else dtype)
+    t = Tensor(a, dtype=dtype, device="CL")
+    np.testing.assert_array_equal((t.to("CPU")).numpy(), a)
+    np.testing.assert_array_equal((t + t).numpy(), (a + a) if dtype != "bool" else (a | a))
+
+
+def test_nvrtc_compiles_a_rendered_kernel_without_a_gpu():
+    needs("NVRTC")
+    from tg.core.runtime.ops_cuda import NVRTCCompiler, render
+    x = Tensor(np.ones((3, 5), np.float32), device="CPU")
+    kernel = create_schedule([(x.half() * 2).sum(axis=1).lazydata])[-1].kernel
+    lin, src = render(kernel)
+    ptx = NVRTCCompiler("sm_90").compile_ptx(src).decode()
+    assert f".entry {lin.name}" in ptx and ".target sm_90" in ptx
+
+
+def test_nvrtc_errors_name_the_problem():
+    needs("NVRTC")
+    from tg.core.compiler import CompileError
+    from tg.core.runtime.ops_cuda import NVRTCCompiler
+    with pytest.raises(ValueError, match="expected sm_XY"):
+        NVRTCCompiler("volta")
+    with pytest.raises(CompileError, match="NVRTC failed"):
+        NVRTCCompiler("sm_90").compile_ptx('extern "C" __global__ void k(float* a) { a[0] = undefined_name; }')
+
+
+def test_cuda_without_a_gpu_says_so():
+    needs("NVRTC")
+    from tg.core.runtime.ops_cuda import probe
+    try:
+        probe()
+    except RuntimeError as e:
+        assert "no CUDA driver or GPU" in str(e) or "sees no GPU" in str(e)
+        with pytest.raises(RuntimeError, match="TG_DEVICE"):
+            Device["CUDA"]
+    else:
+        pytest.skip("a CUDA GPU is present")
+
+
+def test_default_device_is_printed_with_debug():
+    env = {k: v for k, v in os.environ.items() if k != "TG_DEVICE"}
+    proc = subprocess.run([sys.executable, "-c", "from tg import Tensor; print(Tensor([1]).device)"],
+                          env={**env, "DEBUG": "1"}, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    device = proc.stdout.strip().splitlines()[-1]
+    assert device in ("CPU", "CUDA") and f"[device] default device {device}" in proc.stdout

@@ -1,0 +1,41 @@
+"""The core and nn suites, unchanged, on the CL device: `TG_DEVICE=CL` makes CL the default device
+and `TG_TEST_DEVICES=CL` the device of every op test. In CI the OpenCL driver is the one the `cl`
+extra installs (a real OpenCL device on the CPU), so the GPU code path runs on every change. The
+same run renders every kernel it schedules as CUDA C and compiles it with NVRTC (`TG_TEST_NVRTC`,
+see tests/conftest.py), which needs no GPU."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def available(what: str) -> bool:
+    try:
+        if what == "CL":
+            from tg import Device
+            Device["CL"]
+        else:
+            from tg.core.runtime.ops_cuda import NVRTCCompiler
+            NVRTCCompiler("sm_90")
+        return True
+    except (ImportError, RuntimeError) as e:
+        if os.environ.get("CI"):
+            raise AssertionError(f"CI must run {what}: {e}") from None
+        return False
+
+
+@pytest.mark.skipif(os.environ.get("TG_DEVICE") == "CL", reason="this is the run it starts")
+def test_core_and_nn_suites_pass_on_cl():
+    if not available("CL"):
+        pytest.skip('no OpenCL device here: pip install -e ".[cl]"')
+    env = {**os.environ, "TG_DEVICE": "CL", "TG_TEST_DEVICES": "CL"}
+    if available("NVRTC"):
+        env["TG_TEST_NVRTC"] = "sm_90"
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           "tests/core", "tests/nn"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=1200)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -1,0 +1,158 @@
+"""CL device: kernels rendered as OpenCL C, built by the OpenCL driver (binaries cached on disk by
+source hash and device), launched with pyopencl over global (and local) work sizes, timed by events.
+
+Any OpenCL platform works; `pip install -e ".[cl]"` brings pyopencl and PoCL, a real OpenCL device
+on any CPU, so the GPU code path runs in CI. A GPU device is preferred when one is present.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tg import config
+from tg.core.codegen.linearizer import linearize
+from tg.core.compiler import CompileError, Compiler
+from tg.core.device import Allocator, Buffer, Compiled, Program
+from tg.core.renderer import DIALECTS, CStyleRenderer
+
+
+def _register_pip_drivers() -> None:
+    """OpenCL drivers installed by pip under sys.prefix (Intel's CPU runtime, intel-opencl-rt) ship
+    an ICD file naming a path from their build machine. Unless the user set OCL_ICD_VENDORS, point
+    the ICD loader at a folder of ICD files naming them where they really are (PyOpenCL's own PoCL
+    is found either way)."""
+    libs = [Path(sys.prefix) / "lib" / name for name in ("libintelocl.so",)]
+    found = [lib for lib in libs if lib.exists()]
+    if not found:
+        return
+    folder = Path(config.TG_CACHE_DIR) / "opencl-vendors"
+    folder.mkdir(parents=True, exist_ok=True)
+    for lib in found:
+        icd = folder / f"{lib.stem}.icd"
+        if not icd.exists() or icd.read_text().strip() != str(lib):
+            tmp = icd.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(f"{lib}\n")
+            os.replace(tmp, icd)    # another process may read it at the same time: never a torn file
+    config.export_default("OCL_ICD_VENDORS", str(folder))
+
+
+def _cl() -> Any:
+    _register_pip_drivers()
+    try:
+        import pyopencl
+        # drivers print build logs ("Compilation started ..."); failures raise with the log anyway
+        warnings.filterwarnings("ignore", category=pyopencl.CompilerWarning)
+    except ImportError:
+        raise ImportError('[cl] the CL device needs pyopencl and an OpenCL driver: pip install -e ".[cl]" '
+                          '(pyopencl and pocl-binary-distribution, a CPU OpenCL driver)') from None
+    return pyopencl
+
+
+class CLAllocator(Allocator):
+    def __init__(self, dev: CLDevice):
+        self.dev = dev
+
+    def alloc(self, nbytes: int) -> Any:
+        cl = _cl()
+        return cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
+
+    def free(self, opaque: Any, nbytes: int) -> None:
+        opaque.release()
+
+    def copyin(self, opaque: Any, src: memoryview) -> None:
+        if src.nbytes:
+            _cl().enqueue_copy(self.dev.queue, opaque, np.frombuffer(src, dtype=np.uint8), is_blocking=True)
+
+    def copyout(self, dest: memoryview, opaque: Any) -> None:
+        if dest.nbytes:
+            _cl().enqueue_copy(self.dev.queue, np.frombuffer(dest, dtype=np.uint8), opaque, is_blocking=True)
+
+
+class CLCompiler(Compiler):
+    suffix = ".clbin"
+
+    def __init__(self, dev: CLDevice):
+        self.dev = dev
+        d = dev.device
+        self.ident = f"opencl {d.platform.name} {d.platform.version} {d.name} {d.driver_version}"
+
+    def compile_to(self, src: str, out: Path) -> None:
+        cl = _cl()
+        try:
+            prg = cl.Program(self.dev.ctx, src).build()
+        except cl.RuntimeError as e:
+            where = out.with_suffix(".cl")
+            where.write_text(src)
+            raise CompileError(f"[cl] the OpenCL compiler failed on a generated kernel (source written to "
+                               f"{where}):\n{e}") from None
+        out.write_bytes(prg.binaries[0])
+
+
+class CLProgram(Program):
+    def __init__(self, dev: CLDevice, name: str, binary: bytes, src: str, info: Any):
+        cl = _cl()
+        self.dev, self.name, self.src, self.info = dev, name, src, info
+        self.program = cl.Program(dev.ctx, [dev.device], [binary]).build()
+        self.kernel = getattr(self.program, name)
+        self.global_size = (max(int(info.global_size), 1),)
+
+    def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
+        event = self.kernel(self.dev.queue, self.global_size, None, *[b._buf for b in bufs])
+        if not wait:
+            return None
+        event.wait()
+        return (event.profile.end - event.profile.start) * 1e-9
+
+    def replay_fn(self, bufs: list[Buffer]) -> Any:
+        """A no-argument launch with the buffers bound once (used by TinyJit replays). Arguments
+        are state of a kernel object, so each call site gets a kernel object of its own."""
+        cl = _cl()
+        kernel = cl.Kernel(self.program, self.name)
+        kernel.set_args(*[b._buf for b in bufs])
+        return functools.partial(cl.enqueue_nd_range_kernel, self.dev.queue, kernel, self.global_size, None)
+
+
+def _first_working_device(cl: Any) -> tuple[Any, Any]:
+    """A GPU first; then any device whose compiler works (PoCL's LLVM can fail to know a new CPU)."""
+    devices = [d for p in cl.get_platforms() for d in p.get_devices()]
+    if not devices:
+        raise RuntimeError('[cl] no OpenCL device found. Fix: pip install -e ".[cl]" (a CPU OpenCL driver), or '
+                           "install your GPU vendor's OpenCL driver")
+    failures = []
+    for dev in sorted(devices, key=lambda d: not (d.type & cl.device_type.GPU)):
+        try:
+            ctx = cl.Context([dev])
+            cl.Program(ctx, "__kernel void probe(__global float* a) { a[0] = 1.0f; }").build()
+            return dev, ctx
+        except cl.Error as e:
+            failures.append(f"{dev.platform.name} / {dev.name}: {str(e).strip().splitlines()[-1][:200]}")
+    raise RuntimeError("[cl] no OpenCL device can compile a kernel:\n  " + "\n  ".join(failures) +
+                       '\nFix: pip install -e ".[cl]" (it adds Intel\'s CPU OpenCL runtime), or install '
+                       "your GPU vendor's OpenCL driver")
+
+
+class CLDevice(Compiled):
+    def __init__(self) -> None:
+        cl = _cl()
+        self.device, self.ctx = _first_working_device(cl)
+        self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.allocator = CLAllocator(self)
+        self.compiler = CLCompiler(self)
+        self.renderer = CStyleRenderer(DIALECTS["opencl"])
+        self._programs: dict[str, CLProgram] = {}
+
+    def compile_kernel(self, kernel: Any) -> Program:
+        lin = linearize(kernel, use_lanes=False, gpu=True)
+        src = self.renderer.render(lin)
+        if src not in self._programs:
+            self._programs[src] = CLProgram(self, lin.name, self.compiler.compile(src).read_bytes(), src, lin)
+        return self._programs[src]
+
+    def synchronize(self) -> None:
+        self.queue.finish()
