@@ -96,3 +96,13 @@ def test_default_device_is_printed_with_debug():
     assert proc.returncode == 0, proc.stderr
     device = proc.stdout.strip().splitlines()[-1]
     assert device in ("CPU", "CUDA") and f"[device] default device {device}" in proc.stdout
+
+
+def test_gpu_matmul_work_items_hold_four_by_four_tiles():
+    from tg.core.codegen.linearizer import linearize
+    a, b = Tensor(np.ones((64, 32), np.float32)), Tensor(np.ones((32, 48), np.float32))
+    kernel = create_schedule([(a @ b).lazydata])[-1].kernel
+    lin = linearize(kernel, use_lanes=False, gpu=True)
+    assert lin.global_size == (64 // 4) * (48 // 4)      # each work item: 16 outputs in registers
+    small = create_schedule([(a[:6] @ b[:, :6]).lazydata])[-1].kernel
+    assert linearize(small, use_lanes=False, gpu=True).global_size == 36   # too small to tile

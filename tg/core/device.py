@@ -51,6 +51,10 @@ class Allocator:
     def copyout(self, dest: memoryview, opaque: Any) -> None:
         raise NotImplementedError
 
+    def copy(self, dest: Any, src: Any, nbytes: int) -> None:
+        """Device-to-device copy of nbytes (benchmarks measure the device's copy bandwidth with it)."""
+        raise NotImplementedError(f"{type(self).__name__} has no device-to-device copy")
+
 
 class HostAllocator(Allocator):
     """Memory in host RAM held by numpy (CPU, NUMPY); 64-byte aligned for vector loads.

@@ -188,6 +188,23 @@ class Dims:
             return last
         return next((d for d in reversed(out_dims) if fits(d) and store_unit(d)), None)
 
+    def _optimise_gpu(self, out_dims: list[int]) -> None:
+        """One work item per output tile: in a reduce, each of up to two output dims along which an
+        input is reused (matmul: a row of A across the columns, a column of B across the rows) is
+        upcast by 4, so a loaded value feeds several accumulators held in registers."""
+        if self.reduce_node is None:
+            return
+        dims = self.dims
+        tiled: set[int] = set()
+        for d in reversed(out_dims):
+            reused = {id(n) for n, c, _ in self._coefs(d, True) if c == 0 and n.op is AstOps.LOAD}
+            if not reused or reused <= tiled or dims[d].size % 4 or dims[d].size < 16:
+                continue
+            dims[d].upcast = 4
+            tiled |= reused
+            if sum(dims[x].upcast > 1 for x in out_dims) == 2:
+                return
+
     def _optimise(self, vector_width_bytes: int, lanes_ok: bool, gpu: bool) -> None:
         dims = self.dims
         out_dims = [d for d, dim in enumerate(dims) if not dim.reduce]
@@ -201,6 +218,7 @@ class Dims:
                     dims[self.lane_dim].lanes = width
                     break
         if gpu:
+            self._optimise_gpu(out_dims)
             return
         # register tile for broadcast inputs (matmul: a row of B is reused by every row of A)
         if self.reduce_node is not None and self.lane_dim is not None:

@@ -74,6 +74,10 @@ class CLAllocator(Allocator):
             _cl().enqueue_copy(self.dev.queue, np.frombuffer(dest, dtype=np.uint8), opaque, is_blocking=True)
 
 
+    def copy(self, dest: Any, src: Any, nbytes: int) -> None:
+        _cl().enqueue_copy(self.dev.queue, dest, src, byte_count=nbytes)
+
+
 class CLCompiler(Compiler):
     suffix = ".clbin"
 

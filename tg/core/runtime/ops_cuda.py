@@ -108,6 +108,11 @@ class CUDAAllocator(Allocator):
             _check(driver.cuMemcpyDtoH(host.ctypes.data, opaque, dest.nbytes), "cuMemcpyDtoH")
 
 
+    def copy(self, dest: Any, src: Any, nbytes: int) -> None:
+        driver, _ = _bindings()
+        _check(driver.cuMemcpyDtoDAsync(dest, src, nbytes, 0), "cuMemcpyDtoDAsync")
+
+
 class CUDAProgram(Program):
     def __init__(self, dev: CUDADevice, name: str, ptx: bytes, src: str, info: Any):
         driver, _ = _bindings()
