@@ -56,29 +56,43 @@ class Allocator:
         raise NotImplementedError(f"{type(self).__name__} has no device-to-device copy")
 
 
-class HostAllocator(Allocator):
-    """Memory in host RAM held by numpy (CPU, NUMPY); 64-byte aligned for vector loads.
-
-    Freed blocks are kept per size and handed out again (up to `cache_limit` bytes), so a
-    training step reuses warm pages instead of faulting in fresh ones every time."""
+class CachingAllocator(Allocator):
+    """Freed blocks are kept per size and handed out again (up to `cache_limit` bytes), so a training
+    step reuses warm memory instead of asking the system (or the driver) for fresh blocks every time.
+    Subclasses write `_alloc(nbytes)` and may write `_free(opaque)`."""
 
     def __init__(self, cache_limit: int = 1 << 30):
-        self.cache: dict[int, list[np.ndarray]] = {}
+        self.cache: dict[int, list[Any]] = {}
         self.cached_bytes, self.cache_limit = 0, cache_limit
 
-    def alloc(self, nbytes: int) -> np.ndarray:
+    def _alloc(self, nbytes: int) -> Any:
+        raise NotImplementedError
+
+    def _free(self, opaque: Any) -> None:
+        pass
+
+    def alloc(self, nbytes: int) -> Any:
         free = self.cache.get(nbytes)
         if free:
             self.cached_bytes -= nbytes
             return free.pop()
-        raw = np.empty(nbytes + 64, dtype=np.uint8)
-        start = (-raw.ctypes.data) % 64
-        return raw[start:start + nbytes]
+        return self._alloc(nbytes)
 
-    def free(self, opaque: np.ndarray, nbytes: int) -> None:
+    def free(self, opaque: Any, nbytes: int) -> None:
         if nbytes and self.cached_bytes + nbytes <= self.cache_limit:
             self.cache.setdefault(nbytes, []).append(opaque)
             self.cached_bytes += nbytes
+        else:
+            self._free(opaque)
+
+
+class HostAllocator(CachingAllocator):
+    """Memory in host RAM held by numpy (CPU, NUMPY); 64-byte aligned for vector loads."""
+
+    def _alloc(self, nbytes: int) -> np.ndarray:
+        raw = np.empty(nbytes + 64, dtype=np.uint8)
+        start = (-raw.ctypes.data) % 64
+        return raw[start:start + nbytes]
 
     def copyin(self, opaque: np.ndarray, src: memoryview) -> None:
         opaque[:] = np.frombuffer(src, dtype=np.uint8)

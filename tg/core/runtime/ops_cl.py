@@ -18,7 +18,7 @@ import numpy as np
 from tg import config
 from tg.core.codegen.linearizer import linearize
 from tg.core.compiler import CompileError, Compiler
-from tg.core.device import Allocator, Buffer, Compiled, Program
+from tg.core.device import Buffer, CachingAllocator, Compiled, Program
 from tg.core.renderer import DIALECTS, CStyleRenderer
 
 
@@ -54,15 +54,19 @@ def _cl() -> Any:
     return pyopencl
 
 
-class CLAllocator(Allocator):
+LOCAL = 128    # work items per work-group
+
+
+class CLAllocator(CachingAllocator):
     def __init__(self, dev: CLDevice):
+        super().__init__()
         self.dev = dev
 
-    def alloc(self, nbytes: int) -> Any:
+    def _alloc(self, nbytes: int) -> Any:
         cl = _cl()
         return cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE, max(nbytes, 1))
 
-    def free(self, opaque: Any, nbytes: int) -> None:
+    def _free(self, opaque: Any) -> None:
         opaque.release()
 
     def copyin(self, opaque: Any, src: memoryview) -> None:
@@ -104,10 +108,13 @@ class CLProgram(Program):
         self.dev, self.name, self.src, self.info = dev, name, src, info
         self.program = cl.Program(dev.ctx, [dev.device], [binary]).build()
         self.kernel = getattr(self.program, name)
-        self.global_size = (max(int(info.global_size), 1),)
+        # work-groups of LOCAL items; the global size is rounded up (each kernel checks its bound)
+        items = max(int(info.global_size), 1)
+        self.local_size = (min(LOCAL, items),)
+        self.global_size = ((items + self.local_size[0] - 1) // self.local_size[0] * self.local_size[0],)
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
-        event = self.kernel(self.dev.queue, self.global_size, None, *[b._buf for b in bufs])
+        event = self.kernel(self.dev.queue, self.global_size, self.local_size, *[b._buf for b in bufs])
         if not wait:
             return None
         event.wait()
@@ -119,7 +126,8 @@ class CLProgram(Program):
         cl = _cl()
         kernel = cl.Kernel(self.program, self.name)
         kernel.set_args(*[b._buf for b in bufs])
-        return functools.partial(cl.enqueue_nd_range_kernel, self.dev.queue, kernel, self.global_size, None)
+        return functools.partial(cl.enqueue_nd_range_kernel, self.dev.queue, kernel, self.global_size,
+                                 self.local_size)
 
 
 def _first_working_device(cl: Any) -> tuple[Any, Any]:

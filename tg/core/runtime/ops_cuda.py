@@ -17,7 +17,7 @@ import numpy as np
 from tg import config
 from tg.core.codegen.linearizer import linearize
 from tg.core.compiler import CompileError, Compiler
-from tg.core.device import Allocator, Buffer, Compiled, Program
+from tg.core.device import Buffer, CachingAllocator, Compiled, Program
 from tg.core.renderer import DIALECTS, CStyleRenderer
 
 BLOCK = 128    # threads per block; the grid covers the work items, each kernel checks its bound
@@ -82,16 +82,17 @@ def render(kernel: Any) -> tuple[Any, str]:
     return lin, CStyleRenderer(DIALECTS["cuda"]).render(lin)
 
 
-class CUDAAllocator(Allocator):
+class CUDAAllocator(CachingAllocator):
     def __init__(self, dev: CUDADevice):
+        super().__init__()
         self.dev = dev
 
-    def alloc(self, nbytes: int) -> Any:
+    def _alloc(self, nbytes: int) -> Any:
         driver, _ = _bindings()
         self.dev.activate()
         return _check(driver.cuMemAlloc(max(nbytes, 1)), "cuMemAlloc")
 
-    def free(self, opaque: Any, nbytes: int) -> None:
+    def _free(self, opaque: Any) -> None:
         driver, _ = _bindings()
         driver.cuMemFree(opaque)
 
