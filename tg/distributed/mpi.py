@@ -23,6 +23,7 @@ import importlib.util
 import sys
 import threading
 import time
+import traceback
 from functools import lru_cache
 from typing import Any
 
@@ -123,10 +124,16 @@ def _install_abort_hook(mpi: Any) -> None:
     _previous_hook = previous = sys.excepthook
 
     def abort_job(kind: type, value: BaseException, tb: Any) -> None:
-        previous(kind, value, tb)
         rank = mpi.COMM_WORLD.Get_rank()
-        sys.stderr.write(f"[distributed] rank {rank} raised {kind.__name__}; aborting the MPI job so no rank is "
-                         f"left waiting for it\n")
+        note = (f"[distributed] rank {rank} raised {kind.__name__}; aborting the MPI job so no rank is left "
+                f"waiting for it\n")
+        if previous is sys.__excepthook__:
+            # one write: mpiexec relays output in the pieces it receives, and its abort banner must not
+            # land in the middle of the traceback's last line
+            sys.stderr.write("".join(traceback.format_exception(kind, value, tb)) + note)
+        else:
+            previous(kind, value, tb)
+            sys.stderr.write(note)
         sys.stderr.flush()
         mpi.COMM_WORLD.Abort(1)
     sys.excepthook = abort_job
