@@ -47,3 +47,21 @@ def gradcheck(fn, *inputs, device: str | None = None, eps: float = 1e-6, atol: f
             vm = [minus if k == i else xs[k] for k in range(len(xs))]
             want.flat[j] = (scalar(vp) - scalar(vm)) / (2 * eps)
         np.testing.assert_allclose(got, want, atol=atol, rtol=rtol, err_msg=f"gradient of input {i}")
+
+
+def gpu_support(what: str) -> str | None:
+    """None when `what` ("CL": an OpenCL device; "NVRTC": the CUDA compiler) works here, else why not.
+    CI installs both and must run them, so there a missing one is an error instead."""
+    import os
+    try:
+        if what == "CL":
+            from tg import Device
+            Device["CL"]
+        else:
+            from tg.core.runtime.ops_cuda import NVRTCCompiler
+            NVRTCCompiler("sm_90")
+        return None
+    except (ImportError, RuntimeError) as e:
+        if os.environ.get("CI"):
+            raise AssertionError(f"CI must run {what}: {e}") from None
+        return str(e)

@@ -7,23 +7,16 @@ import sys
 
 import numpy as np
 import pytest
-from helpers import kernel_count
+from helpers import gpu_support, kernel_count
 
 from tg import Device, Tensor
 from tg.core.schedule import create_schedule
 
 
 def needs(what: str) -> None:
-    try:
-        if what == "CL":
-            Device["CL"]
-        else:
-            from tg.core.runtime.ops_cuda import NVRTCCompiler
-            NVRTCCompiler("sm_80")
-    except (ImportError, RuntimeError) as e:
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"{what} is not available here: {e}")
+    reason = gpu_support(what)
+    if reason is not None:
+        pytest.skip(f"{what} is not available here: {reason}")
 
 
 @pytest.mark.parametrize("src,dst", [("CPU", "CL"), ("CL", "CPU"), ("CL", "NUMPY"), ("NUMPY", "CL"), ("CL", "CL")])

@@ -9,31 +9,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import gpu_support
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def available(what: str) -> bool:
-    try:
-        if what == "CL":
-            from tg import Device
-            Device["CL"]
-        else:
-            from tg.core.runtime.ops_cuda import NVRTCCompiler
-            NVRTCCompiler("sm_90")
-        return True
-    except (ImportError, RuntimeError) as e:
-        if os.environ.get("CI"):
-            raise AssertionError(f"CI must run {what}: {e}") from None
-        return False
-
-
 @pytest.mark.skipif(os.environ.get("TG_DEVICE") == "CL", reason="this is the run it starts")
 def test_core_and_nn_suites_pass_on_cl():
-    if not available("CL"):
+    if gpu_support("CL") is not None:
         pytest.skip('no OpenCL device here: pip install -e ".[cl]"')
     env = {**os.environ, "TG_DEVICE": "CL", "TG_TEST_DEVICES": "CL"}
-    if available("NVRTC"):
+    if gpu_support("NVRTC") is None:
         env["TG_TEST_NVRTC"] = "sm_90"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
                            "tests/core", "tests/nn"], cwd=REPO, env=env, capture_output=True, text=True,

@@ -58,11 +58,6 @@ def _gather_json(obj: Any, group: Any) -> list[Any]:
     return out
 
 
-def _rng_state() -> Any:
-    getter = getattr(Tensor, "get_rng_state", None)
-    return getter() if getter is not None else None
-
-
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     """The newest complete checkpoint under directory, or None."""
     root = Path(directory)
@@ -109,7 +104,7 @@ def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimiz
         files.append("optim.safetensors")
         if rank == 0:
             safe_save(optimizer.state_dict(), partial / "optim.safetensors")
-    rng = _gather_json(_rng_state(), group)
+    rng = _gather_json(Tensor.get_rng_state(), group)
     _barrier(group)   # every rank's files are on disk
     if rank == 0:
         meta_json = {"format": FORMAT, "step": int(step), "world_size": size, "files": files, "rng": rng,
@@ -174,9 +169,8 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
                              f"load it into a ZeroOptimizer (any world size)")
         optimizer.load_state_dict(safe_load(path / "optim.safetensors"))
     rng = meta.get("rng") or []
-    setter = getattr(Tensor, "set_rng_state", None)
-    if restore_rng and setter is not None and rng and rng[rank % len(rng)] is not None:
-        setter(rng[rank % len(rng)])
+    if restore_rng and rng:
+        Tensor.set_rng_state(rng[rank % len(rng)])
     return meta
 
 

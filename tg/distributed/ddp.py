@@ -62,6 +62,11 @@ def watch_backward(owner: Any, method: str) -> Any:
     return remove
 
 
+def new_gradients(params: list[Tensor], synced: list[Tensor | None]) -> bool:
+    """Whether a backward gave some parameter a gradient since the last synchronisation."""
+    return any(p.grad is not None and p.grad is not s for p, s in zip(params, synced))
+
+
 class DistributedDataParallel:
     """Wrap a model: same forward, gradients averaged across the group's ranks after backward."""
 
@@ -106,7 +111,7 @@ class DistributedDataParallel:
     def _after_backward(self, root: Tensor) -> None:
         if not self.require_sync or self.world_size == 1:
             return
-        if all(p.grad is None or p.grad is s for p, s in zip(self.params, self._synced)):
+        if not new_gradients(self.params, self._synced):
             return   # this backward did not reach the model
         self.sync_gradients()
 

@@ -12,7 +12,7 @@ the world size, so it splits evenly across ranks): one collective moves the whol
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,12 @@ if TYPE_CHECKING:
     from tg.core.tensor import Tensor
 
 HOST_DEVICES = ("CPU", "NUMPY")
+
+
+def host_dtype(dtype: Any) -> np.dtype:
+    """The numpy dtype a tensor's values are seen in on the host (numpy has no bfloat16: float32)."""
+    from tg.core.dtype import dtypes
+    return np.dtype(np.float32) if dtype == dtypes.bfloat16 else np.dtype(dtype.np)
 
 
 def own_memory(t: Tensor) -> Buffer:
@@ -50,7 +56,7 @@ class HostView:
         self.buf = own_memory(t)
         self.numel = t.numel()
         self.bf16 = t.dtype == dtypes.bfloat16
-        self.np_dtype = np.dtype(np.float32) if self.bf16 else np.dtype(t.dtype.np)
+        self.np_dtype = host_dtype(t.dtype)
         self.zero_copy = t.device in HOST_DEVICES and not self.bf16
         self._array = self.buf._buf.view(self.np_dtype) if self.zero_copy else None
 
@@ -83,9 +89,7 @@ class Bucket:
         self.offsets = [int(x) for x in np.cumsum([0, *self.sizes[:-1]])]
         self.numel = sum(self.sizes)
         self.padded = -(-self.numel // multiple) * multiple
-        from tg.core.dtype import dtypes
-        dt = params[0].dtype
-        self.np_dtype = np.dtype(np.float32) if dt == dtypes.bfloat16 else np.dtype(dt.np)
+        self.np_dtype = host_dtype(params[0].dtype)
         self.host = np.zeros(self.padded, self.np_dtype)
 
     def realize_grads(self) -> list[HostView | None]:

@@ -35,7 +35,7 @@ import numpy as np
 from tg.core.dtype import dtypes
 from tg.core.jit import host_step
 from tg.core.tensor import Tensor
-from tg.distributed.ddp import _world, watch_backward
+from tg.distributed.ddp import _world, new_gradients, watch_backward
 from tg.distributed.flat import Bucket, HostView, make_buckets, own_memory
 from tg.nn.optim import Optimizer
 
@@ -128,7 +128,7 @@ class ZeroOptimizer(Optimizer):
 
     # ------------------------------------------------------------ backward: reduce-scatter
     def _after_backward(self, root: Tensor) -> None:
-        if all(p.grad is None or p.grad is s for p, s in zip(self.params, self._synced)):
+        if not new_gradients(self.params, self._synced):
             return   # this backward did not reach these parameters
         self.reduce_gradients()
 
@@ -228,9 +228,3 @@ class ZeroOptimizer(Optimizer):
             self._collective("all_gather", bucket.host, HostView(send).read()).wait()
             for p, off, n in zip(bucket.params, bucket.offsets, bucket.sizes):
                 self.param_views[id(p)].write(bucket.host[off:off + n])
-
-    def state_bytes(self) -> int:
-        """Bytes of optimizer state this rank holds (moments, masters when separate, shard grads)."""
-        tensors = {id(t): t for t in [*self.optimizer.state_dict().values(), *self.grads,
-                                      *(m for m, s in zip(self.masters, self.sends) if m is not s)]}
-        return sum(t.nbytes for t in tensors.values())

@@ -42,12 +42,12 @@ def _register_pip_drivers() -> None:
     config.export_default("OCL_ICD_VENDORS", str(folder))
 
 
+@functools.cache
 def _cl() -> Any:
+    """pyopencl, imported once (every allocation and copy asks for it)."""
     _register_pip_drivers()
     try:
         import pyopencl
-        # drivers print build logs ("Compilation started ..."); failures raise with the log anyway
-        warnings.filterwarnings("ignore", category=pyopencl.CompilerWarning)
     except ImportError:
         raise ImportError('[cl] the CL device needs pyopencl and an OpenCL driver: pip install -e ".[cl]" '
                           '(pyopencl and pocl-binary-distribution, a CPU OpenCL driver)') from None
@@ -55,6 +55,14 @@ def _cl() -> Any:
 
 
 LOCAL = 128    # work items per work-group
+
+
+def _build(program: Any) -> Any:
+    """program.build(), quietly: drivers print build logs ("Compilation started ...") that PyOpenCL
+    turns into warnings; a failed build raises with its log anyway."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", _cl().CompilerWarning)
+        return program.build()
 
 
 class CLAllocator(CachingAllocator):
@@ -93,7 +101,7 @@ class CLCompiler(Compiler):
     def compile_to(self, src: str, out: Path) -> None:
         cl = _cl()
         try:
-            prg = cl.Program(self.dev.ctx, src).build()
+            prg = _build(cl.Program(self.dev.ctx, src))
         except cl.RuntimeError as e:
             where = out.with_suffix(".cl")
             where.write_text(src)
@@ -106,7 +114,7 @@ class CLProgram(Program):
     def __init__(self, dev: CLDevice, name: str, binary: bytes, src: str, info: Any):
         cl = _cl()
         self.dev, self.name, self.src, self.info = dev, name, src, info
-        self.program = cl.Program(dev.ctx, [dev.device], [binary]).build()
+        self.program = _build(cl.Program(dev.ctx, [dev.device], [binary]))
         self.kernel = getattr(self.program, name)
         # work-groups of LOCAL items; the global size is rounded up (each kernel checks its bound)
         items = max(int(info.global_size), 1)
@@ -140,7 +148,7 @@ def _first_working_device(cl: Any) -> tuple[Any, Any]:
     for dev in sorted(devices, key=lambda d: not (d.type & cl.device_type.GPU)):
         try:
             ctx = cl.Context([dev])
-            cl.Program(ctx, "__kernel void probe(__global float* a) { a[0] = 1.0f; }").build()
+            _build(cl.Program(ctx, "__kernel void probe(__global float* a) { a[0] = 1.0f; }"))
             return dev, ctx
         except cl.Error as e:
             failures.append(f"{dev.platform.name} / {dev.name}: {str(e).strip().splitlines()[-1][:200]}")

@@ -35,7 +35,6 @@ def _check(result: Any, what: str) -> Any:
     """cuda-python calls return (error, *values): raise on an error, else the value(s)."""
     err, *values = result if isinstance(result, tuple) else (result,)
     if int(err) != 0:
-        driver, nvrtc = _bindings()
         name = err.name if hasattr(err, "name") else str(err)
         raise RuntimeError(f"[cuda] {what} failed: {name}")
     return values[0] if len(values) == 1 else tuple(values)
