@@ -99,3 +99,74 @@ def test_gpu_matmul_work_items_hold_four_by_four_tiles():
     assert lin.global_size == (64 // 4) * (48 // 4)      # each work item: 16 outputs in registers
     small = create_schedule([(a[:6] @ b[:, :6]).lazydata])[-1].kernel
     assert linearize(small, use_lanes=False, gpu=True).global_size == 36   # too small to tile
+
+
+def _gpu_kernel(out: Tensor, dialect: str = "opencl", **options):
+    from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
+    lin = linearize_for(create_schedule([out.lazydata])[-1].kernel, DIALECTS[dialect], **options)
+    return lin, CStyleRenderer(DIALECTS[dialect]).render(lin)
+
+
+def test_few_long_reductions_share_a_work_group_through_local_memory():
+    x = Tensor(np.ones((100, 1024), np.float32))
+    for dialect, local, barrier in (("opencl", "__local float", "barrier(CLK_LOCAL_MEM_FENCE)"),
+                                    ("cuda", "__shared__ float", "__syncthreads()")):
+        lin, src = _gpu_kernel(x.max(axis=1), dialect)
+        assert lin.local_size >= 128 and lin.global_size == 100 * lin.local_size, dialect   # a group per output
+        assert local in src and barrier in src and "if ((lidx0<1))" in src
+    lin, src = _gpu_kernel(x.max(axis=1), "cuda", group_size=96)   # a device allowing at most 96 items
+    assert lin.local_size == 64 and "[64];" in src and "s = 32" in src   # the halving tree needs 2**k
+    lin, src = _gpu_kernel(x.sum(axis=1)[:, None] * Tensor(np.ones((100, 4096), np.float32)))
+    assert lin.local_size == 0      # many outputs: one work item per output, no local memory
+    lin, _ = _gpu_kernel(Tensor(np.ones((64, 32), np.float32)).sum(axis=1))
+    assert lin.local_size == 0      # a short reduce stays in one work item
+
+
+@pytest.mark.parametrize("shape,axis", [((3, 4096), 1), ((1, 512), 1), ((7, 3 * 256 * 5), 1), ((2, 3, 2048), 2),
+                                        ((4096,), 0), ((5, 8192), None), ((3000, 2), 0)])
+def test_grouped_reductions_on_cl_match_numpy(shape, axis):
+    needs("CL")
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(shape).astype(np.float32)
+    x = Tensor(a, device="CL")
+    np.testing.assert_allclose(x.sum(axis=axis).numpy(), a.sum(axis=axis), rtol=1e-4, atol=1e-3)
+    np.testing.assert_array_equal(x.max(axis=axis).numpy(), a.max(axis=axis))
+    np.testing.assert_allclose((x.exp().sum(axis=axis) + 1).log().numpy(),
+                               np.log(np.exp(a).sum(axis=axis) + 1), rtol=1e-4)   # and an epilogue
+    n = (a > 0.5).astype(np.int32)
+    np.testing.assert_array_equal(Tensor(n, device="CL").sum(axis=axis).numpy(), n.sum(axis=axis))
+    np.testing.assert_array_equal(Tensor(a > 2, device="CL").any(axis=axis).numpy(), (a > 2).any(axis=axis))
+    h = a.astype(np.float16)
+    np.testing.assert_allclose(Tensor(h, device="CL").float().sum(axis=axis).numpy(),
+                               h.astype(np.float32).sum(axis=axis), rtol=1e-3, atol=1e-2)
+
+
+def test_grouped_reduction_nan_propagates_like_numpy():
+    needs("CL")
+    a = np.zeros((2, 4096), np.float32)
+    a[1, 3001] = np.nan
+    np.testing.assert_array_equal(Tensor(a, device="CL").max(axis=1).numpy(), a.max(axis=1))
+
+
+def test_opencl_kernels_load_and_store_float4():
+    x = Tensor(np.ones((64, 256), np.float32))
+    _, src = _gpu_kernel(((x * 2 + 1).relu() - 0.25).contiguous())
+    assert "vload4(0, data1+" in src and "vstore4(" in src and "float4 " in src
+    _, src = _gpu_kernel(x.exp2())
+    assert "exp2(v" in src                                       # built-in vector math
+    _, src = _gpu_kernel((x[:, :255] * 2).contiguous())
+    assert "vload4" not in src                                   # 255 columns: scalar code
+
+
+@pytest.mark.parametrize("n", [4, 12, 1000, 4099])
+def test_float4_elementwise_on_cl_matches_numpy(n):
+    needs("CL")
+    rng = np.random.default_rng(n)
+    a, b = rng.standard_normal(n).astype(np.float32), rng.integers(-9, 9, n).astype(np.int32)
+    x, y = Tensor(a, device="CL"), Tensor(b, device="CL")
+    np.testing.assert_allclose((x.relu() * 3 - x.sigmoid()).numpy(), np.maximum(a, 0) * 3 - 1 / (1 + np.exp(-a)),
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(((y * 3) // 2 + (y < 2).where(y, -y)).numpy(),
+                                  (b * 3) // 2 + np.where(b < 2, b, -b))
+    np.testing.assert_array_equal(x.bitcast("int32").numpy(), a.view(np.int32))
+    np.testing.assert_allclose((x[1:] + x[:-1]).numpy(), a[1:] + a[:-1], rtol=1e-6)   # offset views

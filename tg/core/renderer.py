@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tg.core.codegen.linearizer import Linearized, UOp
+from tg.core.codegen.linearizer import Linearized, UOp, linearize
 from tg.core.dtype import DType, dtypes
 from tg.core.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.symbolic import Node, Var, num
@@ -54,53 +54,30 @@ class Dialect:
     bitcast: str = "({{ union {{ {src} s; {dst} d; }} u_; u_.s = ({0}); u_.d; }})"
     inf: str = "INFINITY"
     nan: str = "NAN"
-    vectors: bool = False
+    vec: VecSyntax | None = None            # how SIMD vectors are written; None: no lanes
+    group_id: str = ""                      # work-group id, local id, local memory and barrier (GPUs)
+    local_id: str = ""
+    local_memory: str = ""
+    barrier: str = ""
 
 
-_C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
-            "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
-            "uint64": "unsigned long long", "float16": "_Float16", "bfloat16": "unsigned short",
-            "float32": "float", "float64": "double"}
-# Each C function stays on one line of the generated source; the pieces below only wrap the Python.
-_BF16_HELPERS = (
-    "\n"
-    "static inline float tg_bf16_to_f32(unsigned short b) { union { unsigned int u; float f; } c; "
-    "c.u = ((unsigned int)b) << 16; return c.f; }\n"
-    "static inline unsigned short tg_f32_to_bf16(float f) { union { unsigned int u; float f; } c; c.f = f; "
-    "if (f != f) { unsigned short t = (unsigned short)(c.u >> 16); "
-    "return (t & 0x7f) ? t : (unsigned short)(t | 0x40); } "
-    "return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }\n"
-)
+@dataclass(frozen=True)
+class VecSyntax:
+    """How a dialect writes SIMD values of n lanes: {t} a vector type, {x} an operand, {n} the lane
+    count. Vector bools are integer masks (-1 true, 0 false) in every dialect."""
+    types: dict[str, str]          # dtype name -> vector type name ({n} is the lane count)
+    splat: str                     # a scalar on every lane
+    build: str                     # from per-lane scalars {xs}
+    get: str                       # lane {i} (hex digit {h})
+    load: str                      # unit-stride load from address {addr}
+    store: str                     # unit-stride store of {x} to {addr}
+    convert: str                   # numeric conversion to vector type {t}
+    bitcast: str
+    select: str                    # lanes of {a} where mask {m} is true, else {b}
+    math: dict[str, str]           # vector math functions by UnaryOps name
+    header: str = ""
+    bytes: int = 0                 # SIMD width; 0 = the running CPU's (the C dialect)
 
-DIALECTS: dict[str, Dialect] = {
-    "c": Dialect("c", "void ", "", "restrict ", "#include <math.h>\n" + _BF16_HELPERS, None, _C_TYPES,
-                 func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS}, vectors=True),
-    "opencl": Dialect(
-        "opencl", "__kernel void ", "__global ", "", "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
-        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + _BF16_HELPERS.replace("static inline", "inline")
-        .replace("unsigned short", "ushort").replace("unsigned int", "uint"),
-        "get_global_id(0)", {**_C_TYPES, "bool": "uchar", "int8": "char", "uint8": "uchar", "uint16": "ushort",
-                             "int64": "long", "uint64": "ulong", "uint32": "uint", "float16": "half",
-                             "bfloat16": "ushort"},
-        bool_type="bool", func32={f: f for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
-        half_round="((float)convert_half({0}))", half_value="convert_half({0})", bitcast="as_{dst_word}({0})"),
-    "cuda": Dialect(
-        "cuda", 'extern "C" __global__ void ', "", "__restrict__ ",
-        # no headers (NVRTC has none of the toolkit's): half is its bits, converted by PTX instructions
-        "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
-        "__device__ inline float tg_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : "
-        "\"h\"(h)); return f; }\n"
-        "__device__ inline unsigned short tg_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : "
-        "\"=h\"(h) : \"f\"(f)); return h; }\n"
-        "template <typename D, typename S> __device__ inline D tg_bitcast(S s) { union { S s; D d; } u; u.s = s; "
-        "return u.d; }\n" + _BF16_HELPERS.replace("static inline", "__device__ inline"),
-        "(blockIdx.x*blockDim.x+threadIdx.x)", {**_C_TYPES, "float16": "unsigned short"}, bool_type="bool",
-        func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
-        half_load="tg_h2f({0})", half_store="tg_f2h({0})", half_round="tg_h2f(tg_f2h({0}))",
-        half_value="tg_f2h({0})", bitcast="tg_bitcast<{dst}, {src}>({0})"),
-}
-
-VEC_TYPES = {"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v"}
 
 # exp2 / log2 on whole SIMD vectors (libm has only scalar versions): range reduction to a small
 # interval, then a minimax polynomial (Cephes' coefficients, ~1e-7 relative error); inf, NaN,
@@ -147,6 +124,81 @@ static inline f32v tg_log2_v(f32v x) {
 }
 """
 
+# GCC/Clang vector extensions: typedefs sized for the lane count, operators as on scalars.
+C_VECTORS = VecSyntax(
+    types={"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v"},
+    splat="(({t}){{}}+{x})", build="(({t}){{{xs}}})", get="{x}[{i}]", load="(*({t}*)({addr}))",
+    store="*({t}*)({addr}) = {x};", convert="__builtin_convertvector({x}, {t})", bitcast="(({t})({x}))",
+    select="(({t})((((i32v)({a}))&({m}))|(((i32v)({b}))&~({m}))))",
+    math={"EXP2": "tg_exp2_v", "LOG2": "tg_log2_v"},
+    header="".join(f"typedef {t} {v} __attribute__((vector_size(BYTES), aligned(4)));\n"
+                   for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v"))) + VECTOR_MATH)
+# OpenCL C's own vector types (float4 ...): unaligned vload/vstore, built-in math on whole vectors.
+OPENCL_VECTORS = VecSyntax(
+    types={"float32": "float{n}", "int32": "int{n}", "uint32": "uint{n}", "bool": "int{n}"},
+    splat="(({t})({x}))", build="(({t})({xs}))", get="{x}.s{h}", load="vload{n}(0, {addr})",
+    store="vstore{n}({x}, 0, {addr});", convert="convert_{t}({x})", bitcast="as_{t}({x})",
+    select="select({b}, {a}, {m})", math={"EXP2": "exp2", "LOG2": "log2", "SIN": "sin", "SQRT": "sqrt"},
+    bytes=16)
+
+
+_C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
+            "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
+            "uint64": "unsigned long long", "float16": "_Float16", "bfloat16": "unsigned short",
+            "float32": "float", "float64": "double"}
+# Each C function stays on one line of the generated source; the pieces below only wrap the Python.
+_BF16_HELPERS = (
+    "\n"
+    "static inline float tg_bf16_to_f32(unsigned short b) { union { unsigned int u; float f; } c; "
+    "c.u = ((unsigned int)b) << 16; return c.f; }\n"
+    "static inline unsigned short tg_f32_to_bf16(float f) { union { unsigned int u; float f; } c; c.f = f; "
+    "if (f != f) { unsigned short t = (unsigned short)(c.u >> 16); "
+    "return (t & 0x7f) ? t : (unsigned short)(t | 0x40); } "
+    "return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }\n"
+)
+
+DIALECTS: dict[str, Dialect] = {
+    "c": Dialect("c", "void ", "", "restrict ", "#include <math.h>\n" + _BF16_HELPERS, None, _C_TYPES,
+                 func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS}, vec=C_VECTORS),
+    "opencl": Dialect(
+        "opencl", "__kernel void ", "__global ", "", "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + _BF16_HELPERS.replace("static inline", "inline")
+        .replace("unsigned short", "ushort").replace("unsigned int", "uint"),
+        "get_global_id(0)", {**_C_TYPES, "bool": "uchar", "int8": "char", "uint8": "uchar", "uint16": "ushort",
+                             "int64": "long", "uint64": "ulong", "uint32": "uint", "float16": "half",
+                             "bfloat16": "ushort"},
+        bool_type="bool", func32={f: f for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
+        half_round="((float)convert_half({0}))", half_value="convert_half({0})", bitcast="as_{dst_word}({0})",
+        vec=OPENCL_VECTORS, group_id="get_group_id(0)", local_id="get_local_id(0)", local_memory="__local ",
+        barrier="barrier(CLK_LOCAL_MEM_FENCE);"),
+    "cuda": Dialect(
+        "cuda", 'extern "C" __global__ void ', "", "__restrict__ ",
+        # no headers (NVRTC has none of the toolkit's): half is its bits, converted by PTX instructions
+        "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
+        "__device__ inline float tg_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : "
+        "\"h\"(h)); return f; }\n"
+        "__device__ inline unsigned short tg_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : "
+        "\"=h\"(h) : \"f\"(f)); return h; }\n"
+        "template <typename D, typename S> __device__ inline D tg_bitcast(S s) { union { S s; D d; } u; u.s = s; "
+        "return u.d; }\n" + _BF16_HELPERS.replace("static inline", "__device__ inline"),
+        "(blockIdx.x*blockDim.x+threadIdx.x)", {**_C_TYPES, "float16": "unsigned short"}, bool_type="bool",
+        func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
+        half_load="tg_h2f({0})", half_store="tg_f2h({0})", half_round="tg_h2f(tg_f2h({0}))",
+        half_value="tg_f2h({0})", bitcast="tg_bitcast<{dst}, {src}>({0})", group_id="blockIdx.x",
+        local_id="threadIdx.x", local_memory="__shared__ ", barrier="__syncthreads();"),
+}
+
+
+
+def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_size: int = 256) -> Linearized:
+    """The kernel lowered for a dialect: SIMD lanes where the dialect has vectors (as wide as its own
+    width, or the running CPU's for C), global ids on GPU dialects, reduces shared by work-groups of
+    at most group_size items."""
+    vec = dialect.vec
+    width = (vec.bytes or cpu_vector_bytes) if vec is not None else 0
+    return linearize(kernel, vector_width_bytes=width or 16, use_lanes=width > 0, gpu=dialect.global_id is not None,
+                     group_size=group_size)
+
 
 def _lit(value, dtype: DType, d: Dialect) -> str:
     if dtype == dtypes.bool:
@@ -182,8 +234,17 @@ class CStyleRenderer:
             return self.d.compute_float
         return self.d.types[dtype.name]
 
+    @property
+    def v(self) -> VecSyntax:
+        assert self.d.vec is not None, f"the {self.d.name} dialect has no SIMD lanes"
+        return self.d.vec
+
     def vtype(self, dtype: DType) -> str:
-        return VEC_TYPES[dtype.name]
+        return self.v.types[dtype.name].format(n=self.lanes)
+
+    def vfmt(self, template: str, dtype: DType | None = None, **parts: str) -> str:
+        """A vector syntax template filled in; {t} is dtype's vector type, {n} the lane count."""
+        return template.format(t=self.vtype(dtype) if dtype is not None else "", n=self.lanes, **parts)
 
     def render(self, lin: Linearized, name: str | None = None) -> str:
         d = self.d
@@ -193,7 +254,7 @@ class CStyleRenderer:
         self.counter = 0
         params, body = [], []
         indent = 1
-        streaming = bool(lin.extra.get("streaming")) and d.vectors and lin.lanes == 16
+        streaming = bool(lin.extra.get("streaming")) and d.vec is C_VECTORS and lin.lanes == 16
         self.streaming = streaming
         stream_depth = None          # the loop whose end closes the parallel region (and fences)
         for u in lin.uops:
@@ -233,15 +294,19 @@ class CStyleRenderer:
                 var, total = u.arg
                 body.append(f"{pad}{self.idx_type(lin)} {var.name} = {d.global_id};")
                 body.append(f"{pad}if ({var.name} >= {total}) return;")
+            elif op == "GROUP":     # launched as exactly one work-group per output: no bound check
+                group, local = u.arg
+                body.append(f"{pad}{self.idx_type(lin)} {group.name} = {d.group_id};")
+                body.append(f"{pad}int {local.name} = {d.local_id};")
+            elif op == "LOCAL_REDUCE":
+                body.extend(pad + line for line in self.local_reduce(u))
             else:
                 line = self.statement(u)
                 if line:
                     body.append(pad + line)
         vec_header = ""
         if lin.lanes > 1:
-            vec_header = "".join(f"typedef {t} {v} __attribute__((vector_size({4 * lin.lanes}), aligned(4)));\n"
-                                 for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v")))
-            vec_header += VECTOR_MATH
+            vec_header = self.v.header.replace("BYTES", str(4 * lin.lanes))
         if streaming:
             vec_header = "#include <immintrin.h>\n" + vec_header
         sig = f"{d.kernel_prefix}{name}({', '.join(params)}) {{"
@@ -270,17 +335,18 @@ class CStyleRenderer:
         if u.vec:
             return self.ref(u)
         val = f"(-(int)({self.ref(u)}))" if u.dtype == dtypes.bool else self.ref(u)
-        return f"(({self.vtype(dtype)}){{}}+{val})"
+        return self.vfmt(self.v.splat, dtype, x=val)
 
     def lane(self, u: UOp, i: int) -> str:
         if not u.vec:
             return self.ref(u)
-        return f"({self.ref(u)}[{i}]!=0)" if u.dtype == dtypes.bool else f"{self.ref(u)}[{i}]"
+        x = self.vfmt(self.v.get, x=self.ref(u), i=str(i), h=format(i, "x"))
+        return f"({x}!=0)" if u.dtype == dtypes.bool else x
 
     def per_lane(self, dtype: DType, exprs: list[str]) -> str:
         if dtype == dtypes.bool:
             exprs = [f"-(int)({e})" for e in exprs]
-        return f"({self.vtype(dtype)}){{{', '.join(exprs)}}}"
+        return self.vfmt(self.v.build, dtype, xs=", ".join(exprs))
 
     def decl(self, u: UOp, expr: str, prefix: str = "v") -> str:
         assert u.dtype is not None
@@ -303,7 +369,7 @@ class CStyleRenderer:
         if op == "DEFINE_ACC":
             assert u.dtype is not None
             init = _lit(u.arg, u.dtype, self.d)
-            return self.decl(u, f"(({self.vtype(u.dtype)}){{}}+{init})" if u.vec else init, "acc")
+            return self.decl(u, self.vfmt(self.v.splat, u.dtype, x=init) if u.vec else init, "acc")
         if op == "ACC":
             acc, val = u.src
             fake = UOp("ALU", u.dtype, (acc, val), (BinaryOps.ADD if u.arg is ReduceOps.SUM else BinaryOps.MAX, None),
@@ -311,17 +377,33 @@ class CStyleRenderer:
             return f"{self.ref(acc)} = {self.alu(fake)};"
         if op == "HREDUCE":
             src = u.src[0]
-            lanes = [f"{self.ref(src)}[{i}]" for i in range(self.lanes)]
-            tmpl = RENDER_TEMPLATES[RENDER_TEMPLATES[u.arg]]
-            if u.arg is ReduceOps.MAX and u.dtype is not None and u.dtype.is_float:
-                tmpl = "((({0}>{1})||({0}!={0}))?{0}:{1})"      # NaN propagates, as in the scalar MAX
+            assert u.dtype is not None
+            lanes = [self.lane(src, i) for i in range(self.lanes)]   # bool lanes read as 0/1
             while len(lanes) > 1:
-                lanes = [tmpl.format(lanes[i], lanes[i + 1]) for i in range(0, len(lanes) - 1, 2)] + \
-                        ([lanes[-1]] if len(lanes) % 2 else [])
+                lanes = [self.scalar_expr(RENDER_TEMPLATES[u.arg], u.dtype, u.dtype, [lanes[i], lanes[i + 1]], None)
+                         for i in range(0, len(lanes) - 1, 2)] + ([lanes[-1]] if len(lanes) % 2 else [])
             return self.decl(u, lanes[0])
         if op == "STORE":
             return self.store(u)
         raise NotImplementedError(f"[codegen] no rendering for uop {op}")
+
+    def local_reduce(self, u: UOp) -> list[str]:
+        """A work-group's partial results combined in local memory by a halving tree; every work
+        item ends holding the result."""
+        red_op, size = u.arg
+        assert u.dtype is not None
+        t, lid = self.ctype(u.dtype) if u.dtype != dtypes.bool else self.d.types["int32"], "lidx0"
+        mem = self.new_name(u, "part")
+        combine = self.scalar_expr(RENDER_TEMPLATES[red_op], u.dtype, u.dtype, [f"{mem}[{lid}]", f"{mem}[{lid}+s]"],
+                                   None)
+        return [f"{self.d.local_memory}{t} {mem}[{size}];",
+                f"{mem}[{lid}] = {self.ref(u.src[0])};",
+                self.d.barrier,
+                f"for (int s = {size // 2}; s > 0; s >>= 1) {{",
+                f"  if ({lid} < s) {mem}[{lid}] = {combine};",
+                f"  {self.d.barrier}",
+                "}",
+                f"{t} {self.new_name(u)} = {mem}[0];"]
 
     def sub_lane(self, node: Node, i: int) -> Node:
         return node.substitute({Var("lane", 0, self.lanes - 1): num(i)})
@@ -344,12 +426,12 @@ class CStyleRenderer:
         if not u.vec:
             return self.load_scalar(buf, u.dtype, idx, valid)
         if access == "vector" and u.dtype != dtypes.bool:
-            vt = self.vtype(u.dtype)
             base = self.sub_lane(idx, 0).render()
-            expr = f"(*({vt}*)(data{buf}+{base}))"
+            expr = self.vfmt(self.v.load, u.dtype, addr=f"data{buf}+{base}")
+            zero = self.vfmt(self.v.splat, u.dtype, x=_lit(0, u.dtype, self.d))
             if valid.is_const:
-                return expr if valid.min == 1 else f"(({vt}){{}})"
-            return f"(({valid.render()})?{expr}:(({vt}){{}}))"
+                return expr if valid.min == 1 else zero
+            return f"(({valid.render()})?{expr}:{zero})"
         lanes = [self.load_scalar(buf, u.dtype, self.sub_lane(idx, i), self.sub_lane(valid, i))
                  for i in range(self.lanes)]
         return self.per_lane(u.dtype, lanes)
@@ -371,11 +453,10 @@ class CStyleRenderer:
             src = self.ref(val) if not val.vec else f"{self.ref(val)}[0]"
             return f"{guard}data{buf}[{idx.render()}] = {conv(src)};"
         if access == "vector" and dtype != dtypes.bool:
-            vt = self.vtype(dtype)
-            addr = f"(data{buf}+{self.sub_lane(idx, 0).render()})"
+            addr = f"data{buf}+{self.sub_lane(idx, 0).render()}"
             if getattr(self, "streaming", False):
-                return f"{guard}_mm512_stream_ps((float*){addr}, (__m512){self.bcast(val, dtype)});"
-            return f"{guard}*({vt}*){addr} = {self.bcast(val, dtype)};"
+                return f"{guard}_mm512_stream_ps((float*)({addr}), (__m512){self.bcast(val, dtype)});"
+            return guard + self.vfmt(self.v.store, dtype, addr=addr, x=self.bcast(val, dtype))
         parts = []
         for i in range(self.lanes):
             parts.append(f"data{buf}[{self.sub_lane(idx, i).render()}] = {conv(self.lane(val, i))};")
@@ -446,12 +527,12 @@ class CStyleRenderer:
             if src_dtype == dtypes.bool:
                 if arg == dtypes.int32:
                     return f"(-({r[0]}))"
-                return f"__builtin_convertvector(-({r[0]}), {self.vtype(arg)})"
+                return self.vfmt(self.v.convert, arg, x=f"-({r[0]})")
             if arg == dtypes.bool:
                 return f"({r[0]}!=0)"
-            return f"__builtin_convertvector({r[0]}, {self.vtype(arg)})"
+            return self.vfmt(self.v.convert, arg, x=r[0])
         if op is UnaryOps.BITCAST:
-            return f"(({self.vtype(arg)})({self.bcast(srcs[0], src_dtype)}))" if not is_bool else None
+            return self.vfmt(self.v.bitcast, arg, x=self.bcast(srcs[0], src_dtype)) if not is_bool else None
         if is_bool:
             simple = {BinaryOps.ADD: "({0}|{1})", BinaryOps.MUL: "({0}&{1})", BinaryOps.MAX: "({0}|{1})",
                       BinaryOps.AND: "({0}&{1})", BinaryOps.OR: "({0}|{1})", BinaryOps.XOR: "({0}^{1})",
@@ -471,8 +552,8 @@ class CStyleRenderer:
             return self.select(mask, lhs, rhs, dtype)
         if op is UnaryOps.RECIP and src_dtype == dtypes.float32:
             return f"(1.0f/{r[0]})"
-        if op in (UnaryOps.EXP2, UnaryOps.LOG2) and src_dtype == dtypes.float32 and srcs[0].vec:
-            return f"tg_{op.name.lower()}_v({r[0]})"
+        if op.name in self.v.math and src_dtype == dtypes.float32 and srcs[0].vec:
+            return f"{self.v.math[op.name]}({r[0]})"
         basic = {BinaryOps.ADD, BinaryOps.MUL, UnaryOps.NEG, TernaryOps.MULACC, BinaryOps.CMPLT, BinaryOps.CMPNE}
         if src_dtype.is_int:
             basic |= {BinaryOps.AND, BinaryOps.OR, BinaryOps.XOR, BinaryOps.SHL, BinaryOps.SHR}
@@ -481,7 +562,4 @@ class CStyleRenderer:
         return None
 
     def select(self, mask: str, a: str, b: str, dtype: DType) -> str:
-        if dtype in (dtypes.int32, dtypes.bool):
-            return f"((({a})&({mask}))|(({b})&~({mask})))"
-        vt = self.vtype(dtype)
-        return f"(({vt})((((i32v)({a}))&({mask}))|(((i32v)({b}))&~({mask}))))"
+        return self.vfmt(self.v.select, dtype, m=mask, a=a, b=b)

@@ -23,7 +23,7 @@ from tg.core.dtype import DType, dtypes, min_value
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.schedule import AstOps, Kernel, KOp
 from tg.core.shape import ShapeTracker, prod
-from tg.core.symbolic import Lin, Node, Var, num
+from tg.core.symbolic import Lin, Node, Var, ands, lt, num
 
 VECTOR_DTYPES = {dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool}
 # ALU ops the C vector extension does natively (others are done lane by lane).
@@ -39,10 +39,11 @@ class Dim:
     reduce: bool
     upcast: int = 1     # unrolled into registers
     lanes: int = 1      # SIMD lanes (at most one dim)
+    group: int = 1      # GPU work items sharing this reduce dim (at most one dim)
 
     @property
     def loops(self) -> int:
-        return self.size // (self.upcast * self.lanes)
+        return self.size // (self.upcast * self.lanes * self.group)
 
 
 @dataclass
@@ -83,7 +84,7 @@ def _coef(idx: Node, v: Var) -> int | None:
 class Dims:
     """The kernel's shape after merging and reordering, with the chosen optimisations."""
 
-    def __init__(self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool):
+    def __init__(self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool, group_size: int = 256):
         ast = kernel.ast
         self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
         full = kernel.full_shape
@@ -101,6 +102,8 @@ class Dims:
         self.lane_dim: int | None = None
         self.parallel: list[int] = []   # output dims whose loops run in parallel, outermost first
         self.loop_order: list[int] = [d for d, dim in enumerate(self.dims) if not dim.reduce]
+        self.group_dim: int | None = None
+        self.group_size = 1 << (max(group_size, 1).bit_length() - 1)   # a power of two: the tree halves it
         if not config.TG_NOOPT:
             self._optimise(vector_width_bytes, use_lanes and self._vectorizable(), gpu)
         self.parallel = [d for d in self.loop_order if self.dims[d].loops > 1]
@@ -189,21 +192,49 @@ class Dims:
         return next((d for d in reversed(out_dims) if fits(d) and store_unit(d)), None)
 
     def _optimise_gpu(self, out_dims: list[int]) -> None:
-        """One work item per output tile: in a reduce, each of up to two output dims along which an
-        input is reused (matmul: a row of A across the columns, a column of B across the rows) is
-        upcast by 4, so a loaded value feeds several accumulators held in registers."""
-        if self.reduce_node is None:
+        """A reduce with few outputs and a long reduce axis is shared by a work-group (see _group).
+        Otherwise one work item per output tile: in a reduce, each of up to two output dims along
+        which an input is reused (matmul: a row of A across the columns, a column of B across the
+        rows) is upcast by 4, so a loaded value feeds several accumulators held in registers."""
+        if self.reduce_node is None or self._group(out_dims):
             return
         dims = self.dims
         tiled: set[int] = set()
         for d in reversed(out_dims):
             reused = {id(n) for n, c, _ in self._coefs(d, True) if c == 0 and n.op is AstOps.LOAD}
+            if d == self.lane_dim:      # the lanes already share each reused value
+                tiled |= reused
+                continue
             if not reused or reused <= tiled or dims[d].size % 4 or dims[d].size < 16:
                 continue
             dims[d].upcast = 4
             tiled |= reused
             if sum(dims[x].upcast > 1 for x in out_dims) == 2:
                 return
+
+    def _group(self, out_dims: list[int]) -> bool:
+        """Split the last reduce dim across the work items of a work-group: item t of G takes
+        elements t, t+G, ... (neighbouring items read neighbouring addresses), and the G partial
+        results are combined through local (shared) memory. Worth it where one work item per
+        output leaves the device mostly idle: few outputs, a long reduce, read contiguously (or so
+        few outputs that any order is better than serial)."""
+        dims = self.dims
+        d = max(i for i, x in enumerate(dims) if x.reduce)
+        outputs = prod(dims[x].size for x in out_dims)
+        if outputs >= GROUP_MAX_OUTPUTS or dims[d].size < GROUP_MIN_REDUCE or \
+                (self.lane_dim is not None and self.lane_dim != d):
+            return False
+        contiguous = any(c == 1 for n, c, _ in self._coefs(d, True) if n.op is AstOps.LOAD)
+        if not contiguous and outputs >= GROUP_MAX_OUTPUTS // 16:
+            return False
+        per_item = dims[d].size // dims[d].lanes
+        size = next((g for g in (self.group_size >> i for i in range(5)) if per_item % g == 0 and per_item >= 2 * g),
+                    0)
+        if size < 16:
+            return False
+        dims[d].group = self.group_size = size
+        self.group_dim = d
+        return True
 
     def _optimise(self, vector_width_bytes: int, lanes_ok: bool, gpu: bool) -> None:
         dims = self.dims
@@ -263,6 +294,10 @@ class Dims:
                     break
 
 
+GROUP_MAX_OUTPUTS = 1 << 14     # a reduce with fewer outputs, over at least GROUP_MIN_REDUCE
+GROUP_MIN_REDUCE = 256          # elements each, may be shared by a work-group
+
+
 @dataclass
 class Linearized:
     name: str
@@ -273,6 +308,7 @@ class Linearized:
     work: int                      # elements of the full shape, for the parallel threshold
     flops: int
     mem_bytes: int
+    local_size: int = 0            # work-group size the kernel needs (0: any)
     extra: dict = field(default_factory=dict)
 
 
@@ -286,6 +322,7 @@ class Lowerer:
         lane_dim = dims.lane_dim
         self.lanes = dims.dims[lane_dim].lanes if lane_dim is not None else 1
         self.lane_var = Var("lane", 0, self.lanes - 1) if self.lanes > 1 else None
+        self.local_var = Var("lidx0", 0, dims.group_size - 1) if dims.group_dim is not None else None
 
     def emit(self, op: str, dtype: DType | None = None, src: tuple[UOp, ...] = (), arg: Any = None,
              vec: bool = False, cache: bool = True) -> UOp:
@@ -300,7 +337,9 @@ class Lowerer:
 
     def index_of(self, d: int, loop: Node, up: int) -> Node:
         dim = self.dims.dims[d]
-        idx = loop * (dim.upcast * dim.lanes) + up * dim.lanes
+        idx = loop * (dim.upcast * dim.lanes * dim.group) + up * dim.lanes
+        if d == self.dims.group_dim and self.local_var is not None:
+            idx = idx + self.local_var * (dim.upcast * dim.lanes)
         if d == self.dims.lane_dim:
             assert self.lane_var is not None   # a lane dim always has lanes > 1
             idx = idx + self.lane_var
@@ -352,7 +391,10 @@ class Lowerer:
         if self.gpu:
             total = prod(dims.dims[d].loops for d in out_dims)
             gid = Var("gidx0", 0, max(total - 1, 0))
-            self.emit("GID", arg=(gid, total), cache=False)
+            if self.local_var is not None:
+                self.emit("GROUP", arg=(gid, self.local_var), cache=False)
+            else:
+                self.emit("GID", arg=(gid, total), cache=False)
             acc = 1
             for d in reversed(out_dims):
                 loops = dims.dims[d].loops
@@ -411,6 +453,9 @@ class Lowerer:
                 reduced = parts[0]
                 if lane_is_reduce:
                     reduced = self.emit("HREDUCE", red.dtype, (reduced,), arg=red.op)
+                if self.local_var is not None:     # combine the work-group's partial results
+                    reduced = self.emit("LOCAL_REDUCE", red.dtype, (reduced,), arg=(red.op, dims.group_size),
+                                        cache=False)
                 acc_of[oc] = reduced
         # epilogue and store, once per output tile element
         store = dims.ast
@@ -419,6 +464,8 @@ class Lowerer:
             value = self.value(store.src[0], ctx, {id(red): acc_of[oc]} if red is not None else {})
             _, st = store.arg
             idx, valid = st.expr_idxs(ctx)
+            if self.local_var is not None:        # every item holds the result; one writes it
+                valid = ands([valid, lt(self.local_var, 1)])
             self.emit("STORE", store.dtype, (value,), arg=(0, idx, valid, self._access(idx, valid)),
                       vec=self._uses_lane(idx), cache=False)
         if not self.gpu:
@@ -454,8 +501,10 @@ def _hashable(arg: Any) -> Any:
     return arg
 
 
-def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = True, gpu: bool = False) -> Linearized:
-    dims = Dims(kernel, vector_width_bytes, use_lanes, gpu)
+def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = True, gpu: bool = False,
+              group_size: int = 256) -> Linearized:
+    """The kernel as UOps. On GPUs, group_size is the largest work-group a reduce may be shared by."""
+    dims = Dims(kernel, vector_width_bytes, use_lanes, gpu, group_size)
     uops = Lowerer(kernel, dims, gpu).lower()
     full = prod(d.size for d in dims.dims)
     out_size = prod(d.size for d in dims.dims if not d.reduce)
@@ -469,9 +518,10 @@ def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = Tr
     mem = sum(size * dt.itemsize for size, dt in zip(kernel.buf_sizes, kernel.buf_dtypes))
     shape_name = "_".join(str(d.size) for d in dims.dims) or "1"
     name = ("r_" if dims.reduce_node is not None else "E_") + shape_name
-    gsize = prod(d.loops for d in dims.dims if not d.reduce) if gpu else 1
+    local = dims.group_size if dims.group_dim is not None else 0
+    gsize = prod(d.loops for d in dims.dims if not d.reduce) * max(local, 1) if gpu else 1
     lanes = dims.dims[dims.lane_dim].lanes if dims.lane_dim is not None else 1
-    out = Linearized(name, uops, list(kernel.buf_dtypes), lanes, gsize, full, flops, mem)
+    out = Linearized(name, uops, list(kernel.buf_dtypes), lanes, gsize, full, flops, mem, local)
     out.extra["streaming"] = _streaming_ok(out, dims, kernel)
     return out
 

@@ -16,10 +16,9 @@ from typing import Any
 import numpy as np
 
 from tg import config
-from tg.core.codegen.linearizer import linearize
 from tg.core.compiler import CompileError, Compiler
 from tg.core.device import Buffer, CachingAllocator, Compiled, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer
+from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
 
 
 def _register_pip_drivers() -> None:
@@ -55,6 +54,7 @@ def _cl() -> Any:
 
 
 LOCAL = 128    # work items per work-group
+GROUP = 256    # the largest work-group one reduce may be shared by
 
 
 def _build(program: Any) -> Any:
@@ -116,9 +116,10 @@ class CLProgram(Program):
         self.dev, self.name, self.src, self.info = dev, name, src, info
         self.program = _build(cl.Program(dev.ctx, [dev.device], [binary]))
         self.kernel = getattr(self.program, name)
-        # work-groups of LOCAL items; the global size is rounded up (each kernel checks its bound)
+        # work-groups of LOCAL items (or the size a grouped reduce needs); the global size is rounded
+        # up (each kernel checks its bound)
         items = max(int(info.global_size), 1)
-        self.local_size = (min(LOCAL, items),)
+        self.local_size = (info.local_size or min(dev.local_size, items),)
         self.global_size = ((items + self.local_size[0] - 1) // self.local_size[0] * self.local_size[0],)
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
@@ -165,10 +166,13 @@ class CLDevice(Compiled):
         self.allocator = CLAllocator(self)
         self.compiler = CLCompiler(self)
         self.renderer = CStyleRenderer(DIALECTS["opencl"])
+        # work-group sizes within what the device allows (some GPUs stop at 64 or 128 items)
+        self.local_size = min(LOCAL, self.device.max_work_group_size)
+        self.group_size = min(GROUP, self.device.max_work_group_size)
         self._programs: dict[str, CLProgram] = {}
 
     def compile_kernel(self, kernel: Any) -> Program:
-        lin = linearize(kernel, use_lanes=False, gpu=True)
+        lin = linearize_for(kernel, DIALECTS["opencl"], group_size=self.group_size)
         src = self.renderer.render(lin)
         if src not in self._programs:
             self._programs[src] = CLProgram(self, lin.name, self.compiler.compile(src).read_bytes(), src, lin)

@@ -11,10 +11,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tg import config
-from tg.core.codegen.linearizer import linearize
 from tg.core.compiler import CompileError, Compiler
 from tg.core.device import Buffer, Compiled, HostAllocator, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer
+from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
 
 
 @functools.cache
@@ -85,7 +84,7 @@ class CPUDevice(Compiled):
         self._by_ast: dict[tuple, CPUProgram] = {}
 
     def render(self, kernel):
-        lin = linearize(kernel, vector_width_bytes=_vector_bytes(), use_lanes=True, gpu=False)
+        lin = linearize_for(kernel, DIALECTS["c"], _vector_bytes())
         return lin, self.renderer.render(lin)
 
     def compile_many(self, kernels: list) -> list[Program]:

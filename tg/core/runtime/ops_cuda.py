@@ -15,10 +15,9 @@ from typing import Any
 import numpy as np
 
 from tg import config
-from tg.core.codegen.linearizer import linearize
 from tg.core.compiler import CompileError, Compiler
 from tg.core.device import Buffer, CachingAllocator, Compiled, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer
+from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
 
 BLOCK = 128    # threads per block; the grid covers the work items, each kernel checks its bound
 
@@ -77,7 +76,7 @@ class NVRTCCompiler(Compiler):
 
 def render(kernel: Any) -> tuple[Any, str]:
     """The linearized kernel and its CUDA C source."""
-    lin = linearize(kernel, use_lanes=False, gpu=True)
+    lin = linearize_for(kernel, DIALECTS["cuda"])
     return lin, CStyleRenderer(DIALECTS["cuda"]).render(lin)
 
 
@@ -120,12 +119,14 @@ class CUDAProgram(Program):
         dev.activate()
         self.module = _check(driver.cuModuleLoadData(ptx), "cuModuleLoadData")
         self.function = _check(driver.cuModuleGetFunction(self.module, name.encode()), "cuModuleGetFunction")
-        self.grid = (max(int(info.global_size), 1) + BLOCK - 1) // BLOCK
+        self.block = info.local_size or BLOCK      # a grouped reduce needs its own block size
+        self.grid = (max(int(info.global_size), 1) + self.block - 1) // self.block
 
     def _launch(self, pointers: tuple) -> None:
         driver, _ = _bindings()
         params = (pointers, (ctypes.c_void_p,) * len(pointers))
-        _check(driver.cuLaunchKernel(self.function, self.grid, 1, 1, BLOCK, 1, 1, 0, 0, params, 0), "cuLaunchKernel")
+        _check(driver.cuLaunchKernel(self.function, self.grid, 1, 1, self.block, 1, 1, 0, 0, params, 0),
+               "cuLaunchKernel")
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
         driver, _ = _bindings()

@@ -5,9 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from tg import config
-from tg.core.codegen.linearizer import linearize
 from tg.core.device import Allocator, Buffer, Compiled, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer
+from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
 
 
 class NullAllocator(Allocator):
@@ -37,12 +36,9 @@ class NullDevice(Compiled):
         name = (dialect or config.TG_NULL_DIALECT).lower()
         if name not in DIALECTS:
             raise ValueError(f"[null] TG_NULL_DIALECT={name!r}; expected one of {', '.join(DIALECTS)}")
-        gpu = DIALECTS[name].global_id is not None
-        lin = linearize(kernel, use_lanes=not gpu, gpu=gpu)
-        return CStyleRenderer(DIALECTS[name]).render(lin)
+        return CStyleRenderer(DIALECTS[name]).render(linearize_for(kernel, DIALECTS[name], 64))
 
     def compile_kernel(self, kernel) -> Program:
-        name = config.TG_NULL_DIALECT.lower()
-        gpu = DIALECTS[name].global_id is not None if name in DIALECTS else True
-        lin = linearize(kernel, use_lanes=not gpu, gpu=gpu)
-        return NullProgram(lin.name, self.render(kernel), lin)
+        src = self.render(kernel)
+        lin = linearize_for(kernel, DIALECTS[config.TG_NULL_DIALECT.lower()], 64)
+        return NullProgram(lin.name, src, lin)
