@@ -109,3 +109,21 @@ def test_reduction_over_batch_and_space_is_two_stage(device):
     np.testing.assert_allclose(out.numpy(), a.sum((0, 2)), rtol=1e-4, atol=1e-4)
     small = Tensor(a[:4, :, :10], device=device).sum((0, 2))
     assert_kernels(small, 1)    # small reductions stay one kernel
+
+
+@pytest.mark.parametrize("shape,axis", [((4096, 1024), 0), ((2048, 4097), 0), ((3, 8192, 200), 1)])
+def test_long_strided_reduction_with_few_outputs_is_two_stage(device, shape, axis):
+    # a column sum (a bias gradient): chunks of rows in parallel, then the chunks
+    a = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    out = Tensor(a, device=device).sum(axis)
+    assert_kernels(out, 2)
+    np.testing.assert_allclose(out.numpy(), a.sum(axis), rtol=1e-4, atol=1e-3)
+    top = Tensor(a, device=device).max(axis, keepdim=True)
+    np.testing.assert_array_equal(top.numpy(), a.max(axis, keepdims=True))
+
+
+def test_short_or_contiguous_reductions_stay_one_kernel(device):
+    a = np.random.default_rng(3).standard_normal((1024, 256)).astype(np.float32)
+    assert_kernels(Tensor(a, device=device).sum(0), 1)          # too little data to split
+    b = np.random.default_rng(4).standard_normal((1024, 4096)).astype(np.float32)
+    assert_kernels(Tensor(b, device=device).sum(1), 1)          # the reduce axis is contiguous

@@ -21,6 +21,7 @@ from tg.core.shape import ShapeTracker, prod
 
 # Reductions over several large axes are split in two stages (see LazyBuffer.r).
 SPLIT_MIN, SPLIT_MIN_SIZE, SPLIT_MAX_PARTIAL = 16, 1 << 16, 1 << 25
+COLUMN_SPLIT_OUTPUTS, COLUMN_SPLIT_MIN, COLUMN_SPLIT_SIZE = 1 << 14, 2048, 1 << 22
 
 # Assigns not yet run; TinyJit flushes them so no update leaks from one call into the next.
 PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
@@ -125,6 +126,17 @@ class LazyBuffer:
                 partial = self.reshape((chunks, n // chunks)).r(op, (1,), split=False)
                 return partial.r(op, (0,), split=False).reshape(shape)
         big = [a for a in sorted(axes) if self.shape[a] > 1]
+        outputs = prod(shape)
+        if split and len(big) == 1 and big[0] < max(i for i, s in enumerate(self.shape) if s > 1) and \
+                outputs < COLUMN_SPLIT_OUTPUTS and self.shape[big[0]] >= COLUMN_SPLIT_MIN and \
+                prod(self.shape) >= COLUMN_SPLIT_SIZE:
+            # A long reduce over a strided axis with few outputs (a column sum, a bias gradient): split
+            # it so that many more work items share the reading, then sum the partials.
+            a, n_red = big[0], self.shape[big[0]]
+            chunks = next((f for f in (64, 32, 16) if n_red % f == 0), None)
+            if chunks is not None:
+                parts = self.reshape(self.shape[:a] + (chunks, n_red // chunks) + self.shape[a + 1:])
+                return parts.r(op, (a + 1,), split=False).r(op, (a,), split=False).reshape(shape)
         inner = prod(self.shape[a] for a in big[1:])
         if split and len(big) >= 2 and self.shape[big[0]] >= SPLIT_MIN and inner >= SPLIT_MIN and \
                 prod(self.shape) >= SPLIT_MIN_SIZE and prod(shape) * self.shape[big[0]] <= SPLIT_MAX_PARTIAL:
