@@ -156,7 +156,13 @@ class Compiled:
         raise NotImplementedError
 
     def compile_many(self, kernels: list[Any]) -> list[Program]:
-        return [self.compile_kernel(k) for k in kernels]
+        """Programs for kernels; a kernel seen before (the same AST) is not lowered or rendered again,
+        so a training step's realize costs lookups, not codegen."""
+        known: dict[tuple, Program] = self.__dict__.setdefault("_by_ast", {})
+        for k in kernels:
+            if k.ast.key not in known:
+                known[k.ast.key] = self.compile_kernel(k)
+        return [known[k.ast.key] for k in kernels]
 
     def synchronize(self) -> None:
         pass

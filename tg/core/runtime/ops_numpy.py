@@ -99,7 +99,7 @@ def to_storage(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 class Interpreter:
     def __init__(self, kernel: Kernel):
-        self.kernel = kernel
+        self.ast = kernel.ast      # not the kernel: its lazy buffers must not outlive the schedule
         self.name = kernel.name
 
     def view(self, st, flat: np.ndarray | None, fill=0) -> tuple[np.ndarray, np.ndarray]:
@@ -141,7 +141,7 @@ class Interpreter:
         return out
 
     def run(self, bufs: list[np.ndarray]) -> None:
-        root = self.kernel.ast
+        root = self.ast
         value = self.eval(root.src[0], bufs, {})
         _, st = root.arg
         idx, valid = self.view(st, bufs[0])
