@@ -390,9 +390,9 @@ class CStyleRenderer:
     def local_reduce(self, u: UOp) -> list[str]:
         """A work-group's partial results combined in local memory by a halving tree; every work
         item ends holding the result."""
-        red_op, size = u.arg
+        red_op, size, local = u.arg
         assert u.dtype is not None
-        t, lid = self.ctype(u.dtype) if u.dtype != dtypes.bool else self.d.types["int32"], "lidx0"
+        t, lid = self.ctype(u.dtype) if u.dtype != dtypes.bool else self.d.types["int32"], local.name
         mem = self.new_name(u, "part")
         combine = self.scalar_expr(RENDER_TEMPLATES[red_op], u.dtype, u.dtype, [f"{mem}[{lid}]", f"{mem}[{lid}+s]"],
                                    None)
