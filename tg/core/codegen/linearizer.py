@@ -454,8 +454,8 @@ class Lowerer:
                 if lane_is_reduce:
                     reduced = self.emit("HREDUCE", red.dtype, (reduced,), arg=red.op)
                 if self.local_var is not None:     # combine the work-group's partial results
-                    reduced = self.emit("LOCAL_REDUCE", red.dtype, (reduced,), arg=(red.op, dims.group_size, self.local_var),
-                                        cache=False)
+                    reduced = self.emit("LOCAL_REDUCE", red.dtype, (reduced,),
+                                        arg=(red.op, dims.group_size, self.local_var), cache=False)
                 acc_of[oc] = reduced
         # epilogue and store, once per output tile element
         store = dims.ast
