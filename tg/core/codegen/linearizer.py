@@ -7,7 +7,8 @@
    contiguous reduce, every load) is unit-stride along it, (b) *upcasts*: output tiles held in
    registers, chosen on dims where some input is broadcast (so a loaded value is reused, as in
    matmul), (c) an *unrolled* reduce with independent accumulators, (d) which output loops run
-   in parallel (OpenMP on the CPU; global ids on GPUs).
+   in parallel (OpenMP on the CPU; global ids on GPUs), (e) on GPUs, a *work-group* sharing one
+   long reduce where outputs are few (the partials meet in local memory).
 4. The loop nest is lowered to UOps with common subexpressions shared.
 
     >>> from tg.core.codegen.linearizer import Dims
