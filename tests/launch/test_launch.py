@@ -483,3 +483,15 @@ def test_two_hosts_network_namespaces(tmp_path: Path) -> None:
     finally:
         for ns in created:      # deleting a namespace deletes the veth end inside it, and so the pair
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
+
+
+def test_the_cause_is_blamed_not_the_ranks_that_noticed_it() -> None:
+    from tg.launch import Failure
+    from tg.launch.agent import blame
+    echo = Failure(2, 1, "h", 10.0, error="DistributedError: [distributed] rank 3 died or aborted")
+    cause = Failure(3, 1, "h", 10.5, error="RuntimeError: rank 3 gives up")
+    killed = Failure(1, -9, "h", 11.0)                        # no error record: killed by a signal
+    assert blame([echo, cause]).rank == 3                     # even when the echo was recorded first
+    assert blame([echo, killed]).rank == 1
+    assert blame([Failure(4, 1, "h", 2.0, error="ValueError: x"), cause]).rank == 4   # then the earliest
+    assert blame([echo, Failure(0, 1, "h", 10.0, error="DistributedError: timeout")]).rank == 0

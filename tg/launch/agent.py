@@ -29,6 +29,13 @@ def _die_with_launcher() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+
+def blame(failures: list[Failure]) -> Failure:
+    """The failure to report when several ranks failed before the launcher looked: the cause, not
+    its echoes. Ranks that raised because a peer died (a DistributedError) come last, then the
+    earliest failure, then the lowest rank."""
+    return min(failures, key=lambda f: (f.error.startswith("DistributedError"), f.when, f.rank))
+
 class _Worker:
     def __init__(self, rank: int, proc: subprocess.Popen, logs: dict[str, IO[bytes]]):
         self.rank, self.proc, self.logs = rank, proc, logs
@@ -155,7 +162,7 @@ class Agent:
                 exited = [w for w in workers if w.proc.poll() is not None]
                 bad = [w for w in exited if w.proc.returncode != 0]
                 if bad:
-                    failure = self._failure(min(bad, key=lambda w: w.rank), errors)
+                    failure = blame([self._failure(w, errors) for w in bad])
                     if self.store is not None:
                         failure = self._publish(attempt, failure)
                     break
