@@ -104,7 +104,7 @@ class Dims:
         self.parallel: list[int] = []   # output dims whose loops run in parallel, outermost first
         self.loop_order: list[int] = [d for d, dim in enumerate(self.dims) if not dim.reduce]
         self.group_dim: int | None = None
-        self.group_size = 1 << (max(group_size, 1).bit_length() - 1)   # a power of two: the tree halves it
+        self.max_group = 1 << (max(group_size, 1).bit_length() - 1)   # a power of two: the tree halves it
         if not config.TG_NOOPT:
             self._optimise(vector_width_bytes, use_lanes and self._vectorizable(), gpu)
         self.parallel = [d for d in self.loop_order if self.dims[d].loops > 1]
@@ -213,6 +213,11 @@ class Dims:
             if sum(dims[x].upcast > 1 for x in out_dims) == 2:
                 return
 
+    @property
+    def local_size(self) -> int:
+        """Work items of the work-group sharing a reduce (0: no grouped reduce)."""
+        return self.dims[self.group_dim].group if self.group_dim is not None else 0
+
     def _group(self, out_dims: list[int]) -> bool:
         """Split the last reduce dim across the work items of a work-group: item t of G takes
         elements t, t+G, ... (neighbouring items read neighbouring addresses), and the G partial
@@ -229,11 +234,11 @@ class Dims:
         if not contiguous and outputs >= GROUP_MAX_OUTPUTS // 16:
             return False
         per_item = dims[d].size // dims[d].lanes
-        size = next((g for g in (self.group_size >> i for i in range(5)) if per_item % g == 0 and per_item >= 2 * g),
+        size = next((g for g in (self.max_group >> i for i in range(5)) if per_item % g == 0 and per_item >= 2 * g),
                     0)
         if size < 16:
             return False
-        dims[d].group = self.group_size = size
+        dims[d].group = size
         self.group_dim = d
         return True
 
@@ -323,7 +328,7 @@ class Lowerer:
         lane_dim = dims.lane_dim
         self.lanes = dims.dims[lane_dim].lanes if lane_dim is not None else 1
         self.lane_var = Var("lane", 0, self.lanes - 1) if self.lanes > 1 else None
-        self.local_var = Var("lidx0", 0, dims.group_size - 1) if dims.group_dim is not None else None
+        self.local_var = Var("lidx0", 0, dims.local_size - 1) if dims.group_dim is not None else None
 
     def emit(self, op: str, dtype: DType | None = None, src: tuple[UOp, ...] = (), arg: Any = None,
              vec: bool = False, cache: bool = True) -> UOp:
@@ -456,7 +461,7 @@ class Lowerer:
                     reduced = self.emit("HREDUCE", red.dtype, (reduced,), arg=red.op)
                 if self.local_var is not None:     # combine the work-group's partial results
                     reduced = self.emit("LOCAL_REDUCE", red.dtype, (reduced,),
-                                        arg=(red.op, dims.group_size, self.local_var), cache=False)
+                                        arg=(red.op, dims.local_size, self.local_var), cache=False)
                 acc_of[oc] = reduced
         # epilogue and store, once per output tile element
         store = dims.ast
@@ -519,10 +524,9 @@ def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = Tr
     mem = sum(size * dt.itemsize for size, dt in zip(kernel.buf_sizes, kernel.buf_dtypes))
     shape_name = "_".join(str(d.size) for d in dims.dims) or "1"
     name = ("r_" if dims.reduce_node is not None else "E_") + shape_name
-    local = dims.group_size if dims.group_dim is not None else 0
-    gsize = prod(d.loops for d in dims.dims if not d.reduce) * max(local, 1) if gpu else 1
+    gsize = prod(d.loops for d in dims.dims if not d.reduce) * max(dims.local_size, 1) if gpu else 1
     lanes = dims.dims[dims.lane_dim].lanes if dims.lane_dim is not None else 1
-    out = Linearized(name, uops, list(kernel.buf_dtypes), lanes, gsize, full, flops, mem, local)
+    out = Linearized(name, uops, list(kernel.buf_dtypes), lanes, gsize, full, flops, mem, dims.local_size)
     out.extra["streaming"] = _streaming_ok(out, dims, kernel)
     return out
 
