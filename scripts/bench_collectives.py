@@ -9,6 +9,11 @@ A backend whose package is missing is left out, with a line saying so.
     python scripts/bench_collectives.py                 # all_reduce, world 2 and 4
     python scripts/bench_collectives.py --ops all --vs gloo
     python scripts/bench_collectives.py --quick --backends shm,mpi
+    TG_CL_SPLIT=2 python scripts/bench_collectives.py --backends shm --device CL   # CL tensors vs host
+
+`--device CL` (or CUDA) adds a column per tg backend with the same collectives on tg Tensors on that
+device (rank r on device r mod count), staged through the host: beside the host column it shows
+what the staging costs.
 """
 from __future__ import annotations
 
@@ -66,10 +71,17 @@ BACKEND_ENV = {"tcp": {"TG_BACKEND": "tcp", "TG_SHM": "0"}, "shm": {"TG_BACKEND"
                "ucx": {"TG_BACKEND": "ucx"}}
 
 
-def _tg_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[int], q, backend: str) -> None:
+def _tg_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[int], q, backend: str,
+             device: str = "") -> None:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(port), "TG_SECRET": "bench", **BACKEND_ENV[backend]})
+    if device:     # each rank on its own device of the kind, as under tglaunch
+        os.environ.update({"TG_DEVICE": device, "LOCAL_RANK": str(rank)})
     import tg.distributed as dist
+    from tg import Tensor
+
+    def buffer(n: int):
+        return Tensor(np.zeros(n, np.float32)).realize() if device else np.zeros(n, np.float32)
     dist.init_process_group()
     rows = []
     for op in ops:
@@ -77,9 +89,7 @@ def _tg_rank(rank: int, world: int, port: int, ops: list[str], size_list: list[i
             n = max(nbytes // 4, 1)
             if op in ("all_gather", "reduce_scatter"):
                 n = max(n // world, 1) * world
-            x = np.zeros(n, np.float32)
-            out = np.empty(n, np.float32)
-            small = np.empty(n // world if n >= world else 1, np.float32)
+            x, out, small = buffer(n), buffer(n), buffer(n // world if n >= world else 1)
 
             k = iters_for(n * 4)
             for _ in range(3):
@@ -251,6 +261,8 @@ def main() -> None:
     ap.add_argument("--backends", default="tcp,shm,ucx,mpi")
     ap.add_argument("--vs", default="", help="'gloo' to add PyTorch gloo in the same run")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--device", default="", help="also time tg Tensors on this device kind (CL, CUDA), "
+                                                 "each rank on its own device: the cost of staging")
     ap.add_argument("--mpi-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sizes", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -275,6 +287,9 @@ def main() -> None:
                 results.update(run_mpi_job(world, ops, size_list))
             else:
                 results[f"tg {backend}"] = run_job(_tg_rank, world, ops, size_list, backend)
+                if args.device:
+                    results[f"{backend} {args.device}"] = run_job(_tg_rank, world, ops, size_list, backend,
+                                                                  args.device)
         if args.vs == "gloo":
             try:
                 import torch  # noqa: F401

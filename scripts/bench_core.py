@@ -26,7 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tg import Device, Tensor  # noqa: E402
-from tg.core.device import Buffer  # noqa: E402
+from tg.core.device import Buffer, split_device  # noqa: E402
 
 
 def best_of(fn, repeat: int = 7, warmup: int = 2) -> float:
@@ -68,7 +68,7 @@ def device_copy_bandwidth(n: int, device: str) -> float:
     src, dst = Buffer(device, n, Tensor([0.0]).dtype), Buffer(device, n, Tensor([0.0]).dtype)
     alloc = Device[device].allocator
     for buf in (src, dst):     # written first: untouched host-side pages would read as one shared zero page
-        alloc.copyin(buf._buf, memoryview(np.random.rand(n).astype(np.float32)).cast("B"))
+        buf.copyin(np.random.rand(n).astype(np.float32))
     return 4 * n / best_of(synced(device, lambda: alloc.copy(dst._buf, src._buf, 4 * n)), repeat=11) / 1e9
 
 
@@ -90,25 +90,26 @@ def bench_matmul(n: int, device: str, dtype: str = "float32") -> tuple[float, fl
     assert np.allclose(out, a @ b, rtol=tol, atol=tol * n), "matmul result is wrong"
     flops = 2 * n ** 3
     ours = flops / best_of(synced(device, lambda: (x @ y).realize()), repeat=11) / 1e9
-    ref, ref_name = torch_matmul_gflops(n, dtype) if device == "CUDA" else (None, "")
+    kind, index = split_device(device)
+    ref, ref_name = torch_matmul_gflops(n, dtype, index or 0) if kind == "CUDA" else (None, "")
     if ref is None:
         ref, ref_name = flops / best_of(lambda: a @ b, repeat=11) / 1e9, "numpy f32"
     return ours, ref, ref_name
 
 
-def torch_matmul_gflops(n: int, dtype: str) -> tuple[float | None, str]:
+def torch_matmul_gflops(n: int, dtype: str, gpu: int = 0) -> tuple[float | None, str]:
     try:
         import torch
         if not torch.cuda.is_available():
             return None, ""
     except ImportError:
         return None, ""
-    a = torch.rand(n, n, device="cuda", dtype=getattr(torch, dtype))
-    b = torch.rand(n, n, device="cuda", dtype=getattr(torch, dtype))
+    a = torch.rand(n, n, device=f"cuda:{gpu}", dtype=getattr(torch, dtype))
+    b = torch.rand(n, n, device=f"cuda:{gpu}", dtype=getattr(torch, dtype))
 
     def run() -> None:
         a @ b
-        torch.cuda.synchronize()
+        torch.cuda.synchronize(gpu)
     return 2 * n ** 3 / best_of(run, repeat=11) / 1e9, f"torch {dtype}"
 
 
@@ -158,7 +159,8 @@ def device_rows(device: str, quick: bool) -> list[tuple[str, ...]]:
     rows.append((device, f"    same chain, {n_elem >> 20}M f32 out (reads + writes)", f"{ours:.1f} GB/s",
                  f"{ref:.1f} GB/s {copy_name}", f"{ours / ref:.2f}x", ""))
     # 4096 is the size the CUDA targets name; an OpenCL device on a CPU would take minutes there
-    sizes = [256] if quick else {"CUDA": [1024, 2048, 4096], "CL": [512, 1024]}.get(device, [512, 1024, 2048])
+    sizes = [256] if quick else {"CUDA": [1024, 2048, 4096], "CL": [512, 1024]}.get(split_device(device)[0],
+                                                                                   [512, 1024, 2048])
     for n in sizes:
         ours, ref, ref_name = bench_matmul(n, device)
         target = ">= 0.5x" if n == 1024 and not gpu else (">= 0.3x" if n == 4096 and gpu else "")
@@ -191,8 +193,7 @@ def main() -> None:
     rows = [row for device in devices for row in device_rows(device, args.quick)]
     header = ("device", "benchmark", "tg", "reference (same run)", "ratio", "target")
     widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
-    names = {d: getattr(getattr(Device[d], "device", None), "name", None) or getattr(Device[d], "gpu_name", d)
-             for d in devices}
+    names = {d: Device[d].hardware for d in devices}
     print(f"tg bench_core  devices={', '.join(f'{d} ({n})' if n != d else d for d, n in names.items())}  "
           f"cores={os.cpu_count()}  numpy={np.__version__}")
     print("  ".join(h.ljust(w) for h, w in zip(header, widths)))

@@ -19,10 +19,11 @@ def _compile_every_kernel_with_nvrtc(arch: str) -> None:
     """TG_TEST_NVRTC=sm_90 (set by tests/core/test_gpu_suite.py): every kernel the tests schedule is
     also rendered as CUDA C and compiled by NVRTC for that target, so a CUDA source that does not
     compile fails the test that produced it. No GPU is needed."""
+    from tg import Device
     from tg.core import realize
-    from tg.core.runtime.ops_cuda import NVRTCCompiler, render
+    from tg.core.runtime.ops_cuda import NVRTCCompiler
 
-    compiler = NVRTCCompiler(arch)
+    compiler, null = NVRTCCompiler(arch), Device["NULL"]
     seen: set = set()
     original = realize.create_schedule
 
@@ -31,7 +32,7 @@ def _compile_every_kernel_with_nvrtc(arch: str) -> None:
         for it in items:
             if it.kind == "kernel" and it.kernel is not None and it.kernel.ast.key not in seen:
                 seen.add(it.kernel.ast.key)
-                compiler.compile(render(it.kernel)[1])
+                compiler.compile(null.render(it.kernel, "cuda"))
         return items
     realize.create_schedule = create_schedule
 

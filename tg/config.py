@@ -44,8 +44,11 @@ def _cache_default() -> str:
 KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("DEBUG", int, 0, "0 quiet; 1 kernel count and time per realize; 2 each kernel's name, shape, "
                           "time, GFLOPS, GB/s; 3 the schedule; 4 the generated source"),
-    Knob("TG_DEVICE", _device_name, "", "default device: CPU | CL | CUDA | NUMPY | NULL; empty picks CUDA "
-                                        "when a GPU is usable, else CPU"),
+    Knob("TG_DEVICE", _device_name, "", "default device: CPU | CL | CUDA | NUMPY | NULL, or one of several "
+                                        "(CL:1); empty picks CUDA when a GPU is usable, else CPU. Without an "
+                                        "index, a rank takes device LOCAL_RANK mod count of the kind"),
+    Knob("TG_CL_SPLIT", int, 0, "N >= 2 splits each CPU OpenCL device into N sub-devices (CL:0..CL:N-1, equal "
+                                "shares of the cores), so ranks on one CPU take a CL device each"),
     Knob("TG_CUDA_ARCH", str, "", "target NVRTC compiles for (sm_90, ...); empty: the GPU present"),
     Knob("TG_CACHE_DIR", str, _cache_default(), "folder for compiled kernels, keyed by source hash"),
     Knob("TG_DISABLE_CACHE", int, 0, "1 compiles every kernel afresh and never touches the disk cache"),
@@ -88,6 +91,16 @@ KNOBS: dict[str, Knob] = {k.name: k for k in [
     Knob("TG_SHM", int, 1, "1 moves large payloads between ranks on one host through shared memory; "
                            "0 keeps everything on TCP"),
 ]}
+
+
+def local_rank() -> int:
+    """This process's rank among the job's processes on this host, from whichever launcher started
+    it (tglaunch/torchrun, Open MPI, MPICH, Slurm); -1 when none did."""
+    for name in ("LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"):
+        value = KNOBS[name].read()
+        if value >= 0:
+            return value
+    return -1
 
 
 def export_default(name: str, value: str) -> None:

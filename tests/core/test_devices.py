@@ -10,6 +10,7 @@ import pytest
 from helpers import gpu_support, kernel_count
 
 from tg import Device, Tensor
+from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
 from tg.core.schedule import create_schedule
 
 
@@ -49,14 +50,24 @@ def test_dtypes_round_trip_through_cl(dtype):
     np.testing.assert_array_equal((t + t).numpy(), (a + a) if dtype != "bool" else (a | a))
 
 
-def test_nvrtc_compiles_a_rendered_kernel_without_a_gpu():
+def _cuda_source(out: Tensor) -> tuple[str, str]:
+    kernel = create_schedule([out.lazydata])[-1].kernel
+    lin = linearize_for(kernel, DIALECTS["cuda"])
+    return lin.name, CStyleRenderer(DIALECTS["cuda"]).render(lin)
+
+
+def test_nvrtc_builds_a_cubin_for_a_real_arch_and_ptx_for_a_virtual_one():
     needs("NVRTC")
-    from tg.core.runtime.ops_cuda import NVRTCCompiler, render
+    from tg.core.runtime.ops_cuda import NVRTCCompiler
     x = Tensor(np.ones((3, 5), np.float32), device="CPU")
-    kernel = create_schedule([(x.half() * 2).sum(axis=1).lazydata])[-1].kernel
-    lin, src = render(kernel)
-    ptx = NVRTCCompiler("sm_90").compile_ptx(src).decode()
-    assert f".entry {lin.name}" in ptx and ".target sm_90" in ptx
+    name, src = _cuda_source((x.half() * 2).sum(axis=1))
+    sm90 = NVRTCCompiler("sm_90")
+    cubin = sm90.compile_binary(src)
+    assert cubin[:4] == b"\x7fELF" and name.encode() in cubin        # machine code: loads under any 13.x driver
+    assert sm90.suffix == ".cubin" and f"{sm90.version[0]}.{sm90.version[1]} sm_90 cubin" in sm90.ident
+    ptx = NVRTCCompiler("compute_90").compile_binary(src).decode()
+    assert f".entry {name}" in ptx and ".target sm_90" in ptx
+    assert sm90.cached_path(src) != NVRTCCompiler("compute_90").cached_path(src)   # target in the cache key
 
 
 def test_nvrtc_errors_name_the_problem():
@@ -65,19 +76,39 @@ def test_nvrtc_errors_name_the_problem():
     from tg.core.runtime.ops_cuda import NVRTCCompiler
     with pytest.raises(ValueError, match="expected sm_XY"):
         NVRTCCompiler("volta")
+    with pytest.raises(ValueError, match="cannot build for sm_20; it supports .*sm_90"):
+        NVRTCCompiler("sm_20")
     with pytest.raises(CompileError, match="NVRTC failed"):
-        NVRTCCompiler("sm_90").compile_ptx('extern "C" __global__ void k(float* a) { a[0] = undefined_name; }')
+        NVRTCCompiler("sm_90").compile_binary('extern "C" __global__ void k(float* a) { a[0] = undefined_name; }')
+
+
+def test_driver_and_nvrtc_versions_are_checked():
+    needs("NVRTC")
+    from tg.core.runtime.ops_cuda import check_arch, check_versions
+    check_versions((13, 0), (13, 5), "sm_90")              # a cubin runs under minor-version compatibility
+    check_versions((13, 5), (13, 5), "compute_90")
+    with pytest.raises(RuntimeError, match=r"CUDA 12\.8, older than NVRTC 13\.5.*cuda12"):
+        check_versions((12, 8), (13, 5), "sm_90")
+    with pytest.raises(RuntimeError, match=r"PTX from NVRTC 13\.5 .*CUDA 13\.0.*TG_CUDA_ARCH=sm_XY"):
+        check_versions((13, 0), (13, 5), "compute_90")
+    check_arch("sm_90", (9, 0), "H100")
+    check_arch("sm_80", (8, 6), "RTX 3090")                # a cubin runs on later minors of its major
+    with pytest.raises(ValueError, match=r"TG_CUDA_ARCH=sm_80 cannot run on H100 .*9\.0.*sm_90"):
+        check_arch("sm_80", (9, 0), "H100")
 
 
 def test_cuda_without_a_gpu_says_so():
     needs("NVRTC")
-    from tg.core.runtime.ops_cuda import probe
+    from tg.core.runtime.ops_cuda import gpu_count
     try:
-        probe()
+        gpu_count()
     except RuntimeError as e:
         assert "no CUDA driver or GPU" in str(e) or "sees no GPU" in str(e)
         with pytest.raises(RuntimeError, match="TG_DEVICE"):
             Device["CUDA"]
+        assert Device.count("CUDA") == 0
+        with pytest.raises(RuntimeError, match="no CUDA device is usable here"):
+            Device.canonicalize("CUDA:1")
     else:
         pytest.skip("a CUDA GPU is present")
 

@@ -8,8 +8,10 @@ found by its file name, so adding a device edits no other file.
 """
 from __future__ import annotations
 
+import ctypes
 import functools
 import importlib
+import os
 import pkgutil
 import weakref
 from typing import Any
@@ -37,7 +39,28 @@ class GlobalCounters:
 
 
 class Allocator:
-    """alloc/free/copyin/copyout of raw bytes on one device."""
+    """alloc/free/copyin/copyout of raw bytes on one device, and host staging blocks for it."""
+
+    def __init__(self) -> None:
+        self.staged: dict[int, list[np.ndarray]] = {}
+
+    def staging(self, nbytes: int) -> np.ndarray:
+        """A host block of nbytes (uint8) to stage this device's data through on its way to and from
+        other processes, pinned where the driver can pin, so a collective on device memory costs two
+        DMA copies and no allocation. The block goes back to a pool, to be handed out again, once
+        neither it nor any array made from it is alive."""
+        if nbytes == 0:
+            return np.empty(0, dtype=np.uint8)
+        free = self.staged.get(nbytes)
+        raw = free.pop() if free else self._host_block(nbytes)
+        # numpy's views point at the first owner of the memory, which stops at a non-array object: every
+        # array made from the block keeps `holder` alive, and its death returns raw to the pool
+        holder = (ctypes.c_uint8 * nbytes).from_buffer(raw)  # type: ignore[arg-type]
+        weakref.finalize(holder, self.staged.setdefault(nbytes, []).append, raw)
+        return np.frombuffer(holder, dtype=np.uint8)  # type: ignore[call-overload]
+
+    def _host_block(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, dtype=np.uint8)
 
     def alloc(self, nbytes: int) -> Any:
         raise NotImplementedError
@@ -45,10 +68,12 @@ class Allocator:
     def free(self, opaque: Any, nbytes: int) -> None:
         pass
 
-    def copyin(self, opaque: Any, src: memoryview) -> None:
+    def copyin(self, opaque: Any, src: memoryview, offset: int = 0) -> None:
+        """Write src's bytes into the device memory, starting offset bytes in."""
         raise NotImplementedError
 
-    def copyout(self, dest: memoryview, opaque: Any) -> None:
+    def copyout(self, dest: memoryview, opaque: Any, offset: int = 0) -> None:
+        """Fill dest with the device memory's bytes, starting offset bytes in."""
         raise NotImplementedError
 
     def copy(self, dest: Any, src: Any, nbytes: int) -> None:
@@ -62,6 +87,7 @@ class CachingAllocator(Allocator):
     Subclasses write `_alloc(nbytes)` and may write `_free(opaque)`."""
 
     def __init__(self, cache_limit: int = 1 << 30):
+        super().__init__()
         self.cache: dict[int, list[Any]] = {}
         self.cached_bytes, self.cache_limit = 0, cache_limit
 
@@ -94,11 +120,11 @@ class HostAllocator(CachingAllocator):
         start = (-raw.ctypes.data) % 64
         return raw[start:start + nbytes]
 
-    def copyin(self, opaque: np.ndarray, src: memoryview) -> None:
-        opaque[:] = np.frombuffer(src, dtype=np.uint8)
+    def copyin(self, opaque: np.ndarray, src: memoryview, offset: int = 0) -> None:
+        opaque[offset:offset + src.nbytes] = np.frombuffer(src, dtype=np.uint8)
 
-    def copyout(self, dest: memoryview, opaque: np.ndarray) -> None:
-        np.frombuffer(dest, dtype=np.uint8)[:] = opaque
+    def copyout(self, dest: memoryview, opaque: np.ndarray, offset: int = 0) -> None:
+        np.frombuffer(dest, dtype=np.uint8)[:] = opaque[offset:offset + dest.nbytes]
 
 
 class Buffer:
@@ -122,109 +148,271 @@ class Buffer:
     def __repr__(self) -> str:
         return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
 
-    def copyin(self, data: np.ndarray) -> Buffer:
+    def copyin(self, data: np.ndarray, offset: int | None = None) -> Buffer:
+        """Write data's bytes into this memory: all of it, or a part from byte offset on."""
         data = np.ascontiguousarray(data)
-        assert data.nbytes == self.nbytes, f"copyin of {data.nbytes} bytes into {self.nbytes}"
+        assert (data.nbytes == self.nbytes if offset is None else 0 <= offset <= self.nbytes - data.nbytes), \
+            f"copyin of {data.nbytes} bytes at {offset} into {self.nbytes}"
         # numpy's stubs declare ndarray.__buffer__ only for Python >= 3.12 (mypy checks as 3.11)
-        self.allocator.copyin(self._buf, memoryview(data.reshape(-1).view(np.uint8)))  # type: ignore[arg-type]
+        self.allocator.copyin(self._buf, memoryview(data.reshape(-1).view(np.uint8)),  # type: ignore[arg-type]
+                              offset or 0)
         return self
 
     def numpy(self) -> np.ndarray:
         """The raw bits as a flat numpy array of the dtype's host storage type."""
-        out = np.empty(self.size, dtype=self.dtype.np)
-        if self.nbytes:
+        return self.read_into(np.empty(self.size, dtype=self.dtype.np))
+
+    def read_into(self, out: np.ndarray, offset: int | None = None) -> np.ndarray:
+        """Copy the raw bits into out (contiguous, any dtype) and return it: all of this memory, or
+        out.nbytes of it from byte offset on."""
+        assert out.flags.c_contiguous and (out.nbytes == self.nbytes if offset is None else
+                                           0 <= offset <= self.nbytes - out.nbytes), \
+            f"read of {out.nbytes} bytes at {offset} from {self.nbytes}"
+        if out.nbytes:
             # numpy's stubs: as in copyin
-            self.allocator.copyout(memoryview(out.view(np.uint8)), self._buf)  # type: ignore[arg-type]
+            self.allocator.copyout(memoryview(out.reshape(-1).view(np.uint8)), self._buf,  # type: ignore[arg-type]
+                                   offset or 0)
         return out
 
 
 class Program:
-    """A compiled kernel. Called with buffers; returns seconds taken when wait=True."""
+    """A compiled kernel. Called with buffers; returns seconds taken when wait=True. A device's
+    program class is built as `program(device, name, binary, src, info)` (see Compiled)."""
     name: str
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
         raise NotImplementedError
 
 
-class Compiled:
-    """One compute device. Subclasses live in runtime/ops_<name>.py."""
-    name: str = ""
-    allocator: Allocator
+def split_device(name: str) -> tuple[str, int | None]:
+    """("CL", 1) for "cl:1"; ("CUDA", None) for "CUDA" (no index given)."""
+    kind, sep, index = str(name).partition(":")
+    if not sep:
+        return kind.upper(), None
+    if not index.isdigit():
+        raise ValueError(f"[core] device {name!r}: expected KIND or KIND:N with N a device index "
+                         f"(e.g. CL:1), got index {index!r}")
+    return kind.upper(), int(index)
 
-    def compile_kernel(self, kernel: Any) -> Program:
-        """Turn a scheduled kernel (tg.core.schedule.Kernel) into something runnable."""
-        raise NotImplementedError
+
+class Compiled:
+    """One compute device. A backend is one file, runtime/ops_<kind>.py, whose subclass wires the
+    parts and nothing else:
+
+    - `allocator`: an Allocator for this device's memory;
+    - `renderer`: a CStyleRenderer for the device's dialect (None when the device runs kernel ASTs
+      itself, as the NUMPY reference does; it then overrides `lower`);
+    - `compiler`: a Compiler from source to a binary file, cached on disk (None: nothing to build);
+    - `program`: the Program class, built as `program(device, name, binary_path, src, info)`;
+    - `lower_options`: what linearize_for needs to know of the device (vector width, group size);
+    - class methods `count()` (devices of this kind here, or raise saying why none) and the class
+      attribute `default_preference` (kinds picked when nothing names a device: lowest usable first).
+
+    The registry builds one instance per device name (`CL`, `CL:1`, ...) as `cls(name)`.
+    """
+    default_preference: int | None = None     # None: never the default unless asked for
+    name: str = ""                            # the canonical device name: "CPU", "CL", "CL:1", ...
+    allocator: Allocator
+    renderer: Any = None
+    compiler: Any = None
+    program: Any = None
+    lower_options: dict[str, Any] = {}
+
+    def __init__(self, name: str):
+        self.name = name
+        self.index = split_device(name)[1] or 0
+        self._programs: dict[Any, Program] = {}     # by source: two ASTs that render alike share a build
+        self._by_ast: dict[tuple, Program] = {}
+
+    @classmethod
+    def count(cls) -> int:
+        """How many devices of this kind this machine has; raises RuntimeError or ImportError saying
+        why the kind cannot be used at all."""
+        return 1
+
+    @property
+    def hardware(self) -> str:
+        """What runs the kernels, in words (a GPU's name; for host devices, the device's own name)."""
+        return self.name
+
+    def lower(self, kernel: Any) -> tuple[str, Any, Any]:
+        """(name, source, info) of a scheduled kernel: linearized for this device, then rendered."""
+        from tg.core.renderer import linearize_for
+        lin = linearize_for(kernel, self.renderer.d, **self.lower_options)
+        return lin.name, self.renderer.render(lin), lin
 
     def compile_many(self, kernels: list[Any]) -> list[Program]:
-        """Programs for kernels; a kernel seen before (the same AST) is not lowered or rendered again,
-        so a training step's realize costs lookups, not codegen."""
-        known: dict[tuple, Program] = self.__dict__.setdefault("_by_ast", {})
+        """Programs for kernels. A kernel seen before (the same AST) is not lowered again, so a
+        training step's realize costs lookups, not codegen; each new source is built once, on a pool
+        of threads when the compiler allows it, so building overlaps rendering."""
+        todo: dict[tuple, Any] = {}
         for k in kernels:
-            if k.ast.key not in known:
-                known[k.ast.key] = self.compile_kernel(k)
-        return [known[k.ast.key] for k in kernels]
+            if k.ast.key not in self._by_ast:
+                todo.setdefault(k.ast.key, k)
+        if todo:
+            self._build(todo)
+        return [self._by_ast[k.ast.key] for k in kernels]
+
+    def _build(self, todo: dict[tuple, Any]) -> None:
+        from concurrent.futures import ThreadPoolExecutor
+        parallel = self.compiler is not None and getattr(self.compiler, "parallel", False) and len(todo) > 1
+        pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1) if parallel else None
+        try:
+            jobs: list[tuple] = []
+            building: dict[Any, Any] = {}
+            for key, k in todo.items():
+                name, src, info = self.lower(k)
+                if src not in self._programs and src not in building:
+                    if self.compiler is None:
+                        building[src] = None
+                    elif pool is not None:
+                        building[src] = pool.submit(self.compiler.compile, src)
+                    else:
+                        building[src] = self.compiler.compile(src)
+                jobs.append((key, name, src, info))
+            for key, name, src, info in jobs:
+                if src not in self._programs:
+                    built = building[src]
+                    binary = built.result() if pool is not None else built
+                    self._programs[src] = self.program(self, name, binary, src, info)
+                self._by_ast[key] = self._programs[src]
+        finally:
+            if pool is not None:
+                pool.shutdown()
+
+    def get_program(self, kernel: Any) -> Program:
+        """The program that runs one scheduled kernel on this device."""
+        return self.compile_many([kernel])[0]
 
     def synchronize(self) -> None:
         pass
 
 
 class _Registry:
-    """Device["CPU"] imports tg.core.runtime.ops_cpu and returns its device, once."""
+    """Device["CL:1"] imports tg.core.runtime.ops_cl once and builds its device 1, once. A device is
+    named KIND or KIND:N; KIND means KIND:0, and index 0 is always written without it."""
 
-    def canonicalize(self, name: str | None) -> str:
-        if name is None:
-            return self.DEFAULT
-        base = str(name).split(":")[0].upper()
-        if base not in self.names():
-            raise ValueError(f"[core] unknown device {name!r}; expected one of {', '.join(self.names())}")
-        return base
+    def __init__(self) -> None:
+        self._opened: dict[str, Compiled] = {}
 
-    # The cache holds self, which leaks nothing: Device is the only _Registry and lives as long as the process.
+    # Each cache holds self, which leaks nothing: Device is the only _Registry and lives as long as the process.
     @functools.cache  # noqa: B019
-    def names(self) -> list[str]:
+    def kinds(self) -> list[str]:
         import tg.core.runtime as rt
         return sorted(m.name[4:].upper() for m in pkgutil.iter_modules(rt.__path__) if m.name.startswith("ops_"))
 
-    @functools.cache  # noqa: B019  (see names)
-    def __getitem__(self, name: str) -> Compiled:
-        name = self.canonicalize(name)
-        module = importlib.import_module(f"tg.core.runtime.ops_{name.lower()}")
+    @functools.cache  # noqa: B019  (see kinds)
+    def device_class(self, kind: str) -> type[Compiled]:
+        if kind not in self.kinds():
+            raise ValueError(f"[core] unknown device kind {kind!r}; expected one of {', '.join(self.kinds())}")
+        module = importlib.import_module(f"tg.core.runtime.ops_{kind.lower()}")
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, Compiled) and value is not Compiled \
                     and value.__module__ == module.__name__:
-                dev = value()
-                dev.name = name
-                return dev
-        raise ImportError(f"[core] tg/core/runtime/ops_{name.lower()}.py defines no Device subclass")
+                return value
+        raise ImportError(f"[core] tg/core/runtime/ops_{kind.lower()}.py defines no Compiled subclass")
+
+    @functools.cache  # noqa: B019  (see kinds)
+    def _count(self, kind: str) -> int | str:
+        try:
+            return self.device_class(kind).count()
+        except (ImportError, RuntimeError) as e:
+            return str(e)
+
+    def count(self, kind: str) -> int:
+        """How many devices of a kind this machine has (0 when the kind is unusable here).
+
+            >>> Device.count("CPU")
+            1
+        """
+        found = self._count(split_device(kind)[0])
+        return found if isinstance(found, int) else 0
+
+    def canonicalize(self, name: str | None) -> str:
+        """The canonical name of a device ("cl:0" -> "CL", "cuda:1" -> "CUDA:1"); None is the default
+        device. A kind tg does not know, or an index past the last device, raises."""
+        if name is None:
+            return self.DEFAULT
+        kind, index = split_device(name)
+        if kind not in self.kinds():
+            raise ValueError(f"[core] unknown device {name!r}; expected one of {', '.join(self.kinds())}, "
+                             f"optionally with an index (CL:1)")
+        if not index:
+            return kind
+        found = self._count(kind)
+        if isinstance(found, str):
+            raise RuntimeError(f"[core] device {name!r}: no {kind} device is usable here: {found}")
+        if index >= found:
+            have = f"{kind}:0..{kind}:{found - 1}" if found > 1 else kind
+            raise ValueError(f"[core] device {name!r} does not exist: this machine has {found} {kind} "
+                             f"device{'s' if found != 1 else ''} ({have}). Fix: use an index below {found}")
+        return f"{kind}:{index}"
+
+    def __getitem__(self, name: str) -> Compiled:
+        found = self._opened.get(name)        # every spelling seen maps to the one device
+        if found is None:
+            canonical = self.canonicalize(name)
+            found = self._opened.get(canonical)
+            if found is None:
+                found = self._opened[canonical] = self.device_class(split_device(canonical)[0])(canonical)
+            self._opened[name] = found
+        return found
 
     @property
     def DEFAULT(self) -> str:
-        chosen = config.TG_DEVICE
-        if chosen:
-            if chosen not in self.names():
-                raise ValueError(f"[core] TG_DEVICE={chosen!r} is not a device; expected one of "
-                                 f"{', '.join(self.names())}")
-            return chosen
-        return _best_device()
+        """TG_DEVICE if set, else the most preferred usable kind (CUDA when a GPU is usable, else
+        CPU). Without an index, a process started by a launcher (LOCAL_RANK, or mpiexec's or Slurm's
+        local rank) takes device local_rank mod count of its kind: one device per rank."""
+        return _default_device(config.TG_DEVICE, config.local_rank())
 
 
 @functools.cache
-def _best_device() -> str:
-    """CUDA when cuda-python is installed and a GPU is usable, else CPU (DEBUG=1 says which, and why)."""
-    import importlib.util
-    reason = "cuda-python is not installed"
-    if importlib.util.find_spec("cuda") is not None and importlib.util.find_spec("cuda.bindings") is not None:
+def _default_device(chosen: str, local_rank: int) -> str:
+    if chosen:
+        kind, index = split_device(chosen)
+        if kind not in Device.kinds():
+            raise ValueError(f"[core] TG_DEVICE={chosen!r} is not a device; expected one of "
+                             f"{', '.join(Device.kinds())}, optionally with an index (CL:1)")
+        if index is not None:
+            name = Device.canonicalize(chosen)
+            _say(f"[device] default device {name} (TG_DEVICE={chosen})")
+            return name
+        why = f"TG_DEVICE={chosen}"
+    else:
+        kind, why = _preferred_kind()
+    count = Device.count(kind)
+    if local_rank < 0 or count <= 1:
+        _say(f"[device] default device {kind} ({why}{'' if local_rank < 0 else f'; 1 {kind} device'})")
+        return kind
+    name = Device.canonicalize(f"{kind}:{local_rank % count}")
+    _say(f"[device] default device {name} (local rank {local_rank} of {count} {kind} devices; {why}; "
+         f"TG_DEVICE={kind}:N picks one)")
+    return name
+
+
+def _preferred_kind() -> tuple[str, str]:
+    """The usable kind of lowest default_preference, and why the ones before it were passed over."""
+    passed: list[str] = []
+    ranked = []
+    for kind in Device.kinds():
         try:
-            from tg.core.runtime.ops_cuda import probe
-            name = probe()
-            if config.DEBUG >= 1:
-                print(f"[device] default device CUDA ({name})")
-            return "CUDA"
-        except (ImportError, RuntimeError) as e:
-            reason = str(e).splitlines()[0]
+            pref = Device.device_class(kind).default_preference
+        except ImportError:
+            continue
+        if pref is not None:
+            ranked.append((pref, kind))
+    for _, kind in sorted(ranked):
+        found = Device._count(kind)
+        if isinstance(found, int) and found > 0:
+            why = "; ".join(passed) or "usable"
+            return kind, why + ("; TG_DEVICE picks another" if passed else "")
+        passed.append(f"not {kind}: {str(found).splitlines()[0] if isinstance(found, str) else 'no device'}")
+    raise RuntimeError("[core] no device is usable; expected at least the CPU")
+
+
+def _say(line: str) -> None:
     if config.DEBUG >= 1:
-        print(f"[device] default device CPU ({reason}; TG_DEVICE picks another)")
-    return "CPU"
+        print(line)
 
 
 Device = _Registry()

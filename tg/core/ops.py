@@ -1,6 +1,6 @@
 """The closed set of primitive ops. Every Tensor method is composed from these; every backend
 implements exactly these. Per-op tables (render templates, reference implementations,
-gradients) are plain dicts keyed by op, and tests/core/test_ops_tables.py asserts that every op
+gradients) are plain dicts keyed by op, and tests/core/test_tables.py asserts that every op
 has an entry in every table."""
 from __future__ import annotations
 

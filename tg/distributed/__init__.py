@@ -31,7 +31,7 @@ import numpy as np
 
 from tg import config
 from tg.distributed.errors import DistributedError
-from tg.distributed.flat import HostView
+from tg.distributed.flat import HOST_DEVICES, HostView
 from tg.distributed.group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.store import TCPStore
 
@@ -295,6 +295,46 @@ def _as_host(t: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
     return arr, lambda: view.write(arr)
 
 
+STAGE_PART = 4 << 20    # bytes of device memory a pipelined collective moves per step
+
+
+def _device_view(t: Any) -> HostView | None:
+    """A HostView of t when t is a tensor in device memory large enough to move in parts, else None."""
+    from tg import Tensor
+    if not isinstance(t, Tensor) or t.device in HOST_DEVICES or t.nbytes <= STAGE_PART:
+        return None
+    view = HostView(t)
+    return view if view.pipelined else None
+
+
+def _pipelined(group: Any, call: Callable[[np.ndarray], tuple], view: HostView, read: bool, write: bool,
+               async_op: bool) -> Any:
+    """An elementwise collective on device memory, in parts of STAGE_PART bytes through the view's
+    (pinned) staging block: part k+1 is copied to the host while part k crosses the transport on the
+    group's worker thread, and part k is copied back while later parts cross. Every rank passes a
+    device tensor of the same size, so every rank cuts the same parts."""
+    g = _group(group)
+    flat = view.staged()
+    step = max(STAGE_PART // flat.itemsize, 1)
+    parts = [(lo, min(lo + step, flat.size)) for lo in range(0, flat.size, step)]
+    futures = []
+    for lo, hi in parts:
+        if read:
+            view.read_part(lo, hi)
+        fn, args = call(flat[lo:hi])
+        futures.append(g.submit(fn, *args))
+
+    def finish() -> None:
+        for (lo, hi), future in zip(parts, futures):
+            future.result()
+            if write:
+                view.write_part(lo, hi)
+    if async_op:
+        return Work(futures[-1], finish)
+    finish()
+    return None
+
+
 def _run(group: Any, fn: Callable, args: tuple, after: Callable[[], None] | None, async_op: bool) -> Any:
     g = _group(group)
     if not async_op:
@@ -336,6 +376,11 @@ def _group_rank(group: Any, global_rank: int) -> int:
 def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
     """Reduce tensor across ranks, in place on every rank."""
     g = _group(group)
+    view = _device_view(tensor)
+    if view is not None:
+        reducer(op, view.np_dtype)
+        return _pipelined(group, lambda part: (g.all_reduce, (part, op)), view,
+                          True, True, async_op)
     arr, after = _as_host(tensor)
     reducer(op, arr.dtype)   # a dtype the op cannot use fails here, at the call
     return _run(group, g.all_reduce, (arr, op), after, async_op)
@@ -344,6 +389,10 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None, asyn
 def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
     g = _group(group)
     root = _check_root(g, _group_rank(group, dst), "reduce")
+    view = _device_view(tensor)
+    if view is not None:
+        reducer(op, view.np_dtype)
+        return _pipelined(group, lambda part: (g.reduce, (part, root, op)), view, True, g.rank == root, async_op)
     arr, after = _as_host(tensor)
     reducer(op, arr.dtype)
     return _run(group, g.reduce, (arr, root, op), after, async_op)
@@ -352,6 +401,10 @@ def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: Any = None
 def broadcast(tensor: Any, src: int, group: Any = None, async_op: bool = False) -> Any:
     g = _group(group)
     root = _check_root(g, _group_rank(group, src), "broadcast")
+    view = _device_view(tensor)
+    if view is not None:
+        return _pipelined(group, lambda part: (g.broadcast, (part, root)), view, g.rank == root, g.rank != root,
+                          async_op)
     arr, after = _as_host(tensor)
     return _run(group, g.broadcast, (arr, root), after, async_op)
 

@@ -1,7 +1,8 @@
 """Host views of tensors and flat buckets of parameters: what DDP and ZeRO hand to collectives.
 
 Collectives work on host numpy arrays. `HostView` is a realized tensor's memory seen from the host:
-on CPU and NUMPY a zero-copy view, on other devices a copy each read and written back each write.
+on CPU and NUMPY a zero-copy view, on other devices a reused (pinned) staging block, copied from the
+device each read and back each write.
 A `Bucket` is a run of parameters packed end to end in one flat host array (padded to a multiple of
 the world size, so it splits evenly across ranks): one collective moves the whole bucket.
 
@@ -49,7 +50,10 @@ def own_memory(t: Tensor) -> Buffer:
 
 class HostView:
     """A realized tensor's memory as a flat host array, read and written without the lazy graph, so
-    the same view serves every TinyJit replay. bfloat16 is seen as float32 (numpy has no bfloat16)."""
+    the same view serves every TinyJit replay. bfloat16 is seen as float32 (numpy has no bfloat16).
+    On CPU and NUMPY the array is the memory itself; on other devices it is a staging block of the
+    device's allocator (pinned where the driver can), taken once per view and reused by every read
+    and write, and back in the allocator's pool once nothing uses it."""
 
     def __init__(self, t: Tensor):
         from tg.core.dtype import dtypes
@@ -59,14 +63,39 @@ class HostView:
         self.np_dtype = host_dtype(t.dtype)
         self.zero_copy = t.device in HOST_DEVICES and not self.bf16
         self._array = self.buf._buf.view(self.np_dtype) if self.zero_copy else None
+        self._stage: np.ndarray | None = None
+
+    def _staged(self) -> np.ndarray:
+        if self._stage is None:
+            self._stage = self.buf.allocator.staging(self.buf.nbytes)
+        return self._stage
 
     def read(self) -> np.ndarray:
-        """The values (the live memory itself when zero_copy, else a fresh copy)."""
+        """The values: the live memory itself when zero_copy, else the staging block, freshly copied
+        from the device (valid until the next read or write of this view)."""
         if self._array is not None:
             return self._array
         from tg.core.dtype import bf16_to_f32
-        bits = self.buf.numpy()
+        bits = self.buf.read_into(self._staged()).view(self.buf.dtype.np)
         return bf16_to_f32(bits) if self.bf16 else bits.view(self.np_dtype)
+
+    @property
+    def pipelined(self) -> bool:
+        """Whether collectives may move this memory in parts (device memory seen as itself: not
+        zero-copy host memory, not bfloat16 seen as float32)."""
+        return not self.zero_copy and not self.bf16
+
+    def staged(self) -> np.ndarray:
+        """The staging block as a flat array of the values' dtype (for `read_part` / `write_part`)."""
+        return self._staged().view(self.np_dtype)
+
+    def read_part(self, lo: int, hi: int) -> None:
+        """Copy elements lo:hi from the device into the staging block."""
+        self.buf.read_into(self.staged()[lo:hi], lo * self.np_dtype.itemsize)
+
+    def write_part(self, lo: int, hi: int) -> None:
+        """Copy elements lo:hi of the staging block back to the device."""
+        self.buf.copyin(self.staged()[lo:hi], lo * self.np_dtype.itemsize)
 
     def write(self, values: np.ndarray) -> None:
         """Store values (any shape with numel elements) into the tensor's memory."""
@@ -75,8 +104,12 @@ class HostView:
                 self._array[...] = values.reshape(-1)
             return
         from tg.core.dtype import f32_to_bf16
-        flat = np.ascontiguousarray(values, dtype=self.np_dtype).reshape(-1)
-        self.buf.copyin(f32_to_bf16(flat) if self.bf16 else flat)
+        stage = self._staged()
+        if self.bf16:
+            stage.view(np.uint16)[...] = f32_to_bf16(np.ascontiguousarray(values, dtype=np.float32).reshape(-1))
+        elif not np.may_share_memory(values, stage):      # a read's result written back needs no copy
+            stage.view(self.np_dtype)[...] = values.reshape(-1)
+        self.buf.copyin(stage)
 
 
 class Bucket:

@@ -33,6 +33,11 @@ they are. Unless it is already set, TG_CPU_THREADS shares the node's cores among
 (cores // nproc_per_node, at least 1). On several nodes the agents host the store: workers also
 get TG_STORE_EXTERNAL=1 and TG_STORE_PREFIX (one per attempt).
 
+Devices: with LOCAL_RANK set, a worker's default device is device LOCAL_RANK mod count of its kind
+(`CUDA:1` for local rank 1 on a GPU node, the kind from TG_DEVICE or, unset, CUDA when a GPU is
+usable), so `tglaunch --nproc 8` on an 8-GPU node puts one rank on each GPU. TG_DEVICE with an
+index (`TG_DEVICE=CUDA:3`) or a device named in the script wins; DEBUG=1 prints each rank's choice.
+
 Output: every line a worker prints appears at once, prefixed `[rank3]: `, on the launcher's stdout
 or stderr as the worker wrote it.
 

@@ -2,7 +2,8 @@
 source hash and device), launched with pyopencl over global (and local) work sizes, timed by events.
 
 Any OpenCL platform works; `pip install -e ".[cl]"` brings pyopencl and PoCL, a real OpenCL device
-on any CPU, so the GPU code path runs in CI. A GPU device is preferred when one is present.
+on any CPU, so the GPU code path runs in CI. `CL:N` is the N-th GPU when there are GPUs, else the
+N-th device that compiles (see `devices()`).
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import numpy as np
 from tg import config
 from tg.core.compiler import CompileError, Compiler
 from tg.core.device import Buffer, CachingAllocator, Compiled, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
+from tg.core.renderer import DIALECTS, CStyleRenderer
 
 
 def _register_pip_drivers() -> None:
@@ -69,6 +70,7 @@ class CLAllocator(CachingAllocator):
     def __init__(self, dev: CLDevice):
         super().__init__()
         self.dev = dev
+        self.mapped: list[Any] = []
 
     def _alloc(self, nbytes: int) -> Any:
         cl = _cl()
@@ -77,14 +79,25 @@ class CLAllocator(CachingAllocator):
     def _free(self, opaque: Any) -> None:
         opaque.release()
 
-    def copyin(self, opaque: Any, src: memoryview) -> None:
+    def copyin(self, opaque: Any, src: memoryview, offset: int = 0) -> None:
         if src.nbytes:
-            _cl().enqueue_copy(self.dev.queue, opaque, np.frombuffer(src, dtype=np.uint8), is_blocking=True)
+            _cl().enqueue_copy(self.dev.queue, opaque, np.frombuffer(src, dtype=np.uint8), is_blocking=True,
+                               dst_offset=offset)
 
-    def copyout(self, dest: memoryview, opaque: Any) -> None:
+    def copyout(self, dest: memoryview, opaque: Any, offset: int = 0) -> None:
         if dest.nbytes:
-            _cl().enqueue_copy(self.dev.queue, np.frombuffer(dest, dtype=np.uint8), opaque, is_blocking=True)
+            _cl().enqueue_copy(self.dev.queue, np.frombuffer(dest, dtype=np.uint8), opaque, is_blocking=True,
+                               src_offset=offset)
 
+    def _host_block(self, nbytes: int) -> np.ndarray:
+        """Host memory the driver allocated and mapped (CL_MEM_ALLOC_HOST_PTR): pinned on GPU drivers,
+        so copies to and from the device run by DMA."""
+        cl = _cl()
+        memory = cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 1))
+        block, _ = cl.enqueue_map_buffer(self.dev.queue, memory, cl.map_flags.READ | cl.map_flags.WRITE, 0,
+                                         (nbytes,), np.uint8, is_blocking=True)
+        self.mapped.append(memory)      # staging blocks live as long as the device
+        return block
 
     def copy(self, dest: Any, src: Any, nbytes: int) -> None:
         _cl().enqueue_copy(self.dev.queue, dest, src, byte_count=nbytes)
@@ -95,7 +108,7 @@ class CLCompiler(Compiler):
 
     def __init__(self, dev: CLDevice):
         self.dev = dev
-        d = dev.device
+        d = dev.cl_device
         self.ident = f"opencl {d.platform.name} {d.platform.version} {d.name} {d.driver_version}"
 
     def compile_to(self, src: str, out: Path) -> None:
@@ -111,10 +124,10 @@ class CLCompiler(Compiler):
 
 
 class CLProgram(Program):
-    def __init__(self, dev: CLDevice, name: str, binary: bytes, src: str, info: Any):
+    def __init__(self, dev: CLDevice, name: str, binary: Path, src: str, info: Any):
         cl = _cl()
         self.dev, self.name, self.src, self.info = dev, name, src, info
-        self.program = _build(cl.Program(dev.ctx, [dev.device], [binary]))
+        self.program = _build(cl.Program(dev.ctx, [dev.cl_device], [binary.read_bytes()]))
         self.kernel = getattr(self.program, name)
         # work-groups of LOCAL items (or the size a grouped reduce needs); the global size is rounded
         # up (each kernel checks its bound)
@@ -139,44 +152,76 @@ class CLProgram(Program):
                                  self.local_size)
 
 
-def _first_working_device(cl: Any) -> tuple[Any, Any]:
-    """A GPU first; then any device whose compiler works (PoCL's LLVM can fail to know a new CPU)."""
-    devices = [d for p in cl.get_platforms() for d in p.get_devices()]
-    if not devices:
+def _compiles(cl: Any, dev: Any) -> str | None:
+    """None when dev builds a kernel, else the driver's last word on why not."""
+    try:
+        _build(cl.Program(cl.Context([dev]), "__kernel void probe(__global float* a) { a[0] = 1.0f; }"))
+        return None
+    except cl.Error as e:
+        return str(e).strip().splitlines()[-1][:200]
+
+
+def _split(cl: Any, dev: Any, parts: int) -> list[Any]:
+    """dev as `parts` sub-devices with equal shares of its compute units (OpenCL device fission)."""
+    units = dev.max_compute_units
+    if units < parts or cl.device_partition_property.EQUALLY not in (dev.partition_properties or []):
+        raise RuntimeError(f"[cl] TG_CL_SPLIT={parts}: {dev.name} ({dev.platform.name}) cannot be split into "
+                           f"{parts} sub-devices (it has {units} compute units"
+                           f"{'' if units < parts else ' and no equal partitioning'}; a process bound to some cores, "
+                           f"as mpiexec binds each rank, sees only those). Fix: a smaller TG_CL_SPLIT, or unset it")
+    return dev.create_sub_devices([cl.device_partition_property.EQUALLY, units // parts])[:parts]
+
+
+@functools.cache
+def devices() -> tuple[Any, ...]:
+    """The OpenCL devices CL:0, CL:1, ... stand for: every GPU when there is one; otherwise every
+    device whose compiler works (PoCL's LLVM can fail to know a new CPU), each split into TG_CL_SPLIT
+    sub-devices when that is set, so ranks sharing one CPU each get a CL device of their own."""
+    cl = _cl()
+    found = [d for p in cl.get_platforms() for d in p.get_devices()]
+    if not found:
         raise RuntimeError('[cl] no OpenCL device found. Fix: pip install -e ".[cl]" (a CPU OpenCL driver), or '
                            "install your GPU vendor's OpenCL driver")
-    failures = []
-    for dev in sorted(devices, key=lambda d: not (d.type & cl.device_type.GPU)):
-        try:
-            ctx = cl.Context([dev])
-            _build(cl.Program(ctx, "__kernel void probe(__global float* a) { a[0] = 1.0f; }"))
-            return dev, ctx
-        except cl.Error as e:
-            failures.append(f"{dev.platform.name} / {dev.name}: {str(e).strip().splitlines()[-1][:200]}")
-    raise RuntimeError("[cl] no OpenCL device can compile a kernel:\n  " + "\n  ".join(failures) +
-                       '\nFix: pip install -e ".[cl]" (it adds Intel\'s CPU OpenCL runtime), or install '
-                       "your GPU vendor's OpenCL driver")
+    gpus = [d for d in found if d.type & cl.device_type.GPU]
+    failures, usable = [], []
+    for dev in gpus or found:
+        why = _compiles(cl, dev)
+        if why is None:
+            usable.append(dev)
+        else:
+            failures.append(f"{dev.platform.name} / {dev.name}: {why}")
+    if not usable:
+        raise RuntimeError("[cl] no OpenCL device can compile a kernel:\n  " + "\n  ".join(failures) +
+                           '\nFix: pip install -e ".[cl]" (it adds Intel\'s CPU OpenCL runtime), or install '
+                           "your GPU vendor's OpenCL driver")
+    parts = config.TG_CL_SPLIT
+    if parts >= 2 and not gpus:
+        usable = [sub for dev in usable for sub in _split(cl, dev, parts)]
+    return tuple(usable)
 
 
 class CLDevice(Compiled):
-    def __init__(self) -> None:
+    @classmethod
+    def count(cls) -> int:
+        return len(devices())
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
         cl = _cl()
-        self.device, self.ctx = _first_working_device(cl)
+        self.cl_device = devices()[self.index]
+        self.ctx = cl.Context([self.cl_device])
         self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
         self.allocator = CLAllocator(self)
         self.compiler = CLCompiler(self)
         self.renderer = CStyleRenderer(DIALECTS["opencl"])
+        self.program = CLProgram
         # work-group sizes within what the device allows (some GPUs stop at 64 or 128 items)
-        self.local_size = min(LOCAL, self.device.max_work_group_size)
-        self.group_size = min(GROUP, self.device.max_work_group_size)
-        self._programs: dict[str, CLProgram] = {}
+        self.local_size = min(LOCAL, self.cl_device.max_work_group_size)
+        self.lower_options = {"group_size": min(GROUP, self.cl_device.max_work_group_size)}
 
-    def compile_kernel(self, kernel: Any) -> Program:
-        lin = linearize_for(kernel, DIALECTS["opencl"], group_size=self.group_size)
-        src = self.renderer.render(lin)
-        if src not in self._programs:
-            self._programs[src] = CLProgram(self, lin.name, self.compiler.compile(src).read_bytes(), src, lin)
-        return self._programs[src]
+    @property
+    def hardware(self) -> str:
+        return f"{self.cl_device.name} ({self.cl_device.platform.name})"
 
     def synchronize(self) -> None:
         self.queue.finish()

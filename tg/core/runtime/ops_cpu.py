@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import ctypes
 import functools
-import os
 import subprocess
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tg import config
 from tg.core.compiler import CompileError, Compiler
 from tg.core.device import Buffer, Compiled, HostAllocator, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
+from tg.core.renderer import DIALECTS, CStyleRenderer
 
 
 @functools.cache
@@ -36,6 +34,7 @@ def _vector_bytes() -> int:
 
 class ClangCompiler(Compiler):
     suffix = ".so"
+    parallel = True      # each build is its own compiler process
 
     def __init__(self) -> None:
         self.cc = config.TG_CC
@@ -57,7 +56,7 @@ class ClangCompiler(Compiler):
 
 
 class CPUProgram(Program):
-    def __init__(self, name: str, lib_path: Path, src: str, info):
+    def __init__(self, dev: CPUDevice, name: str, lib_path: Path, src: str, info):
         self.name, self.src, self.info = name, src, info
         self.lib = ctypes.CDLL(str(lib_path))
         self.fxn = getattr(self.lib, name)
@@ -75,38 +74,12 @@ class CPUProgram(Program):
 
 
 class CPUDevice(Compiled):
-    def __init__(self) -> None:
+    default_preference = 1      # after a usable GPU
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
         self.allocator = HostAllocator()
         self.compiler = ClangCompiler()
-        threads = config.TG_CPU_THREADS
-        self.renderer = CStyleRenderer(DIALECTS["c"], threads=threads)
-        self._programs: dict[str, CPUProgram] = {}
-        self._by_ast: dict[tuple, CPUProgram] = {}
-
-    def render(self, kernel):
-        lin = linearize_for(kernel, DIALECTS["c"], _vector_bytes())
-        return lin, self.renderer.render(lin)
-
-    def compile_many(self, kernels: list) -> list[Program]:
-        """Programs for kernels. Each distinct kernel is rendered once, and handed to a compiler
-        process as soon as it is rendered, so rendering (Python) overlaps compiling (cc)."""
-        todo: dict[tuple, object] = {}
-        for k in kernels:
-            if k.ast.key not in self._by_ast:
-                todo.setdefault(k.ast.key, k)
-        if todo:
-            with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-                jobs, in_flight = [], {}
-                for key, k in todo.items():
-                    lin, src = self.render(k)
-                    if src not in self._programs and src not in in_flight:
-                        in_flight[src] = pool.submit(self.compiler.compile, src)
-                    jobs.append((key, lin, src))
-                for key, lin, src in jobs:
-                    if src not in self._programs:
-                        self._programs[src] = CPUProgram(lin.name, in_flight[src].result(), src, lin)
-                    self._by_ast[key] = self._programs[src]
-        return [self._by_ast[k.ast.key] for k in kernels]
-
-    def compile_kernel(self, kernel) -> Program:
-        return self.compile_many([kernel])[0]
+        self.renderer = CStyleRenderer(DIALECTS["c"], threads=config.TG_CPU_THREADS)
+        self.program = CPUProgram
+        self.lower_options = {"cpu_vector_bytes": _vector_bytes()}

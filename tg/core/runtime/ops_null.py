@@ -13,15 +13,15 @@ class NullAllocator(Allocator):
     def alloc(self, nbytes: int) -> int:
         return nbytes
 
-    def copyin(self, opaque, src: memoryview) -> None:
+    def copyin(self, opaque, src: memoryview, offset: int = 0) -> None:
         pass
 
-    def copyout(self, dest: memoryview, opaque) -> None:
+    def copyout(self, dest: memoryview, opaque, offset: int = 0) -> None:
         np.frombuffer(dest, dtype=np.uint8)[:] = 0
 
 
 class NullProgram(Program):
-    def __init__(self, name: str, src: str, info):
+    def __init__(self, dev: NullDevice, name: str, binary: None, src: str, info):
         self.name, self.src, self.info = name, src, info
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
@@ -29,16 +29,20 @@ class NullProgram(Program):
 
 
 class NullDevice(Compiled):
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
         self.allocator = NullAllocator()
+        self.renderer = CStyleRenderer(_dialect(config.TG_NULL_DIALECT))
+        self.program = NullProgram
+        self.lower_options = {"cpu_vector_bytes": 64}
 
     def render(self, kernel, dialect: str | None = None) -> str:
-        name = (dialect or config.TG_NULL_DIALECT).lower()
-        if name not in DIALECTS:
-            raise ValueError(f"[null] TG_NULL_DIALECT={name!r}; expected one of {', '.join(DIALECTS)}")
-        return CStyleRenderer(DIALECTS[name]).render(linearize_for(kernel, DIALECTS[name], 64))
+        """The source of a kernel in a dialect (default TG_NULL_DIALECT)."""
+        d = _dialect(dialect or config.TG_NULL_DIALECT)
+        return CStyleRenderer(d).render(linearize_for(kernel, d, **self.lower_options))
 
-    def compile_kernel(self, kernel) -> Program:
-        src = self.render(kernel)
-        lin = linearize_for(kernel, DIALECTS[config.TG_NULL_DIALECT.lower()], 64)
-        return NullProgram(lin.name, src, lin)
+
+def _dialect(name: str):
+    if name.lower() not in DIALECTS:
+        raise ValueError(f"[null] TG_NULL_DIALECT={name!r}; expected one of {', '.join(DIALECTS)}")
+    return DIALECTS[name.lower()]

@@ -150,10 +150,8 @@ class Interpreter:
 
 
 class NumpyProgram(Program):
-    def __init__(self, kernel: Kernel):
-        self.interp = Interpreter(kernel)
-        self.name = kernel.name
-        self.info = None
+    def __init__(self, dev: NumpyDevice, name: str, binary: None, interp: Interpreter, info: None):
+        self.interp, self.name, self.info = interp, name, info
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
         start = time.perf_counter()
@@ -162,8 +160,11 @@ class NumpyProgram(Program):
 
 
 class NumpyDevice(Compiled):
-    def __init__(self) -> None:
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
         self.allocator = HostAllocator()
+        self.program = NumpyProgram
 
-    def compile_kernel(self, kernel: Kernel) -> Program:
-        return NumpyProgram(kernel)
+    def lower(self, kernel: Kernel) -> tuple[str, Interpreter, None]:
+        """Nothing to render or build: the "source" is an interpreter of the kernel's AST."""
+        return kernel.name, Interpreter(kernel), None
