@@ -3,6 +3,7 @@
 same work on host memory. The large, pipelined case is in test_staging.py."""
 import json
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -10,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 from harness import run_ranks
-from test_staging import CL_ENV, needs_cl
+from test_staging import CL_ENV, needs_cl, per_rank_devices
 from test_training import (
     MLP,
     TINY_BUCKET,
@@ -103,14 +104,15 @@ def _every_collective(rank: int, world: int, dtype: str) -> dict:
         dist.recv(got, src=0)
         close(got, p[0])
     dist.barrier()
-    return {"device": device, "stayed": sorted({s.device for s in seen})}
+    from tg import Device
+    return {"device": device, "stayed": sorted({s.device for s in seen}), "count": Device.count("CL")}
 
 
 @pytest.mark.parametrize("world,dtype", [(2, "float32"), (3, "float32"), (2, "int32")])
 def test_every_collective_on_device_tensors(world, dtype):
     needs_cl()
     results = run_ranks(world, _every_collective, dtype, env=CL_ENV, timeout=240)
-    devices = ["CL", "CL:1", "CL"][:world]     # LOCAL_RANK mod 2 devices
+    devices = per_rank_devices(world, results[0]["count"])
     assert [r["device"] for r in results] == devices
     assert [r["stayed"] for r in results] == [[d] for d in devices]
 
@@ -178,4 +180,4 @@ def test_tglaunch_puts_each_rank_on_its_own_device(tmp_path):
     assert [g["device"] for g in got] == ["CL", "CL:1"]
     assert all(g["sum"] == [3.0] * 4 for g in got)
     said = r.stdout + r.stderr
-    assert "[rank1]: [device] default device CL:1 (local rank 1 of 2 CL devices" in said, said[-2000:]
+    assert re.search(r"\[rank1\]: \[device\] default device CL:1 \(local rank 1 of \d+ CL devices", said), said[-2000:]

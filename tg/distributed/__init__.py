@@ -17,11 +17,13 @@ collectives are identities, so the same script runs under `python` and under `tg
 """
 from __future__ import annotations
 
+import atexit
 import hashlib
 import ipaddress
 import json
 import logging
 import socket
+import sys
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from datetime import timedelta
@@ -30,6 +32,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg import config
+from tg.distributed.algorithms import carried
 from tg.distributed.errors import DistributedError
 from tg.distributed.flat import HOST_DEVICES, HostView
 from tg.distributed.group import ProcessGroup, ReduceOp, reducer
@@ -254,17 +257,19 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None) -> Any:
 
 
 def destroy_process_group(group: Any = None) -> None:
+    """Leave the job (the default group) or `group`; every member calls it. Leaving is an exit barrier:
+    no rank, and not the store that rank 0 hosts, goes away while another still needs it, and a rank
+    still in a collective raises naming this one. A script that ends without calling this leaves at
+    exit."""
     if group is not None and group is not GroupMember.NON_GROUP_MEMBER:
-        group.close()
+        _leave(group)
         return
     g = _State.default
     if g is None:
         return
     try:
-        if g.size > 1 and g.failure is None:
-            g.run_now(g.barrier)   # the store host must outlive every other rank's use of it
+        _leave(g)   # the store host must outlive every other rank's use of it
     finally:
-        g.close()
         if _State.store is not None:
             _State.store.close()
         _State.default, _State.store = None, None
@@ -276,17 +281,48 @@ def destroy_process_group(group: Any = None) -> None:
         _State.p2p.clear()
 
 
+def _leave(g: ProcessGroup) -> None:
+    """Every member leaves together, then closes: a member still in a collective on g raises naming the
+    ranks that left, instead of waiting for a peer that is gone."""
+    try:
+        if g.size > 1 and g.failure is None:
+            g.run_now(g.leave)
+    finally:
+        g.close()
+
+
+def _leave_at_exit() -> None:
+    """A script that ends without destroy_process_group() still leaves through the exit barrier, so the
+    rank that finishes first (rank 0 hosts the store) never fails one still starting or finishing.
+    Under mpi, MPI_Finalize is that barrier and may already have run: only close."""
+    g = _State.default
+    if g is None:
+        return
+    if _State.backend == "mpi":
+        g.failure = g.failure or DistributedError("[distributed] the process is exiting")
+    try:
+        destroy_process_group()
+    except DistributedError as e:
+        sys.stderr.write(f"{e}\n[distributed] rank {g.ranks[g.rank]} could not leave cleanly at exit (above)\n")
+
+
+atexit.register(_leave_at_exit)
+
+
 # ---------------------------------------------------------------------------- tensors <-> host arrays
 
-def _as_host(t: Any) -> tuple[np.ndarray, Callable[[], None] | None]:
-    """A host array to work on in place, and what to do afterwards to make the result visible in t."""
+def _as_host(t: Any, what: str) -> tuple[np.ndarray, Callable[[], None] | None]:
+    """A host array to work on in place, and what to do afterwards to make the result visible in t.
+    Anything a collective cannot carry raises here, at the call, before any byte moves."""
     if isinstance(t, np.ndarray):
+        carried(t.dtype, what)
         if not t.flags.c_contiguous or not t.flags.writeable:
-            raise ValueError("[distributed] numpy arrays must be C-contiguous and writeable; use np.ascontiguousarray")
+            raise ValueError(f"[distributed] {what}: numpy arrays must be C-contiguous and writeable; use "
+                             f"np.ascontiguousarray")
         return t, None
     from tg import Tensor
     if not isinstance(t, Tensor):
-        raise TypeError(f"[distributed] expected a tg Tensor or a numpy array, got {type(t).__name__}")
+        raise TypeError(f"[distributed] {what}: expected a tg Tensor or a numpy array, got {type(t).__name__}")
     # the collective overwrites this memory in place: HostView computes what still reads it first
     view = HostView(t)
     arr = view.read().reshape(t.shape)
@@ -381,7 +417,7 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None, asyn
         reducer(op, view.np_dtype)
         return _pipelined(group, lambda part: (g.all_reduce, (part, op)), view,
                           True, True, async_op)
-    arr, after = _as_host(tensor)
+    arr, after = _as_host(tensor, "all_reduce")
     reducer(op, arr.dtype)   # a dtype the op cannot use fails here, at the call
     return _run(group, g.all_reduce, (arr, op), after, async_op)
 
@@ -393,7 +429,7 @@ def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: Any = None
     if view is not None:
         reducer(op, view.np_dtype)
         return _pipelined(group, lambda part: (g.reduce, (part, root, op)), view, True, g.rank == root, async_op)
-    arr, after = _as_host(tensor)
+    arr, after = _as_host(tensor, "reduce")
     reducer(op, arr.dtype)
     return _run(group, g.reduce, (arr, root, op), after, async_op)
 
@@ -405,7 +441,7 @@ def broadcast(tensor: Any, src: int, group: Any = None, async_op: bool = False) 
     if view is not None:
         return _pipelined(group, lambda part: (g.broadcast, (part, root)), view, g.rank == root, g.rank != root,
                           async_op)
-    arr, after = _as_host(tensor)
+    arr, after = _as_host(tensor, "broadcast")
     return _run(group, g.broadcast, (arr, root), after, async_op)
 
 
@@ -418,8 +454,8 @@ def _check_whole(op: str, whole_name: str, whole: np.ndarray, part_name: str, pa
 
 def all_gather_into_tensor(output: Any, input: Any, group: Any = None, async_op: bool = False) -> Any:  # noqa: A002
     g = _group(group)
-    out, after = _as_host(output)
-    inp, _ = _as_host(input)
+    out, after = _as_host(output, "all_gather_into_tensor")
+    inp, _ = _as_host(input, "all_gather_into_tensor")
     _check_whole("all_gather_into_tensor", "output", out, "input", inp, g.size)
     return _run(group, g.all_gather, (out, inp), after, async_op)
 
@@ -429,8 +465,8 @@ def all_gather(tensor_list: list, tensor: Any, group: Any = None, async_op: bool
     if len(tensor_list) != g.size:
         raise ValueError(f"[distributed] all_gather: tensor_list has {len(tensor_list)} entries, "
                          f"the group has {g.size}")
-    inp, _ = _as_host(tensor)
-    outs = [_as_host(t) for t in tensor_list]
+    inp, _ = _as_host(tensor, "all_gather")
+    outs = [_as_host(t, "all_gather") for t in tensor_list]
     for o, _a in outs:
         if o.shape != inp.shape or o.dtype != inp.dtype:
             raise ValueError(f"[distributed] all_gather: every output must be {inp.dtype.name}{list(inp.shape)}, "
@@ -448,8 +484,8 @@ def all_gather(tensor_list: list, tensor: Any, group: Any = None, async_op: bool
 def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None,  # noqa: A002
                           async_op: bool = False) -> Any:
     g = _group(group)
-    out, after = _as_host(output)
-    inp, _ = _as_host(input)
+    out, after = _as_host(output, "reduce_scatter_tensor")
+    inp, _ = _as_host(input, "reduce_scatter_tensor")
     _check_whole("reduce_scatter_tensor", "input", inp, "output", out, g.size)
     reducer(op, inp.dtype)
     return _run(group, g.reduce_scatter, (out, inp, op), after, async_op)
@@ -461,25 +497,30 @@ def reduce_scatter(output: Any, input_list: list, op: ReduceOp = ReduceOp.SUM, g
     if len(input_list) != g.size:
         raise ValueError(f"[distributed] reduce_scatter: input_list has {len(input_list)} entries, the group has "
                          f"{g.size}")
-    out, after = _as_host(output)
-    parts = [_as_host(t)[0] for t in input_list]
-    for i, part in enumerate(parts):
-        if part.size != out.size or part.dtype != out.dtype:
-            raise ValueError(f"[distributed] reduce_scatter: input_list[{i}] is {part.dtype.name}{list(part.shape)}, "
-                             f"every entry must match the output {out.dtype.name}{list(out.shape)}")
+    out, after = _as_host(output, "reduce_scatter")
+    parts = [_as_host(t, "reduce_scatter")[0] for t in input_list]
+    _check_chunks("reduce_scatter", "input_list", parts, out, "the output")
     reducer(op, out.dtype)
     flat = np.concatenate([part.reshape(-1) for part in parts])
     return _run(group, g.reduce_scatter, (out, flat, op), after, async_op)
+
+
+def _check_chunks(what: str, name: str, chunks: list[np.ndarray], like: np.ndarray, like_name: str) -> None:
+    for i, chunk in enumerate(chunks):
+        if chunk.size != like.size or chunk.dtype != like.dtype:
+            raise ValueError(f"[distributed] {what}: {name}[{i}] is {chunk.dtype.name}{list(chunk.shape)}, every "
+                             f"entry must match {like_name} {like.dtype.name}{list(like.shape)}")
 
 
 def gather(tensor: Any, gather_list: list | None = None, dst: int = 0, group: Any = None,
            async_op: bool = False) -> Any:
     g = _group(group)
     root = _check_root(g, _group_rank(group, dst), "gather")
-    mine, _ = _as_host(tensor)
-    outs = [_as_host(t) for t in gather_list] if g.rank == root and gather_list is not None else []
+    mine, _ = _as_host(tensor, "gather")
+    outs = [_as_host(t, "gather") for t in gather_list] if g.rank == root and gather_list is not None else []
     if g.rank == root and len(outs) != g.size:
         raise ValueError(f"[distributed] gather: the destination needs a gather_list of {g.size} tensors")
+    _check_chunks("gather", "gather_list", [o for o, _ in outs], mine, "the tensor")
     return _run(group, g.gather, (mine, [o for o, _ in outs], root), _chain(*[a for _, a in outs]), async_op)
 
 
@@ -487,17 +528,18 @@ def scatter(tensor: Any, scatter_list: list | None = None, src: int = 0, group: 
             async_op: bool = False) -> Any:
     g = _group(group)
     root = _check_root(g, _group_rank(group, src), "scatter")
-    out, after = _as_host(tensor)
-    chunks = [_as_host(t)[0] for t in scatter_list] if g.rank == root and scatter_list is not None else []
+    out, after = _as_host(tensor, "scatter")
+    chunks = [_as_host(t, "scatter")[0] for t in scatter_list or []] if g.rank == root else []
     if g.rank == root and len(chunks) != g.size:
         raise ValueError(f"[distributed] scatter: the source needs a scatter_list of {g.size} tensors")
+    _check_chunks("scatter", "scatter_list", chunks, out, "the tensor")
     return _run(group, g.scatter, (out, chunks, root), after, async_op)
 
 
 def all_to_all_single(output: Any, input: Any, group: Any = None, async_op: bool = False) -> Any:  # noqa: A002
     g = _group(group)
-    out, after = _as_host(output)
-    inp, _ = _as_host(input)
+    out, after = _as_host(output, "all_to_all_single")
+    inp, _ = _as_host(input, "all_to_all_single")
     if out.shape != inp.shape or out.dtype != inp.dtype or (inp.shape and inp.shape[0] % g.size):
         raise ValueError(f"[distributed] all_to_all_single: input and output must have the same shape, with a first "
                          f"dim divisible by {g.size}; got {list(inp.shape)} and {list(out.shape)}")
@@ -523,7 +565,7 @@ def _p2p(tensor: Any, peer: int, group: Any, kind: str, async_op: bool) -> Any:
     p = _group_rank(group, peer)
     if p == g.rank or not 0 <= p < g.size:
         raise ValueError(f"[distributed] {kind}: peer {peer} must be another rank of the group")
-    arr, after = _as_host(tensor)
+    arr, after = _as_host(tensor, kind)
     fn = g.send if kind == "send" else g.recv
     fut = _p2p_executor(g, p, kind).submit(fn, 0, arr, p)
     work = Work(fut, after)

@@ -3,13 +3,19 @@
 
 Large all_reduce is a ring reduce-scatter + all-gather, small all_reduce recursive doubling
 (every rank ends bit-identical), broadcast a binomial tree; all are pipelined in chunks so
-sending, receiving and reducing overlap. Every collective first sends its descriptor (op, dtype,
-shape, root, reduce op) to each peer it talks to, and checks the one it receives, so ranks that
-disagree raise on all sides instead of hanging or corrupting data.
+sending, receiving and reducing overlap.
+
+Before any data moves, every collective runs `agree`: the ranks reduce the MIN and MAX of a hash
+of their call's descriptor (op, dtype, shape, root, reduce op) in one recursive-doubling exchange.
+Equal means every rank is in the same call; unequal, and every rank sends every other its whole
+descriptor and raises the same error naming the odd rank(s), instead of hanging or moving data
+that the ranks read differently.
 """
 from __future__ import annotations
 
+import hashlib
 import struct
+from functools import lru_cache
 from typing import Callable
 
 import numpy as np
@@ -21,8 +27,25 @@ CHUNK = 4 << 20            # bytes per pipelined message (fewer, larger messages
 SMALL = 1 << 15            # all_reduce below this many bytes uses recursive doubling
 
 OPS = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "scatter",
-       "all_to_all", "barrier", "send"]
+       "all_to_all", "barrier", "send", "leave"]
 DESC_HEAD = struct.Struct("<BBbiB")   # op, reduce op, dtype code, root, ndim
+RANGE = struct.Struct("<QQ")          # the agreement's (min, max) of the descriptor hashes
+REDUCE_OPS = {1: "SUM", 2: "PRODUCT", 3: "MIN", 4: "MAX", 5: "AVG", 6: "BAND", 7: "BOR", 8: "BXOR"}
+# what a collective carries: numpy's native-order numeric types (object, string, datetime... are not data)
+DTYPE_CODES = [np.dtype(t).str for t in ("bool", "int8", "uint8", "=i2", "=u2", "=i4", "=u4", "=i8", "=u8",
+                                         "=f2", "=f4", "=f8", "=c8", "=c16")]
+
+
+def carried(dtype: np.dtype, what: str) -> None:
+    """Raise TypeError at the call, before any byte moves, for a dtype collectives cannot carry."""
+    dt = np.dtype(dtype)
+    if dt.str in DTYPE_CODES:
+        return
+    names = ", ".join(np.dtype(c).name for c in DTYPE_CODES)
+    hint = ("convert it with arr.astype(arr.dtype.newbyteorder('='))" if dt.kind in "biufc" else
+            "collectives move numbers; send objects with broadcast_object / all_gather_object")
+    raise TypeError(f"[distributed] {what}: cannot send a {dt.name} ({dt.str}) array; collectives carry "
+                    f"native-order {names}; {hint}")
 
 
 def encode_desc(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1, red: int = 0) -> bytes:
@@ -30,26 +53,51 @@ def encode_desc(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1
     return DESC_HEAD.pack(OPS.index(op), red, code, root, len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
 
 
+@lru_cache(maxsize=4096)
+def desc_hash(desc: bytes) -> int:
+    """A 62-bit hash of a descriptor (cached: a training loop repeats a few calls)."""
+    return int.from_bytes(hashlib.blake2b(desc, digest_size=8).digest(), "little") >> 2
+
+
 def describe(desc: bytes) -> str:
-    op, red, code, root, ndim = DESC_HEAD.unpack(desc[:DESC_HEAD.size])
-    shape = struct.unpack(f"<{ndim}Q", desc[DESC_HEAD.size:DESC_HEAD.size + 8 * ndim])
+    try:
+        op, red, code, root, ndim = DESC_HEAD.unpack(desc[:DESC_HEAD.size])
+        shape = struct.unpack(f"<{ndim}Q", desc[DESC_HEAD.size:DESC_HEAD.size + 8 * ndim])
+        name = OPS[op]
+    except (struct.error, IndexError):
+        return f"a malformed call ({desc[:32].hex()})"
+    if name in ("barrier", "leave"):
+        return "destroy_process_group (leaving)" if name == "leave" else name
     dt = np.dtype(DTYPE_CODES[code]).name if 0 <= code < len(DTYPE_CODES) else "?"
     extra = f" root={root}" if root >= 0 else ""
-    return f"{OPS[op]} {dt}[{', '.join(map(str, shape))}]{extra}" + (f" op={red}" if red else "")
+    return f"{name} {dt}[{', '.join(map(str, shape))}]{extra}" + (f" op={REDUCE_OPS.get(red, red)}" if red else "")
 
 
-DTYPE_CODES = [np.dtype(t).str for t in ("bool", "int8", "uint8", "<i2", "<u2", "<i4", "<u4", "<i8", "<u8",
-                                         "<f2", "<f4", "<f8")]
+def disagreement(what: str, descs: list[bytes], ranks: list[int]) -> DistributedError:
+    """The error every rank raises when the ranks' descriptors differ (descs[i] is group rank i's): the
+    odd ranks are those outside the largest set of ranks in one call; with no single largest set,
+    every view is named."""
+    views: dict[bytes, list[int]] = {}
+    for i, desc in enumerate(descs):
+        views.setdefault(desc, []).append(ranks[i])
+    order = sorted(views.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
+
+    def who(rs: list[int]) -> str:
+        return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {', '.join(map(str, rs))}"
+    fix = "every rank must make the same collective calls in the same order"
+    if len(order) > 1 and len(order[0][1]) > len(order[1][1]):
+        odd = "; ".join(f"{who(rs)} called {describe(d)}" for d, rs in order[1:])
+        desc, rest = order[0]
+        return DistributedError(f"[distributed] {what}: {odd}, but {who(rest)} called {describe(desc)}; {fix}")
+    said = "; ".join(f"{who(rs)} called {describe(d)}" for d, rs in order)
+    return DistributedError(f"[distributed] {what}: the ranks disagree: {said}; {fix}")
 
 
 class Call:
-    """One collective in flight: sends the descriptor before the first payload to each peer and
-    checks it before the first payload from each peer."""
+    """One collective in flight: `agree` first, then the algorithm's payloads, each size-checked."""
 
     def __init__(self, transport, seq: int, desc: bytes, name: str, ranks: list[int]):
         self.t, self.seq, self.desc, self.name, self.ranks = transport, seq, desc, name, ranks
-        self.sent: set[int] = set()
-        self.checked: set[int] = set()
         self.handles: list = []
 
     @property
@@ -57,25 +105,60 @@ class Call:
         return f"{self.name} #{self.seq}"
 
     def isend(self, peer: int, payload) -> None:
-        if peer not in self.sent:
-            self.t.isend(peer, DESC, self.seq, 0, self.desc)
-            self.sent.add(peer)
         mv = memoryview(payload).cast("B") if not isinstance(payload, (bytes, bytearray)) else payload
         self.handles.append(self.t.isend(peer, DATA, self.seq, 0, mv))
 
-    def check(self, peer: int) -> None:
-        if peer in self.checked:
-            return
+    def _control(self, peer: int, payload: bytes) -> None:
+        self.handles.append(self.t.isend(peer, DESC, self.seq, 0, payload))
+
+    def _control_from(self, peer: int, size: int | None) -> bytes:
         _, _, n = self.t.recv_frame(peer, DESC, self.seq, self.what)
-        theirs = self.t.recv_bytes(peer, n)
-        if theirs != self.desc:
-            g_peer, g_me = self.ranks[peer], self.ranks[self.t.rank]
-            raise DistributedError(f"[distributed] {self.what}: rank {g_peer} sent {describe(theirs)}, "
-                                   f"rank {g_me} expected {describe(self.desc)}")
-        self.checked.add(peer)
+        if size is not None and n != size:
+            raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent a {n}-byte agreement "
+                                   f"frame, rank {self.ranks[self.t.rank]} expected {size} bytes")
+        return self.t.recv_bytes(peer, n)
+
+    def agree(self) -> None:
+        """Every rank in the same call, or every rank raises the same error naming the odd ones. The
+        MIN and MAX of the descriptor hashes go round in the pattern of recursive doubling (ranks
+        beyond the largest power of two fold in first and hear the result last)."""
+        n, r = self.t.world, self.t.rank
+        p2 = 1 << (n.bit_length() - 1)
+        h = desc_hash(self.desc)
+        lo, hi = h, h
+
+        def merge(peer: int) -> None:
+            nonlocal lo, hi
+            theirs_lo, theirs_hi = RANGE.unpack(self._control_from(peer, RANGE.size))
+            lo, hi = min(lo, theirs_lo), max(hi, theirs_hi)
+        if r >= p2:
+            self._control(r - p2, RANGE.pack(lo, hi))
+            merge(r - p2)
+        else:
+            if r + p2 < n:
+                merge(r + p2)
+            mask = 1
+            while mask < p2:
+                self._control(r ^ mask, RANGE.pack(lo, hi))
+                merge(r ^ mask)
+                mask <<= 1
+            if r + p2 < n:
+                self._control(r + p2, RANGE.pack(lo, hi))
+        self.finish()
+        if lo != hi:
+            self._name_the_odd_ranks()
+
+    def _name_the_odd_ranks(self) -> None:
+        """Every rank saw the disagreement: each sends every other its descriptor, so all raise alike."""
+        n, r = self.t.world, self.t.rank
+        for peer in range(n):
+            if peer != r:
+                self._control(peer, self.desc)
+        descs = [self.desc if peer == r else self._control_from(peer, None) for peer in range(n)]
+        self.finish()
+        raise disagreement(f"collective #{self.seq}", descs, self.ranks)
 
     def recv_into(self, peer: int, buf: np.ndarray) -> None:
-        self.check(peer)
         _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
         # numpy's stubs declare the buffer protocol only for Python >= 3.12; arrays support it at runtime
         view = memoryview(buf).cast("B") if buf.nbytes else memoryview(b"")  # type: ignore[arg-type]
@@ -87,7 +170,6 @@ class Call:
 
     def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Reducer, tmp: np.ndarray) -> None:
         """dst = dst op (what peer sends); from shared memory in place when the peer is on this host."""
-        self.check(peer)
         _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
         if n != dst.nbytes:
             raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent {n} bytes, rank "

@@ -36,6 +36,9 @@ def reducer(op: ReduceOp, dtype: np.dtype) -> Callable[[np.ndarray, np.ndarray],
     kind = np.dtype(dtype).kind
     if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and kind not in "biu":
         raise TypeError(f"[distributed] ReduceOp.{op.name} needs integer or bool tensors, got {np.dtype(dtype).name}")
+    if op in (ReduceOp.MIN, ReduceOp.MAX) and kind == "c":
+        raise TypeError(f"[distributed] ReduceOp.{op.name} has no order on complex tensors "
+                        f"({np.dtype(dtype).name}); reduce the real and imaginary parts or the magnitudes")
     if op is ReduceOp.AVG and kind not in "fc":
         raise TypeError(f"[distributed] ReduceOp.AVG needs floating-point tensors, got {np.dtype(dtype).name}; "
                         f"use SUM and divide")
@@ -111,17 +114,21 @@ class ProcessGroup:
 
     def call(self, seq: int, op: str, arr: np.ndarray, root: int = -1, red: ReduceOp | None = None,
              shape: tuple[int, ...] | None = None) -> alg.Call:
+        """The collective `op` as call number seq, once every rank has agreed to it."""
         desc = alg.encode_desc(op, arr.dtype, tuple(arr.shape if shape is None else shape), root,
                                red.value if red is not None else 0)
-        return alg.Call(self.transport, seq, desc, op, self.ranks)
+        c = alg.Call(self.transport, seq, desc, op, self.ranks)
+        c.agree()
+        return c
 
     # ------------------------------------------------------------------ collectives on numpy (host) arrays
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
-        if self.size == 1:
-            return
+        if self.size > 1:
+            self._all_reduce(self.call(seq, "all_reduce", arr, red=op), arr, op)
+
+    def _all_reduce(self, c: alg.Call, arr: np.ndarray, op: ReduceOp) -> None:
         work = arr if arr.dtype.kind != "f" or arr.itemsize >= 4 else arr.astype(np.float32)
         flat = work.reshape(-1)
-        c = self.call(seq, "all_reduce", arr, red=op)
         alg.all_reduce(c, flat, reducer(op, work.dtype))
         if op is ReduceOp.AVG:
             np.divide(flat, self.size, out=flat, casting="unsafe")
@@ -157,8 +164,9 @@ class ProcessGroup:
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
         if self.size == 1:
             return
+        c = self.call(seq, "reduce", arr, root=root, red=op)
         result = arr.copy()
-        self.all_reduce(seq, result, op)
+        self._all_reduce(c, result, op)
         if self.rank == root:
             arr[...] = result
 
@@ -183,9 +191,14 @@ class ProcessGroup:
         ins, outs = np.array_split(inp.reshape(-1), self.size), np.array_split(out.reshape(-1), self.size)
         alg.all_to_all(self.call(seq, "all_to_all", inp), ins, outs)
 
-    def barrier(self, seq: int) -> None:
+    def barrier(self, seq: int, op: str = "barrier") -> None:
+        """No rank leaves before every rank arrived: the agreement alone is that."""
         if self.size > 1:
-            self.all_reduce(seq, np.zeros(1, np.uint8), ReduceOp.SUM)
+            self.call(seq, op, np.zeros(0, np.uint8))
+
+    def leave(self, seq: int) -> None:
+        """destroy_process_group's exit barrier: a rank still in another call is named, not left hanging."""
+        self.barrier(seq, "leave")
 
     def send(self, seq: int, arr: np.ndarray, dst: int) -> None:
         """Point-to-point runs on its own connection, so it never interleaves with collectives."""

@@ -18,7 +18,6 @@ later MPI calls. This needs MPI_THREAD_MULTIPLE, which Open MPI and MPICH provid
 """
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import sys
 import threading
@@ -48,7 +47,7 @@ _BOOL_OP_NAMES = {ReduceOp.SUM: "LOR", ReduceOp.MAX: "LOR", ReduceOp.BOR: "LOR",
 def _descriptor(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int, red: int) -> tuple[bytes, int]:
     """The call's descriptor and its 62-bit hash (cached: a training loop repeats a few shapes)."""
     desc = alg.encode_desc(op, dtype, shape, root, red)
-    return desc, int.from_bytes(hashlib.blake2b(desc, digest_size=8).digest(), "little") >> 2
+    return desc, alg.desc_hash(desc)
 
 
 def load_mpi() -> Any:
@@ -233,14 +232,11 @@ class MpiGroup(ProcessGroup):
     def _name_the_odd_rank(self, seq: int, name: str, desc: bytes) -> None:
         everyone = np.empty(self.size * DESC_BYTES, np.uint8)
         self.comm.Allgather(_pack_desc(desc), everyone)
-        for r in range(self.size):
-            theirs = _unpack_desc(everyone[r * DESC_BYTES:(r + 1) * DESC_BYTES])
-            if theirs != desc:
-                raise DistributedError(f"[distributed] {name} #{seq}: rank {self.ranks[r]} sent "
-                                       f"{alg.describe(theirs)}, rank {self.ranks[self.rank]} expected "
-                                       f"{alg.describe(desc)}")
-        raise DistributedError(f"[distributed] {name} #{seq}: the ranks disagree on the call, but every "
-                               f"descriptor matches rank {self.ranks[self.rank]}'s")  # a hash collision
+        descs = [_unpack_desc(everyone[r * DESC_BYTES:(r + 1) * DESC_BYTES]) for r in range(self.size)]
+        if all(d == desc for d in descs):     # a hash collision
+            raise DistributedError(f"[distributed] {name} #{seq}: the ranks disagree on the call, but every "
+                                   f"descriptor matches rank {self.ranks[self.rank]}'s")
+        raise alg.disagreement(f"collective #{seq}", descs, self.ranks)
 
     def _mpi_op(self, op: ReduceOp, dtype: np.dtype) -> Any:
         return getattr(self.mpi, (_BOOL_OP_NAMES if dtype == np.bool_ else _OP_NAMES)[op])
@@ -318,8 +314,8 @@ class MpiGroup(ProcessGroup):
             self.comm.Alltoallv([_bytes(np.ascontiguousarray(inp)), (counts, displs), self.mpi.BYTE],
                                 [_bytes(out), (counts, displs), self.mpi.BYTE])
 
-    def barrier(self, seq: int) -> None:
-        with self._agree(seq, "barrier", np.zeros(0, np.uint8)):
+    def barrier(self, seq: int, op: str = "barrier") -> None:
+        with self._agree(seq, op, np.zeros(0, np.uint8)):
             pass      # the agreement Allreduce is itself a barrier
 
     # ------------------------------------------------------------------ point to point (own communicator)
