@@ -56,7 +56,8 @@ def _uncarried_then_usable(rank: int, world: int) -> dict:
         complex_min = "TypeError" if "complex" in str(e) else str(e)
     c = np.full(3, 1 + 2j * rank, np.complex128)
     dist.all_reduce(c)
-    return {"errors": errors, "sum": x.tolist(), "complex_min": complex_min, "complex_sum": [[v.real, v.imag] for v in c]}
+    return {"errors": errors, "sum": x.tolist(), "complex_min": complex_min,
+            "complex_sum": [[v.real, v.imag] for v in c]}
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -19,10 +19,17 @@ Files are written atomically into `step-N.partial/`; once every rank has written
 meta.json, renames the directory to `step-N` and only then points `latest` at it. A crash at any
 moment leaves `latest` naming the last complete checkpoint. ZeroOptimizer shards saved at N ranks
 load at any M: each rank reads, from the old shards' indexes, the pieces overlapping its new shard.
+
+What a crash leaves behind (a `step-N.partial/`, or a `step-N.replaced/` whose replacement is complete
+and named by `latest`) is removed, with a warning saying what and why, by rank 0 the first time this
+process loads from or saves into the directory: no save of this job can be in progress then, since
+every rank calls both in step and rank 0 creates each save's `.partial` itself. The directory belongs
+to one job at a time.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -35,6 +42,8 @@ from tg.distributed.ddp import _world
 from tg.nn.state import get_state_dict, load_state_dict, safe_load, safe_load_metadata, safe_save, write_atomic
 
 FORMAT = "tg-checkpoint-1"
+log = logging.getLogger("tg.distributed.checkpoint")
+_tidied: set[Path] = set()      # directories this process has cleaned of an earlier run's leftovers
 
 
 def _unwrap(model: Any) -> Any:
@@ -77,6 +86,61 @@ def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
     return path
 
 
+def _complete(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and (path / "meta.json").is_file()
+
+
+def _remove(path: Path) -> None:
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()           # a link, never what it points to
+    else:
+        shutil.rmtree(path)
+
+
+def remove_leftovers(directory: str | os.PathLike) -> list[Path]:
+    """Remove what saves cut short by a crash left in `directory` and return it: every `step-N.partial`
+    (a save that never finished), and every `step-N.replaced` (the old copy of a step saved again) once
+    `latest` names a complete checkpoint and `step-N` itself is complete. Call it only when no save
+    into the directory is in progress; save_checkpoint and load_checkpoint do, on rank 0, once per
+    process and directory.
+
+        >>> remove_leftovers("/nonexistent/ckpt")
+        []
+    """
+    root = Path(directory)
+    try:
+        latest = (root / "latest").read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        latest = ""
+    latest_ok = bool(latest) and _complete(root / latest)
+    now = f"`latest` names {latest}" if latest_ok else "there is no complete checkpoint yet"
+    removed = []
+    for path in sorted(root.glob("step-*.partial")) + sorted(root.glob("step-*.replaced")):
+        if path.suffix == ".partial":
+            why = f"a save of step {path.name[5:-8].lstrip('0') or '0'} that never finished (the job stopped " \
+                  f"mid-save); {now}"
+        elif latest_ok and _complete(path.with_suffix("")):
+            why = f"the old copy of {path.with_suffix('').name}, which was saved again completely; {now}"
+        else:
+            continue      # maybe the only copy of its step: latest_checkpoint says how to restore it
+        try:
+            _remove(path)
+        except OSError as e:
+            log.warning("[distributed] checkpoint: could not remove %s, %s: %s; remove it by hand", path, why, e)
+            continue
+        log.warning("[distributed] checkpoint: removed %s: %s", path, why)
+        removed.append(path)
+    return removed
+
+
+def _tidy_once(root: Path) -> None:
+    """Remove an earlier run's leftovers the first time this process (rank 0) touches `root`."""
+    key = root.resolve()
+    if key not in _tidied:
+        _tidied.add(key)
+        remove_leftovers(root)
+
+
 def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimizer: Any = None,
                     extra: dict | None = None, keep: int = 2, group: Any = None) -> Path:
     """Save model, optimizer (sharded when it is a ZeroOptimizer), every rank's RNG state and a
@@ -88,6 +152,7 @@ def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimiz
     final = root / f"step-{int(step):08d}"
     partial = root / f"step-{int(step):08d}.partial"
     if rank == 0:
+        _tidy_once(root)            # before this run's first .partial exists
         root.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
@@ -149,6 +214,8 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
     "extra", ...}), or None when there is no checkpoint yet."""
     from tg.distributed.zero import ZeroOptimizer
     rank, size = _world(group)
+    if rank == 0:
+        _tidy_once(Path(directory))    # every rank is loading, so no save of this job is under way
     path = latest_checkpoint(directory)
     if path is None:
         return None

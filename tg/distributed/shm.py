@@ -41,9 +41,16 @@ class ShmRing:
 
     @staticmethod
     def create(slots: int, slot_bytes: int) -> ShmRing:
+        """A new segment under a fresh random name. A full /dev/shm stays an OSError (the caller falls
+        back to TCP); something already at the name is a DistributedError (see `_refuse`)."""
         path = os.path.join(SHM_DIR, f"tg-{os.getuid()}-{secrets.token_hex(8)}")
-        fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
         try:
+            # O_EXCL: never open what is there already (with O_CREAT it does not follow a symlink either)
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_RDWR, 0o600)
+        except FileExistsError:
+            raise DistributedError(_refuse(path, "create")) from None
+        try:
+            os.fchmod(fd, 0o600)              # a default ACL on the folder must not widen it either
             # reserve the pages now: a full /dev/shm is an OSError here, not a SIGBUS on first write
             os.posix_fallocate(fd, 0, CONTROL + slots * slot_bytes)
             mm = mmap.mmap(fd, CONTROL + slots * slot_bytes)
@@ -56,15 +63,24 @@ class ShmRing:
 
     @staticmethod
     def attach(path: str, slots: int, slot_bytes: int) -> ShmRing:
-        """Map a peer's segment; only a regular file of ours, of the expected size, by its exact name."""
+        """Map a peer's segment: only a regular file of ours, private, of the expected size, by its exact
+        name and never through a symlink; anything else raises DistributedError saying what is there."""
         if not re.fullmatch(re.escape(SHM_DIR) + rf"/tg-{os.getuid()}-[0-9a-f]{{16}}", path):
             raise DistributedError(f"[distributed] refusing to map {path!r}: not a tg shared-memory segment")
-        fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW)
+        size = CONTROL + slots * slot_bytes
+        problem = _check(path, size)          # before opening: opening a FIFO or a device has effects
+        if problem:
+            raise DistributedError(_refuse(path, "map", problem))
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
+        except OSError as e:                  # replaced or removed since _check looked
+            raise DistributedError(_refuse(path, "map", _check(path, size) or e.strerror or str(e))) from None
         try:
             st = os.fstat(fd)
-            if not stat.S_ISREG(st.st_mode) or st.st_uid != os.getuid() or st.st_size != CONTROL + slots * slot_bytes:
-                raise DistributedError(f"[distributed] refusing to map {path!r}: wrong owner, type or size")
-            mm = mmap.mmap(fd, CONTROL + slots * slot_bytes)
+            problem = _describe(st, size)     # the file opened is the one checked, still as expected
+            if problem:
+                raise DistributedError(_refuse(path, "map", problem))
+            mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
         return ShmRing(mm, slots, slot_bytes, path)
@@ -109,6 +125,54 @@ class ShmRing:
             self.mm.close()
         except BufferError:
             pass
+
+
+def _describe(st: os.stat_result, size: int | None) -> str:
+    """What is wrong with a file that should be a segment this user created (of `size` bytes), or ''."""
+    if stat.S_ISDIR(st.st_mode):
+        return "it is a directory"
+    if not stat.S_ISREG(st.st_mode):
+        return f"it is not a regular file (mode {stat.filemode(st.st_mode)})"
+    if st.st_uid != os.getuid():
+        return f"it belongs to uid {st.st_uid}, not to this job's user (uid {os.getuid()})"
+    if st.st_mode & 0o077:
+        return f"other users may open it (mode {stat.filemode(st.st_mode)}; tg creates segments -rw-------)"
+    if st.st_nlink != 1:
+        return f"it has {st.st_nlink} hard links (a segment has one)"
+    if size is not None and st.st_size != size:
+        return f"it holds {st.st_size} bytes (the segment has {size})"
+    return ""
+
+
+def _check(path: str, size: int | None) -> str:
+    """What is wrong with what is at `path`, looked at without following a symlink, or ''."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return "it is gone"
+    if stat.S_ISLNK(st.st_mode):
+        try:
+            return f"it is a symlink (to {os.readlink(path)!r})"
+        except OSError:
+            return "it is a symlink"
+    return _describe(st, size)
+
+
+def _refuse(path: str, action: str, problem: str = "") -> str:
+    """The error for a segment path that is not what tg created: what is there, why it matters, the fix."""
+    fix = "Remove it (and find out who created it), then restart; TG_SHM=0 keeps the job off shared memory"
+    if action == "create":
+        problem = _check(path, None) or "a file of this user is there already"
+        return (f"[distributed] refusing to create the shared-memory file {path}: {problem}. tg names segments "
+                f"with 64 random bits, so it was put there on purpose: another user or process may be attacking "
+                f"the job, or it is a stale file from a broken job. {fix}")
+    if problem == "it is gone":
+        return (f"[distributed] cannot map the shared-memory file {path}: it was removed before this rank "
+                f"mapped it; the rank that created it died, or something cleaned {SHM_DIR} (systemd's RemoveIPC "
+                f"does at logout). Restart the job; TG_SHM=0 keeps the job off shared memory")
+    return (f"[distributed] refusing to map the shared-memory file {path}: {problem}, so it is not the segment "
+            f"a rank of this job created: another user or process may be attacking the job, or it is a stale "
+            f"file. {fix}")
 
 
 def pid_alive(pid: int) -> bool:

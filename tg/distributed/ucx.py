@@ -14,15 +14,22 @@ raises naming that peer, and a standing receive catches the ABORT message a fail
 everyone, so all ranks raise within milliseconds with the first failure's reason.
 
 Security: worker addresses are only handed out by the authenticated store, and every endpoint
-proves the job secret (an HMAC over both ranks) before use. UCX's tagged messages do not identify
-the sending endpoint, so a process that can reach a worker's UCX ports could still inject
-messages: on an untrusted network, use the tcp backend.
+proves the job secret (an HMAC over both ranks) before use. That handshake is all UCX authenticates:
+its tagged messages carry no proof and do not identify the sending endpoint, so a process that can
+reach a worker's UCX ports could inject messages. UCX's TCP transport listens on every interface it
+uses, so for a job whose transport host is loopback (the master is local) tg creates the UCX context
+with UCX_NET_DEVICES=lo and UCX_TLS=self,sm,tcp (`context_options`; a UCX_* variable the user set
+wins): nothing listens beyond loopback. Across hosts, run ucx only on a private network (and point
+UCX_NET_DEVICES at it); on an untrusted network, use the tcp backend.
 """
 from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
+import logging
 import select
+import socket
 import struct
 import sys
 import threading
@@ -41,6 +48,11 @@ COLLECTIVE, POINT = 0, 1                        # tag channel
 SPIN = 200                                      # progress polls before sleeping on the event fd
 INLINE = 8 << 10                                # payloads up to this ride in the header's message
 _PART_MASK = 0xF << 36
+# a job on one host: UCX's TCP on the loopback device only (and shared memory), so no UCX port is
+# reachable from another host; keys are UCX options without the UCX_ prefix
+LOOPBACK_ONLY = {"NET_DEVICES": "lo", "TLS": "self,sm,tcp"}
+
+log = logging.getLogger("tg.distributed.ucx")
 
 
 def _tag(part: int, channel: int, src: int) -> int:
@@ -48,13 +60,48 @@ def _tag(part: int, channel: int, src: int) -> int:
 
 
 _api: Any = None
-_context: Any = None
+_contexts: dict[tuple[tuple[str, str], ...], Any] = {}     # one UCP context per set of options
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(socket.gethostbyname(host)).is_loopback
+    except (OSError, ValueError):
+        return False
+
+
+def context_options(host: str) -> dict[str, str]:
+    """The UCX options tg sets for a transport whose rank serves on `host`: LOOPBACK_ONLY when `host`
+    is a loopback address, else none; an option whose UCX_ variable the user set is left to UCX.
+
+        >>> context_options("10.0.0.7")
+        {}
+    """
+    if not _is_loopback(host):
+        return {}
+    user = config.environment()
+    chosen = {k: v for k, v in LOOPBACK_ONLY.items() if f"UCX_{k}" not in user}
+    kept = {f"UCX_{k}": user[f"UCX_{k}"] for k in LOOPBACK_ONLY if f"UCX_{k}" in user}
+    log.debug("[distributed] ucx: transport host %s is loopback, so UCX is kept to it: %s%s", host,
+              ", ".join(f"UCX_{k}={v}" for k, v in chosen.items()) or "nothing set by tg",
+              f"; kept the user's {kept}" if kept else "")
+    return chosen
+
+
+def ucx_context(options: dict[str, str]) -> Any:
+    """The UCP context for these options, created on first use: options only act when a context is
+    created (UCX reads its settings then), so each distinct set gets its own."""
+    api = load_ucxx()
+    key = tuple(sorted(options.items()))
+    if key not in _contexts:
+        _contexts[key] = api.UCXContext(dict(options))
+    return _contexts[key]
 
 
 def load_ucxx() -> Any:
-    """ucxx's low-level module (one UCP context per process), with a clear message when it is missing
-    or when mpi4py loaded the MPI wheel's own UCX first."""
-    global _api, _context
+    """ucxx's low-level module, with a clear message when it is missing or when mpi4py loaded the MPI
+    wheel's own UCX first."""
+    global _api
     if _api is not None:
         return _api
     config.export_default("UCX_WARN_UNUSED_ENV_VARS", "n")
@@ -70,7 +117,6 @@ def load_ucxx() -> Any:
                               f"init_process_group before importing mpi4py") from None
         raise
     _api = api
-    _context = api.UCXContext({})
     return api
 
 
@@ -90,14 +136,20 @@ class _Sent:
 class UcxTransport:
     name = kind = "ucx"
 
-    def __init__(self, rank: int, world: int, store: TCPStore, prefix: str, secret: bytes, timeout: float):
+    def __init__(self, rank: int, world: int, store: TCPStore, prefix: str, secret: bytes, timeout: float,
+                 host: str | None = None):
+        """`host`: the address this rank serves on (TG_DIST_HOST's rule); None takes the one
+        init_process_group chose. A loopback host keeps UCX to loopback (`context_options`)."""
+        if host is None:
+            from tg.distributed import _State
+            host = _State.host
         api = load_ucxx()
         from ucxx._lib.arr import Array
         self.api, self.Array = api, Array
         self.rank, self.world, self.timeout = rank, world, timeout
         self.closed = False
         self.lock = threading.RLock()
-        self.worker = api.UCXWorker(_context)
+        self.worker = api.UCXWorker(ucx_context(context_options(host)))
         self.worker.init_blocking_progress_mode()
         self.fd = self.worker.epoll_file_descriptor
         store.set(f"{prefix}/ucx/{rank}", self.worker.address.tobytes())

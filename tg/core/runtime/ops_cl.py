@@ -174,9 +174,9 @@ def _split(cl: Any, dev: Any, parts: int) -> list[Any]:
 
 @functools.cache
 def devices() -> tuple[Any, ...]:
-    """The OpenCL devices CL:0, CL:1, ... stand for: every GPU when there is one; otherwise every
-    device whose compiler works (PoCL's LLVM can fail to know a new CPU), each split into TG_CL_SPLIT
-    sub-devices when that is set, so ranks sharing one CPU each get a CL device of their own."""
+    """The OpenCL devices CL:0, CL:1, ... stand for: every GPU when there is one; otherwise the CPU
+    devices of the first runtime whose compiler works (PoCL's LLVM can fail to know a new CPU), each
+    split into TG_CL_SPLIT sub-devices when that is set, so ranks sharing one CPU each get a CL device."""
     cl = _cl()
     found = [d for p in cl.get_platforms() for d in p.get_devices()]
     if not found:
@@ -194,9 +194,13 @@ def devices() -> tuple[Any, ...]:
         raise RuntimeError("[cl] no OpenCL device can compile a kernel:\n  " + "\n  ".join(failures) +
                            '\nFix: pip install -e ".[cl]" (it adds Intel\'s CPU OpenCL runtime), or install '
                            "your GPU vendor's OpenCL driver")
-    parts = config.TG_CL_SPLIT
-    if parts >= 2 and not gpus:
-        usable = [sub for dev in usable for sub in _split(cl, dev, parts)]
+    if not gpus:
+        # every CPU runtime (Intel's, PoCL) drives the same cores: the devices of one of them, or two
+        # devices would fight over the cores and a split would count each core twice
+        usable = [d for d in usable if d.platform == usable[0].platform]
+        parts = config.TG_CL_SPLIT
+        if parts >= 2:
+            usable = [sub for dev in usable for sub in _split(cl, dev, parts)]
     return tuple(usable)
 
 
