@@ -20,21 +20,18 @@ def _compile_every_kernel_with_nvrtc(arch: str) -> None:
     also rendered as CUDA C and compiled by NVRTC for that target, so a CUDA source that does not
     compile fails the test that produced it. No GPU is needed."""
     from tg import Device
-    from tg.core import realize
+    from tg.core.capture import add_schedule_watcher
     from tg.core.runtime.ops_cuda import NVRTCCompiler
 
     compiler, null = NVRTCCompiler(arch), Device["NULL"]
     seen: set = set()
-    original = realize.create_schedule
 
-    def create_schedule(outs):
-        items = original(outs)
+    def compile_for_cuda(items):
         for it in items:
             if it.kind == "kernel" and it.kernel is not None and it.kernel.ast.key not in seen:
                 seen.add(it.kernel.ast.key)
                 compiler.compile(null.render(it.kernel, "cuda"))
-        return items
-    realize.create_schedule = create_schedule
+    add_schedule_watcher(compile_for_cuda)
 
 
 if os.environ.get("TG_TEST_NVRTC"):

@@ -1,5 +1,4 @@
 """Tensor.backward's graph freeing (retain_graph) and the functional Tensor.gradient."""
-import doctest
 
 import numpy as np
 import pytest
@@ -87,8 +86,3 @@ def test_separate_graphs_over_the_same_leaves():
     x2, w2 = _leaves()
     _loss(x2, w2).backward()
     np.testing.assert_allclose(w.grad.numpy(), 2 * w2.grad.numpy(), rtol=1e-6)
-
-
-def test_docstring_examples_run():
-    from tg.core import tensor
-    assert doctest.testmod(tensor).failed == 0

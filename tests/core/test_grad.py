@@ -7,6 +7,7 @@ from helpers import gradcheck
 from tg import Tensor
 from tg.core import function as F
 from tg.core.ops import BufferOps, MovementOps, ReduceOps
+from tg.core.tensor import apply
 
 rng = np.random.default_rng(0)
 
@@ -31,7 +32,7 @@ PRIMITIVES = {
     "mul": (lambda a, b: a * b, [r(3, 4), r(3, 4)]),
     "max": (lambda a, b: a.maximum(b), [r(7), r(7)]),
     "where": (lambda a, b: (a > 0).where(a, b), [r(6), r(6)]),
-    "mulacc": (lambda a, b, c: F.MulAcc.apply(a, b, c), [r(5), r(5), r(5)]),
+    "mulacc": (lambda a, b, c: apply(F.MulAcc, a, b, c), [r(5), r(5), r(5)]),
     "sum": (lambda a: a.sum(1), [r(3, 5)]),
     "reduce_max": (lambda a: a.max(0), [r(4, 3)]),
     "reshape": (lambda a: a.reshape(6, 2) * Tensor(np.arange(12.0).reshape(6, 2)), [r(3, 4)]),

@@ -49,3 +49,22 @@ def test_rendered_opencl_kernel_shape():
     src = Device["NULL"].render(it.kernel, "opencl")
     assert "__global float* data0" in src and "__global const float* data1" in src
     assert "for (int r" in src          # the reduce stays a loop inside each work item
+
+
+def test_the_op_suite_uses_every_uop_and_each_renders():
+    """UOps is closed: the op suite, lowered for the C and a GPU dialect, emits every member (a new
+    member needs a kernel here that makes it, and a rendering), and each dialect renders them all."""
+    from tg.core.codegen.uops import UOps
+    from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
+    x = Tensor(np.random.randn(3, 4096).astype(np.float32), device="NULL")
+    outs = {**op_suite(), "long_reduce": x.sum(1),                  # GROUP, LOCAL_REDUCE on GPUs
+            "padded_const": Tensor.full((6, 10), 2.0, device="NULL").pad((1, 2)) * x[:1, :13]}  # INDEX_COND
+    seen = {}
+    for dialect in ("c", "opencl", "cuda"):
+        for name, out in outs.items():
+            for it in [i for i in create_schedule([out.lazydata]) if i.kind == "kernel"]:
+                lin = linearize_for(it.kernel, DIALECTS[dialect])
+                CStyleRenderer(DIALECTS[dialect]).render(lin)
+                for u in lin.uops:
+                    seen.setdefault(u.op, f"{dialect}/{name}")
+    assert [op for op in UOps if op not in seen] == []

@@ -1,5 +1,4 @@
 """DistributedSampler (torch's contract, pad=False evaluation mode, resume) and DataLoader, in one process."""
-import doctest
 import itertools
 import math
 
@@ -7,7 +6,6 @@ import numpy as np
 import pytest
 
 import tg.distributed as dist
-from tg.distributed import sampler as sampler_module
 from tg.distributed.sampler import DataLoader, DistributedSampler
 
 
@@ -398,7 +396,3 @@ def test_loader_errors():
         loader.load_state_dict({"epoch": 0, "position": 1})
     with pytest.raises(ValueError, match=r"batches in 0..3"):
         loader.load_state_dict({"epoch": 0, "batches": 4})
-
-
-def test_docstring_examples():
-    assert doctest.testmod(sampler_module, optionflags=doctest.ELLIPSIS).failed == 0

@@ -1,5 +1,4 @@
 """tg.nn.functional against numpy formulas written out here, and its gradients against finite differences."""
-import doctest
 import math
 
 import numpy as np
@@ -293,7 +292,3 @@ def test_activations_match_numpy():
 def test_activation_gradients():
     gradcheck(lambda x: F.gelu(x) + F.silu(x) + F.relu(x), rand(2, 3))
     gradcheck(lambda x: F.softmax(x, 0) + F.log_softmax(x, 1), rand(2, 3))
-
-
-def test_docstring_examples():
-    assert doctest.testmod(F, optionflags=doctest.ELLIPSIS).failed == 0

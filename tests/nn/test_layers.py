@@ -1,6 +1,5 @@
 """tg.nn.layers against numpy reference implementations, their default inits, train/eval behaviour,
 input checks, and gradients of every parameter and input against finite differences."""
-import doctest
 import math
 
 import numpy as np
@@ -373,7 +372,3 @@ def test_a_small_model_trains(training):
         assert p.grad is not None and np.isfinite(p.grad.numpy()).all()
         p.assign(p.detach() - 0.5 * p.grad)
     assert loss().item() < before.item()
-
-
-def test_docstring_examples():
-    assert doctest.testmod(nn, optionflags=doctest.ELLIPSIS).failed == 0

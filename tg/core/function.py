@@ -35,17 +35,6 @@ class Function:
     def backward(self, grad: LazyBuffer) -> LazyBuffer | None | tuple[LazyBuffer | None, ...]:
         raise RuntimeError(f"[autograd] {type(self).__name__} has no gradient")
 
-    @classmethod
-    def apply(cls, *x: Any, **kwargs: Any):
-        from tg.core.tensor import Tensor
-        ctx = cls(x[0].device, *x)
-        out = ctx.forward(*[t.lazydata for t in x], **kwargs)
-        ret = Tensor(out, device=out.device, requires_grad=ctx.requires_grad)
-        if ctx.requires_grad and not Tensor.no_grad:
-            ret._ctx = ctx
-            ctx.parents = x
-        return ret
-
 
 class NoGrad(Function):
     """Primitives with no gradient (comparisons, integer and bit ops): results never require grad."""

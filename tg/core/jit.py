@@ -15,7 +15,7 @@ capture. Arguments of another shape, dtype or device get their own capture (a re
 tinygrad, replays write into the same output buffers and return the same Tensor objects: copy
 (`.numpy()`, `.item()`, `.contiguous()`) what you want to keep from one call to the next.
 
-Host work between kernels (a collective on gradient buffers, say) is recorded with `host_step(fn)`:
+Host work between kernels (a collective on gradient buffers, say) is recorded with `capture.host_step(fn)`:
 fn runs now and again at the same point of every replay, so it must touch only buffers that stay
 the same from call to call (realized tensors the function keeps, as DDP's gradient buckets are).
 Python decisions are made once, at capture: capture a whole training step (zero_grad, forward,
@@ -31,42 +31,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 
 from tg import config
+from tg.core.capture import Capture, CapturedCall, capturing
 from tg.core.device import Buffer, GlobalCounters
-from tg.core.lazy import flush_assigns
+from tg.core.realize import flush_assigns
 from tg.core.tensor import Tensor
 
 ReturnType = TypeVar("ReturnType")
-
-
-@dataclass
-class CapturedCall:
-    """One launch seen during capture: a program and its buffers, or a copy between devices."""
-    prog: Any
-    bufs: list[Buffer]
-    kind: str = "kernel"
-
-
-class Capture:
-    """Collects launches (and host steps) while active (set as realize.CAPTURE by TinyJit)."""
-
-    def __init__(self) -> None:
-        self.calls: list[CapturedCall] = []
-
-    def add(self, prog: Any, bufs: list[Buffer], kind: str = "kernel") -> None:
-        self.calls.append(CapturedCall(prog, list(bufs), kind))
-
-
-def host_step(fn: Callable[[], None]) -> None:
-    """Run fn() now and, while a TinyJit captures, at this point of every replay too.
-
-        >>> calls = []
-        >>> host_step(lambda: calls.append(1)); calls
-        [1]
-    """
-    from tg.core import realize as realize_mod
-    fn()
-    if realize_mod.CAPTURE is not None:
-        realize_mod.CAPTURE.add(fn, [], "host")
 
 
 @dataclass
@@ -111,7 +81,6 @@ class TinyJit(Generic[ReturnType]):
         return functools.partial(self.__call__, obj) if obj is not None else self
 
     def __call__(self, *args: Any, **kwargs: Any) -> ReturnType:
-        from tg.core import realize as realize_mod
         flush_assigns()
         inputs = _input_tensors(args, kwargs)
         for t in inputs:
@@ -129,18 +98,12 @@ class TinyJit(Generic[ReturnType]):
             ret = self.fn(*args, **kwargs)        # warm-up: compile everything eagerly
             flush_assigns()
             return ret
-        if realize_mod.CAPTURE is not None:
-            raise RuntimeError("[jit] TinyJit functions cannot be nested")
-        capture = Capture()
-        realize_mod.CAPTURE = capture
-        try:
+        with capturing(Capture()) as capture:
             ret = self.fn(*args, **kwargs)
             outs = [t for t in _flatten(ret) if isinstance(t, Tensor)]
             if outs:
                 outs[0].realize(*outs[1:])
             flush_assigns()
-        finally:
-            realize_mod.CAPTURE = None
         in_bufs = {id(t.lazydata.base.realized): i for i, t in enumerate(inputs)}
         if any(id(t.lazydata.base.realized) in in_bufs for t in outs):
             raise ValueError(f"[jit] {getattr(self.fn, '__name__', 'fn')} returns one of its inputs (or a view of "

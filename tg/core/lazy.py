@@ -1,7 +1,9 @@
 """The lazy graph. A LazyBuffer is either a *base* (an op over source LazyBuffers, or realized
 device memory) or a *view* of a base through a ShapeTracker. Movement ops only make views;
-nothing runs until realize() (called by .numpy(), .item(), .realize() or a collective).
+nothing runs until realize.py runs it (Tensor.numpy(), .item(), .realize() or a collective).
+This module builds graphs only: it imports no scheduler, device or runtime.
 
+    >>> from tg.core.ops import BinaryOps
     >>> a = LazyBuffer.const(2.0, dtypes.float32, "NUMPY", (3,))
     >>> b = a.e(BinaryOps.ADD, a)
     >>> b.shape, b.realized is None
@@ -10,30 +12,22 @@ nothing runs until realize() (called by .numpy(), .item(), .realize() or a colle
 from __future__ import annotations
 
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from tg.core.device import Buffer
 from tg.core.dtype import DType, dtypes, min_value
 from tg.core.ops import COMPARISON_OPS, BufferOps, Op, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
+
+if TYPE_CHECKING:
+    from tg.core.device import Buffer
 
 # Reductions over several large axes are split in two stages (see LazyBuffer.r).
 SPLIT_MIN, SPLIT_MIN_SIZE, SPLIT_MAX_PARTIAL = 16, 1 << 16, 1 << 25
 COLUMN_SPLIT_OUTPUTS, COLUMN_SPLIT_MIN, COLUMN_SPLIT_SIZE = 1 << 14, 2048, 1 << 22
 
-# Assigns not yet run; TinyJit flushes them so no update leaks from one call into the next.
+# Assigns not yet run; TinyJit flushes them (realize.flush_assigns) so no update leaks from one
+# call into the next.
 PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
-
-
-def flush_assigns() -> None:
-    """Run every pending in-place assign now (one schedule)."""
-    pending = [lb for lb in list(PENDING_ASSIGNS) if lb.realized is None]
-    PENDING_ASSIGNS.clear()
-    if pending:
-        from tg.core.realize import realize
-        realize(pending)
 
 
 class LazyBuffer:
@@ -79,11 +73,9 @@ class LazyBuffer:
 
     # ---- creation
     @staticmethod
-    def from_numpy(x: np.ndarray, dtype: DType, device: str) -> LazyBuffer:
-        bits = np.ascontiguousarray(x).reshape(-1)
-        buf = Buffer(device, bits.size, dtype)
-        buf.copyin(bits)
-        lb = LazyBuffer(device, ShapeTracker.from_shape(x.shape), dtype, BufferOps.EMPTY)
+    def realized_as(buf: Buffer, shape: tuple[int, ...]) -> LazyBuffer:
+        """A base standing for memory that already holds its values."""
+        lb = LazyBuffer(buf.device, ShapeTracker.from_shape(shape), buf.dtype, BufferOps.EMPTY)
         lb.realized = buf
         return lb
 
@@ -199,22 +191,3 @@ class LazyBuffer:
 
     def flip(self, axes: tuple[bool, ...]) -> LazyBuffer:
         return self if not any(axes) else self._view(self.st.flip(axes))
-
-    # ---- realization
-    def realize(self) -> LazyBuffer:
-        from tg.core.realize import realize
-        realize([self])
-        return self
-
-    def numpy(self) -> np.ndarray:
-        """Values as a numpy array of this shape (bfloat16 shown as float32)."""
-        from tg.core.dtype import bf16_to_f32
-        src = self if self.is_base and self.op is not BufferOps.CONST else self.contiguous()
-        if prod(self.shape) == 0:
-            return np.zeros(self.shape, dtype=self.dtype.np_value)
-        src.realize()
-        assert src.realized is not None
-        bits = src.realized.numpy()
-        if self.dtype == dtypes.bfloat16:
-            bits = bf16_to_f32(bits)
-        return bits.reshape(self.shape)

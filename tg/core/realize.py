@@ -1,25 +1,65 @@
-"""Running a schedule: allocate, compile (all new kernels at once, in parallel), launch."""
+"""Running a schedule: allocate, compile (all new kernels at once, in parallel), launch. Also where
+host data enters and leaves the lazy graph (from_numpy, to_numpy): the only core module above both
+the graph and the devices.
+
+    >>> import numpy as np
+    >>> from tg.core.dtype import dtypes
+    >>> from tg.core.ops import BinaryOps
+    >>> x = from_numpy(np.arange(3, dtype=np.float32), dtypes.float32, "NUMPY")
+    >>> to_numpy(x.e(BinaryOps.MUL, x)).tolist()
+    [0.0, 1.0, 4.0]
+"""
 from __future__ import annotations
 
 import time
 from typing import Any
 
+import numpy as np
+
 from tg import config
+from tg.core import capture
 from tg.core.device import Buffer, Device, GlobalCounters
-from tg.core.lazy import LazyBuffer
+from tg.core.dtype import DType, bf16_to_f32, dtypes
+from tg.core.lazy import PENDING_ASSIGNS, LazyBuffer
 from tg.core.ops import BufferOps
 from tg.core.schedule import ScheduleItem, create_schedule
 from tg.core.shape import prod
 
-# When a TinyJit is capturing, every launch is also recorded here (see jit.py).
-CAPTURE: Any = None
+
+def from_numpy(bits: np.ndarray, dtype: DType, device: str) -> LazyBuffer:
+    """A realized base on `device` holding `bits` (already in dtype's storage format), shaped like it."""
+    flat = np.ascontiguousarray(bits).reshape(-1)
+    return LazyBuffer.realized_as(Buffer(device, flat.size, dtype).copyin(flat), bits.shape)
+
+
+def to_numpy(lb: LazyBuffer) -> np.ndarray:
+    """lb's values as a numpy array of its shape (bfloat16 shown as float32); runs what it needs."""
+    if prod(lb.shape) == 0:
+        return np.zeros(lb.shape, dtype=lb.dtype.np_value)
+    src = lb if lb.is_base and lb.op is not BufferOps.CONST else lb.contiguous()
+    realize([src])
+    assert src.realized is not None
+    bits = src.realized.numpy()
+    if lb.dtype == dtypes.bfloat16:
+        bits = bf16_to_f32(bits)
+    return bits.reshape(lb.shape)
+
+
+def flush_assigns() -> None:
+    """Run every pending in-place assign now (one schedule)."""
+    pending = [lb for lb in list(PENDING_ASSIGNS) if lb.realized is None]
+    PENDING_ASSIGNS.clear()
+    if pending:
+        realize(pending)
 
 
 def realize(outs: list[LazyBuffer]) -> None:
     todo = [o for o in outs if o.base.realized is None and o.base.op is not BufferOps.CONST]
     if not todo:
         return
-    run_schedule(create_schedule(todo))
+    items = create_schedule(todo)
+    capture.schedule_made(items)
+    run_schedule(items)
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:
@@ -62,8 +102,7 @@ def _run_item(it: ScheduleItem, prog: Any, debug: int) -> int:
     elif it.kind == "copy":
         assert it.src is not None and it.src.realized is not None
         out.realized = Buffer(out.device, prod(out.shape), out.dtype).copyin(it.src.realized.numpy())
-        if CAPTURE is not None:
-            CAPTURE.add(None, [out.realized, it.src.realized], "copy")
+        capture.record(None, [out.realized, it.src.realized], "copy")
     else:
         kernel = it.kernel
         assert kernel is not None
@@ -72,12 +111,11 @@ def _run_item(it: ScheduleItem, prog: Any, debug: int) -> int:
             assert buf is not None, "assign target must be realized first"
         else:
             buf = Buffer(out.device, prod(out.shape), out.dtype)
-        inputs = [b.realized for b in kernel.inputs]
+        inputs = [b.realized for b in it.inputs]
         assert all(b is not None for b in inputs), "kernel input not realized"
         if prod(out.shape) > 0:
             elapsed = prog([buf, *inputs], wait=debug >= 2)
-            if CAPTURE is not None:
-                CAPTURE.add(prog, [buf, *inputs])
+            capture.record(prog, [buf, *inputs])
             launched = 1
             GlobalCounters.kernel_count += 1
             info = getattr(prog, "info", None)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from tg.core.codegen.linearizer import Linearized, UOp, linearize
+from tg.core.codegen.linearizer import Linearized, linearize
+from tg.core.codegen.uops import UOp, UOps
 from tg.core.dtype import DType, dtypes
 from tg.core.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.symbolic import Node, Var, num
@@ -259,14 +260,14 @@ class CStyleRenderer:
         stream_depth = None          # the loop whose end closes the parallel region (and fences)
         for u in lin.uops:
             op = u.op
-            if op == "DEFINE_GLOBAL":
+            if op is UOps.DEFINE_GLOBAL:
                 i, is_out = u.arg
                 const = "" if is_out else "const "
                 assert u.dtype is not None
                 params.append(f"{d.buffer_qualifier}{const}{d.types[u.dtype.name]}* {d.restrict}data{i}")
                 continue
             pad = "  " * indent
-            if op == "LOOP":
+            if op is UOps.LOOP:
                 var, count, n_parallel = u.arg
                 if n_parallel and d.global_id is None:
                     threads = f" num_threads({self.threads})" if self.threads else ""
@@ -283,22 +284,22 @@ class CStyleRenderer:
                         body.append(f"{pad}#pragma omp parallel for{collapse}{threads}{cond}")
                 body.append(f"{pad}for ({self.idx_type(lin)} {var.name} = 0; {var.name} < {count}; {var.name}++) {{")
                 indent += 1
-            elif op == "ENDLOOP":
+            elif op is UOps.ENDLOOP:
                 indent -= 1
                 body.append("  " * indent + "}")
                 if stream_depth is not None and indent == stream_depth:
                     body.append("  " * indent + "_mm_sfence();")
                     body.append("  " * indent + "}")
                     stream_depth = None
-            elif op == "GID":
+            elif op is UOps.GID:
                 var, total = u.arg
                 body.append(f"{pad}{self.idx_type(lin)} {var.name} = {d.global_id};")
                 body.append(f"{pad}if ({var.name} >= {total}) return;")
-            elif op == "GROUP":     # launched as exactly one work-group per output: no bound check
+            elif op is UOps.GROUP:     # launched as exactly one work-group per output: no bound check
                 group, local = u.arg
                 body.append(f"{pad}{self.idx_type(lin)} {group.name} = {d.group_id};")
                 body.append(f"{pad}int {local.name} = {d.local_id};")
-            elif op == "LOCAL_REDUCE":
+            elif op is UOps.LOCAL_REDUCE:
                 body.extend(pad + line for line in self.local_reduce(u))
             else:
                 line = self.statement(u)
@@ -323,10 +324,10 @@ class CStyleRenderer:
         return n
 
     def ref(self, u: UOp) -> str:
-        if u.op == "CONST":
+        if u.op is UOps.CONST:
             assert u.dtype is not None
             return _lit(u.arg, u.dtype, self.d)
-        if u.op == "INDEX_COND" and not u.vec:
+        if u.op is UOps.INDEX_COND and not u.vec:
             return u.arg.render()
         return self.names[id(u)]
 
@@ -355,27 +356,27 @@ class CStyleRenderer:
 
     def statement(self, u: UOp) -> str | None:
         op = u.op
-        if op == "CONST":
+        if op is UOps.CONST:
             return None
-        if op == "INDEX_COND":
+        if op is UOps.INDEX_COND:
             if not u.vec:
                 return None
             lanes = [self.sub_lane(u.arg, i).render() for i in range(self.lanes)]
             return self.decl(u, self.per_lane(dtypes.bool, lanes))
-        if op == "LOAD":
+        if op is UOps.LOAD:
             return self.decl(u, self.load(u))
-        if op == "ALU":
+        if op is UOps.ALU:
             return self.decl(u, self.alu(u))
-        if op == "DEFINE_ACC":
+        if op is UOps.DEFINE_ACC:
             assert u.dtype is not None
             init = _lit(u.arg, u.dtype, self.d)
             return self.decl(u, self.vfmt(self.v.splat, u.dtype, x=init) if u.vec else init, "acc")
-        if op == "ACC":
+        if op is UOps.ACC:
             acc, val = u.src
-            fake = UOp("ALU", u.dtype, (acc, val), (BinaryOps.ADD if u.arg is ReduceOps.SUM else BinaryOps.MAX, None),
-                       vec=acc.vec)
+            combine = BinaryOps.ADD if u.arg is ReduceOps.SUM else BinaryOps.MAX
+            fake = UOp(UOps.ALU, u.dtype, (acc, val), (combine, None), vec=acc.vec)
             return f"{self.ref(acc)} = {self.alu(fake)};"
-        if op == "HREDUCE":
+        if op is UOps.HREDUCE:
             src = u.src[0]
             assert u.dtype is not None
             lanes = [self.lane(src, i) for i in range(self.lanes)]   # bool lanes read as 0/1
@@ -383,7 +384,7 @@ class CStyleRenderer:
                 lanes = [self.scalar_expr(RENDER_TEMPLATES[u.arg], u.dtype, u.dtype, [lanes[i], lanes[i + 1]], None)
                          for i in range(0, len(lanes) - 1, 2)] + ([lanes[-1]] if len(lanes) % 2 else [])
             return self.decl(u, lanes[0])
-        if op == "STORE":
+        if op is UOps.STORE:
             return self.store(u)
         raise NotImplementedError(f"[codegen] no rendering for uop {op}")
 

@@ -18,78 +18,23 @@ Rules (pinned by tests/core/test_fusion.py):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum, auto
-from functools import cached_property
-from typing import Any
 
-from tg.core.dtype import DType, dtypes
+from tg.core.dtype import dtypes
+from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.lazy import LazyBuffer
-from tg.core.ops import BinaryOps, BufferOps, Op, ReduceOps
+from tg.core.ops import BinaryOps, BufferOps, ReduceOps
 from tg.core.shape import ShapeTracker, prod
-
-
-class AstOps(Enum):
-    LOAD = auto()    # arg: (buffer index, ShapeTracker)
-    STORE = auto()   # arg: (buffer index, ShapeTracker); src: (value,)
-
-
-@dataclass(frozen=True, eq=False)
-class KOp:
-    """A node of a kernel's AST: ALU and REDUCE ops, LOAD / CONST leaves and one STORE root."""
-    op: Op | AstOps
-    src: tuple[KOp, ...]
-    arg: Any
-    dtype: DType
-
-    @cached_property
-    def key(self) -> tuple:
-        arg = self.arg
-        if self.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST):
-            arg = (arg[0], arg[1].key)
-        return (self.op, self.dtype, arg, tuple(s.key for s in self.src))
-
-    def walk(self) -> list[KOp]:
-        """Every node once, sources before users."""
-        seen: dict[int, KOp] = {}
-
-        def visit(n: KOp) -> None:
-            if id(n) in seen:
-                return
-            for s in n.src:
-                visit(s)
-            seen[id(n)] = n
-        visit(self)
-        return list(seen.values())
-
-
-@dataclass
-class Kernel:
-    """One scheduled kernel: the AST and the buffers (output first) it touches."""
-    ast: KOp
-    outputs: list[LazyBuffer]          # the base whose memory the STORE writes
-    inputs: list[LazyBuffer]           # bases read by LOADs with index >= 1
-    buf_dtypes: list[DType] = field(default_factory=list)
-    buf_sizes: list[int] = field(default_factory=list)
-
-    @property
-    def name(self) -> str:
-        red = next((n for n in self.ast.walk() if isinstance(n.op, ReduceOps)), None)
-        shape = self.full_shape
-        kind = "r" if red is not None else "E"
-        return f"{kind}_" + "_".join(str(s) for s in shape)
-
-    @cached_property
-    def full_shape(self) -> tuple[int, ...]:
-        shapes = [n.arg[1].shape for n in self.ast.walk() if n.op in (AstOps.LOAD, BufferOps.CONST, AstOps.STORE)]
-        return tuple(max(dims) for dims in zip(*shapes)) if shapes and shapes[0] else ()
 
 
 @dataclass
 class ScheduleItem:
+    """One step of a schedule: a kernel writing `out` from `inputs` (the bases its LOADs 1.. read),
+    a copy of `src` into `out` (across devices), or an allocation of `out`."""
     kind: str                    # "kernel" | "copy" | "alloc"
     out: LazyBuffer
     kernel: Kernel | None = None
     src: LazyBuffer | None = None
+    inputs: list[LazyBuffer] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -299,7 +244,7 @@ class _KernelBuilder:
             self.reads_own_target_elsewhere = self._reads_target_elsewhere(value, store_st)
         root = KOp(AstOps.STORE, (value,), (0, store_st), self.target.dtype)
         bufs = [self.target, *self.inputs]
-        return Kernel(root, [out], self.inputs, [b.dtype for b in bufs], [prod(b.shape) for b in bufs])
+        return Kernel(root, [b.dtype for b in bufs], [prod(b.shape) for b in bufs], out.op is BufferOps.ASSIGN)
 
 
 def _carried_reduce(b: LazyBuffer, store: set[int]) -> LazyBuffer | None:
@@ -345,7 +290,7 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
                 # compute the value into a fresh buffer first, then copy it in: plan again with that
                 b.srcs = (b.srcs[0], LazyBuffer.empty(b.shape, b.dtype, b.device).assign(b.srcs[1]))
                 return create_schedule(outs)
-            items.append(ScheduleItem("kernel", b, kernel=kernel))
+            items.append(ScheduleItem("kernel", b, kernel=kernel, inputs=builder.inputs))
     return _order(items)
 
 
@@ -393,7 +338,7 @@ def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
     for i, it in enumerate(items):
         srcs: list[LazyBuffer] = []
         if it.kernel is not None:
-            srcs = list(it.kernel.inputs)
+            srcs = list(it.inputs)
             if it.out.op is BufferOps.ASSIGN:
                 srcs.append(it.out.srcs[0].base)
         elif it.src is not None:
@@ -421,5 +366,4 @@ def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
     return order
 
 
-# Re-exported for renderers and devices.
-__all__ = ["AstOps", "KOp", "Kernel", "ScheduleItem", "create_schedule", "BinaryOps", "dtypes"]
+__all__ = ["ScheduleItem", "create_schedule", "BinaryOps", "dtypes"]

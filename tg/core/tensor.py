@@ -54,6 +54,18 @@ class _NoGrad:
         return wrapper
 
 
+def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
+    """Run a primitive Function forward on the tensors' lazy buffers; the result remembers the
+    Function (and so its inputs) for backward when any input requires grad."""
+    ctx = fn(x[0].device, *x)
+    out = ctx.forward(*[t.lazydata for t in x], **kwargs)
+    ret = Tensor(out, device=out.device, requires_grad=ctx.requires_grad)
+    if ctx.requires_grad and not Tensor.no_grad:
+        ret._ctx = ctx
+        ctx.parents = x
+    return ret
+
+
 class Tensor:
     """An n-dimensional array on a device, computed lazily."""
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
@@ -149,7 +161,8 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A numpy copy of the values (bfloat16 comes back as float32)."""
-        return self.detach().lazydata.numpy().copy()
+        from tg.core.realize import to_numpy
+        return to_numpy(self.detach().lazydata).copy()
 
     def item(self) -> Any:
         if self.numel() != 1:
@@ -163,13 +176,13 @@ class Tensor:
         device = Device.canonicalize(device)
         if device == self.device:
             return self
-        return F.Copy.apply(self, device=device)
+        return apply(F.Copy, self, device=device)
 
     def detach(self) -> Tensor:
         return Tensor(self.lazydata, device=self.device, requires_grad=False)
 
     def contiguous(self) -> Tensor:
-        return F.Contiguous.apply(self)
+        return apply(F.Contiguous, self)
 
     def assign(self, value: Tensor | Any) -> Tensor:
         """Write value into this tensor's memory (used by optimizers); returns self."""
@@ -615,7 +628,7 @@ class Tensor:
         if prod(new) != self.numel():
             raise ValueError(f"[core] reshape: cannot reshape {self.shape} ({self.numel()} elements) into "
                              f"{new} ({prod(new)} elements)")
-        return self if new == self.shape else F.Reshape.apply(self, shape=new)
+        return self if new == self.shape else apply(F.Reshape, self, shape=new)
 
     view = reshape
 
@@ -623,7 +636,7 @@ class Tensor:
         order = tuple(self._axis(o) for o in _argfix(*order))
         if sorted(order) != list(range(self.ndim)):
             raise ValueError(f"[core] permute: {order} is not a permutation of {self.ndim} dims")
-        return F.Permute.apply(self, order=order)
+        return apply(F.Permute, self, order=order)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         order = list(range(self.ndim))
@@ -643,7 +656,7 @@ class Tensor:
         return self.reshape(old)._expand(out)
 
     def _expand(self, shape: tuple[int, ...]) -> Tensor:
-        return self if shape == self.shape else F.Expand.apply(self, shape=shape)
+        return self if shape == self.shape else apply(F.Expand, self, shape=shape)
 
     def expand_as(self, other: Tensor) -> Tensor:
         return self.expand(other.shape)
@@ -670,16 +683,16 @@ class Tensor:
         grow = tuple((max(0, b), max(0, a)) for b, a in arg)
         if all(g == (0, 0) for g in grow):
             return x
-        out = F.Pad.apply(x, arg=grow)
+        out = apply(F.Pad, x, arg=grow)
         if value != 0:
-            mask = F.Pad.apply(Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device), arg=grow)
+            mask = apply(F.Pad, Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device), arg=grow)
             out = mask.where(out, value)
         return out
 
     def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
         if all(a == (0, s) for a, s in zip(arg, self.shape)):
             return self
-        return F.Shrink.apply(self, arg=arg)
+        return apply(F.Shrink, self, arg=arg)
 
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
         full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
@@ -690,7 +703,7 @@ class Tensor:
 
     def flip(self, *dims: Any) -> Tensor:
         axes = self._axes(_argfix(*dims))
-        return F.Flip.apply(self, axes=tuple(i in axes for i in range(self.ndim)))
+        return apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim)))
 
     def squeeze(self, dim: int | None = None) -> Tensor:
         if dim is None:
@@ -802,14 +815,14 @@ class Tensor:
     # ------------------------------------------------------------ casts
     def cast(self, dtype: DType | str) -> Tensor:
         dt = dtypes.from_any(dtype)
-        return self if dt == self.dtype else F.Cast.apply(self, dtype=dt)
+        return self if dt == self.dtype else apply(F.Cast, self, dtype=dt)
 
     def bitcast(self, dtype: DType | str) -> Tensor:
         dt = dtypes.from_any(dtype)
         if dt.itemsize != self.dtype.itemsize:
             raise TypeError(f"[core] bitcast from {self.dtype.name} to {dt.name}: sizes differ "
                             f"({self.dtype.itemsize} vs {dt.itemsize} bytes)")
-        return self if dt == self.dtype else F.Cast.apply(self, dtype=dt, bitcast=True)
+        return self if dt == self.dtype else apply(F.Cast, self, dtype=dt, bitcast=True)
 
     def float(self) -> Tensor:
         return self.cast(dtypes.float32)
@@ -837,27 +850,27 @@ class Tensor:
 
     # ------------------------------------------------------------ elementwise
     def _nograd_op(self, op: Any, *others: Tensor, arg: Any = None) -> Tensor:
-        return F.FUNCTIONS[op].apply(self, *others, arg=arg)
+        return apply(F.FUNCTIONS[op], self, *others, arg=arg)
 
     def neg(self) -> Tensor:
         if self.dtype == dtypes.bool:
             raise TypeError("[core] negation of a bool tensor; use logical_not() or ~")
-        return F.Neg.apply(self)
+        return apply(F.Neg, self)
 
     def __neg__(self) -> Tensor:
         return self.neg()
 
     def add(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return F.Add.apply(*self._broadcasted(y, reverse))
+        return apply(F.Add, *self._broadcasted(y, reverse))
 
     def sub(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
         if a.dtype == dtypes.bool:
             raise TypeError("[core] subtraction of bool tensors; use logical_xor() or ^")
-        return F.Add.apply(a, F.Neg.apply(b))
+        return apply(F.Add, a, apply(F.Neg, b))
 
     def mul(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        return F.Mul.apply(*self._broadcasted(y, reverse))
+        return apply(F.Mul, *self._broadcasted(y, reverse))
 
     def div(self, y: Any, reverse: builtins.bool = False, rounding_mode: str | None = None) -> Tensor:
         if rounding_mode == "floor":
@@ -867,7 +880,7 @@ class Tensor:
             return q.trunc() if q.dtype.is_float else q
         a, b = self._broadcasted(y, reverse)
         a, b = a._float_like(), b._float_like()
-        return F.Mul.apply(a, F.Reciprocal.apply(b))
+        return apply(F.Mul, a, apply(F.Reciprocal, b))
 
     def floordiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
@@ -998,20 +1011,20 @@ class Tensor:
             a = Tensor(LazyBuffer.const(x, dt, self.device, ()), device=self.device)
             b = Tensor(LazyBuffer.const(y, dt, self.device, ()), device=self.device)
         shape = broadcast_shape(cond.shape, broadcast_shape(a.shape, b.shape))
-        return F.Where.apply(cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape))
+        return apply(F.Where, cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape))
 
     # unary math
-    def exp2(self) -> Tensor: return F.Exp2.apply(self._float_like())
-    def log2(self) -> Tensor: return F.Log2.apply(self._float_like())
-    def exp(self) -> Tensor: return F.Exp2.apply(self._float_like() * (1 / math.log(2)))
-    def log(self) -> Tensor: return F.Log2.apply(self._float_like()) * math.log(2)
+    def exp2(self) -> Tensor: return apply(F.Exp2, self._float_like())
+    def log2(self) -> Tensor: return apply(F.Log2, self._float_like())
+    def exp(self) -> Tensor: return apply(F.Exp2, self._float_like() * (1 / math.log(2)))
+    def log(self) -> Tensor: return apply(F.Log2, self._float_like()) * math.log(2)
     def log10(self) -> Tensor: return self.log2() * math.log10(2)
     def log1p(self) -> Tensor: return (self + 1).log()
     def expm1(self) -> Tensor: return self.exp() - 1
-    def sqrt(self) -> Tensor: return F.Sqrt.apply(self._float_like())
+    def sqrt(self) -> Tensor: return apply(F.Sqrt, self._float_like())
     def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-    def reciprocal(self) -> Tensor: return F.Reciprocal.apply(self._float_like())
-    def sin(self) -> Tensor: return F.Sin.apply(self._float_like())
+    def reciprocal(self) -> Tensor: return apply(F.Reciprocal, self._float_like())
+    def sin(self) -> Tensor: return apply(F.Sin, self._float_like())
     def cos(self) -> Tensor: return (math.pi / 2 - self._float_like()).sin()
     def tan(self) -> Tensor: return self.sin() / self.cos()
     def square(self) -> Tensor: return self * self
@@ -1079,13 +1092,13 @@ class Tensor:
 
     def maximum(self, y: Any) -> Tensor:
         a, b = self._broadcasted(y)
-        return F.Maximum.apply(a, b)
+        return apply(F.Maximum, a, b)
 
     def minimum(self, y: Any) -> Tensor:
         a, b = self._broadcasted(y)
         if a.dtype == dtypes.bool:
             return a & b
-        return -F.Maximum.apply(-a, -b)
+        return -apply(F.Maximum, -a, -b)
 
     def trunc(self) -> Tensor:
         if not self.dtype.is_float:
@@ -1124,7 +1137,7 @@ class Tensor:
         axes = self._axes(axis)
         if self.ndim == 0:
             return self
-        out = fn.apply(self, axes=axes)
+        out = apply(fn, self, axes=axes)
         if keepdim:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
@@ -1484,7 +1497,8 @@ def _from_numpy(arr: np.ndarray, dt: DType | None, device: str) -> LazyBuffer:
             bits = arr.astype(dt.np)
         except (ValueError, OverflowError) as e:
             raise TypeError(f"[core] cannot convert {arr.dtype} values to {dt.name}: {e}") from None
-    return LazyBuffer.from_numpy(bits, dt, device)
+    from tg.core.realize import from_numpy
+    return from_numpy(bits, dt, device)
 
 
 def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
@@ -1492,18 +1506,18 @@ def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
     lt = F.FUNCTIONS[BinaryOps.CMPLT]
     ne = F.FUNCTIONS[BinaryOps.CMPNE]
     if kind == "lt":
-        return lt.apply(a, b)
+        return apply(lt, a, b)
     if kind == "gt":
-        return lt.apply(b, a)
+        return apply(lt, b, a)
     if kind == "ne":
-        return ne.apply(a, b)
+        return apply(ne, a, b)
     if kind == "eq":
-        return ne.apply(a, b).logical_not()
+        return apply(ne, a, b).logical_not()
     if not a.dtype.is_float:
-        return lt.apply(b, a).logical_not() if kind == "le" else lt.apply(a, b).logical_not()
+        return apply(lt, b, a).logical_not() if kind == "le" else apply(lt, a, b).logical_not()
     # with NaN neither a < b nor a >= b holds, so >= is "> or ==", not "not <"
-    eq = ne.apply(a, b).logical_not()
-    return (lt.apply(a, b) if kind == "le" else lt.apply(b, a)) | eq
+    eq = apply(ne, a, b).logical_not()
+    return (apply(lt, a, b) if kind == "le" else apply(lt, b, a)) | eq
 
 
 def _device_copy(t: Tensor) -> Tensor:

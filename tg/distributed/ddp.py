@@ -27,7 +27,7 @@ import weakref
 from collections.abc import Iterator
 from typing import Any
 
-from tg.core.jit import host_step
+from tg.core.capture import host_step
 from tg.core.tensor import Tensor
 from tg.distributed.flat import Bucket, HostView, make_buckets
 from tg.nn.state import get_parameters, get_state_dict

@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
+from tg.core.capture import host_step
 from tg.core.dtype import dtypes
-from tg.core.jit import host_step
 from tg.core.tensor import Tensor
 from tg.distributed.ddp import _world, new_gradients, watch_backward
 from tg.distributed.flat import Bucket, HostView, make_buckets, own_memory

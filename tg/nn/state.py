@@ -42,7 +42,7 @@ import numpy as np
 
 from tg.core.device import Device
 from tg.core.dtype import DType, dtypes, f32_to_bf16
-from tg.core.lazy import LazyBuffer
+from tg.core.realize import from_numpy
 from tg.core.shape import prod
 from tg.core.tensor import Tensor
 
@@ -460,7 +460,7 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
                 bits = bits.view(np.uint8) != 0    # any nonzero byte is True, as in safetensors
             bits = bits.astype(e.dtype.np, copy=False)   # native byte order
             # from raw bits: bfloat16 arrives as its uint16 storage, with no float round trip
-            out[e.name] = Tensor(LazyBuffer.from_numpy(bits, e.dtype, device), device=device)
+            out[e.name] = Tensor(from_numpy(bits, e.dtype, device), device=device)
     return out
 
 

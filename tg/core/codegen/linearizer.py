@@ -20,9 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from tg import config
+from tg.core.codegen.uops import UOp, UOps
 from tg.core.dtype import DType, dtypes, min_value
+from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
-from tg.core.schedule import AstOps, Kernel, KOp
 from tg.core.shape import ShapeTracker, prod
 from tg.core.symbolic import Lin, Node, Var, ands, lt, num
 
@@ -45,16 +46,6 @@ class Dim:
     @property
     def loops(self) -> int:
         return self.size // (self.upcast * self.lanes * self.group)
-
-
-@dataclass
-class UOp:
-    """One low-level op. `vec` marks a SIMD value of the kernel's lane count."""
-    op: str
-    dtype: DType | None = None
-    src: tuple[UOp, ...] = ()
-    arg: Any = None
-    vec: bool = False
 
 
 def map_sts(ast: KOp, fn) -> KOp:
@@ -330,7 +321,7 @@ class Lowerer:
         self.lane_var = Var("lane", 0, self.lanes - 1) if self.lanes > 1 else None
         self.local_var = Var("lidx0", 0, dims.local_size - 1) if dims.group_dim is not None else None
 
-    def emit(self, op: str, dtype: DType | None = None, src: tuple[UOp, ...] = (), arg: Any = None,
+    def emit(self, op: UOps, dtype: DType | None = None, src: tuple[UOp, ...] = (), arg: Any = None,
              vec: bool = False, cache: bool = True) -> UOp:
         key = (op, dtype, tuple(id(s) for s in src), _hashable(arg), vec)
         if cache and key in self.cache:
@@ -358,23 +349,23 @@ class Lowerer:
         if n.op is BufferOps.CONST:
             value, st = n.arg
             _, valid = st.expr_idxs(ctx)
-            c = self.emit("CONST", n.dtype, arg=value)
+            c = self.emit(UOps.CONST, n.dtype, arg=value)
             if valid.is_const:
-                return c if valid.min == 1 else self.emit("CONST", n.dtype, arg=_zero(n.dtype))
-            cond = self.emit("INDEX_COND", dtypes.bool, arg=valid, vec=self._uses_lane(valid))
-            zero = self.emit("CONST", n.dtype, arg=_zero(n.dtype))
+                return c if valid.min == 1 else self.emit(UOps.CONST, n.dtype, arg=_zero(n.dtype))
+            cond = self.emit(UOps.INDEX_COND, dtypes.bool, arg=valid, vec=self._uses_lane(valid))
+            zero = self.emit(UOps.CONST, n.dtype, arg=_zero(n.dtype))
             return self.alu(TernaryOps.WHERE, n.dtype, (cond, c, zero), None)
         if n.op is AstOps.LOAD:
             buf, st = n.arg
             idx, valid = st.expr_idxs(ctx)
-            return self.emit("LOAD", n.dtype, arg=(buf, idx, valid, self._access(idx, valid)),
+            return self.emit(UOps.LOAD, n.dtype, arg=(buf, idx, valid, self._access(idx, valid)),
                              vec=self._uses_lane(idx) or self._uses_lane(valid))
         srcs = tuple(self.value(s, ctx, acc_of) for s in n.src)
         return self.alu(n.op, n.dtype, srcs, n.arg)
 
     def alu(self, op, dtype: DType, srcs: tuple[UOp, ...], arg: Any) -> UOp:
         vec = any(s.vec for s in srcs)
-        return self.emit("ALU", dtype, srcs, (op, arg), vec=vec)
+        return self.emit(UOps.ALU, dtype, srcs, (op, arg), vec=vec)
 
     def _uses_lane(self, node: Node) -> bool:
         return self.lane_var is not None and self.lane_var in node.vars()
@@ -391,16 +382,16 @@ class Lowerer:
     def lower(self) -> list[UOp]:
         k, dims = self.kernel, self.dims
         for i, dt in enumerate(k.buf_dtypes):
-            self.emit("DEFINE_GLOBAL", dt, arg=(i, i == 0), cache=False)
+            self.emit(UOps.DEFINE_GLOBAL, dt, arg=(i, i == 0), cache=False)
         loop_vars: dict[int, Node] = {}
         out_dims = [d for d, dim in enumerate(dims.dims) if not dim.reduce]
         if self.gpu:
             total = prod(dims.dims[d].loops for d in out_dims)
             gid = Var("gidx0", 0, max(total - 1, 0))
             if self.local_var is not None:
-                self.emit("GROUP", arg=(gid, self.local_var), cache=False)
+                self.emit(UOps.GROUP, arg=(gid, self.local_var), cache=False)
             else:
-                self.emit("GID", arg=(gid, total), cache=False)
+                self.emit(UOps.GID, arg=(gid, total), cache=False)
             acc = 1
             for d in reversed(out_dims):
                 loops = dims.dims[d].loops
@@ -415,7 +406,7 @@ class Lowerer:
                     continue
                 v = Var(f"g{d}", 0, loops - 1)
                 loop_vars[d] = v
-                self.emit("LOOP", arg=(v, loops, len(parallel) if d == parallel[0] else 0), cache=False)
+                self.emit(UOps.LOOP, arg=(v, loops, len(parallel) if d == parallel[0] else 0), cache=False)
         # the reduce part
         red = dims.reduce_node
         acc_of: dict[tuple[int, ...], UOp] = {}
@@ -425,7 +416,7 @@ class Lowerer:
             red_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in red_dims]))
             acc_vec = self.lanes > 1
             identity = 0 if red.op is ReduceOps.SUM else min_value(red.dtype)
-            accs = {(oc, rc): self.emit("DEFINE_ACC", red.dtype, arg=identity, vec=acc_vec, cache=False)
+            accs = {(oc, rc): self.emit(UOps.DEFINE_ACC, red.dtype, arg=identity, vec=acc_vec, cache=False)
                     for oc in out_combos for rc in red_combos}
             red_vars: dict[int, Node] = {}
             for d in red_dims:
@@ -435,7 +426,7 @@ class Lowerer:
                     continue
                 v = Var(f"r{d}", 0, loops - 1)
                 red_vars[d] = v
-                self.emit("LOOP", arg=(v, loops, 0), cache=False)
+                self.emit(UOps.LOOP, arg=(v, loops, 0), cache=False)
             outer_cache = self.cache
             self.cache = dict(outer_cache)
             for rc in red_combos:
@@ -443,10 +434,10 @@ class Lowerer:
                     ctx = self._ctx(out_dims, oc, loop_vars, red_dims, rc, red_vars)
                     val = self.value(red.src[0], ctx, {})
                     a = accs[(oc, rc)]
-                    self.emit("ACC", red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
+                    self.emit(UOps.ACC, red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
             for d in reversed(red_dims):
                 if dims.dims[d].loops > 1:
-                    self.emit("ENDLOOP", cache=False)
+                    self.emit(UOps.ENDLOOP, cache=False)
             self.cache = outer_cache
             lane_is_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
             red_alu = _red_alu(cast(ReduceOps, red.op))   # the reduce node's op is a ReduceOps
@@ -458,9 +449,9 @@ class Lowerer:
                     parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
                 reduced = parts[0]
                 if lane_is_reduce:
-                    reduced = self.emit("HREDUCE", red.dtype, (reduced,), arg=red.op)
+                    reduced = self.emit(UOps.HREDUCE, red.dtype, (reduced,), arg=red.op)
                 if self.local_var is not None:     # combine the work-group's partial results
-                    reduced = self.emit("LOCAL_REDUCE", red.dtype, (reduced,),
+                    reduced = self.emit(UOps.LOCAL_REDUCE, red.dtype, (reduced,),
                                         arg=(red.op, dims.local_size, self.local_var), cache=False)
                 acc_of[oc] = reduced
         # epilogue and store, once per output tile element
@@ -472,12 +463,12 @@ class Lowerer:
             idx, valid = st.expr_idxs(ctx)
             if self.local_var is not None:        # every item holds the result; one writes it
                 valid = ands([valid, lt(self.local_var, 1)])
-            self.emit("STORE", store.dtype, (value,), arg=(0, idx, valid, self._access(idx, valid)),
+            self.emit(UOps.STORE, store.dtype, (value,), arg=(0, idx, valid, self._access(idx, valid)),
                       vec=self._uses_lane(idx), cache=False)
         if not self.gpu:
             for d in dims.loop_order:
                 if dims.dims[d].loops > 1:
-                    self.emit("ENDLOOP", cache=False)
+                    self.emit(UOps.ENDLOOP, cache=False)
         return self.uops
 
     def _ctx(self, out_dims, oc, loop_vars, red_dims, rc, red_vars) -> list[Node]:
@@ -539,11 +530,11 @@ def _streaming_ok(lin: Linearized, dims: Dims, kernel: Kernel) -> bool:
     once with full, aligned vector stores; it is not read back soon, and skipping the read of each
     destination line saves a third of the memory traffic."""
     # 16 lanes are chosen only where the CPU has AVX-512, so _mm512_stream_ps exists
-    if dims.reduce_node is not None or lin.lanes != 16 or kernel.outputs[0].op is BufferOps.ASSIGN:
+    if dims.reduce_node is not None or lin.lanes != 16 or kernel.assign:
         return False
     if kernel.buf_sizes[0] * kernel.buf_dtypes[0].itemsize < STREAM_MIN_BYTES or kernel.buf_dtypes[0] != dtypes.float32:
         return False
-    stores = [u for u in lin.uops if u.op == "STORE"]
+    stores = [u for u in lin.uops if u.op is UOps.STORE]
     for u in stores:
         _, idx, valid, access = u.arg
         if access != "vector" or not (valid.is_const and valid.min == 1):

@@ -12,8 +12,8 @@ import numpy as np
 
 from tg.core.device import Buffer, Compiled, HostAllocator, Program
 from tg.core.dtype import DType, bf16_to_f32, dtypes, f32_to_bf16
+from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
-from tg.core.schedule import AstOps, Kernel, KOp
 
 
 def compute_dtype(d: DType) -> np.dtype:
@@ -99,7 +99,7 @@ def to_storage(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 class Interpreter:
     def __init__(self, kernel: Kernel):
-        self.ast = kernel.ast      # not the kernel: its lazy buffers must not outlive the schedule
+        self.ast = kernel.ast
         self.name = kernel.name
 
     def view(self, st, flat: np.ndarray | None, fill=0) -> tuple[np.ndarray, np.ndarray]:
