@@ -177,10 +177,19 @@ class TcpTransport:
             for peer in local:
                 path = store.get(f"{prefix}/shm/{peer}->{self.rank}").decode()
                 if path != "none":
-                    self.peers[peer].shm_in = ShmRing.attach(path, SHM_SLOTS, SHM_SLOT_BYTES)
+                    try:
+                        self.peers[peer].shm_in = ShmRing.attach(path, SHM_SLOTS, SHM_SLOT_BYTES)
+                    except DistributedError as e:    # tell the creator now, not after its timeout
+                        store.set(f"{prefix}/shmok/{peer}->{self.rank}", f"error: {e}")
+                        raise
                     store.set(f"{prefix}/shmok/{peer}->{self.rank}", "1")
             for peer in local:
-                store.wait([f"{prefix}/shmok/{self.rank}->{peer}"], timeout=self.timeout)
+                key = f"{prefix}/shmok/{self.rank}->{peer}"
+                store.wait([key], timeout=self.timeout)
+                said = store.get(key).decode()
+                if said != "1":
+                    raise DistributedError(f"[distributed] rank {peer} could not map the shared memory rank "
+                                           f"{self.rank} made for it: {said[7:]}")
         finally:
             for ring in created.values():
                 ring.unlink()          # mapped by both sides now (or setup failed): nothing to leak
