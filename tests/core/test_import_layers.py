@@ -21,6 +21,7 @@ LAYERS = [
     ["tg.core.runtime.ops_cpu", "tg.core.runtime.ops_cl", "tg.core.runtime.ops_cuda", "tg.core.runtime.ops_numpy",
      "tg.core.runtime.ops_null"],
     ["tg.core.realize", "tg.core.function"],
+    ["tg.core.random", "tg.core.autograd", "tg.core.indexing"],
     ["tg.core.tensor"],
     ["tg.core.jit"],
 ]

@@ -21,7 +21,7 @@ class Function:
     parents: tuple[Any, ...]
     # True for a Function whose backward runs a computation of its own (activation checkpointing
     # recomputes its forward there): backprop first computes every gradient it holds pending, so the
-    # activations those read are freed before that computation starts (see Tensor._backprop).
+    # activations those read are freed before that computation starts (see autograd.backprop).
     runs_in_backward: bool = False
 
     def __init__(self, device: str, *tensors: Any):

@@ -283,3 +283,19 @@ class ShapeTracker:
         if new is not None:
             return self._on_last(new)
         return ShapeTracker(self.views + (View.create(tuple(shape)),)).simplify()
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """numpy's broadcast of two shapes.
+
+        >>> broadcast_shape((3, 1), (4,))
+        (3, 4)
+    """
+    n = max(len(a), len(b))
+    pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    out = []
+    for x, y in zip(pa, pb):
+        if x != y and x != 1 and y != 1:
+            raise ValueError(f"[core] shapes {a} and {b} cannot broadcast: {x} vs {y}")
+        out.append(y if x == 1 else x)
+    return tuple(out)

@@ -9,7 +9,6 @@ primitive ops through the Functions in function.py (so gradients come by composi
 from __future__ import annotations
 
 import builtins
-import heapq
 import itertools
 import math
 import weakref
@@ -17,18 +16,16 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
+from tg.core import autograd, indexing, random
 from tg.core import function as F
 from tg.core.device import Device
 from tg.core.dtype import DType, dtype_of_scalar, dtypes, max_value, promote_types, scalar_result_type
+from tg.core.indexing import TgIndexError
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, BufferOps, UnaryOps
-from tg.core.shape import prod
+from tg.core.shape import broadcast_shape, prod
 
 POOL_BY_STACK = True
-
-
-class TgIndexError(IndexError, ValueError):
-    pass
 
 
 def _argfix(*x: Any) -> tuple:
@@ -71,9 +68,7 @@ class Tensor:
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
     training: bool = False
     no_grad: bool = False
-    _seed: int = 0
     _last_root: weakref.ref[Tensor] | None = None
-    _rng_counters: dict[str, Tensor] = {}
     _post_backward_hooks: list[Callable[[Tensor], None]] = []
 
     def __init__(self, data: Any, device: str | None = None, dtype: DType | str | None = None,
@@ -204,8 +199,7 @@ class Tensor:
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
         """Seed rand / randn / randint / dropout: the same seed gives the same numbers on every device."""
-        Tensor._seed = int(seed) & 0xFFFFFFFF
-        Tensor._rng_counters = {}
+        random.manual_seed(seed)
 
     @staticmethod
     def get_rng_state(on_device: bool = False) -> dict[str, Any]:
@@ -223,13 +217,10 @@ class Tensor:
             >>> Tensor.rand(3).tolist() == a
             True
         """
-        counters: dict[str, Any] = {}
-        for device, counter in Tensor._rng_counters.items():
-            if on_device:
-                counters[device] = _device_copy(counter)
-            else:
-                counters[device] = int(counter.numpy()[0])
-        return {"seed": Tensor._seed, "counters": counters}
+        state = random.state(on_device)
+        if on_device:
+            state["counters"] = {d: Tensor(c, device=d) for d, c in state["counters"].items()}
+        return state
 
     @staticmethod
     def set_rng_state(state: dict[str, Any]) -> None:
@@ -240,42 +231,13 @@ class Tensor:
             got = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"[core] set_rng_state: expected the dict get_rng_state() returns, with keys "
                              f"['counters', 'seed'], got {got}")
-        Tensor._seed = int(state["seed"]) & 0xFFFFFFFF
-        saved = {Device.canonicalize(d): v for d, v in state["counters"].items()}
-        for device in {*saved, *Tensor._rng_counters}:
-            value = saved.get(device, 0)
-            if not isinstance(value, Tensor):
-                value = Tensor(np.array([int(value) & 0xFFFFFFFF], np.uint32), device=device)
-            counter = Tensor._rng_counters.get(device)
-            if counter is None:
-                Tensor._rng_counters[device] = _device_copy(value)
-            else:
-                counter.assign(value).realize()
-
-    @staticmethod
-    def _random_bits(n: int, device: str | None = None) -> Tensor:
-        """n uniformly random uint32s, generated on the device by a counter-based hash.
-
-        A per-device counter (a device buffer, advanced in place) makes every call different,
-        also when a TinyJit replays the kernels; the seed enters as the hash key."""
-        device = Device.canonicalize(device)
-        counter = Tensor._rng_counters.get(device)
-        if counter is None:
-            counter = Tensor(np.zeros(1, np.uint32), device=device)
-            Tensor._rng_counters[device] = counter
-        key = _hash32(Tensor._seed ^ 0x9E3779B9)
-        idx = _arange_u32(n, device)
-        bits = _hash_tensor(_hash_tensor(idx + counter._broadcast_to((n,))) ^ key).realize()
-        counter.assign(counter + (n & 0xFFFFFFFF)).realize()
-        return bits
+        random.set_state(state["seed"], {Device.canonicalize(d): v.lazydata if isinstance(v, Tensor) else v
+                                         for d, v in state["counters"].items()})
 
     @staticmethod
     def _uniform01(shape: tuple[int, ...], device: str | None, mantissa: int = 24) -> Tensor:
-        """Floats in [0, 1) with `mantissa` random bits each: as many as the target dtype holds, so
-        rounding into it can never reach 1.0."""
-        n = prod(shape)
-        bits = Tensor._random_bits(n, device)
-        return ((bits >> (32 - mantissa)).cast(dtypes.float32) * (1.0 / (1 << mantissa))).reshape(shape)
+        device = Device.canonicalize(device)
+        return Tensor(random.uniform01(shape, device, mantissa), device=device)
 
     @staticmethod
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
@@ -399,26 +361,7 @@ class Tensor:
         self.requires_grad = requires_grad
         return self
 
-    # ------------------------------------------------------------ autograd
-    def _toposort(self) -> list[Tensor]:
-        order: list[Tensor] = []
-        seen: set[int] = set()
-        stack: list[tuple[Tensor, bool]] = [(self, False)]
-        while stack:
-            t, done = stack.pop()
-            if done:
-                order.append(t)
-                continue
-            if id(t) in seen:
-                continue
-            seen.add(id(t))
-            stack.append((t, True))
-            if t._ctx is not None:
-                for p in t._ctx.parents:
-                    if id(p) not in seen:
-                        stack.append((p, False))
-        return order
-
+    # ------------------------------------------------------------ autograd (engine: autograd.py)
     def backward(self, gradient: Tensor | None = None, retain_graph: bool = False) -> Tensor:
         """Accumulate d(self)/d(leaf) into every leaf's .grad (a scalar loss, or give `gradient`).
 
@@ -434,7 +377,7 @@ class Tensor:
             [4.0, 8.0]
         """
         Tensor._last_root = weakref.ref(self)
-        for leaf, g in self._backprop(self._root_gradient(gradient, "backward"), None, retain_graph):
+        for leaf, g in autograd.backprop(self, self._root_gradient(gradient, "backward"), None, retain_graph):
             new = Tensor(g, device=leaf.device)
             leaf.grad = new if leaf.grad is None else (leaf.grad + new)
         for hook in list(Tensor._post_backward_hooks):
@@ -453,8 +396,8 @@ class Tensor:
         """
         if not targets:
             raise ValueError("[autograd] gradient() needs at least one target tensor; got none")
-        found = dict(self._backprop(self._root_gradient(gradient, "gradient"), {id(t) for t in targets},
-                                    retain_graph))
+        found = dict(autograd.backprop(self, self._root_gradient(gradient, "gradient"), {id(t) for t in targets},
+                                       retain_graph))
         return [Tensor(found[t], device=t.device) if t in found else None for t in targets]
 
     def _root_gradient(self, gradient: Tensor | None, caller: str) -> LazyBuffer:
@@ -469,71 +412,6 @@ class Tensor:
             raise RuntimeError("[autograd] this tensor does not require grad and has no graph; "
                                "set requires_grad=True on the leaves")
         return gradient.lazydata
-
-    def _backprop(self, gradient: LazyBuffer, targets: set[int] | None,
-                  retain_graph: bool) -> list[tuple[Tensor, LazyBuffer]]:
-        """The chain rule from self (whose gradient is `gradient`): the gradient reaching each tensor
-        whose id is in `targets`, or each leaf that requires grad when targets is None. Only the part
-        of the graph between self and the targets is walked; unless retain_graph, each Function is
-        dropped once used, and so are the engine's own references to tensors it is done with.
-
-        Tensors go consumers first, in depth-first order, except that a Function which runs a
-        computation of its own in backward (Function.runs_in_backward: a checkpoint's recompute)
-        waits until nothing else is ready. Before it runs, the root and the gradients pending for
-        leaves are realized, so the activations they read are freed before its computation starts."""
-        def wanted(t: Tensor) -> bool:
-            return id(t) in targets if targets is not None else t._ctx is None and bool(t.requires_grad)
-        order: list[Tensor | None] = list(self._toposort())
-        index = {id(t): i for i, t in enumerate(order)}
-        waiting = [0] * len(order)        # consumers of each tensor not processed yet
-        leads_to: set[int] = set()        # tensors on a path from self to a target
-        for t in order:
-            assert t is not None
-            ctx = t._ctx
-            for p in ctx.parents if ctx is not None else ():
-                waiting[index[id(p)]] += 1
-            # a consumed graph (F.FREED) may have led anywhere: walking into it raises below
-            if wanted(t) or ctx is F.FREED or (ctx is not None and any(id(p) in leads_to for p in ctx.parents)):
-                leads_to.add(id(t))
-        grads: dict[int, LazyBuffer] = {id(self): gradient}
-        found: list[tuple[Tensor, LazyBuffer]] = []
-        ready = [(False, -(len(order) - 1))]   # (deferred, -position): self is last in depth-first order
-        while ready:
-            i = -heapq.heappop(ready)[1]
-            t, order[i] = order[i], None
-            assert t is not None
-            ctx = t._ctx
-            for p in ctx.parents if ctx is not None else ():
-                j = index[id(p)]
-                waiting[j] -= 1
-                if waiting[j] == 0:
-                    pctx = p._ctx
-                    heapq.heappush(ready, (pctx is not None and pctx.runs_in_backward, -j))
-            g = grads.pop(id(t), None)
-            if g is None or id(t) not in leads_to:
-                continue
-            if wanted(t):
-                found.append((t, g))
-            if ctx is F.FREED and not wanted(t):
-                ctx.backward(g)           # raises: this graph was freed by an earlier backward
-            if ctx is None or not any(id(p) in leads_to for p in ctx.parents):
-                continue
-            if ctx.runs_in_backward:
-                from tg.core.realize import realize
-                realize([*(pg for pid, pg in grads.items() if order[index[pid]]._ctx is None),  # type: ignore[union-attr]
-                         *(leaf_grad for _, leaf_grad in found), self.lazydata])
-            parent_grads = ctx.backward(g)
-            if not isinstance(parent_grads, tuple):
-                parent_grads = (parent_grads,)
-            for p, pg in zip(ctx.parents, parent_grads):
-                if pg is None or id(p) not in leads_to or not p.requires_grad:
-                    continue
-                assert pg.shape == p.shape, f"grad shape {pg.shape} != {p.shape} in {type(ctx).__name__}"
-                grads[id(p)] = pg if id(p) not in grads else grads[id(p)].e(BinaryOps.ADD, pg)
-            if not retain_graph:
-                t._ctx = F.FREED
-            del t, ctx, g, parent_grads   # nothing of a done tensor outlives its turn
-        return found
 
     @staticmethod
     def register_post_backward_hook(fn: Callable[[Tensor], None]) -> Callable[[], None]:
@@ -793,7 +671,14 @@ class Tensor:
 
     # ------------------------------------------------------------ indexing
     def __getitem__(self, index: Any) -> Tensor:
-        return _getitem(self, index)
+        """numpy/torch indexing: ints, slices (any step), None, ..., and integer tensors, lists or
+        arrays (advanced indexing, torch's placement of the indexed dims). Basic indices make views.
+
+            >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
+            >>> x[1, ::-2].tolist(), x[:, [2, 0]].tolist(), x[None, 0].shape
+            ([6, 4], [[3, 1], [6, 4]], (1, 3))
+        """
+        return indexing.getitem(self, index)
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
         """out[i][j] = self[index[i][j]][j] for dim=0 (torch.gather)."""
@@ -805,10 +690,10 @@ class Tensor:
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
             if i != d and a > b:
                 raise ValueError(f"[core] gather: index shape {index.shape} exceeds input {self.shape} at dim {i}")
-        _check_index_bounds(index, self.shape[d])
+        indexing.check_bounds(index, self.shape[d])
         x = self._shrink(tuple((0, index.shape[i]) if i != d else (0, s) for i, s in enumerate(self.shape)))
         n = self.shape[d]
-        onehot = as_index(index).unsqueeze(-1) == index_range(n, self.device)   # (*index.shape, n)
+        onehot = indexing.as_index(index).unsqueeze(-1) == index_range(n, self.device)   # (*index.shape, n)
         xs = x.unsqueeze(-1).transpose(d, -1)                                 # (..., 1 at d, ..., n)
         return onehot.where(xs.expand(*index.shape, n), 0).sum(-1)
 
@@ -1444,17 +1329,6 @@ class Tensor:
 
 # ---------------------------------------------------------------- module helpers
 
-def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
-    n = max(len(a), len(b))
-    pa, pb = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    out = []
-    for x, y in zip(pa, pb):
-        if x != y and x != 1 and y != 1:
-            raise ValueError(f"[core] shapes {a} and {b} cannot broadcast: {x} vs {y}")
-        out.append(y if x == 1 else x)
-    return tuple(out)
-
-
 def _pair(v: Any) -> tuple[int, int]:
     if isinstance(v, int):
         return (v, v)
@@ -1520,204 +1394,8 @@ def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
     return (apply(lt, a, b) if kind == "le" else apply(lt, b, a)) | eq
 
 
-def _device_copy(t: Tensor) -> Tensor:
-    """A realized copy of t in fresh memory, made by a kernel on t's device (no host round trip)."""
-    return Tensor.empty(*t.shape, dtype=t.dtype, device=t.device).assign(t.detach()).realize()
-
-
-def _hash32(x: int) -> int:
-    """lowbias32 (an integer hash with good avalanche), on a Python int."""
-    x &= 0xFFFFFFFF
-    x ^= x >> 16
-    x = (x * 0x7FEB352D) & 0xFFFFFFFF
-    x ^= x >> 15
-    x = (x * 0x846CA68B) & 0xFFFFFFFF
-    return x ^ (x >> 16)
-
-
-def _hash_tensor(x: Tensor) -> Tensor:
-    """The same hash on a uint32 tensor (wrapping multiplies), generated as an ordinary kernel."""
-    x = x ^ (x >> 16)
-    x = x * 0x7FEB352D
-    x = x ^ (x >> 15)
-    x = x * 0x846CA68B
-    return x ^ (x >> 16)
-
-
-_ARANGE_CACHE: dict[tuple[int, str, str], Tensor] = {}
-
-
 def index_range(n: int, device: str) -> Tensor:
     """0..n-1 as int32, for one-hot selections: 32-bit compares keep the kernel on SIMD lanes."""
-    return _cached_arange(n, device, np.int32)
+    return Tensor(indexing.arange(n, device), device=device)
 
 
-def as_index(t: Tensor) -> Tensor:
-    """Index values as int32 (stored once, so kernels reading them stay 32-bit)."""
-    return t if t.dtype == dtypes.int32 else t.cast(dtypes.int32).contiguous()
-
-
-def _arange_u32(n: int, device: str) -> Tensor:
-    return _cached_arange(n, device, np.uint32)
-
-
-def _cached_arange(n: int, device: str, np_dtype: type) -> Tensor:
-    key = (n, device, np.dtype(np_dtype).name)
-    if key not in _ARANGE_CACHE:
-        if len(_ARANGE_CACHE) > 64:
-            _ARANGE_CACHE.clear()
-        _ARANGE_CACHE[key] = Tensor(np.arange(n, dtype=np_dtype), device=device)
-    return _ARANGE_CACHE[key]
-
-
-def _check_index_bounds(index: Tensor, n: int) -> None:
-    """Bounds are checked at the call when the index values are already known (host data)."""
-    lb = index.lazydata
-    if lb.base.realized is None or index.numel() == 0:
-        return
-    values = index.numpy()
-    if values.min() < -n or values.max() >= n:
-        bad = values[(values < -n) | (values >= n)][0]
-        raise TgIndexError(f"[core] index {bad} is out of range for a dim of size {n}")
-
-
-def _getitem(x: Tensor, index: Any) -> Tensor:
-    idx = index if isinstance(index, tuple) else (index,)
-    n_ellipsis = sum(1 for i in idx if i is Ellipsis)
-    if n_ellipsis > 1:
-        raise TgIndexError("[core] an index can only have one ellipsis")
-    consumes = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    if consumes > x.ndim:
-        raise TgIndexError(f"[core] too many indices ({consumes}) for a tensor of {x.ndim} dims")
-    if n_ellipsis:
-        pos = next(i for i, v in enumerate(idx) if v is Ellipsis)
-        idx = idx[:pos] + (slice(None),) * (x.ndim - consumes) + idx[pos + 1:]
-    else:
-        idx = idx + (slice(None),) * (x.ndim - consumes)
-    # basic indexing: slices, ints, None -> shrink / flip / reshape (views); tensors handled after
-    shrink, flips, steps = [], [], []
-    adv: list[tuple[int, Tensor]] = []
-    dim = 0
-    new_dims: list[Any] = []   # per output dim: 'keep' index into sliced dims, or None for newaxis
-    for i in idx:
-        if i is None:
-            new_dims.append(None)
-            continue
-        size = x.shape[dim]
-        if isinstance(i, (bool, np.bool_)):
-            raise TypeError("[core] bool scalars are not valid indices")
-        if isinstance(i, (int, np.integer)):
-            if not -size <= i < size:
-                raise TgIndexError(f"[core] index {i} is out of range for dim {dim} of size {size}")
-            j = int(i) % size
-            shrink.append((j, j + 1))
-            flips.append(False)
-            steps.append(1)
-            new_dims.append("drop")
-        elif isinstance(i, slice):
-            start, stop, step = i.indices(size)
-            if step == 0:
-                raise ValueError("[core] slice step cannot be zero")
-            if step > 0:
-                length = max(0, math.ceil((stop - start) / step))
-                shrink.append((start, start + (length - 1) * step + 1) if length else (0, 0))
-                flips.append(False)
-            else:
-                length = max(0, math.ceil((start - stop) / -step))
-                lo = start - (length - 1) * (-step) if length else 0
-                shrink.append((lo, start + 1) if length else (0, 0))
-                flips.append(True)
-            steps.append(abs(step))
-            new_dims.append(("keep", dim))
-        elif isinstance(i, (Tensor, list, np.ndarray)):
-            t = i if isinstance(i, Tensor) else Tensor(np.asarray(i), device=x.device)
-            if t.dtype == dtypes.bool:
-                raise TypeError("[core] boolean mask indexing is not supported (its shape depends on the data); "
-                                "use where() instead")
-            if not t.dtype.is_int:
-                raise TypeError(f"[core] tensors used as indices must be integer, got {t.dtype.name}")
-            shrink.append((0, size))
-            flips.append(False)
-            steps.append(1)
-            adv.append((dim, t))
-            new_dims.append(("adv", dim))
-        else:
-            raise TypeError(f"[core] unsupported index type {type(i).__name__}")
-        dim += 1
-    y = x._shrink(tuple(shrink))
-    if any(flips):
-        y = y.flip(tuple(i for i, f in enumerate(flips) if f))
-    if any(s != 1 for s in steps):
-        # stride via pad + reshape + shrink: keep every s-th element
-        for d, s in enumerate(steps):
-            if s == 1 or y.shape[d] == 0:
-                continue
-            n = y.shape[d]
-            m = math.ceil(n / s)
-            arg = [(0, 0)] * y.ndim
-            arg[d] = (0, m * s - n)
-            y = y.pad(tuple(arg))
-            y = y.reshape(y.shape[:d] + (m, s) + y.shape[d + 1:])
-            y = y._shrink(tuple((0, k) if j != d + 1 else (0, 1) for j, k in enumerate(y.shape)))
-            y = y.reshape(y.shape[:d + 1] + y.shape[d + 2:])
-    # advanced (integer tensor) indices: one-hot select, fused into one reduce
-    if adv:
-        dims_adv = [d for d, _ in adv]
-        idx_tensors = [t for _, t in adv]
-        for d, t in adv:
-            _check_index_bounds(t, x.shape[d])
-        bshape = idx_tensors[0].shape
-        for t in idx_tensors[1:]:
-            bshape = broadcast_shape(bshape, t.shape)
-        rest = [d for d in range(y.ndim) if d not in dims_adv]
-        yp = y.permute(rest + dims_adv)                                   # (*rest, *adv sizes)
-        rest_shape = tuple(y.shape[d] for d in rest)
-        k = len(bshape)
-        yp = yp.reshape(rest_shape + (1,) * k + tuple(y.shape[d] for d in dims_adv))
-        yp = yp.expand(rest_shape + bshape + tuple(y.shape[d] for d in dims_adv))
-        mask = None
-        for j, (d, t) in enumerate(adv):
-            n = y.shape[d]
-            t = as_index(t)
-            t = (t < 0).where(t + n, t)._broadcast_to(bshape)
-            shape_j = bshape + tuple(n if jj == j else 1 for jj in range(len(adv)))
-            oh = t.reshape(bshape + (1,) * len(adv)) == index_range(n, x.device).reshape(
-                (1,) * k + tuple(n if jj == j else 1 for jj in range(len(adv))))
-            oh = oh._broadcast_to(shape_j)
-            mask = oh if mask is None else mask & oh
-        assert mask is not None
-        picked = mask.where(yp, 0).sum(tuple(range(len(rest_shape) + k, len(rest_shape) + k + len(adv))),
-                                       dtype=y.dtype if y.dtype.is_float else None)
-        picked = picked.cast(y.dtype)                                       # (*rest, *bshape)
-        # torch: adjacent advanced dims stay in place, otherwise they go first
-        adjacent = dims_adv == list(range(dims_adv[0], dims_adv[0] + len(dims_adv)))
-        first = dims_adv[0] if adjacent else 0
-        before = [d for d in rest if d < first] if adjacent else []
-        nb = len(before)
-        order = list(range(nb)) + list(range(len(rest), len(rest) + k)) + list(range(nb, len(rest)))
-        y = picked.permute(order)
-        # the output shape honours dropped dims (ints) and new axes (None)
-        rest_sizes = dict(zip(rest, [y.shape[i] for i in list(range(nb)) + list(range(nb + k, y.ndim))]))
-        final: list[int] = [] if adjacent else list(bshape)
-        placed = False
-        for nd in new_dims:
-            if nd is None:
-                final.append(1)
-            elif nd == "drop":
-                continue
-            elif nd[0] == "adv":
-                if adjacent and not placed:
-                    final.extend(bshape)
-                    placed = True
-            else:
-                final.append(rest_sizes[nd[1]])
-        return y.reshape(tuple(final))
-    final = []
-    for nd in new_dims:
-        if nd is None:
-            final.append(1)
-        elif nd == "drop":
-            continue
-        else:
-            final.append(y.shape[nd[1]])
-    return y.reshape(tuple(final))

@@ -18,7 +18,9 @@ from typing import Sequence
 import numpy as np
 
 from tg.core.dtype import DType, dtypes
-from tg.core.tensor import Tensor, as_index, broadcast_shape, index_range
+from tg.core.indexing import as_index
+from tg.core.shape import broadcast_shape
+from tg.core.tensor import Tensor, index_range
 
 REDUCTIONS = ("mean", "sum", "none")
 
