@@ -31,6 +31,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
 
@@ -239,10 +240,35 @@ def main(argv: list[str] | None = None) -> dict:
         dist.destroy_process_group()
 
 
+class Run:
+    """Everything one training run works with, made by `setup`; `resume` moves its start."""
+
+    def __init__(self, args: argparse.Namespace, rank: int, world: int, out: Path, tokens: np.ndarray,
+                 loader: dist.DataLoader, val_loader: dist.DataLoader, model: GPT, opt: nn.optim.Optimizer,
+                 net: Any, sched: nn.optim.CosineWithWarmup):
+        self.args, self.rank, self.world, self.tokens = args, rank, world, tokens
+        self.out, self.ckpt_dir = out, out / "ckpt"
+        self.loader, self.val_loader = loader, val_loader
+        self.model, self.params, self.opt, self.sched = model, get_parameters(model), opt, sched
+        self.net = net                # what the loss is computed through: DDP's wrapper, or the model under ZeRO
+        self.start_step, self.epoch = 0, 0
+        self.history: dict = {"train": [], "val": []}
+
+
 def train(args: argparse.Namespace) -> dict:
+    """Set up, resume where a checkpoint says, run the loop, report: the whole of a training run."""
+    run = setup(args)
+    resume(run)
+    announce(run)
+    last_loss = loop(run)
+    return report(run, last_loss)
+
+
+def setup(args: argparse.Namespace) -> Run:
+    """Data (a 90/10 split into windows, sharded by DistributedSampler), the model, the optimizer
+    (ZeRO-2, or AdamW under DDP) and the learning-rate schedule."""
     rank, world = dist.get_rank(), dist.get_world_size()
     out = Path(args.out)
-    ckpt_dir = out / "ckpt"
     if rank == 0:
         out.mkdir(parents=True, exist_ok=True)
     Tensor.manual_seed(args.seed)
@@ -257,9 +283,9 @@ def train(args: argparse.Namespace) -> dict:
                              drop_last=True)
     val_loader = dist.DataLoader(val_set, args.batch, drop_last=True,
                                  sampler=dist.DistributedSampler(val_set, shuffle=False, pad=False))
-
     model = GPT(256, args.block, args.n_layer, args.n_head, args.n_embd, args.checkpoint_activations)
     params = get_parameters(model)
+    net: Any
     if args.zero:
         opt: nn.optim.Optimizer = dist.ZeroOptimizer(params, nn.optim.AdamW, lr=args.lr, weight_decay=0.01,
                                                      bucket_mb=args.bucket_mb)
@@ -268,72 +294,97 @@ def train(args: argparse.Namespace) -> dict:
         opt = nn.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
         net = dist.DistributedDataParallel(model, bucket_mb=args.bucket_mb)
     sched = nn.optim.CosineWithWarmup(opt, args.warmup, args.steps, min_lr=args.lr * 0.1)
+    return Run(args, rank, world, out, tokens, loader, val_loader, model, opt, net, sched)
 
-    start_step, epoch, history = 0, 0, {"train": [], "val": []}
-    resume = args.resume or config.TG_RESTART_COUNT > 0     # a job tglaunch restarted continues by itself
-    if not resume and rank == 0 and ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
+
+def resume(run: Run) -> None:
+    """Continue from the latest checkpoint when asked (--resume, or a job tglaunch restarted): model,
+    optimizer, RNG, history, the schedule and the loader's place in its epoch. A new run moves an
+    earlier run's checkpoints aside instead."""
+    args, ckpt_dir = run.args, run.ckpt_dir
+    wanted = args.resume or config.TG_RESTART_COUNT > 0
+    if not wanted and run.rank == 0 and ckpt_dir.is_dir() and any(ckpt_dir.iterdir()):
         # a new run never continues, or prunes, an earlier run's checkpoints: they are kept aside
-        aside = out / "ckpt.previous"
+        aside = run.out / "ckpt.previous"
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(ckpt_dir, aside)
         print(f"note: moved the earlier run's checkpoints to {aside} (--resume continues a run instead)", flush=True)
-    meta = dist.load_checkpoint(ckpt_dir, model, opt) if resume else None
+    meta = dist.load_checkpoint(ckpt_dir, run.model, run.opt) if wanted else None
     if args.resume and meta is None:
         raise FileNotFoundError(f"[train] --resume: no checkpoint under {ckpt_dir}; run once without --resume")
-    if meta is not None:
-        start_step, extra = meta["step"], meta["extra"]
-        history, epoch = extra["history"], extra["loader"]["epoch"]
-        # the position in the epoch, in sequences over all ranks: the same at another number of ranks
-        seen = extra["sequences_in_epoch"] // (world * args.batch)
-        loader.load_state_dict({"epoch": epoch, "batches": min(seen, len(loader))})
-        for _ in range(start_step):
-            sched.step()
-        if rank == 0:
-            print(f"resumed from {ckpt_dir} at step {start_step} (saved by {meta['world_size']} ranks)", flush=True)
-    n_params = sum(p.numel() for p in params)
-    if rank == 0:
-        source = "stdlib" if args.data is None else args.data
-        mode = ("ZeRO-2" if args.zero else "DDP") + (" + checkpointing" if args.checkpoint_activations else "")
-        print(f"tg GPT: {n_params / 1e6:.2f}M params, {len(tokens):,} tokens ({source}), {world} rank(s) on "
-              f"{dist.get_backend()}, batch {world}x{args.batch}x{args.block}, {mode}, device {Tensor([0]).device}",
-              flush=True)
+    if meta is None:
+        return
+    run.start_step, extra = meta["step"], meta["extra"]
+    run.history, run.epoch = extra["history"], extra["loader"]["epoch"]
+    # the position in the epoch, in sequences over all ranks: the same at another number of ranks
+    seen = extra["sequences_in_epoch"] // (run.world * args.batch)
+    run.loader.load_state_dict({"epoch": run.epoch, "batches": min(seen, len(run.loader))})
+    for _ in range(run.start_step):
+        run.sched.step()
+    if run.rank == 0:
+        print(f"resumed from {ckpt_dir} at step {run.start_step} (saved by {meta['world_size']} ranks)", flush=True)
 
+
+def announce(run: Run) -> None:
+    if run.rank != 0:
+        return
+    args = run.args
+    n_params = sum(p.numel() for p in run.params)
+    source = "stdlib" if args.data is None else args.data
+    mode = ("ZeRO-2" if args.zero else "DDP") + (" + checkpointing" if args.checkpoint_activations else "")
+    print(f"tg GPT: {n_params / 1e6:.2f}M params, {len(run.tokens):,} tokens ({source}), {run.world} rank(s) on "
+          f"{dist.get_backend()}, batch {run.world}x{args.batch}x{args.block}, {mode}, device {Tensor([0]).device}",
+          flush=True)
+
+
+def step_functions(run: Run) -> tuple[Callable[[Tensor, Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]:
+    """One training step (zero_grad, forward, backward, optimizer step) and one eval step, each
+    captured by TinyJit unless --no-jit."""
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         Tensor.training = True
-        opt.zero_grad()
-        loss = net.loss(x, y)
+        run.opt.zero_grad()
+        loss = run.net.loss(x, y)
         loss.backward()
-        opt.step()
+        run.opt.step()
         Tensor.training = False
         return loss.realize()
 
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
-        return model.loss(x, y).realize()
-    step_fn = train_step if args.no_jit else TinyJit(train_step)
-    eval_fn = eval_step if args.no_jit else TinyJit(eval_step)
+        return run.model.loss(x, y).realize()
+    if run.args.no_jit:
+        return train_step, eval_step
+    return TinyJit(train_step), TinyJit(eval_step)
 
-    def evaluate() -> float:
-        total = np.zeros(2)                    # (sum of batch losses, batches) over every rank
-        with tg.no_grad():
-            for i, (x, y) in enumerate(val_loader):
-                if i == args.eval_batches:
-                    break
-                total += (eval_fn(Tensor(x), Tensor(y)).item(), 1)
-        dist.all_reduce(total)
-        return float(total[0] / max(total[1], 1))
 
-    def save(step: int) -> None:
-        state = loader.state_dict()
-        extra = {"loader": state, "sequences_in_epoch": state["batches"] * world * args.batch,
-                 "history": history, "config": vars(args)}
-        dist.save_checkpoint(ckpt_dir, step, model, opt, extra=extra)
+def evaluate(run: Run, eval_fn: Callable[[Tensor, Tensor], Tensor]) -> float:
+    """Mean validation loss over --eval-batches batches of every rank."""
+    total = np.zeros(2)                    # (sum of batch losses, batches) over every rank
+    with tg.no_grad():
+        for i, (x, y) in enumerate(run.val_loader):
+            if i == run.args.eval_batches:
+                break
+            total += (eval_fn(Tensor(x), Tensor(y)).item(), 1)
+    dist.all_reduce(total)
+    return float(total[0] / max(total[1], 1))
 
-    batches = iter_epochs(loader, epoch)
+
+def save(run: Run, step: int) -> None:
+    state = run.loader.state_dict()
+    extra = {"loader": state, "sequences_in_epoch": state["batches"] * run.world * run.args.batch,
+             "history": run.history, "config": vars(run.args)}
+    dist.save_checkpoint(run.ckpt_dir, step, run.model, run.opt, extra=extra)
+
+
+def loop(run: Run) -> float:
+    """The steps from start_step to --steps: train, log, evaluate, checkpoint. Returns the last loss."""
+    args, rank, world = run.args, run.rank, run.world
+    step_fn, eval_fn = step_functions(run)
+    batches = iter_epochs(run.loader, run.epoch)
     tty = rank == 0 and sys.stdout.isatty()
     start = time.perf_counter()
     tokens_per_step = world * args.batch * args.block
     loss_v = float("nan")
-    for step in range(start_step + 1, args.steps + 1):
+    for step in range(run.start_step + 1, args.steps + 1):
         x, y = next(batches)
         if args.crash_at_step == step and config.TG_RESTART_COUNT == 0 and rank == world - 1:
             print(f"fault drill: rank {rank} kills itself at step {step}", flush=True)
@@ -341,31 +392,38 @@ def train(args: argparse.Namespace) -> dict:
         loss_local = np.array([step_fn(Tensor(x), Tensor(y)).item()])
         dist.all_reduce(loss_local, op=dist.ReduceOp.AVG)
         loss_v = float(loss_local[0])
-        sched.step()
-        history["train"].append((step, loss_v))
+        run.sched.step()
+        run.history["train"].append((step, loss_v))
         last = step == args.steps
         if tty or step % args.log_every == 0 or last:
             mem = [0.0] * world
             dist.all_gather_object(mem, GlobalCounters.mem_peak / 2**20)
             elapsed = time.perf_counter() - start
-            line = progress(step, args.steps, loss_v, tokens_per_step * (step - start_step) / elapsed, elapsed,
-                            start_step, mem)
+            line = progress(step, args.steps, loss_v, tokens_per_step * (step - run.start_step) / elapsed, elapsed,
+                            run.start_step, mem)
             if rank == 0:
                 print("\r" + line if tty else line, end="" if tty else "\n", flush=True)
         if step % args.eval_every == 0 or last:
-            val = evaluate()
-            history["val"].append((step, val))
+            val = evaluate(run, eval_fn)
+            run.history["val"].append((step, val))
             if rank == 0:
                 print(f"{chr(10) if tty else ''}  eval loss {val:.4f} at step {step}", flush=True)
         if args.ckpt_every and step % args.ckpt_every == 0 and not last:
-            save(step)
-    save(args.steps)
+            save(run, step)
+    return loss_v
+
+
+def report(run: Run, last_loss: float) -> dict:
+    """The final checkpoint, the loss plot and history.json; returns the first and last loss."""
+    save(run, run.args.steps)
+    history = run.history
     first = history["train"][0][1] if history["train"] else float("nan")
-    if rank == 0:
-        write_svg_plot(out / "loss.svg", history["train"], history["val"])
-        (out / "history.json").write_text(json.dumps(history))
-        print(f"done: loss {first:.3f} -> {loss_v:.3f}; checkpoint {ckpt_dir}, plot {out / 'loss.svg'}", flush=True)
-    return {"first_loss": first, "last_loss": loss_v, "history": history}
+    if run.rank == 0:
+        write_svg_plot(run.out / "loss.svg", history["train"], history["val"])
+        (run.out / "history.json").write_text(json.dumps(history))
+        print(f"done: loss {first:.3f} -> {last_loss:.3f}; checkpoint {run.ckpt_dir}, plot {run.out / 'loss.svg'}",
+              flush=True)
+    return {"first_loss": first, "last_loss": last_loss, "history": history}
 
 
 def iter_epochs(loader: dist.DataLoader, epoch: int):
