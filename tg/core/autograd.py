@@ -45,8 +45,8 @@ def toposort(root: Tensor) -> list[Tensor]:
     return order
 
 
-def backprop(root: Tensor, gradient: LazyBuffer, targets: set[int] | None,
-             retain_graph: bool) -> list[tuple[Tensor, LazyBuffer]]:
+def backprop(root: Tensor, gradient: LazyBuffer, targets: set[int] | None,  # noqa: C901 - one pass of the
+             retain_graph: bool) -> list[tuple[Tensor, LazyBuffer]]:     # chain rule over shared bookkeeping
     """The chain rule from root (whose gradient is `gradient`): the gradient reaching each tensor
     whose id is in `targets`, or each leaf that requires grad when targets is None. Only the part
     of the graph between root and the targets is walked; unless retain_graph, each Function is

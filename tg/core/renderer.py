@@ -521,17 +521,7 @@ class CStyleRenderer:
         r = [self.ref(s) for s in srcs]
         is_bool = src_dtype == dtypes.bool
         if op is UnaryOps.CAST:
-            if not srcs[0].vec:
-                return None
-            if arg == src_dtype:
-                return r[0]
-            if src_dtype == dtypes.bool:
-                if arg == dtypes.int32:
-                    return f"(-({r[0]}))"
-                return self.vfmt(self.v.convert, arg, x=f"-({r[0]})")
-            if arg == dtypes.bool:
-                return f"({r[0]}!=0)"
-            return self.vfmt(self.v.convert, arg, x=r[0])
+            return self.vector_cast(srcs[0], src_dtype, arg) if srcs[0].vec else None
         if op is UnaryOps.BITCAST:
             return self.vfmt(self.v.bitcast, arg, x=self.bcast(srcs[0], src_dtype)) if not is_bool else None
         if is_bool:
@@ -561,6 +551,17 @@ class CStyleRenderer:
         if op in basic:
             return RENDER_TEMPLATES[op].format(*r)
         return None
+
+    def vector_cast(self, src: UOp, src_dtype: DType, to: DType) -> str:
+        """A vector value converted lane by lane (bool masks are -1/0, so negated into 1/0)."""
+        x = self.ref(src)
+        if to == src_dtype:
+            return x
+        if src_dtype == dtypes.bool:
+            return f"(-({x}))" if to == dtypes.int32 else self.vfmt(self.v.convert, to, x=f"-({x})")
+        if to == dtypes.bool:
+            return f"({x}!=0)"
+        return self.vfmt(self.v.convert, to, x=x)
 
     def select(self, mask: str, a: str, b: str, dtype: DType) -> str:
         return self.vfmt(self.v.select, dtype, m=mask, a=a, b=b)

@@ -113,7 +113,9 @@ RECOMPUTE_LIMIT = 2
 EPILOGUE_LIMIT, EPILOGUE_SIZE = 8, 1 << 16
 
 
-def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) -> set[int]:
+def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) -> set[int]:  # noqa: C901
+    # the fusion rules of the module docstring, applied base by base in one loop: kept together so
+    # they read as that list
     store: set[int] = set(seed) | {id(o.base) for o in outs}
     cost: dict[int, int] = {}   # ALU ops a base brings along when inlined
     carried: dict[int, LazyBuffer | None] = {}   # the reduce a base's kernel would contain

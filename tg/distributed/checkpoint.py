@@ -241,8 +241,9 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
     return meta
 
 
-def load_zero_shards(opt: Any, paths: list[str]) -> None:
-    """Fill opt's shard (any world size) from shard files saved at any world size."""
+def _saved_pieces(opt: Any, paths: list[str]) -> tuple[list[tuple[str, list[dict]]], dict]:
+    """Each shard file's index, checked against opt's parameters, and where each parameter's elements
+    live in the old shards: {param: [(first, length, file, part, offset)]}."""
     shapes = [list(p.shape) for p in opt.params]
     old: list[tuple[str, list[dict]]] = []
     for path in paths:
@@ -260,6 +261,12 @@ def load_zero_shards(opt: Any, paths: list[str]) -> None:
         for part in index:
             for param, first, length, offset in part["pieces"]:
                 by_param.setdefault(param, []).append((first, length, f, part["part"], offset))
+    return old, by_param
+
+
+def load_zero_shards(opt: Any, paths: list[str]) -> None:
+    """Fill opt's shard (any world size) from shard files saved at any world size."""
+    old, by_param = _saved_pieces(opt, paths)
     loaded: dict[int, dict[str, Tensor]] = {}
 
     def tensors_of(f: int) -> dict[str, Tensor]:

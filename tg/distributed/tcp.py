@@ -72,6 +72,12 @@ _DONE = SendHandle()
 _DONE.done.set()
 
 
+def _unmapped(peer: int, creator: int, said: str) -> DistributedError:
+    """The creator's error for a peer that reported (as "error: why") it could not map the creator's segment."""
+    return DistributedError(f"[distributed] rank {peer} could not map the shared memory rank {creator} made "
+                            f"for it: {said[len('error: '):]}")
+
+
 class TcpTransport:
     name = "tcp"
 
@@ -181,6 +187,11 @@ class TcpTransport:
                         self.peers[peer].shm_in = ShmRing.attach(path, SHM_SLOTS, SHM_SLOT_BYTES)
                     except DistributedError as e:    # tell the creator now, not after its timeout
                         store.set(f"{prefix}/shmok/{peer}->{self.rank}", f"error: {e}")
+                        # The peer may have failed first and removed its segment on the way out:
+                        # its report is the cause, the missing file only the effect.
+                        said = store.compare_set(f"{prefix}/shmok/{self.rank}->{peer}", b"\0peek", b"").decode()
+                        if said.startswith("error: "):
+                            raise _unmapped(peer, self.rank, said) from e
                         raise
                     store.set(f"{prefix}/shmok/{peer}->{self.rank}", "1")
             for peer in local:
@@ -188,8 +199,7 @@ class TcpTransport:
                 store.wait([key], timeout=self.timeout)
                 said = store.get(key).decode()
                 if said != "1":
-                    raise DistributedError(f"[distributed] rank {peer} could not map the shared memory rank "
-                                           f"{self.rank} made for it: {said[7:]}")
+                    raise _unmapped(peer, self.rank, said)
         finally:
             for ring in created.values():
                 ring.unlink()          # mapped by both sides now (or setup failed): nothing to leak

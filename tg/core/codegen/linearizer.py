@@ -237,58 +237,61 @@ class Dims:
         dims = self.dims
         out_dims = [d for d, dim in enumerate(dims) if not dim.reduce]
         red_dims = [d for d, dim in enumerate(dims) if dim.reduce]
-        widest = max(vector_width_bytes // 4, 1)
-        widths = [w for w in (widest, widest // 2, widest // 4) if w >= 4]
         if lanes_ok:
-            for width in widths:   # the widest SIMD width that divides a suitable dim
-                self.lane_dim = self._pick_lane_dim(width, out_dims, red_dims)
-                if self.lane_dim is not None:
-                    dims[self.lane_dim].lanes = width
-                    break
+            self._pick_lanes(vector_width_bytes, out_dims, red_dims)
         if gpu:
             self._optimise_gpu(out_dims)
             return
-        # register tile for broadcast inputs (matmul: a row of B is reused by every row of A)
-        if self.reduce_node is not None and self.lane_dim is not None:
-            lane = self.lane_dim
-            lane_reduce = dims[lane].reduce
-            tiled_for: set[int] = set()     # loads whose reuse a tile dim already exploits
-            for d in reversed(out_dims):
-                if d == lane:
-                    continue
-                reused = [id(n) for n, c, _ in self._coefs(d, True) if c == 0 and n.op is AstOps.LOAD]
-                if not reused or set(reused) <= tiled_for:
-                    continue
-                for up in ((4, 2) if lane_reduce else (8, 4, 2)):
-                    if dims[d].size % up == 0:
-                        dims[d].upcast = up
-                        break
-                if dims[d].upcast == 1:
-                    continue
-                tiled_for |= set(reused)
-                if not lane_reduce:
-                    if dims[lane].loops % 2 == 0:
-                        dims[lane].upcast = 2
-                    # keep the reused strip hot in cache: walk the other dim innermost
-                    self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
-                    return
-                if len(tiled_for) >= 2 or sum(dims[x].upcast > 1 for x in out_dims) >= 2:
-                    return          # a 2-d tile: each of two inputs is reused across one tile dim
-            if tiled_for:
+        if self.reduce_node is not None and self.lane_dim is not None and self._tile_for_reuse(out_dims):
+            return
+        self._split_accumulators(out_dims, red_dims)
+
+    def _pick_lanes(self, vector_width_bytes: int, out_dims: list[int], red_dims: list[int]) -> None:
+        """The widest SIMD width that divides a suitable dim becomes the lane dim."""
+        widest = max(vector_width_bytes // 4, 1)
+        for width in [w for w in (widest, widest // 2, widest // 4) if w >= 4]:
+            self.lane_dim = self._pick_lane_dim(width, out_dims, red_dims)
+            if self.lane_dim is not None:
+                self.dims[self.lane_dim].lanes = width
                 return
-        # independent accumulators so the reduce is not one long dependency chain
+
+    def _tile_for_reuse(self, out_dims: list[int]) -> bool:
+        """Register tiles for broadcast inputs (matmul: a row of B is reused by every row of A).
+        True when a tile was made (the reduce then needs no extra accumulators)."""
+        dims, lane = self.dims, self.lane_dim
+        assert lane is not None
+        lane_reduce = dims[lane].reduce
+        tiled_for: set[int] = set()     # loads whose reuse a tile dim already exploits
+        for d in reversed(out_dims):
+            if d == lane:
+                continue
+            reused = [id(n) for n, c, _ in self._coefs(d, True) if c == 0 and n.op is AstOps.LOAD]
+            if not reused or set(reused) <= tiled_for:
+                continue
+            dims[d].upcast = next((up for up in ((4, 2) if lane_reduce else (8, 4, 2)) if dims[d].size % up == 0), 1)
+            if dims[d].upcast == 1:
+                continue
+            tiled_for |= set(reused)
+            if not lane_reduce:
+                if dims[lane].loops % 2 == 0:
+                    dims[lane].upcast = 2
+                # keep the reused strip hot in cache: walk the other dim innermost
+                self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
+                return True
+            if len(tiled_for) >= 2 or sum(dims[x].upcast > 1 for x in out_dims) >= 2:
+                return True         # a 2-d tile: each of two inputs is reused across one tile dim
+        return bool(tiled_for)
+
+    def _split_accumulators(self, out_dims: list[int], red_dims: list[int]) -> None:
+        """Independent accumulators so a reduce is not one long dependency chain (or, without a
+        reduce or lanes, a small unroll of the last output dim)."""
+        dims = self.dims
         if red_dims:
             d = red_dims[-1]
-            for up in (4, 2):
-                if dims[d].loops % up == 0 and dims[d].loops > up:
-                    dims[d].upcast = up
-                    break
+            dims[d].upcast = next((up for up in (4, 2) if dims[d].loops % up == 0 and dims[d].loops > up), 1)
         elif self.lane_dim is None and out_dims:
             d = out_dims[-1]
-            for up in (4, 2):
-                if dims[d].size % up == 0 and dims[d].size > up:
-                    dims[d].upcast = up
-                    break
+            dims[d].upcast = next((up for up in (4, 2) if dims[d].size % up == 0 and dims[d].size > up), 1)
 
 
 GROUP_MAX_OUTPUTS = 1 << 14     # a reduce with fewer outputs, over at least GROUP_MIN_REDUCE
@@ -380,11 +383,28 @@ class Lowerer:
 
     # ---- the loop nest
     def lower(self) -> list[UOp]:
-        k, dims = self.kernel, self.dims
-        for i, dt in enumerate(k.buf_dtypes):
+        """The loop nest as UOps: parameters, output loops (or global ids), the reduce with its
+        accumulators, the epilogue and stores, closing loops."""
+        dims = self.dims
+        for i, dt in enumerate(self.kernel.buf_dtypes):
             self.emit(UOps.DEFINE_GLOBAL, dt, arg=(i, i == 0), cache=False)
-        loop_vars: dict[int, Node] = {}
         out_dims = [d for d, dim in enumerate(dims.dims) if not dim.reduce]
+        red_dims = [d for d, dim in enumerate(dims.dims) if dim.reduce]
+        loop_vars = self._output_indices(out_dims)
+        out_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in out_dims]))
+        acc_of = self._reduce(out_dims, red_dims, out_combos, loop_vars) if dims.reduce_node is not None else {}
+        self._store(out_dims, red_dims, out_combos, loop_vars, acc_of)
+        if not self.gpu:
+            for d in dims.loop_order:
+                if dims.dims[d].loops > 1:
+                    self.emit(UOps.ENDLOOP, cache=False)
+        return self.uops
+
+    def _output_indices(self, out_dims: list[int]) -> dict[int, Node]:
+        """Each output dim's loop index: decoded from the global id on GPUs, else an opened loop
+        (the first parallel one carries the OpenMP collapse count)."""
+        dims = self.dims
+        loop_vars: dict[int, Node] = {}
         if self.gpu:
             total = prod(dims.dims[d].loops for d in out_dims)
             gid = Var("gidx0", 0, max(total - 1, 0))
@@ -397,65 +417,69 @@ class Lowerer:
                 loops = dims.dims[d].loops
                 loop_vars[d] = (gid // acc) % loops if loops > 1 else num(0)
                 acc *= loops
-        else:
-            parallel = dims.parallel
-            for d in dims.loop_order:
-                loops = dims.dims[d].loops
-                if loops == 1:
-                    loop_vars[d] = num(0)
-                    continue
-                v = Var(f"g{d}", 0, loops - 1)
-                loop_vars[d] = v
-                self.emit(UOps.LOOP, arg=(v, loops, len(parallel) if d == parallel[0] else 0), cache=False)
-        # the reduce part
-        red = dims.reduce_node
-        acc_of: dict[tuple[int, ...], UOp] = {}
-        out_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in out_dims]))
-        red_dims = [d for d, dim in enumerate(dims.dims) if dim.reduce]
-        if red is not None:
-            red_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in red_dims]))
-            acc_vec = self.lanes > 1
-            identity = 0 if red.op is ReduceOps.SUM else min_value(red.dtype)
-            accs = {(oc, rc): self.emit(UOps.DEFINE_ACC, red.dtype, arg=identity, vec=acc_vec, cache=False)
-                    for oc in out_combos for rc in red_combos}
-            red_vars: dict[int, Node] = {}
-            for d in red_dims:
-                loops = dims.dims[d].loops
-                if loops == 1:
-                    red_vars[d] = num(0)
-                    continue
-                v = Var(f"r{d}", 0, loops - 1)
-                red_vars[d] = v
-                self.emit(UOps.LOOP, arg=(v, loops, 0), cache=False)
-            outer_cache = self.cache
-            self.cache = dict(outer_cache)
-            for rc in red_combos:
-                for oc in out_combos:
-                    ctx = self._ctx(out_dims, oc, loop_vars, red_dims, rc, red_vars)
-                    val = self.value(red.src[0], ctx, {})
-                    a = accs[(oc, rc)]
-                    self.emit(UOps.ACC, red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
-            for d in reversed(red_dims):
-                if dims.dims[d].loops > 1:
-                    self.emit(UOps.ENDLOOP, cache=False)
-            self.cache = outer_cache
-            lane_is_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
-            red_alu = _red_alu(cast(ReduceOps, red.op))   # the reduce node's op is a ReduceOps
+            return loop_vars
+        parallel = dims.parallel
+        for d in dims.loop_order:
+            loops = dims.dims[d].loops
+            if loops == 1:
+                loop_vars[d] = num(0)
+                continue
+            v = Var(f"g{d}", 0, loops - 1)
+            loop_vars[d] = v
+            self.emit(UOps.LOOP, arg=(v, loops, len(parallel) if d == parallel[0] else 0), cache=False)
+        return loop_vars
+
+    def _reduce(self, out_dims: list[int], red_dims: list[int], out_combos: list[tuple[int, ...]],
+                loop_vars: dict[int, Node]) -> dict[tuple[int, ...], UOp]:
+        """Accumulators per (output, reduce) tile element, the reduce loops, then each output's
+        accumulators combined pairwise (and across lanes and the work-group)."""
+        dims, red = self.dims, self.dims.reduce_node
+        assert red is not None
+        red_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in red_dims]))
+        identity = 0 if red.op is ReduceOps.SUM else min_value(red.dtype)
+        accs = {(oc, rc): self.emit(UOps.DEFINE_ACC, red.dtype, arg=identity, vec=self.lanes > 1, cache=False)
+                for oc in out_combos for rc in red_combos}
+        red_vars: dict[int, Node] = {}
+        for d in red_dims:
+            loops = dims.dims[d].loops
+            if loops == 1:
+                red_vars[d] = num(0)
+                continue
+            red_vars[d] = v = Var(f"r{d}", 0, loops - 1)
+            self.emit(UOps.LOOP, arg=(v, loops, 0), cache=False)
+        outer_cache = self.cache
+        self.cache = dict(outer_cache)
+        for rc in red_combos:
             for oc in out_combos:
-                parts = [accs[(oc, rc)] for rc in red_combos]
-                while len(parts) > 1:   # pairwise: a balanced tree keeps float error small
-                    nxt = [self.alu(red_alu, red.dtype, (parts[i], parts[i + 1]), None)
-                           for i in range(0, len(parts) - 1, 2)]
-                    parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
-                reduced = parts[0]
-                if lane_is_reduce:
-                    reduced = self.emit(UOps.HREDUCE, red.dtype, (reduced,), arg=red.op)
-                if self.local_var is not None:     # combine the work-group's partial results
-                    reduced = self.emit(UOps.LOCAL_REDUCE, red.dtype, (reduced,),
-                                        arg=(red.op, dims.local_size, self.local_var), cache=False)
-                acc_of[oc] = reduced
-        # epilogue and store, once per output tile element
-        store = dims.ast
+                val = self.value(red.src[0], self._ctx(out_dims, oc, loop_vars, red_dims, rc, red_vars), {})
+                a = accs[(oc, rc)]
+                self.emit(UOps.ACC, red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
+        for d in reversed(red_dims):
+            if dims.dims[d].loops > 1:
+                self.emit(UOps.ENDLOOP, cache=False)
+        self.cache = outer_cache
+        lane_is_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
+        red_alu = _red_alu(cast(ReduceOps, red.op))   # the reduce node's op is a ReduceOps
+        acc_of: dict[tuple[int, ...], UOp] = {}
+        for oc in out_combos:
+            parts = [accs[(oc, rc)] for rc in red_combos]
+            while len(parts) > 1:   # pairwise: a balanced tree keeps float error small
+                nxt = [self.alu(red_alu, red.dtype, (parts[i], parts[i + 1]), None)
+                       for i in range(0, len(parts) - 1, 2)]
+                parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
+            reduced = parts[0]
+            if lane_is_reduce:
+                reduced = self.emit(UOps.HREDUCE, red.dtype, (reduced,), arg=red.op)
+            if self.local_var is not None:     # combine the work-group's partial results
+                reduced = self.emit(UOps.LOCAL_REDUCE, red.dtype, (reduced,),
+                                    arg=(red.op, dims.local_size, self.local_var), cache=False)
+            acc_of[oc] = reduced
+        return acc_of
+
+    def _store(self, out_dims: list[int], red_dims: list[int], out_combos: list[tuple[int, ...]],
+               loop_vars: dict[int, Node], acc_of: dict[tuple[int, ...], UOp]) -> None:
+        """The epilogue and store, once per output tile element."""
+        red, store = self.dims.reduce_node, self.dims.ast
         for oc in out_combos:
             ctx = self._ctx(out_dims, oc, loop_vars, red_dims, None, {})
             value = self.value(store.src[0], ctx, {id(red): acc_of[oc]} if red is not None else {})
@@ -465,11 +489,6 @@ class Lowerer:
                 valid = ands([valid, lt(self.local_var, 1)])
             self.emit(UOps.STORE, store.dtype, (value,), arg=(0, idx, valid, self._access(idx, valid)),
                       vec=self._uses_lane(idx), cache=False)
-        if not self.gpu:
-            for d in dims.loop_order:
-                if dims.dims[d].loops > 1:
-                    self.emit(UOps.ENDLOOP, cache=False)
-        return self.uops
 
     def _ctx(self, out_dims, oc, loop_vars, red_dims, rc, red_vars) -> list[Node]:
         ctx: list[Node] = [num(0)] * len(self.dims.dims)
