@@ -99,35 +99,82 @@ class Tensor:
     # ------------------------------------------------------------ properties
     @property
     def shape(self) -> tuple[int, ...]:
+        """The size of each dimension, as a tuple of ints (torch gives a torch.Size).
+
+            >>> Tensor([[1, 2, 3], [4, 5, 6]]).shape
+            (2, 3)
+        """
         return self.lazydata.shape
 
     @property
     def dtype(self) -> DType:
+        """The element type, a DType from tg.dtypes. Python ints make int64 and floats float32, as in torch.
+
+            >>> Tensor([1, 2]).dtype, Tensor([1.0]).dtype, Tensor([True]).dtype
+            (dtypes.int64, dtypes.float32, dtypes.bool)
+        """
         return self.lazydata.dtype
 
     @property
     def device(self) -> str:
+        """The name of the device that holds the tensor ("CPU", "NUMPY", "CUDA", ...); see to().
+
+            >>> Tensor([1, 2], device="NUMPY").device
+            'NUMPY'
+        """
         return self.lazydata.device
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions (0 for a scalar tensor).
+
+            >>> Tensor(3.0).ndim, Tensor([[1, 2]]).ndim
+            (0, 2)
+        """
         return len(self.shape)
 
     def numel(self) -> int:
+        """The number of elements, the product of the shape (1 for a scalar tensor).
+
+            >>> Tensor.zeros(2, 3, 4).numel(), Tensor(3.0).numel()
+            (24, 1)
+        """
         return prod(self.shape)
 
     def size(self, dim: int | None = None) -> tuple[int, ...] | int:
+        """The shape, or with `dim` the size of that one dim (a negative dim counts from the end).
+
+            >>> x = Tensor.zeros(2, 3)
+            >>> x.size(), x.size(-1)
+            ((2, 3), 3)
+        """
         return self.shape if dim is None else self.shape[self._axis(dim)]
 
     def element_size(self) -> int:
+        """How many bytes one element of this dtype takes.
+
+            >>> Tensor([1.0]).element_size(), Tensor([1.0]).half().element_size()
+            (4, 2)
+        """
         return self.dtype.itemsize
 
     @property
     def nbytes(self) -> int:
+        """How many bytes the elements take: numel() * element_size().
+
+            >>> Tensor.zeros(2, 3, dtype="float16").nbytes
+            12
+        """
         return self.numel() * self.dtype.itemsize
 
     @property
     def T(self) -> Tensor:
+        """The dims in reverse order, as a view (numpy's .T): the transpose of a matrix, and no change for
+        0-d or 1-d tensors.
+
+            >>> Tensor([[1, 2, 3], [4, 5, 6]]).T.tolist()
+            [[1, 4], [2, 5], [3, 6]]
+        """
         return self.permute(tuple(reversed(range(self.ndim))))
 
     def __len__(self) -> int:
@@ -149,38 +196,87 @@ class Tensor:
 
     # ------------------------------------------------------------ realization
     def realize(self, *others: Tensor) -> Tensor:
-        """Run the kernels that compute this tensor (and `others`, in one schedule) now."""
+        """Run the kernels that compute this tensor (and `others`, in one schedule) now; returns self.
+        Reading values (tolist, numpy, item) realizes too, so call it only to choose when work runs.
+
+            >>> a, b = Tensor([1, 2]) + 1, Tensor([3]) * 2
+            >>> a.realize(b).tolist(), b.tolist()
+            ([2, 3], [6])
+        """
         from tg.core.realize import realize
         realize([self.lazydata, *(t.lazydata for t in others)])
         return self
 
     def numpy(self) -> np.ndarray:
-        """A numpy copy of the values (bfloat16 comes back as float32)."""
+        """A numpy copy of the values (bfloat16 comes back as float32).
+
+            >>> Tensor([[1, 2], [3, 4]]).numpy()
+            array([[1, 2],
+                   [3, 4]])
+            >>> Tensor([1.5]).bfloat16().numpy().dtype
+            dtype('float32')
+        """
         from tg.core.realize import to_numpy
         return to_numpy(self.detach().lazydata).copy()
 
     def item(self) -> Any:
+        """The value of a one-element tensor (of any shape) as a Python bool, int or float.
+
+            >>> Tensor([[7]]).item(), Tensor(2.5).item(), Tensor([True]).item()
+            (7, 2.5, True)
+        """
         if self.numel() != 1:
             raise ValueError(f"[core] item() needs a tensor with one element, got shape {self.shape}")
         return self.numpy().reshape(()).item()
 
     def tolist(self) -> Any:
+        """The values as nested Python lists; a 0-d tensor gives a plain number.
+
+            >>> Tensor([[1, 2], [3, 4]]).tolist(), Tensor(2.5).tolist()
+            ([[1, 2], [3, 4]], 2.5)
+        """
         return self.numpy().tolist()
 
     def to(self, device: str) -> Tensor:
+        """This tensor copied to `device`, or self when it is already there; gradients flow back through
+        the copy.
+
+            >>> x = Tensor([1, 2]).to("NUMPY")
+            >>> x.device, x.to("NUMPY") is x
+            ('NUMPY', True)
+        """
         device = Device.canonicalize(device)
         if device == self.device:
             return self
         return apply(F.Copy, self, device=device)
 
     def detach(self) -> Tensor:
+        """The same values cut out of the graph: no gradient flows back through the result.
+
+            >>> x = Tensor([3.0], requires_grad=True)
+            >>> _ = (x * x.detach()).sum().backward()
+            >>> x.grad.tolist()                   # d(x * c)/dx = c, where x * x would give 2x
+            [3.0]
+        """
         return Tensor(self.lazydata, device=self.device, requires_grad=False)
 
     def contiguous(self) -> Tensor:
+        """The values written out to a buffer of their own in row-major order (a view such as .T becomes a
+        real copy).
+
+            >>> Tensor([[1, 2], [3, 4]]).T.contiguous().tolist()
+            [[1, 3], [2, 4]]
+        """
         return apply(F.Contiguous, self)
 
     def assign(self, value: Tensor | Any) -> Tensor:
-        """Write value into this tensor's memory (used by optimizers); returns self."""
+        """Write value into this tensor's memory (used by optimizers); returns self. The value needs the
+        same shape and device, and is cast to self's dtype.
+
+            >>> w = Tensor([1.0, 2.0])
+            >>> w.assign(Tensor([3, 4])).tolist(), w.dtype
+            ([3.0, 4.0], dtypes.float32)
+        """
         value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
         if value.shape != self.shape:
             raise ValueError(f"[core] assign: value of shape {value.shape} into a tensor of shape {self.shape}")
@@ -198,7 +294,14 @@ class Tensor:
     # ------------------------------------------------------------ creation
     @staticmethod
     def manual_seed(seed: int = 0) -> None:
-        """Seed rand / randn / randint / dropout: the same seed gives the same numbers on every device."""
+        """Seed rand / randn / randint / dropout: the same seed gives the same numbers on every device.
+
+            >>> Tensor.manual_seed(42)
+            >>> a = Tensor.rand(3).tolist()
+            >>> Tensor.manual_seed(42)
+            >>> Tensor.rand(3).tolist() == a
+            True
+        """
         random.manual_seed(seed)
 
     @staticmethod
@@ -226,7 +329,14 @@ class Tensor:
     def set_rng_state(state: dict[str, Any]) -> None:
         """Restore a state from get_rng_state() (either form): later rand / randn / dropout draw the
         same numbers as they did after it was taken. Counters are written in place on their devices
-        (a device with no saved count starts again from 0, as after manual_seed)."""
+        (a device with no saved count starts again from 0, as after manual_seed).
+
+            >>> state = Tensor.get_rng_state(on_device=True)
+            >>> a = Tensor.randn(2).tolist()
+            >>> Tensor.set_rng_state(state)
+            >>> Tensor.randn(2).tolist() == a
+            True
+        """
         if not isinstance(state, dict) or set(state) != {"seed", "counters"}:
             got = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"[core] set_rng_state: expected the dict get_rng_state() returns, with keys "
@@ -241,12 +351,27 @@ class Tensor:
 
     @staticmethod
     def empty(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
+        """A tensor of the given shape whose values are not set (float32 unless dtype is given): fill it
+        (assign) before reading it.
+
+            >>> x = Tensor.empty(2, 3, dtype="int32")
+            >>> x.shape, x.dtype
+            ((2, 3), dtypes.int32)
+        """
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
         return Tensor(LazyBuffer.empty(_shape(shape), dt, Device.canonicalize(device)), device=device, **kw)
 
     @staticmethod
     def full(shape: Any, fill_value: Any, dtype: DType | str | None = None, device: str | None = None,
              **kw: Any) -> Tensor:
+        """A tensor of `shape` (an int or a tuple) filled with fill_value; without dtype, the value's type
+        picks it (int64, float32 or bool), as torch does.
+
+            >>> Tensor.full((2, 2), 7).tolist()
+            [[7, 7], [7, 7]]
+            >>> Tensor.full(3, 0.5).dtype
+            dtypes.float32
+        """
         shape = _shape((shape,) if isinstance(shape, int) else tuple(shape))
         dt = dtypes.from_any(dtype) if dtype is not None else dtype_of_scalar(fill_value)
         lb = LazyBuffer.const(fill_value, dt, Device.canonicalize(device), shape)
@@ -254,17 +379,39 @@ class Tensor:
 
     @staticmethod
     def zeros(*shape: Any, **kw: Any) -> Tensor:
+        """A tensor of zeros; the shape as ints or one tuple, float32 unless dtype is given.
+
+            >>> Tensor.zeros(2, 3).tolist()
+            [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+            >>> Tensor.zeros((2,), dtype="int32").tolist()
+            [0, 0]
+        """
         kw.setdefault("dtype", dtypes.default_float)
         return Tensor.full(_shape(shape), 0, **kw)
 
     @staticmethod
     def ones(*shape: Any, **kw: Any) -> Tensor:
+        """A tensor of ones; the shape as ints or one tuple, float32 unless dtype is given.
+
+            >>> Tensor.ones(2, 2).tolist()
+            [[1.0, 1.0], [1.0, 1.0]]
+            >>> Tensor.ones(3, dtype="bool").tolist()
+            [True, True, True]
+        """
         kw.setdefault("dtype", dtypes.default_float)
         return Tensor.full(_shape(shape), 1, **kw)
 
     @staticmethod
     def arange(start: int | float, stop: int | float | None = None, step: int | float = 1,
                dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
+        """start, start + step, ... up to but not including stop (arange(n) counts 0..n-1). As in torch,
+        the result is int64 unless an argument is a float, then float32.
+
+            >>> Tensor.arange(5).tolist(), Tensor.arange(5, 0, -2).tolist()
+            ([0, 1, 2, 3, 4], [5, 3, 1])
+            >>> Tensor.arange(0, 1, 0.25).tolist()
+            [0.0, 0.25, 0.5, 0.75]
+        """
         if stop is None:
             start, stop = 0, start
         if step == 0:
@@ -280,6 +427,11 @@ class Tensor:
     @staticmethod
     def linspace(start: float, stop: float, steps: int, dtype: DType | str | None = None,
                  device: str | None = None, **kw: Any) -> Tensor:
+        """`steps` evenly spaced values from start to stop, both included (float32 unless dtype is given).
+
+            >>> Tensor.linspace(0, 1, 5).tolist()
+            [0.0, 0.25, 0.5, 0.75, 1.0]
+        """
         if steps < 0:
             raise ValueError(f"[core] linspace: steps must be >= 0, got {steps}")
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
@@ -288,6 +440,13 @@ class Tensor:
     @staticmethod
     def eye(n: int, m: int | None = None, dtype: DType | str | None = None, device: str | None = None,
             **kw: Any) -> Tensor:
+        """The n x m identity matrix (m defaults to n): ones on the diagonal, float32 unless dtype is given.
+
+            >>> Tensor.eye(2).tolist()
+            [[1.0, 0.0], [0.0, 1.0]]
+            >>> Tensor.eye(2, 3, dtype="int32").tolist()
+            [[1, 0, 0], [0, 1, 0]]
+        """
         m = n if m is None else m
         rows = index_range(n, Device.canonicalize(device)).reshape(n, 1)
         cols = index_range(m, Device.canonicalize(device)).reshape(1, m)
@@ -297,6 +456,12 @@ class Tensor:
 
     @staticmethod
     def rand(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
+        """Samples uniform in [0, 1), float32 unless dtype is given; manual_seed makes them repeatable.
+
+            >>> x = Tensor.rand(2, 3)
+            >>> x.shape, x.dtype, bool(((x >= 0) & (x < 1)).all())
+            ((2, 3), dtypes.float32, True)
+        """
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
         mantissa = {"float16": 11, "bfloat16": 8}.get(dt.name, 24)
         out = Tensor._uniform01(_shape(shape), device, mantissa).cast(dt)
@@ -304,7 +469,13 @@ class Tensor:
 
     @staticmethod
     def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
-        """Standard normal samples (Box-Muller on two uniform streams)."""
+        """Standard normal samples (Box-Muller on two uniform streams), float32 unless dtype is given.
+
+            >>> Tensor.manual_seed(0)
+            >>> x = Tensor.randn(10000)
+            >>> x.dtype, abs(x.mean().item()) < 0.1, abs(x.std().item() - 1) < 0.1
+            (dtypes.float32, True, True)
+        """
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
         shp = _shape(shape)
         u = Tensor._uniform01((2, *shp), device)
@@ -315,6 +486,13 @@ class Tensor:
     @staticmethod
     def randint(low: int, high: int | None = None, size: Any = (), dtype: DType | str | None = None,
                 device: str | None = None, **kw: Any) -> Tensor:
+        """Integers drawn uniformly from [low, high), int64 unless dtype is given; randint(high, size=...)
+        means low=0. Unlike torch.randint(high, size), size must then be given by keyword.
+
+            >>> x = Tensor.randint(3, 7, size=(100,))
+            >>> x.dtype, x.min().item() >= 3, x.max().item() < 7
+            (dtypes.int64, True, True)
+        """
         if high is None:
             low, high = 0, low
         if high <= low:
@@ -327,11 +505,24 @@ class Tensor:
 
     @staticmethod
     def uniform(*shape: Any, low: float = 0.0, high: float = 1.0, **kw: Any) -> Tensor:
+        """Samples uniform in [low, high) (float32 unless dtype is given).
+
+            >>> x = Tensor.uniform(2, 3, low=-2.0, high=2.0)
+            >>> x.shape, bool(((x >= -2) & (x < 2)).all())
+            ((2, 3), True)
+        """
         return (Tensor.rand(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * (high - low) + low) \
             .detach().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
+        """Normal samples with the given mean and std (float32 unless dtype is given).
+
+            >>> Tensor.manual_seed(0)
+            >>> x = Tensor.normal(10000, mean=5.0, std=2.0)
+            >>> abs(x.mean().item() - 5) < 0.1, abs(x.std().item() - 2) < 0.1
+            (True, True)
+        """
         return (Tensor.randn(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * std + mean) \
             .detach().requires_grad_(kw.get("requires_grad"))
 
@@ -339,25 +530,65 @@ class Tensor:
         return {"dtype": kw.pop("dtype", self.dtype), "device": kw.pop("device", self.device), **kw}
 
     def zeros_like(self, **kw: Any) -> Tensor:
+        """Zeros with this tensor's shape, dtype and device (dtype= or device= override them).
+
+            >>> Tensor([[1, 2], [3, 4]]).zeros_like().tolist()
+            [[0, 0], [0, 0]]
+        """
         return Tensor.zeros(*self.shape, **self._like_kw(kw))
 
     def ones_like(self, **kw: Any) -> Tensor:
+        """Ones with this tensor's shape, dtype and device (dtype= or device= override them).
+
+            >>> Tensor([1, 2, 3]).ones_like().tolist(), Tensor([1, 2]).ones_like(dtype="float32").tolist()
+            ([1, 1, 1], [1.0, 1.0])
+        """
         return Tensor.ones(*self.shape, **self._like_kw(kw))
 
     def full_like(self, fill_value: Any, **kw: Any) -> Tensor:
+        """fill_value in this tensor's shape, dtype and device; as in torch, the value is cast to that dtype.
+
+            >>> Tensor([1.0, 2.0]).full_like(7).tolist()
+            [7.0, 7.0]
+        """
         return Tensor.full(self.shape, fill_value, **self._like_kw(kw))
 
     def empty_like(self, **kw: Any) -> Tensor:
+        """A tensor with this one's shape, dtype and device whose values are not set (see empty()).
+
+            >>> x = Tensor([[1.0, 2.0]]).empty_like()
+            >>> x.shape, x.dtype
+            ((1, 2), dtypes.float32)
+        """
         return Tensor.empty(*self.shape, **self._like_kw(kw))
 
     def rand_like(self, **kw: Any) -> Tensor:
+        """rand() with this tensor's shape, dtype and device (dtype= or device= override them).
+
+            >>> x = Tensor.zeros(2, 2).rand_like()
+            >>> x.shape, bool(((x >= 0) & (x < 1)).all())
+            ((2, 2), True)
+        """
         kw = self._like_kw(kw)
         return Tensor.rand(*self.shape, **kw)
 
     def randn_like(self, **kw: Any) -> Tensor:
+        """randn() with this tensor's shape, dtype and device (dtype= or device= override them).
+
+            >>> x = Tensor.zeros(3, dtype="float16").randn_like()
+            >>> x.shape, x.dtype
+            ((3,), dtypes.float16)
+        """
         return Tensor.randn(*self.shape, **self._like_kw(kw))
 
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
+        """Set, in place, whether backward() computes a gradient for this tensor; returns self.
+
+            >>> x = Tensor([2.0]).requires_grad_()
+            >>> _ = (x * x).sum().backward()
+            >>> x.grad.tolist()
+            [4.0]
+        """
         self.requires_grad = requires_grad
         return self
 
@@ -433,7 +664,13 @@ class Tensor:
     @staticmethod
     def last_backward_root() -> Tensor | None:
         """The tensor .backward() was last called on, while it is alive (optimizers realize it
-        with the update, so the old weights need no copy)."""
+        with the update, so the old weights need no copy).
+
+            >>> loss = (Tensor([1.0], requires_grad=True) * 2).sum()
+            >>> _ = loss.backward()
+            >>> Tensor.last_backward_root() is loss
+            True
+        """
         ref = Tensor._last_root
         return ref() if ref is not None else None
 
@@ -492,6 +729,15 @@ class Tensor:
 
     # ------------------------------------------------------------ movement
     def reshape(self, *shape: Any) -> Tensor:
+        """The same elements, in row-major order, in a new shape given as ints or one tuple; one size may
+        be -1 to be inferred. `view` is another name for it, so unlike torch's view it also takes a
+        non-contiguous tensor (a transpose, say).
+
+            >>> Tensor.arange(6).reshape(2, 3).tolist()
+            [[0, 1, 2], [3, 4, 5]]
+            >>> Tensor.arange(6).view(-1, 2).shape
+            (3, 2)
+        """
         new = _argfix(*shape)
         if sum(1 for s in new if s == -1) > 1:
             raise ValueError(f"[core] reshape: only one dimension can be -1, got {new}")
@@ -511,18 +757,36 @@ class Tensor:
     view = reshape
 
     def permute(self, *order: Any) -> Tensor:
+        """The dims in a new order, as a view: dim i of the result is dim order[i] of self.
+
+            >>> Tensor.zeros(1, 2, 3).permute(2, 0, 1).shape
+            (3, 1, 2)
+        """
         order = tuple(self._axis(o) for o in _argfix(*order))
         if sorted(order) != list(range(self.ndim)):
             raise ValueError(f"[core] permute: {order} is not a permutation of {self.ndim} dims")
         return apply(F.Permute, self, order=order)
 
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
+        """Swap two dims, as a view. Without arguments it swaps dims 0 and 1 (torch requires both).
+
+            >>> Tensor([[1, 2, 3], [4, 5, 6]]).transpose(0, 1).tolist()
+            [[1, 4], [2, 5], [3, 6]]
+        """
         order = list(range(self.ndim))
         a, b = self._axis(dim0), self._axis(dim1)
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
     def expand(self, *shape: Any) -> Tensor:
+        """Broadcast dims of size 1 to a larger size without copying; -1 keeps a dim's size and new dims
+        may be added in front, as in torch.
+
+            >>> Tensor([[1], [2]]).expand(-1, 3).tolist()
+            [[1, 1, 1], [2, 2, 2]]
+            >>> Tensor([1, 2]).expand(2, 2).tolist()
+            [[1, 2], [1, 2]]
+        """
         new = _argfix(*shape)
         if len(new) < self.ndim:
             raise ValueError(f"[core] expand: target {new} has fewer dims than {self.shape}")
@@ -537,10 +801,23 @@ class Tensor:
         return self if shape == self.shape else apply(F.Expand, self, shape=shape)
 
     def expand_as(self, other: Tensor) -> Tensor:
+        """expand() to other's shape.
+
+            >>> Tensor([1, 2]).expand_as(Tensor.zeros(3, 2)).tolist()
+            [[1, 2], [1, 2], [1, 2]]
+        """
         return self.expand(other.shape)
 
     def pad(self, padding: Sequence[Any], value: float = 0.0) -> Tensor:
-        """pad((l, r)) pads the last dim (torch F.pad order); pad(((b0, a0), (b1, a1), ...)) pads each dim."""
+        """Pad with `value`: pad((l, r)) pads the last dim and (l, r, t, b) the last two, in torch F.pad's
+        order (last dim first); pad(((b0, a0), (b1, a1), ...)) gives (before, after) for each dim in
+        order, None for a dim left alone. Negative sizes cut elements off.
+
+            >>> Tensor([1, 2, 3]).pad((1, 2)).tolist()
+            [0, 1, 2, 3, 0, 0]
+            >>> Tensor([[1, 2], [3, 4]]).pad(((1, 0), (0, 1)), value=9).tolist()
+            [[9, 9, 9], [1, 2, 9], [3, 4, 9]]
+        """
         if padding and all(isinstance(p, (tuple, list)) or p is None for p in padding):
             if len(padding) != self.ndim:
                 raise ValueError(f"[core] pad: got {len(padding)} (before, after) pairs for {self.ndim} dims")
@@ -573,6 +850,11 @@ class Tensor:
         return apply(F.Shrink, self, arg=arg)
 
     def shrink(self, arg: Sequence[tuple[int, int] | None]) -> Tensor:
+        """Keep the range [lo, hi) of each dim (None keeps the whole dim), as a view: a slice with step 1.
+
+            >>> Tensor.arange(12).reshape(3, 4).shrink(((1, 3), None)).tolist()
+            [[4, 5, 6, 7], [8, 9, 10, 11]]
+        """
         full = tuple((0, s) if a is None else (int(a[0]), int(a[1])) for a, s in zip(arg, self.shape))
         for (lo, hi), s in zip(full, self.shape):
             if not 0 <= lo <= hi <= s:
@@ -580,10 +862,23 @@ class Tensor:
         return self._shrink(full)
 
     def flip(self, *dims: Any) -> Tensor:
+        """Reverse the order of the elements along the given dims.
+
+            >>> x = Tensor([[1, 2], [3, 4]])
+            >>> x.flip(0).tolist(), x.flip(0, 1).tolist()
+            ([[3, 4], [1, 2]], [[4, 3], [2, 1]])
+        """
         axes = self._axes(_argfix(*dims))
         return apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim)))
 
     def squeeze(self, dim: int | None = None) -> Tensor:
+        """Drop dims of size 1: all of them, or only `dim`, which is left alone if its size is not 1, as in
+        torch.
+
+            >>> x = Tensor.zeros(1, 3, 1)
+            >>> x.squeeze().shape, x.squeeze(0).shape, x.squeeze(1).shape
+            ((3,), (3, 1), (1, 3, 1))
+        """
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         if self.ndim == 0:
@@ -592,20 +887,43 @@ class Tensor:
         return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
 
     def unsqueeze(self, dim: int) -> Tensor:
+        """Insert a dim of size 1 at position `dim` of the result (a negative dim counts from its end).
+
+            >>> x = Tensor([1, 2, 3])
+            >>> x.unsqueeze(0).shape, x.unsqueeze(-1).shape
+            ((1, 3), (3, 1))
+        """
         d = self._axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
+        """Merge dims start_dim..end_dim (both included) into one; a 0-d tensor becomes shape (1,).
+
+            >>> x = Tensor.zeros(2, 3, 4)
+            >>> x.flatten().shape, x.flatten(1).shape
+            ((24,), (2, 12))
+        """
         if self.ndim == 0:
             return self.reshape(1)
         s, e = self._axis(start_dim), self._axis(end_dim)
         return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
+        """Split dim `dim` into dims of the given sizes (one may be -1): the inverse of flatten.
+
+            >>> Tensor.zeros(2, 12).unflatten(1, (3, -1)).shape
+            (2, 3, 4)
+        """
         d = self._axis(dim)
         return self.reshape(self.shape[:d] + tuple(sizes) + self.shape[d + 1:])
 
     def repeat(self, *repeats: Any) -> Tensor:
+        """Tile the tensor: dim i is repeated repeats[i] times, and extra leading repeats add dims (torch's
+        repeat, numpy's tile).
+
+            >>> Tensor([1, 2]).repeat(2, 3).tolist()
+            [[1, 2, 1, 2, 1, 2], [1, 2, 1, 2, 1, 2]]
+        """
         reps = _argfix(*repeats)
         if len(reps) < self.ndim:
             raise ValueError(f"[core] repeat: {len(reps)} repeats for {self.ndim} dims")
@@ -617,6 +935,14 @@ class Tensor:
         return expanded.reshape(tuple(r * s for r, s in zip(reps, base)))
 
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
+        """Join self and the others along the existing dim `dim`, promoting dtypes as torch.cat does (a
+        method here: the first tensor is self).
+
+            >>> Tensor([1, 2]).cat(Tensor([3]), Tensor([4, 5])).tolist()
+            [1, 2, 3, 4, 5]
+            >>> Tensor([[1, 2]]).cat(Tensor([[3, 4]]), dim=1).tolist()
+            [[1, 2, 3, 4]]
+        """
         tensors = [self, *others]
         d = self._axis(dim)
         for t in tensors:
@@ -638,6 +964,12 @@ class Tensor:
 
     @staticmethod
     def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+        """Join tensors of one shape along a new dim `dim`.
+
+            >>> a, b = Tensor([1, 2]), Tensor([3, 4])
+            >>> Tensor.stack([a, b]).tolist(), Tensor.stack([a, b], dim=1).tolist()
+            ([[1, 2], [3, 4]], [[1, 3], [2, 4]])
+        """
         if not tensors:
             raise ValueError("[core] stack: needs at least one tensor")
         d = tensors[0]._axis(dim, tensors[0].ndim + 1)
@@ -645,6 +977,14 @@ class Tensor:
         return parts[0].cat(*parts[1:], dim=d)
 
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
+        """Consecutive pieces along `dim`, as views: pieces of split_size (the last may be shorter) or of
+        each size in a list.
+
+            >>> [t.tolist() for t in Tensor.arange(5).split(2)]
+            [[0, 1], [2, 3], [4]]
+            >>> [t.tolist() for t in Tensor.arange(5).split([1, 4])]
+            [[0], [1, 2, 3, 4]]
+        """
         d = self._axis(dim)
         n = self.shape[d]
         if isinstance(split_size, int):
@@ -664,6 +1004,11 @@ class Tensor:
         return tuple(out)
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
+        """Split along `dim` into pieces of ceil(n / chunks); as in torch, that can give fewer than `chunks`.
+
+            >>> [t.tolist() for t in Tensor.arange(6).chunk(4)]
+            [[0, 1], [2, 3], [4, 5]]
+        """
         if chunks <= 0:
             raise ValueError(f"[core] chunk: chunks must be positive, got {chunks}")
         n = self.shape[self._axis(dim)]
@@ -681,7 +1026,12 @@ class Tensor:
         return indexing.getitem(self, index)
 
     def gather(self, dim: int, index: Tensor) -> Tensor:
-        """out[i][j] = self[index[i][j]][j] for dim=0 (torch.gather)."""
+        """Pick elements along `dim` at the positions in `index` (torch.gather): for dim=1,
+        out[i][j] = self[i][index[i][j]]. The result has index's shape.
+
+            >>> Tensor([[1, 2], [3, 4]]).gather(1, Tensor([[0, 0], [1, 0]])).tolist()
+            [[1, 1], [4, 3]]
+        """
         d = self._axis(dim)
         if not isinstance(index, Tensor) or not index.dtype.is_int:
             raise TypeError("[core] gather: index must be an integer Tensor")
@@ -699,10 +1049,21 @@ class Tensor:
 
     # ------------------------------------------------------------ casts
     def cast(self, dtype: DType | str) -> Tensor:
+        """The values converted to `dtype` (a DType or its name); float to int rounds toward zero. Returns
+        self when the dtype already matches.
+
+            >>> Tensor([1.7, -1.7]).cast("int32").tolist()
+            [1, -1]
+        """
         dt = dtypes.from_any(dtype)
         return self if dt == self.dtype else apply(F.Cast, self, dtype=dt)
 
     def bitcast(self, dtype: DType | str) -> Tensor:
+        """The same bits read as another dtype of the same size (torch's view(dtype)): no value changes.
+
+            >>> Tensor([1.0]).bitcast("int32").tolist()
+            [1065353216]
+        """
         dt = dtypes.from_any(dtype)
         if dt.itemsize != self.dtype.itemsize:
             raise TypeError(f"[core] bitcast from {self.dtype.name} to {dt.name}: sizes differ "
@@ -710,24 +1071,60 @@ class Tensor:
         return self if dt == self.dtype else apply(F.Cast, self, dtype=dt, bitcast=True)
 
     def float(self) -> Tensor:
+        """cast() to float32.
+
+            >>> Tensor([1, 2]).float().tolist()
+            [1.0, 2.0]
+        """
         return self.cast(dtypes.float32)
 
     def half(self) -> Tensor:
+        """cast() to float16.
+
+            >>> Tensor([1.0, 2.5]).half().dtype
+            dtypes.float16
+        """
         return self.cast(dtypes.float16)
 
     def bfloat16(self) -> Tensor:
+        """cast() to bfloat16.
+
+            >>> x = Tensor([1.0, 3.0]).bfloat16()
+            >>> x.dtype, x.tolist()
+            (dtypes.bfloat16, [1.0, 3.0])
+        """
         return self.cast(dtypes.bfloat16)
 
     def double(self) -> Tensor:
+        """cast() to float64.
+
+            >>> Tensor([1, 2]).double().dtype
+            dtypes.float64
+        """
         return self.cast(dtypes.float64)
 
     def int(self) -> Tensor:
+        """cast() to int32 (floats round toward zero).
+
+            >>> Tensor([1.9, -1.9]).int().tolist()
+            [1, -1]
+        """
         return self.cast(dtypes.int32)
 
     def long(self) -> Tensor:
+        """cast() to int64 (floats round toward zero).
+
+            >>> Tensor([2.5]).long().dtype
+            dtypes.int64
+        """
         return self.cast(dtypes.int64)
 
     def bool(self) -> Tensor:
+        """cast() to bool: nonzero is True.
+
+            >>> Tensor([0, 2, -1]).bool().tolist()
+            [False, True, True]
+        """
         return self.cast(dtypes.bool)
 
     def _float_like(self) -> Tensor:
@@ -738,6 +1135,11 @@ class Tensor:
         return apply(F.FUNCTIONS[op], self, *others, arg=arg)
 
     def neg(self) -> Tensor:
+        """-self, elementwise (the unary minus operator); a bool tensor raises, as in torch.
+
+            >>> Tensor([1, -2]).neg().tolist(), (-Tensor([1.5])).tolist()
+            ([-1, 2], [-1.5])
+        """
         if self.dtype == dtypes.bool:
             raise TypeError("[core] negation of a bool tensor; use logical_not() or ~")
         return apply(F.Neg, self)
@@ -746,18 +1148,45 @@ class Tensor:
         return self.neg()
 
     def add(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """self + y, broadcasting, with torch's type promotion: a Python int keeps the tensor's dtype and a
+        float turns an int tensor into float32. reverse=True computes y + self.
+
+            >>> Tensor([1, 2]).add(Tensor([10, 20])).tolist(), (Tensor([[1], [2]]) + 0.5).tolist()
+            ([11, 22], [[1.5], [2.5]])
+            >>> Tensor([1, 2], dtype="int32").add(3).dtype
+            dtypes.int32
+        """
         return apply(F.Add, *self._broadcasted(y, reverse))
 
     def sub(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """self - y, broadcasting and promoting as add(); reverse=True computes y - self. Bool tensors
+        raise, as in torch.
+
+            >>> Tensor([5, 7]).sub(Tensor([1, 2])).tolist(), Tensor([5, 7]).sub(10, reverse=True).tolist()
+            ([4, 5], [5, 3])
+        """
         a, b = self._broadcasted(y, reverse)
         if a.dtype == dtypes.bool:
             raise TypeError("[core] subtraction of bool tensors; use logical_xor() or ^")
         return apply(F.Add, a, apply(F.Neg, b))
 
     def mul(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """self * y, broadcasting and promoting as add(); reverse=True computes y * self.
+
+            >>> Tensor([2, 3]).mul(Tensor([4, 5])).tolist(), (Tensor([2, 3]) * 0.5).tolist()
+            ([8, 15], [1.0, 1.5])
+        """
         return apply(F.Mul, *self._broadcasted(y, reverse))
 
     def div(self, y: Any, reverse: builtins.bool = False, rounding_mode: str | None = None) -> Tensor:
+        """self / y, broadcasting; as in torch, integer inputs give float32. rounding_mode="floor" is
+        floordiv() and "trunc" rounds the quotient toward zero. reverse=True computes y / self.
+
+            >>> Tensor([1, 3]).div(2).tolist(), Tensor([-7, 7]).div(2, rounding_mode="floor").tolist()
+            ([0.5, 1.5], [-4, 3])
+            >>> Tensor([-7.0, 7.0]).div(2, rounding_mode="trunc").tolist()
+            [-3.0, 3.0]
+        """
         if rounding_mode == "floor":
             return self.floordiv(y, reverse)
         if rounding_mode == "trunc":
@@ -768,6 +1197,11 @@ class Tensor:
         return apply(F.Mul, a, apply(F.Reciprocal, b))
 
     def floordiv(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """self // y, rounded toward minus infinity (Python's //, torch.floor_divide); ints stay ints.
+
+            >>> Tensor([-7, 7]).floordiv(2).tolist(), (Tensor([-7.0, 7.0]) // 2).tolist()
+            ([-4, 3], [-4.0, 3.0])
+        """
         a, b = self._broadcasted(y, reverse)
         if a.dtype.is_float:
             return (a / b).floor()
@@ -777,7 +1211,11 @@ class Tensor:
         return q - adjust.cast(q.dtype)
 
     def mod(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        """Python / torch.remainder semantics: the result has the sign of the divisor."""
+        """self % y with Python / torch.remainder semantics: the result has the sign of the divisor.
+
+            >>> Tensor([-7, 7]).mod(3).tolist(), (Tensor([-7.5, 7.5]) % -2).tolist()
+            ([2, 1], [-1.5, -0.5])
+        """
         a, b = self._broadcasted(y, reverse)
         if a.dtype.is_float:
             return a - (a / b).floor() * b
@@ -786,10 +1224,24 @@ class Tensor:
         return fix.where(r + b, r)
 
     def fmod(self, y: Any) -> Tensor:
+        """The remainder with the sign of the dividend (C's fmod, torch.fmod); compare mod().
+
+            >>> Tensor([-7, 7]).fmod(3).tolist(), Tensor([-7.5, 7.5]).fmod(2).tolist()
+            ([-1, 1], [-1.5, 1.5])
+        """
         a, b = self._broadcasted(y)
         return a._nograd_op(BinaryOps.MOD, b) if not a.dtype.is_float else a - (a / b).trunc() * b
 
     def pow(self, y: Any, reverse: builtins.bool = False) -> Tensor:
+        """self ** y, broadcasting. A scalar whole-number exponent with |y| <= 16 is an exact repeated
+        product (an int tensor raised to a positive one stays int); other exponents go through exp2/log2
+        in float, and a negative base gives nan unless the exponent is whole. reverse=True is y ** self.
+
+            >>> Tensor([1, 2, 3]).pow(2).tolist(), Tensor([2.0, 4.0]).pow(-1).tolist()
+            ([1, 4, 9], [0.5, 0.25])
+            >>> Tensor([4.0, 9.0]).pow(0.5).tolist(), Tensor([-2.0, 2.0]).pow(3.0).tolist()
+            ([2.0, 3.0], [-8.0, 8.0])
+        """
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
             if y == 0:
                 return self.ones_like()
@@ -846,12 +1298,54 @@ class Tensor:
     def __ge__(self, y: Any) -> Tensor: return _cmp(self, y, "ge")
     def __eq__(self, y: Any) -> Tensor: return _cmp(self, y, "eq")  # type: ignore[override]
     def __ne__(self, y: Any) -> Tensor: return _cmp(self, y, "ne")  # type: ignore[override]
-    def lt(self, y: Any) -> Tensor: return self < y
-    def gt(self, y: Any) -> Tensor: return self > y
-    def le(self, y: Any) -> Tensor: return self <= y
-    def ge(self, y: Any) -> Tensor: return self >= y
-    def eq(self, y: Any) -> Tensor: return self == y
-    def ne(self, y: Any) -> Tensor: return self != y
+
+    def lt(self, y: Any) -> Tensor:
+        """self < y elementwise, broadcasting, as a bool tensor (comparisons have no gradient).
+
+            >>> Tensor([1, 2, 3]).lt(2).tolist()
+            [True, False, False]
+        """
+        return self < y
+
+    def gt(self, y: Any) -> Tensor:
+        """self > y elementwise, broadcasting, as a bool tensor.
+
+            >>> Tensor([1, 2, 3]).gt(2).tolist()
+            [False, False, True]
+        """
+        return self > y
+
+    def le(self, y: Any) -> Tensor:
+        """self <= y elementwise, broadcasting, as a bool tensor (False where either side is NaN).
+
+            >>> Tensor([1, 2, 3]).le(2).tolist()
+            [True, True, False]
+        """
+        return self <= y
+
+    def ge(self, y: Any) -> Tensor:
+        """self >= y elementwise, broadcasting, as a bool tensor (False where either side is NaN).
+
+            >>> Tensor([1.0, 2.0, float("nan")]).ge(2).tolist()
+            [False, True, False]
+        """
+        return self >= y
+
+    def eq(self, y: Any) -> Tensor:
+        """self == y elementwise, broadcasting, as a bool tensor (the == operator does the same).
+
+            >>> Tensor([1, 2, 3]).eq(Tensor([1, 0, 3])).tolist()
+            [True, False, True]
+        """
+        return self == y
+
+    def ne(self, y: Any) -> Tensor:
+        """self != y elementwise, broadcasting, as a bool tensor; NaN != NaN is True.
+
+            >>> Tensor([1.0, float("nan")]).ne(Tensor([1.0, float("nan")])).tolist()
+            [False, True]
+        """
+        return self != y
 
     def _bitwise(self, op: Any, y: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
@@ -876,14 +1370,44 @@ class Tensor:
         return self ^ -1 if not self.dtype.is_unsigned else self ^ int(max_value(self.dtype))
 
     def logical_not(self) -> Tensor:
+        """Elementwise NOT of the truth values (nonzero is True), as a bool tensor.
+
+            >>> Tensor([0, 3]).logical_not().tolist()
+            [True, False]
+        """
         return self.bool()._nograd_op(BinaryOps.CMPNE, Tensor(True, device=self.device)._broadcast_to(self.shape))
 
-    def logical_and(self, y: Any) -> Tensor: return self.bool() & self._to_tensor(y).bool()
-    def logical_or(self, y: Any) -> Tensor: return self.bool() | self._to_tensor(y).bool()
-    def logical_xor(self, y: Any) -> Tensor: return self.bool() ^ self._to_tensor(y).bool()
+    def logical_and(self, y: Any) -> Tensor:
+        """Elementwise AND of the truth values (nonzero is True), broadcasting, as a bool tensor.
+
+            >>> Tensor([0, 1, 2]).logical_and(Tensor([1, 1, 0])).tolist()
+            [False, True, False]
+        """
+        return self.bool() & self._to_tensor(y).bool()
+
+    def logical_or(self, y: Any) -> Tensor:
+        """Elementwise OR of the truth values (nonzero is True), broadcasting, as a bool tensor.
+
+            >>> Tensor([0, 1, 0]).logical_or(Tensor([0, 0, 5])).tolist()
+            [False, True, True]
+        """
+        return self.bool() | self._to_tensor(y).bool()
+
+    def logical_xor(self, y: Any) -> Tensor:
+        """Elementwise XOR of the truth values (nonzero is True), broadcasting, as a bool tensor.
+
+            >>> Tensor([0, 1, 2]).logical_xor(Tensor([1, 1, 0])).tolist()
+            [True, False, True]
+        """
+        return self.bool() ^ self._to_tensor(y).bool()
 
     def where(self, x: Any, y: Any) -> Tensor:
-        """self ? x : y, broadcasting all three (self is the condition)."""
+        """x where self is true, else y (torch.where(self, x, y)), broadcasting all three; x and y may be
+        tensors or scalars.
+
+            >>> Tensor([True, False, True]).where(Tensor([1, 2, 3]), 0).tolist()
+            [1, 0, 3]
+        """
         cond = self.bool()
         if isinstance(x, Tensor) and isinstance(y, Tensor):
             a, b = x._broadcasted(y)
@@ -899,50 +1423,196 @@ class Tensor:
         return apply(F.Where, cond._broadcast_to(shape), a._broadcast_to(shape), b._broadcast_to(shape))
 
     # unary math
-    def exp2(self) -> Tensor: return apply(F.Exp2, self._float_like())
-    def log2(self) -> Tensor: return apply(F.Log2, self._float_like())
-    def exp(self) -> Tensor: return apply(F.Exp2, self._float_like() * (1 / math.log(2)))
-    def log(self) -> Tensor: return apply(F.Log2, self._float_like()) * math.log(2)
-    def log10(self) -> Tensor: return self.log2() * math.log10(2)
-    def log1p(self) -> Tensor: return (self + 1).log()
-    def expm1(self) -> Tensor: return self.exp() - 1
-    def sqrt(self) -> Tensor: return apply(F.Sqrt, self._float_like())
-    def rsqrt(self) -> Tensor: return self.sqrt().reciprocal()
-    def reciprocal(self) -> Tensor: return apply(F.Reciprocal, self._float_like())
-    def sin(self) -> Tensor: return apply(F.Sin, self._float_like())
-    def cos(self) -> Tensor: return (math.pi / 2 - self._float_like()).sin()
-    def tan(self) -> Tensor: return self.sin() / self.cos()
-    def square(self) -> Tensor: return self * self
+    def exp2(self) -> Tensor:
+        """2 ** self, elementwise (int inputs give float32).
+
+            >>> Tensor([0, 1, 3]).exp2().tolist()
+            [1.0, 2.0, 8.0]
+        """
+        return apply(F.Exp2, self._float_like())
+
+    def log2(self) -> Tensor:
+        """The base-2 logarithm, elementwise (int inputs give float32).
+
+            >>> Tensor([1.0, 8.0, 0.5]).log2().tolist()
+            [0.0, 3.0, -1.0]
+        """
+        return apply(F.Log2, self._float_like())
+
+    def exp(self) -> Tensor:
+        """e ** self, elementwise (int inputs give float32).
+
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0]).exp().tolist()]
+            [1.0, 2.7183]
+        """
+        return apply(F.Exp2, self._float_like() * (1 / math.log(2)))
+
+    def log(self) -> Tensor:
+        """The natural logarithm, elementwise: -inf at 0 and nan below it (int inputs give float32).
+
+            >>> [round(v, 4) for v in Tensor([1.0, math.e, 0.0, -1.0]).log().tolist()]
+            [0.0, 1.0, -inf, nan]
+        """
+        return apply(F.Log2, self._float_like()) * math.log(2)
+
+    def log10(self) -> Tensor:
+        """The base-10 logarithm, elementwise (int inputs give float32).
+
+            >>> [round(v, 4) for v in Tensor([1, 10, 1000]).log10().tolist()]
+            [0.0, 1.0, 3.0]
+        """
+        return self.log2() * math.log10(2)
+
+    def log1p(self) -> Tensor:
+        """log(1 + self), elementwise. It is computed as written, so unlike torch's it keeps no extra
+        precision for tiny inputs.
+
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0]).log1p().tolist()]
+            [0.0, 0.6931]
+        """
+        return (self + 1).log()
+
+    def expm1(self) -> Tensor:
+        """exp(self) - 1, elementwise. It is computed as written, so unlike torch's it keeps no extra
+        precision for tiny inputs.
+
+            >>> [round(v, 4) for v in Tensor([0.0, 1.0]).expm1().tolist()]
+            [0.0, 1.7183]
+        """
+        return self.exp() - 1
+
+    def sqrt(self) -> Tensor:
+        """The square root, elementwise: nan for negative inputs (int inputs give float32).
+
+            >>> Tensor([1, 4, 9]).sqrt().tolist()
+            [1.0, 2.0, 3.0]
+        """
+        return apply(F.Sqrt, self._float_like())
+
+    def rsqrt(self) -> Tensor:
+        """1 / sqrt(self), elementwise.
+
+            >>> Tensor([1.0, 4.0, 0.25]).rsqrt().tolist()
+            [1.0, 0.5, 2.0]
+        """
+        return self.sqrt().reciprocal()
+
+    def reciprocal(self) -> Tensor:
+        """1 / self, elementwise: inf at 0 (int inputs give float32).
+
+            >>> Tensor([2, 4, 0]).reciprocal().tolist()
+            [0.5, 0.25, inf]
+        """
+        return apply(F.Reciprocal, self._float_like())
+
+    def sin(self) -> Tensor:
+        """The sine of angles in radians, elementwise.
+
+            >>> [round(v, 4) for v in Tensor([0.0, math.pi / 6, math.pi / 2]).sin().tolist()]
+            [0.0, 0.5, 1.0]
+        """
+        return apply(F.Sin, self._float_like())
+
+    def cos(self) -> Tensor:
+        """The cosine of angles in radians, elementwise.
+
+            >>> [round(v, 4) for v in Tensor([0.0, math.pi / 3, math.pi]).cos().tolist()]
+            [1.0, 0.5, -1.0]
+        """
+        return (math.pi / 2 - self._float_like()).sin()
+
+    def tan(self) -> Tensor:
+        """The tangent of angles in radians, elementwise.
+
+            >>> [round(v, 4) for v in Tensor([0.0, math.pi / 4]).tan().tolist()]
+            [0.0, 1.0]
+        """
+        return self.sin() / self.cos()
+
+    def square(self) -> Tensor:
+        """self * self, elementwise (the dtype is kept).
+
+            >>> Tensor([1, -2, 3]).square().tolist()
+            [1, 4, 9]
+        """
+        return self * self
 
     def relu(self) -> Tensor:
+        """max(self, 0), elementwise; NaN stays NaN and the gradient at 0 is 0, as in torch.
+
+            >>> Tensor([-1.0, 0.0, 2.0]).relu().tolist()
+            [0.0, 0.0, 2.0]
+        """
         return (self <= 0).where(0, self)   # NaN stays NaN; the gradient at 0 is 0, as in torch
 
     def abs(self) -> Tensor:
+        """The absolute value, elementwise (the dtype is kept).
+
+            >>> Tensor([-1.5, 0.0, 2.0]).abs().tolist(), Tensor([-3, 4]).abs().tolist()
+            ([1.5, 0.0, 2.0], [3, 4])
+        """
         if self.dtype.is_float:
             return self.relu() + (-self).relu()
         return (self < 0).where(-self, self) if self.dtype != dtypes.bool else self
 
     def sign(self) -> Tensor:
+        """-1, 0 or 1 for negative, zero or positive elements, in self's dtype.
+
+            >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist(), Tensor([-7, 0, 3]).sign().tolist()
+            ([-1.0, 0.0, 1.0], [-1, 0, 1])
+        """
         return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
 
     def sigmoid(self) -> Tensor:
+        """1 / (1 + exp(-self)), elementwise.
+
+            >>> [round(v, 4) for v in Tensor([-2.0, 0.0, 2.0]).sigmoid().tolist()]
+            [0.1192, 0.5, 0.8808]
+        """
         return (1 + (-self._float_like()).exp()).reciprocal()
 
     def tanh(self) -> Tensor:
+        """The hyperbolic tangent, elementwise.
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).tanh().tolist()]
+            [-0.7616, 0.0, 0.7616]
+        """
         return 2.0 * (2.0 * self._float_like()).sigmoid() - 1.0
 
     def leaky_relu(self, negative_slope: builtins.float = 0.01) -> Tensor:
+        """self where positive, else self * negative_slope (0.01 by default, as in torch).
+
+            >>> Tensor([-2.0, 3.0]).leaky_relu(0.5).tolist()
+            [-1.0, 3.0]
+        """
         return (self > 0).where(self, self * negative_slope)
 
     def elu(self, alpha: builtins.float = 1.0) -> Tensor:
+        """self where positive, else alpha * (exp(self) - 1).
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).elu().tolist()]
+            [-0.6321, 0.0, 2.0]
+        """
         return (self > 0).where(self, alpha * (self.exp() - 1))
 
     def silu(self) -> Tensor:
+        """self * sigmoid(self), elementwise; `swish` is another name for it.
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).silu().tolist()]
+            [-0.2689, 0.0, 1.7616]
+            >>> Tensor([2.0]).swish().tolist() == Tensor([2.0]).silu().tolist()
+            True
+        """
         return self * self.sigmoid()
 
     swish = silu
 
     def erf(self) -> Tensor:
+        """The Gauss error function, elementwise (Abramowitz-Stegun 7.1.26: absolute error below 1.5e-7).
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 0.5]).erf().tolist()]
+            [-0.8427, 0.0, 0.5205]
+        """
         # Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), built from primitives so it differentiates
         x = self._float_like()
         t = 1.0 / (1.0 + 0.3275911 * x.abs())
@@ -950,6 +1620,14 @@ class Tensor:
         return x.sign() * (1.0 - poly * (-(x * x)).exp())
 
     def gelu(self, approximate: str = "none") -> Tensor:
+        """self * Phi(self), Phi the standard normal CDF, with erf (approximate="none") or torch's tanh
+        approximation (approximate="tanh").
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).gelu().tolist()]
+            [-0.1587, 0.0, 0.8413]
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).gelu(approximate="tanh").tolist()]
+            [-0.1588, 0.0, 0.8412]
+        """
         if approximate == "tanh":
             return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
         if approximate != "none":
@@ -957,11 +1635,26 @@ class Tensor:
         return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
 
     def softplus(self, beta: builtins.float = 1.0, threshold: builtins.float = 20.0) -> Tensor:
+        """log(1 + exp(beta * self)) / beta, elementwise, and self itself where beta * self > threshold
+        (torch's defaults: beta=1, threshold=20).
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 30.0]).softplus().tolist()]
+            [0.3133, 0.6931, 30.0]
+        """
         bx = self * beta
         soft = (1 + (-bx.abs()).exp()).log() / beta + self.relu()
         return (bx > threshold).where(self, soft)
 
     def clamp(self, min_: Any = None, max_: Any = None, *, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002
+        """The values limited to [min, max]; either bound may be left out, and each is a scalar or a
+        tensor. Int bounds keep an int tensor's dtype, a float bound makes it float32 (torch's
+        promotion). `clip` is another name for it.
+
+            >>> Tensor([-2, 0, 5]).clamp(-1, 3).tolist(), Tensor([-2, 0, 5]).clamp(min=0).tolist()
+            ([-1, 0, 3], [0, 0, 5])
+            >>> Tensor([-2.0, 0.5, 5.0]).clip(0, 1).tolist()
+            [0.0, 0.5, 1.0]
+        """
         lo = min_ if min_ is not None else min
         hi = max_ if max_ is not None else max
         if lo is None and hi is None:
@@ -976,16 +1669,31 @@ class Tensor:
     clip = clamp
 
     def maximum(self, y: Any) -> Tensor:
+        """The larger of self and y, elementwise, broadcasting.
+
+            >>> Tensor([1, 5, 3]).maximum(Tensor([4, 2, 3])).tolist(), Tensor([1, 5, 3]).maximum(2).tolist()
+            ([4, 5, 3], [2, 5, 3])
+        """
         a, b = self._broadcasted(y)
         return apply(F.Maximum, a, b)
 
     def minimum(self, y: Any) -> Tensor:
+        """The smaller of self and y, elementwise, broadcasting.
+
+            >>> Tensor([1, 5, 3]).minimum(Tensor([4, 2, 3])).tolist(), Tensor([1, 5, 3]).minimum(2).tolist()
+            ([1, 2, 3], [1, 2, 2])
+        """
         a, b = self._broadcasted(y)
         if a.dtype == dtypes.bool:
             return a & b
         return -apply(F.Maximum, -a, -b)
 
     def trunc(self) -> Tensor:
+        """Round toward zero, elementwise (int tensors are returned as they are).
+
+            >>> Tensor([-1.5, 0.5, 2.7]).trunc().tolist()
+            [-1.0, 0.0, 2.0]
+        """
         if not self.dtype.is_float:
             return self
         # values beyond 2**23 have no fraction in float32; casting them would overflow ints
@@ -994,27 +1702,57 @@ class Tensor:
         return big.where(self.detach(), t)
 
     def floor(self) -> Tensor:
+        """Round down to a whole number, elementwise (int tensors are returned as they are).
+
+            >>> Tensor([-1.5, 0.5, 2.7]).floor().tolist()
+            [-2.0, 0.0, 2.0]
+        """
         t = self.trunc()
         return (t > self).where(t - 1, t)
 
     def ceil(self) -> Tensor:
+        """Round up to a whole number, elementwise (int tensors are returned as they are).
+
+            >>> Tensor([-1.5, 0.5, 2.7]).ceil().tolist()
+            [-1.0, 1.0, 3.0]
+        """
         t = self.trunc()
         return (t < self).where(t + 1, t)
 
     def round(self) -> Tensor:
-        """Round half to even, like torch.round."""
+        """Round half to even, like torch.round.
+
+            >>> Tensor([0.5, 1.5, 2.5, -1.5, 2.7]).round().tolist()
+            [0.0, 2.0, 2.0, -2.0, 3.0]
+        """
         f = (self + 0.5).floor()
         tie = (f - self) == 0.5
         odd = (f % 2) == 1
         return (tie & odd).where(f - 1, f)
 
     def isnan(self) -> Tensor:
+        """True where an element is NaN.
+
+            >>> Tensor([1.0, float("nan"), float("inf")]).isnan().tolist()
+            [False, True, False]
+        """
         return self != self
 
     def isinf(self) -> Tensor:
+        """True where an element is +inf or -inf.
+
+            >>> Tensor([1.0, float("-inf"), float("inf"), float("nan")]).isinf().tolist()
+            [False, True, True, False]
+        """
         return (self == float("inf")) | (self == float("-inf"))
 
     def lerp(self, end: Tensor, weight: Any) -> Tensor:
+        """self + weight * (end - self): the straight line from self (weight 0) to end (weight 1);
+        weight is a scalar or a tensor.
+
+            >>> Tensor([0.0, 10.0]).lerp(Tensor([10.0, 20.0]), 0.5).tolist()
+            [5.0, 15.0]
+        """
         return self + (end - self) * weight
 
     # ------------------------------------------------------------ reductions
@@ -1029,6 +1767,16 @@ class Tensor:
 
     def sum(self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None, *,
             dim: Any = None) -> Tensor:
+        """The sum over `axis` (an int, a tuple, or None for all dims; `dim` is torch's name for it),
+        dropping the summed dims unless keepdim. As in torch, bool and int tensors sum in int64;
+        dtype= sets the type to sum in.
+
+            >>> x = Tensor([[1, 2], [3, 4]])
+            >>> x.sum().item(), x.sum(0).tolist(), x.sum(dim=1, keepdim=True).tolist()
+            (10, [4, 6], [[3], [7]])
+            >>> Tensor([True, True, False]).sum().item()
+            2
+        """
         axis = dim if dim is not None else axis
         x = self
         if dtype is not None:
@@ -1038,11 +1786,25 @@ class Tensor:
         return x._reduce(F.Sum, axis, keepdim)
 
     def max(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
+        """The largest value over `axis` (None for all dims), dropping it unless keepdim. Unlike
+        torch.max(dim=...), it returns only the values: argmax() gives the indices.
+
+            >>> x = Tensor([[1, 5], [3, 4]])
+            >>> x.max().item(), x.max(0).tolist(), x.max(dim=1, keepdim=True).tolist()
+            (5, [3, 5], [[5], [4]])
+        """
         axis = dim if dim is not None else axis
         self._check_nonempty(axis, "max")
         return self._reduce(F.Max, axis, keepdim)
 
     def min(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
+        """The smallest value over `axis` (None for all dims), dropping it unless keepdim. Unlike
+        torch.min(dim=...), it returns only the values: argmin() gives the indices.
+
+            >>> x = Tensor([[1, 5], [3, 4]])
+            >>> x.min().item(), x.min(1).tolist()
+            (1, [1, 3])
+        """
         axis = dim if dim is not None else axis
         self._check_nonempty(axis, "min")
         if self.dtype == dtypes.bool:
@@ -1058,12 +1820,31 @@ class Tensor:
             raise ValueError(f"[core] {name}: reduction over an empty dimension of shape {self.shape}")
 
     def amax(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        """max() over one dim or a tuple of dims (torch.amax).
+
+            >>> x = Tensor([[1, 5], [3, 4]])
+            >>> x.amax(0).tolist(), x.amax((0, 1)).item()
+            ([3, 5], 5)
+        """
         return self.max(axis, keepdim)
 
     def amin(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        """min() over one dim or a tuple of dims (torch.amin).
+
+            >>> x = Tensor([[1, 5], [3, 4]])
+            >>> x.amin(1).tolist(), x.amin((0, 1)).item()
+            ([1, 3], 1)
+        """
         return self.min(axis, keepdim)
 
     def mean(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
+        """The average over `axis` (None for all dims), dropping it unless keepdim. Int and bool tensors
+        give float32 (torch raises for them).
+
+            >>> x = Tensor([[1, 2], [3, 4]])
+            >>> x.mean().item(), x.mean(0).tolist(), x.mean(dim=1, keepdim=True).tolist()
+            (2.5, [2.0, 3.0], [[1.5], [3.5]])
+        """
         axis = dim if dim is not None else axis
         x = self._float_like()
         axes = self._axes(axis)
@@ -1073,6 +1854,13 @@ class Tensor:
 
     def var(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, *,
             dim: Any = None, unbiased: builtins.bool | None = None) -> Tensor:
+        """The variance over `axis`: the sum of squared deviations divided by N - correction. As in torch,
+        correction=1 (Bessel's) is the default, and unbiased=False means correction=0.
+
+            >>> x = Tensor([1.0, 2.0, 3.0, 4.0])
+            >>> round(x.var().item(), 4), x.var(correction=0).item()
+            (1.6667, 1.25)
+        """
         axis = dim if dim is not None else axis
         if unbiased is not None:
             correction = int(unbiased)
@@ -1084,10 +1872,22 @@ class Tensor:
 
     def std(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, *,
             dim: Any = None, unbiased: builtins.bool | None = None) -> Tensor:
+        """The standard deviation over `axis`: sqrt(var()), with the same correction (1 by default).
+
+            >>> x = Tensor([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0])
+            >>> x.std(correction=0).item(), round(x.std().item(), 4)
+            (2.0, 2.1381)
+        """
         return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
 
     def prod(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """Product via logs of magnitudes, with the sign and zeros tracked separately."""
+        """The product over `axis`, via logs of magnitudes with the sign and zeros tracked separately.
+        Int tensors give int64, rounded from a float64 result.
+
+            >>> x = Tensor([[1, 2], [3, 4]])
+            >>> x.prod().item(), x.prod(0).tolist(), Tensor([-2.0, 0.5, 3.0]).prod().item()
+            (24, [3, 8], -3.0)
+        """
         axis = dim if dim is not None else axis
         x = self.cast(dtypes.float64)      # logs summed in float64: exact for ordinary products
         mag = x.abs()
@@ -1117,19 +1917,50 @@ class Tensor:
 
     def argmax(self, axis: builtins.int | None = None, keepdim: builtins.bool = False, *,
                dim: builtins.int | None = None) -> Tensor:
+        """The int64 index of the largest value along `axis` (into the flattened tensor when axis is
+        None); the first one wins a tie, as in torch.
+
+            >>> x = Tensor([[1, 5, 5], [7, 2, 7]])
+            >>> x.argmax().item(), x.argmax(1).tolist(), x.argmax(dim=0).tolist()
+            (3, [1, 0], [1, 0, 1])
+        """
         return self._arg_extreme(dim if dim is not None else axis, keepdim, True)
 
     def argmin(self, axis: builtins.int | None = None, keepdim: builtins.bool = False, *,
                dim: builtins.int | None = None) -> Tensor:
+        """The int64 index of the smallest value along `axis` (into the flattened tensor when axis is
+        None); the first one wins a tie, as in torch.
+
+            >>> x = Tensor([[1, 5, 5], [7, 2, 7]])
+            >>> x.argmin().item(), x.argmin(1).tolist()
+            (0, [0, 1])
+        """
         return self._arg_extreme(dim if dim is not None else axis, keepdim, False)
 
     def any(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        """True where any element over `axis` (None for all dims) is nonzero, as a bool tensor.
+
+            >>> x = Tensor([[0, 0], [0, 3]])
+            >>> x.any().item(), x.any(1).tolist()
+            (True, [False, True])
+        """
         return self.bool()._reduce(F.Max, axis, keepdim)
 
     def all(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        """True where every element over `axis` (None for all dims) is nonzero, as a bool tensor.
+
+            >>> x = Tensor([[1, 2], [0, 3]])
+            >>> x.all().item(), x.all(1).tolist()
+            (False, [True, False])
+        """
         return self.logical_not().any(axis, keepdim).logical_not()
 
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
+        """log(sum(exp(self))) over `axis`, shifted by the max so that large inputs do not overflow.
+
+            >>> round(Tensor([1000.0, 1000.0]).logsumexp().item(), 3)
+            1000.693
+        """
         axis = dim if dim is not None else axis
         m = self.max(axis, keepdim=True).detach()
         m = m.isinf().where(0.0, m)
@@ -1141,18 +1972,38 @@ class Tensor:
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
     def softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
+        """exp(self) / sum(exp(self)) along `axis` (the last dim by default), shifted by the max for
+        stability; int inputs give float32.
+
+            >>> [round(v, 4) for v in Tensor([1.0, 2.0, 3.0]).softmax().tolist()]
+            [0.09, 0.2447, 0.6652]
+            >>> Tensor([[0.0, 0.0], [5.0, 5.0]]).softmax(dim=1).tolist()
+            [[0.5, 0.5], [0.5, 0.5]]
+        """
         axis = dim if dim is not None else axis
         x = self._float_like()
         e = (x - x.max(axis, keepdim=True).detach()).exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
+        """log(softmax(self)) along `axis` (the last dim by default), computed without taking the log of
+        a small number.
+
+            >>> [round(v, 4) for v in Tensor([1.0, 2.0, 3.0]).log_softmax().tolist()]
+            [-2.4076, -1.4076, -0.4076]
+        """
         axis = dim if dim is not None else axis
         x = self._float_like()
         shifted = x - x.max(axis, keepdim=True).detach()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     def cumsum(self, axis: builtins.int = 0, *, dim: builtins.int | None = None) -> Tensor:
+        """The running sum along `axis` (dim 0 by default; torch requires it). As in torch, int and bool
+        tensors give int64.
+
+            >>> Tensor([1, 2, 3, 4]).cumsum().tolist(), Tensor([[1, 2], [3, 4]]).cumsum(dim=1).tolist()
+            ([1, 3, 6, 10], [[1, 3], [3, 7]])
+        """
         d = self._axis(dim if dim is not None else axis)
         src = self if self.dtype.is_float else self.cast(dtypes.int64)
         if self.ndim == 0 or self.shape[d] == 0:
@@ -1168,10 +2019,24 @@ class Tensor:
 
     # ------------------------------------------------------------ linear algebra and nn
     def dot(self, w: Tensor) -> Tensor:
+        """matmul() under another name (so, unlike torch.dot, not only for 1-d tensors).
+
+            >>> Tensor([1, 2, 3]).dot(Tensor([4, 5, 6])).item()
+            32
+        """
         return self.matmul(w)
 
     def matmul(self, w: Tensor) -> Tensor:
-        """Batched matmul with torch's broadcasting: (..., n, k) @ (..., k, m) -> (..., n, m)."""
+        """Batched matmul with torch's broadcasting: (..., n, k) @ (..., k, m) -> (..., n, m); a 1-d
+        operand counts as a row (left) or column (right) vector, and its dim is dropped from the result.
+
+            >>> Tensor([[1, 2], [3, 4]]).matmul(Tensor([[5], [6]])).tolist()
+            [[17], [39]]
+            >>> (Tensor([[1, 2], [3, 4]]) @ Tensor([1, 1])).tolist()
+            [3, 7]
+            >>> (Tensor.ones(5, 2, 3) @ Tensor.ones(3, 4)).shape
+            (5, 2, 4)
+        """
         x = self
         if not isinstance(w, Tensor):
             w = self._to_tensor(w)
@@ -1207,7 +2072,12 @@ class Tensor:
         return out
 
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-        """x @ weight.T + bias, with torch's weight layout (out_features, in_features)."""
+        """x @ weight.T + bias, with torch's weight layout (out_features, in_features).
+
+            >>> w = Tensor([[1.0, 0.0], [1.0, 1.0], [0.0, 2.0]])      # 2 inputs -> 3 outputs
+            >>> Tensor([[1.0, 2.0]]).linear(w, Tensor([0.0, 0.5, -1.0])).tolist()
+            [[1.0, 3.5, 3.0]]
+        """
         if weight.ndim != 2 or self.ndim == 0 or self.shape[-1] != weight.shape[1]:
             in_features = self.shape[-1] if self.ndim else "?"
             raise ValueError(f"[core] linear: input {self.shape} needs a weight of shape (out, {in_features}), "
@@ -1275,7 +2145,16 @@ class Tensor:
 
     def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
                dilation: Any = 1, groups: builtins.int = 1) -> Tensor:
-        """torch.nn.functional.conv2d: input (N, Cin, H, W), weight (Cout, Cin/groups, kh, kw)."""
+        """torch.nn.functional.conv2d: input (N, Cin, H, W), weight (Cout, Cin/groups, kh, kw), and
+        stride, padding and dilation as ints or (h, w) pairs. As in torch, it is a cross-correlation
+        (the kernel is not flipped).
+
+            >>> x = Tensor.arange(9).reshape(1, 1, 3, 3).float()
+            >>> x.conv2d(Tensor.ones(1, 1, 2, 2)).tolist()         # each output sums a 2x2 window
+            [[[[8.0, 12.0], [20.0, 24.0]]]]
+            >>> x.conv2d(Tensor.ones(4, 1, 3, 3), padding=1).shape
+            (1, 4, 3, 3)
+        """
         if self.ndim != 4 or weight.ndim != 4:
             raise ValueError(f"[core] conv2d: expected 4-d input and weight, got {self.shape} and {weight.shape}")
         n, cin, _, _ = self.shape
@@ -1298,6 +2177,12 @@ class Tensor:
         return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
 
     def max_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:
+        """The max over kernel_size windows of the last two dims (torch F.max_pool2d): stride defaults to
+        the kernel size, and padding adds -inf.
+
+            >>> Tensor.arange(16).reshape(1, 1, 4, 4).max_pool2d(2).tolist()
+            [[[[5, 7], [13, 15]]]]
+        """
         k = _pair(kernel_size)
         st = _pair(stride) if stride is not None else k
         ph, pw = _pair(padding)
@@ -1306,6 +2191,14 @@ class Tensor:
 
     def avg_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0,
                    count_include_pad: builtins.bool = True) -> Tensor:
+        """The mean over kernel_size windows of the last two dims (torch F.avg_pool2d): stride defaults to
+        the kernel size; padding adds zeros, which count in the mean unless count_include_pad=False.
+
+            >>> Tensor.arange(16).reshape(1, 1, 4, 4).float().avg_pool2d(2).tolist()
+            [[[[2.5, 4.5], [10.5, 12.5]]]]
+            >>> Tensor.ones(1, 2, 2).avg_pool2d(2, stride=1, padding=1).tolist()[0][0]
+            [0.25, 0.5, 0.25]
+        """
         k = _pair(kernel_size)
         st = _pair(stride) if stride is not None else k
         ph, pw = _pair(padding)
@@ -1320,6 +2213,14 @@ class Tensor:
 
     # ------------------------------------------------------------ misc
     def clone(self) -> Tensor:
+        """A copy of the values in a buffer of its own (gradients flow through it): later writes to self
+        do not change it.
+
+            >>> x = Tensor([1, 2])
+            >>> y = x.clone()
+            >>> x.assign(Tensor([5, 6])).tolist(), y.tolist()
+            ([5, 6], [1, 2])
+        """
         return self.contiguous() if not self.lazydata.is_base else self * 1
 
     def __iter__(self):

@@ -82,8 +82,10 @@ def checkpoint_sequential(layers: Sequence[Callable[[Tensor], Tensor]], segments
 
         >>> from tg import Tensor, nn
         >>> layers = [nn.Linear(3, 3), Tensor.relu, nn.Linear(3, 1)]
-        >>> checkpoint_sequential(layers, 2, Tensor.ones(2, 3)).shape
-        (2, 1)
+        >>> y = checkpoint_sequential(layers, 2, Tensor.ones(2, 3))    # chunks [Linear], [relu, Linear]
+        >>> _ = y.sum().backward()
+        >>> y.shape, layers[0].weight.grad.shape, layers[2].weight.grad.shape
+        ((2, 1), (3, 3), (1, 3))
     """
     layers = list(layers)
     if not 1 <= segments <= len(layers):

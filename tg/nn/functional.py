@@ -99,52 +99,58 @@ def finfo_eps(dtype: DType) -> float:
 # ---------------------------------------------------------------- activations (thin wrappers)
 
 def relu(x: Tensor) -> Tensor:
-    """max(x, 0).
+    """max(x, 0) elementwise, as torch.nn.functional.relu.
 
-        >>> relu(Tensor([-1.0, 2.0])).tolist()
-        [0.0, 2.0]
+        >>> relu(Tensor([-1.0, 0.0, 2.0])).tolist()
+        [0.0, 0.0, 2.0]
     """
     return x.relu()
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
-    """x * Phi(x) (approximate='none', with erf) or its tanh approximation ('tanh').
+    """x * Phi(x) (approximate='none', with erf) or its tanh approximation ('tanh'), as torch.
 
-        >>> gelu(Tensor([0.0])).item()
-        0.0
+        >>> [round(v, 4) for v in gelu(Tensor([-1.0, 0.0, 1.0])).tolist()]
+        [-0.1587, 0.0, 0.8413]
+        >>> [round(v, 4) for v in gelu(Tensor([-1.0, 0.0, 1.0]), approximate="tanh").tolist()]
+        [-0.1588, 0.0, 0.8412]
     """
     return x.gelu(approximate)
 
 
 def silu(x: Tensor) -> Tensor:
-    """x * sigmoid(x).
+    """x * sigmoid(x) (swish), as torch.nn.functional.silu.
 
-        >>> silu(Tensor([0.0])).item()
-        0.0
+        >>> [round(v, 4) for v in silu(Tensor([-1.0, 0.0, 1.0])).tolist()]
+        [-0.2689, 0.0, 0.7311]
     """
     return x.silu()
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """exp(x) / sum(exp(x)) along dim.
+    """exp(x) / sum(exp(x)) along dim (default the last; torch has no default).
 
-        >>> softmax(Tensor([0.0, 0.0])).tolist()
-        [0.5, 0.5]
+        >>> [round(v, 4) for v in softmax(Tensor([0.0, 1.0, 2.0])).tolist()]
+        [0.09, 0.2447, 0.6652]
+        >>> [round(v, 4) for v in softmax(Tensor([[0.0, 0.0], [1.0, 1.0]]), dim=0)[:, 0].tolist()]
+        [0.2689, 0.7311]
     """
     return x.softmax(dim)
 
 
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """x - logsumexp(x) along dim, computed stably.
+    """x - logsumexp(x) along dim (default the last), computed stably.
 
-        >>> log_softmax(Tensor([1.0])).item()
-        0.0
+        >>> [round(v, 4) for v in log_softmax(Tensor([0.0, 0.0])).tolist()]          # log(1/2)
+        [-0.6931, -0.6931]
+        >>> log_softmax(Tensor([0.0, 1000.0])).tolist()                            # no overflow
+        [-1000.0, 0.0]
     """
     return x.log_softmax(dim)
 
 
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
-    """x @ weight.T + bias, with weight (out_features, in_features).
+    """x @ weight.T + bias, with weight (out_features, in_features), as torch.nn.functional.linear.
 
         >>> linear(Tensor([[1.0]]), Tensor([[2.0]]), Tensor([0.5])).item()
         2.5
@@ -154,9 +160,12 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
 
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """Zero each element with probability p and scale the rest by 1/(1-p); the identity if not training.
+    training defaults to True, as torch's.
 
         >>> dropout(Tensor([1.0, 2.0]), p=0.5, training=False).tolist()
         [1.0, 2.0]
+        >>> set(dropout(Tensor.ones(100), p=0.5).tolist()) <= {0.0, 2.0}
+        True
     """
     _check_p("dropout", p)
     if not training or p == 0.0:
@@ -339,10 +348,12 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 # ---------------------------------------------------------------- losses
 
 def mse_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """(x - target)^2, reduced by 'mean', 'sum' or 'none'.
+    """(x - target)^2, reduced by 'mean', 'sum' or 'none'; shapes must be equal (torch only warns).
 
-        >>> mse_loss(Tensor([1.0]), Tensor([3.0])).item()
-        4.0
+        >>> mse_loss(Tensor([1.0, 2.0]), Tensor([3.0, 2.0])).item()
+        2.0
+        >>> mse_loss(Tensor([1.0, 2.0]), Tensor([3.0, 2.0]), reduction="none").tolist()
+        [4.0, 0.0]
     """
     _check_reduction("mse_loss", reduction)
     _check_same_shape("mse_loss", x, target)
@@ -450,8 +461,8 @@ def nll_loss(logp: Tensor, target: Tensor, weight: Tensor | None = None, ignore_
              reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of log-probabilities (N, C, *) for class indices (N, *), torch semantics.
 
-        >>> nll_loss(Tensor([[-1.0, -2.0]]), Tensor([1])).item()
-        2.0
+        >>> nll_loss(Tensor([[-1.0, -2.0], [-0.5, -3.0]]), Tensor([1, 0]), reduction="none").tolist()
+        [2.0, 0.5]
     """
     return _class_loss("nll_loss", logp, target, weight, ignore_index, reduction, 0.0)
 
@@ -464,6 +475,9 @@ def cross_entropy(logits: Tensor, target: Tensor, weight: Tensor | None = None, 
 
         >>> round(cross_entropy(Tensor([[0.0, 0.0]]), Tensor([1])).item(), 4)
         0.6931
+        >>> logits = Tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+        >>> round(cross_entropy(logits, Tensor([0, -100])).item(), 4)      # the second row is ignored
+        0.2395
     """
     _check_float("cross_entropy", logits)
     if logits.ndim == 0:

@@ -45,8 +45,9 @@ class Linear:
     """y = x @ weight.T + bias over the last dim. weight (out_features, in_features) and bias (out_features,)
     start from U(-1/sqrt(in_features), 1/sqrt(in_features)), as torch.
 
-        >>> Linear(3, 2)(Tensor.ones(5, 7, 3)).shape
-        (5, 7, 2)
+        >>> layer = Linear(3, 2)
+        >>> layer(Tensor.ones(5, 7, 3)).shape, layer.weight.shape, layer.bias.shape
+        ((5, 7, 2), (2, 3), (2,))
     """
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device: str | None = None,
@@ -69,8 +70,13 @@ class Conv2d:
     is an int, a pair, 'valid' or 'same' (stride 1). Weight and bias start from U(-b, b) with
     b = 1/sqrt(fan_in), fan_in = C_in/groups * kh * kw, as torch.
 
-        >>> Conv2d(3, 8, 3, padding=1)(Tensor.ones(2, 3, 7, 7)).shape
-        (2, 8, 7, 7)
+        >>> conv = Conv2d(3, 8, 3, padding=1)
+        >>> conv(Tensor.ones(2, 3, 7, 7)).shape, conv.weight.shape, conv.bias.shape
+        ((2, 8, 7, 7), (8, 3, 3, 3), (8,))
+        >>> box = Conv2d(1, 1, 2, bias=False)
+        >>> box.weight = Tensor.ones(1, 1, 2, 2)                          # a 2x2 box sum
+        >>> box(Tensor([[[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]]])).tolist()
+        [[[12.0, 16.0]]]
     """
 
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
@@ -170,9 +176,22 @@ class _BatchNorm:
 
 class BatchNorm1d(_BatchNorm):
     """Batch normalization of (N, C) or (N, C, L) per channel, torch semantics (see BatchNorm2d).
+    In training mode the batch's statistics normalize and move the running ones by momentum:
 
-        >>> BatchNorm1d(3)(Tensor.ones(4, 3)).shape
-        (4, 3)
+        >>> bn = BatchNorm1d(2)
+        >>> bn.weight.shape, bn.bias.shape, bn.running_mean.shape
+        ((2,), (2,), (2,))
+        >>> Tensor.training = True
+        >>> try:
+        ...     y = bn(Tensor([[1.0, 0.0], [3.0, 4.0]]))
+        ... finally:
+        ...     Tensor.training = False
+        >>> [[round(v, 4) for v in row] for row in y.tolist()]
+        [[-1.0, -1.0], [1.0, 1.0]]
+        >>> [round(v, 4) for v in bn.running_mean.tolist() + bn.running_var.tolist()]   # unbiased var: 2, 8
+        [0.2, 0.2, 1.1, 1.7]
+        >>> bn.num_batches_tracked.item()
+        1
     """
     ranks, layout = (2, 3), "(N, C) or (N, C, L)"
 
@@ -193,8 +212,9 @@ class BatchNorm2d(_BatchNorm):
 class LayerNorm:
     """Normalize over the trailing normalized_shape dims, then an elementwise affine (weight 1, bias 0).
 
-        >>> LayerNorm(7)(Tensor.randn(5, 7)).shape
-        (5, 7)
+        >>> norm = LayerNorm(2)
+        >>> [round(v, 4) for v in norm(Tensor([[1.0, 3.0]]))[0].tolist()], norm.weight.shape, norm.bias.shape
+        ([-1.0, 1.0], (2,), (2,))
     """
 
     def __init__(self, normalized_shape: int | Sequence[int], eps: float = 1e-5,
@@ -215,8 +235,9 @@ class RMSNorm:
     """x / sqrt(mean(x^2) + eps) over the trailing dims, times weight (starts at 1). eps=None uses the input
     dtype's machine epsilon (torch.finfo(dtype).eps), as torch.
 
-        >>> RMSNorm(7)(Tensor.randn(5, 7)).shape
-        (5, 7)
+        >>> norm = RMSNorm(2)
+        >>> [round(v, 4) for v in norm(Tensor([[3.0, 4.0]]))[0].tolist()], norm.weight.shape   # rms = 3.5355
+        ([0.8485, 1.1314], (2,))
     """
 
     def __init__(self, normalized_shape: int | Sequence[int], eps: float | None = None,
@@ -235,8 +256,12 @@ class RMSNorm:
 class GroupNorm:
     """Normalize (N, C, *) over groups of C/num_groups channels, then a per-channel affine (1, 0).
 
-        >>> GroupNorm(2, 6)(Tensor.randn(3, 6, 5)).shape
-        (3, 6, 5)
+        >>> norm = GroupNorm(2, 6)
+        >>> norm(Tensor.randn(3, 6, 5)).shape, norm.weight.shape, norm.bias.shape
+        ((3, 6, 5), (6,), (6,))
+        >>> y = GroupNorm(2, 4)(Tensor([[[1.0], [3.0], [0.0], [4.0]]]))       # groups {1, 3} and {0, 4}
+        >>> [round(v, 4) for v in y.reshape(-1).tolist()]
+        [-1.0, 1.0, -1.0, 1.0]
     """
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
@@ -260,8 +285,11 @@ class GroupNorm:
 class Embedding:
     """A lookup table: integer indices of any shape -> (*shape, embedding_dim). weight starts N(0, 1).
 
-        >>> Embedding(10, 4)(Tensor([[1, 2, 3]])).shape
-        (1, 3, 4)
+        >>> table = Embedding(10, 4)
+        >>> table(Tensor([[1, 2, 3]])).shape, table.weight.shape
+        ((1, 3, 4), (10, 4))
+        >>> table(Tensor([7]))[0].tolist() == table.weight[7].tolist()
+        True
     """
 
     def __init__(self, num_embeddings: int, embedding_dim: int, device: str | None = None,
@@ -281,6 +309,13 @@ class Dropout:
 
         >>> Dropout(0.5)(Tensor([1.0, 2.0])).tolist()                    # Tensor.training is False
         [1.0, 2.0]
+        >>> Tensor.training = True
+        >>> try:
+        ...     kept = set(Dropout(0.5)(Tensor.ones(100)).tolist())
+        ... finally:
+        ...     Tensor.training = False
+        >>> kept <= {0.0, 2.0}                                            # dropped, or scaled by 1/(1-p)
+        True
     """
 
     def __init__(self, p: float = 0.5):
@@ -294,8 +329,9 @@ class Dropout:
 class Sequential:
     """Calls its layers (any callables, e.g. Tensor.relu) in order; layers[i] is the i-th.
 
-        >>> Sequential(Linear(2, 3), Tensor.relu)(Tensor.ones(1, 2)).shape
-        (1, 3)
+        >>> model = Sequential(Linear(2, 3), Tensor.relu, Linear(3, 1))
+        >>> model(Tensor.ones(4, 2)).shape, len(model), model[2].weight.shape
+        ((4, 1), 3, (1, 3))
     """
 
     def __init__(self, *layers: Callable[[Tensor], Tensor]):

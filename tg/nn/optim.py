@@ -52,6 +52,18 @@ class Optimizer:
         >>> opt.lr = 0.25
         >>> opt.lr
         0.25
+
+    A new optimizer only says how one parameter moves (here the sign of its gradient, times lr):
+
+        >>> class SignSGD(Optimizer):
+        ...     def apply_single(self, p, g, state):
+        ...         return p - self.lr_tensor * g.sign()
+        >>> w = Tensor([1.0, 1.0], requires_grad=True)
+        >>> opt = SignSGD([w], lr=0.1)
+        >>> w.grad = Tensor([3.0, -0.5])
+        >>> opt.step()
+        >>> [round(x, 4) for x in w.tolist()]
+        [0.9, 1.1]
     """
 
     def __init__(self, params: Iterable[Tensor], lr: float):
@@ -85,7 +97,15 @@ class Optimizer:
         self.lr_tensor.assign(_scalar(value, self.device)).realize()
 
     def zero_grad(self) -> None:
-        """Drop every parameter's gradient (`.grad = None`, like torch's set_to_none=True)."""
+        """Drop every parameter's gradient (`.grad = None`, like torch's set_to_none=True).
+
+            >>> from tg import Tensor
+            >>> w = Tensor([1.0], requires_grad=True)
+            >>> w.grad = Tensor([2.0])
+            >>> SGD([w], lr=0.1).zero_grad()
+            >>> w.grad is None
+            True
+        """
         for p in self.params:
             p.grad = None
 
@@ -101,7 +121,17 @@ class Optimizer:
         """Update every parameter that has a `.grad`, in one schedule (no host sync).
 
         The loss most recently differentiated, if still pending, is computed in the same schedule:
-        it reads the old weights, and computing it now avoids keeping a copy of them."""
+        it reads the old weights, and computing it now avoids keeping a copy of them. Parameters
+        whose `.grad` is None are left alone, as in torch.
+
+            >>> from tg import Tensor
+            >>> w, frozen = Tensor([1.0, 2.0], requires_grad=True), Tensor([5.0], requires_grad=True)
+            >>> opt = SGD([w, frozen], lr=0.5)
+            >>> w.grad = Tensor([2.0, -2.0])
+            >>> opt.step()
+            >>> w.tolist(), frozen.tolist(), opt.t.item()
+            ([0.0, 3.0], [5.0], 1.0)
+        """
         items = []
         for i, p in enumerate(self.params):
             if p.grad is None:
@@ -121,14 +151,28 @@ class Optimizer:
         return state
 
     def state_dict(self) -> dict[str, Tensor]:
-        """The step count, learning rate and every parameter's state, by torch-like names."""
+        """The step count, learning rate and every parameter's state, by torch-like names (a flat dict of
+        Tensors, ready for safe_save; torch nests it under 'state' and 'param_groups').
+
+            >>> from tg import Tensor
+            >>> list(Adam([Tensor.zeros(2)], lr=0.01).state_dict())
+            ['t', 'lr', 'state.0.exp_avg', 'state.0.exp_avg_sq']
+        """
         out = {"t": self.t, "lr": self.lr_tensor}
         for i in range(len(self.params)):
             out.update({f"state.{i}.{k}": v for k, v in self._state(i).items()})
         return out
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore what state_dict() returned (strict: every key must match)."""
+        """Restore what state_dict() returned (strict: every key must match), in place.
+
+            >>> from tg import Tensor
+            >>> saved = SGD([Tensor.zeros(1)], lr=0.5, momentum=0.9).state_dict()
+            >>> opt = SGD([Tensor.zeros(1)], lr=0.1, momentum=0.9)
+            >>> opt.load_state_dict(saved)
+            >>> opt.lr
+            0.5
+        """
         from tg.nn.state import load_state_dict
         load_state_dict(self.state_dict(), state_dict)
 
@@ -258,8 +302,21 @@ class AdamW(Adam):
 
 # ---------------------------------------------------------------- learning-rate schedules
 class LRScheduler:
-    """Base class: `lr_at(step)` gives the lr for a step; `step()` advances and writes it into the
-    optimizer's lr tensor. Construction applies step 0 (like torch), so create it before training."""
+    """Base class of the schedules: a subclass writes `lr_at(step)`, the lr at a step; `step()` advances
+    `last_epoch` and writes that lr into the optimizer's lr tensor. Construction applies step 0 (like
+    torch), so create it before training. `base_lr` is the optimizer's lr at construction. Unlike torch's,
+    the rule is a pure function of the step (no chained, in-place updates of the last lr).
+
+        >>> from tg import Tensor
+        >>> class Halving(LRScheduler):
+        ...     def lr_at(self, step):
+        ...         return self.base_lr / 2 ** step
+        >>> opt = SGD([Tensor.zeros(1)], lr=1.0)
+        >>> sched = Halving(opt)
+        >>> sched.step()
+        >>> sched.last_epoch, opt.lr, sched.get_last_lr()
+        (1, 0.5, [0.5])
+    """
 
     def __init__(self, optimizer: Optimizer):
         if not isinstance(optimizer, Optimizer):
@@ -306,7 +363,7 @@ class LambdaLR(LRScheduler):
 
 
 class StepLR(LRScheduler):
-    """lr = base_lr * gamma ** (step // step_size).
+    """lr = base_lr * gamma ** (step // step_size), torch.optim.lr_scheduler.StepLR's rule.
 
         >>> from tg import Tensor
         >>> sched = StepLR(SGD([Tensor.zeros(1)], lr=1.0), step_size=2, gamma=0.5)
@@ -326,7 +383,7 @@ class StepLR(LRScheduler):
 
 class CosineWithWarmup(LRScheduler):
     """Linear warm-up from 0 to base_lr over `warmup_steps`, then cosine decay to `min_lr` at
-    `total_steps` (and `min_lr` after).
+    `total_steps` (and `min_lr` after): torch's LinearLR then CosineAnnealingLR, as one schedule.
 
         >>> from tg import Tensor
         >>> sched = CosineWithWarmup(SGD([Tensor.zeros(1)], lr=1.0), warmup_steps=2, total_steps=4)

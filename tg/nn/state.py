@@ -14,13 +14,16 @@ atomically, and read without pickle.
     ...         self.layers = [{"bias": Tensor(np.full(3, fill, np.float32))}]
     >>> list(get_state_dict(Net(1.0)))
     ['proj', 'layers.0.bias']
-    >>> path = os.path.join(tempfile.mkdtemp(), "net.safetensors")
-    >>> safe_save(get_state_dict(Net(1.0)), path, metadata={"step": "100"})
     >>> net = Net(0.0)
-    >>> load_state_dict(net, safe_load(path))
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     path = os.path.join(tmp, "net.safetensors")
+    ...     safe_save(get_state_dict(Net(1.0)), path, metadata={"step": "100"})
+    ...     load_state_dict(net, safe_load(path))
+    ...     safe_load_metadata(path)
     LoadResult(missing_keys=[], unexpected_keys=[])
-    >>> net.layers[0]["bias"].tolist(), safe_load_metadata(path)
-    ([1.0, 1.0, 1.0], {'step': '100'})
+    {'step': '100'}
+    >>> net.layers[0]["bias"].tolist()
+    [1.0, 1.0, 1.0]
 
 The safetensors layout (https://github.com/huggingface/safetensors): an 8-byte little-endian
 header length N, then N bytes of JSON (padded with spaces to a multiple of 8) mapping each name
@@ -122,13 +125,29 @@ def get_parameters(obj: Any) -> list[Tensor]:
 # ---------------------------------------------------------------- loading a state dict
 
 class LoadResult(NamedTuple):
-    """What load_state_dict did not match: unpacks as (missing, unexpected), like torch's."""
+    """What load_state_dict did not match: unpacks as (missing, unexpected), like torch's.
+
+        >>> import numpy as np
+        >>> result = load_state_dict({"w": Tensor.zeros(2)}, {"w": np.ones(2), "v": np.ones(1)}, strict=False)
+        >>> result.missing_keys, result.unexpected_keys
+        ([], ['v'])
+    """
     missing_keys: list[str]
     unexpected_keys: list[str]
 
 
 class StateDictError(ValueError):
-    """A state dict that does not fit the model; the problems are also kept as attributes."""
+    """A state dict that does not fit the model (a ValueError); the problems are also kept as attributes.
+
+        >>> import numpy as np
+        >>> try:
+        ...     load_state_dict({"w": Tensor.zeros(2)}, {"w": np.zeros(3), "b": np.zeros(1)})
+        ... except StateDictError as e:
+        ...     print(e.missing_keys, e.unexpected_keys, e.mismatched_shapes)
+        ...     print(str(e).splitlines()[0])
+        [] ['b'] [('w', (2,), (3,))]
+        [nn] load_state_dict: the state dict does not fit the model (1 unexpected key, 1 shape mismatch)
+    """
 
     def __init__(self, missing: list[str], unexpected: list[str],
                  mismatched: list[tuple[str, tuple[int, ...], tuple[int, ...]]]):
@@ -242,7 +261,18 @@ _MAX_HEADER_BYTES = 100_000_000   # the limit the safetensors library itself app
 
 
 class SafetensorsError(ValueError):
-    """A file that is not a valid safetensors file (the message names the file and the tensor)."""
+    """A file that is not a valid safetensors file (a ValueError; the message names the file and the tensor).
+
+        >>> import pathlib, tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = pathlib.Path(tmp, "model.pt")
+        ...     _ = path.write_bytes(b"PK\x03\x04 a zip, not safetensors")
+        ...     try:
+        ...         safe_load(path)
+        ...     except SafetensorsError as e:
+        ...         print(str(e).replace(str(path), "model.pt"))
+        [nn] safe_load: model.pt: the header length field says ... bytes but the file has 19 after it ...
+    """
 
 
 def _host_bits(value: Tensor | np.ndarray, dt: DType) -> np.ndarray:
@@ -285,10 +315,12 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     """Write bytes to path atomically (temporary file, fsync, rename): readers see the old file or
     the new one, never a torn one.
 
-        >>> import os, tempfile
-        >>> path = os.path.join(tempfile.mkdtemp(), "latest")
-        >>> write_atomic(path, b"step-3"); open(path).read()
-        'step-3'
+        >>> import os, pathlib, tempfile
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = pathlib.Path(tmp, "latest")
+        ...     write_atomic(path, b"step-3")
+        ...     path.read_bytes(), os.listdir(tmp)                       # no temporary file left behind
+        (b'step-3', ['latest'])
     """
     def write(f: BinaryIO) -> None:
         f.write(data)
@@ -303,11 +335,13 @@ def safe_save(tensors: Mapping[str, Tensor | np.ndarray], path: str | os.PathLik
     numpy arrays. metadata is free text, str -> str, read back with safe_load_metadata.
 
         >>> import os, tempfile
+        >>> import numpy as np
         >>> from tg import Tensor
-        >>> path = os.path.join(tempfile.mkdtemp(), "x.safetensors")
-        >>> safe_save({"x": Tensor([[1, 2], [3, 4]]).T}, path)
-        >>> safe_load(path)["x"].tolist()
-        [[1, 3], [2, 4]]
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "x.safetensors")
+        ...     safe_save({"x": Tensor([[1, 2], [3, 4]]).T, "y": np.ones(2, np.float16)}, path)
+        ...     {name: t.tolist() for name, t in safe_load(path).items()}
+        {'x': [[1, 3], [2, 4]], 'y': [1.0, 1.0]}
     """
     path = os.fspath(path)
     if not isinstance(tensors, Mapping):
@@ -438,9 +472,10 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
 
         >>> import os, tempfile
         >>> import numpy as np
-        >>> path = os.path.join(tempfile.mkdtemp(), "w.safetensors")
-        >>> safe_save({"w": np.arange(3, dtype=np.int16)}, path)
-        >>> w = safe_load(path)["w"]
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "w.safetensors")
+        ...     safe_save({"w": np.arange(3, dtype=np.int16)}, path)
+        ...     w = safe_load(path)["w"]
         >>> w.dtype, w.tolist()
         (dtypes.int16, [0, 1, 2])
     """
@@ -469,9 +504,10 @@ def safe_load_metadata(path: str | os.PathLike) -> dict[str, str]:
 
         >>> import os, tempfile
         >>> import numpy as np
-        >>> path = os.path.join(tempfile.mkdtemp(), "m.safetensors")
-        >>> safe_save({"x": np.zeros(1)}, path, metadata={"epoch": "3"})
-        >>> safe_load_metadata(path)
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "m.safetensors")
+        ...     safe_save({"x": np.zeros(1)}, path, metadata={"epoch": "3"})
+        ...     safe_load_metadata(path)
         {'epoch': '3'}
     """
     path = os.fspath(path)
