@@ -187,7 +187,9 @@ def run_mpi_job(world: int, ops: list[str], size_list: list[int]) -> dict[str, l
     for line in proc.stdout.splitlines():
         if line.startswith("ROWS "):
             return {name: [tuple(r) for r in rows] for name, rows in json.loads(line[5:]).items()}
-    raise RuntimeError(f"the mpi job failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+    raise RuntimeError(
+        f"the mpi job failed (exit {proc.returncode}):\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}"
+    )
 
 
 def run_job(fn, world: int, ops: list[str], size_list: list[int], *extra) -> list:
@@ -207,7 +209,9 @@ def run_job(fn, world: int, ops: list[str], size_list: list[int], *extra) -> lis
 
 def copy_bw() -> float:
     a, b = np.ones(32 << 18, np.float32), np.empty(32 << 18, np.float32)
-    best = min((lambda t0: (np.copyto(b, a), time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(20))
+    best = min(
+        (lambda t0: (np.copyto(b, a), time.perf_counter() - t0)[1])(time.perf_counter()) for _ in range(20)
+    )
     return a.nbytes / best / 1e9
 
 
@@ -302,8 +306,10 @@ def main() -> None:
 def print_tables(results: dict[str, list], ops: list[str], size_list: list[int], world: int) -> None:
     ratio = "tg mpi" in results and "mpi4py" in results
     for op in ops:
-        print(f"\n{op}  world={world}   (time in us, busbw in GB/s" + ("; mpi/raw = tg mpi time / mpi4py time)"
-                                                                       if ratio else ")"))
+        print(
+            f"\n{op}  world={world}   (time in us, busbw in GB/s"
+            + ("; mpi/raw = tg mpi time / mpi4py time)" if ratio else ")")
+        )
         head = f"{'size':>9}"
         for name in results:
             head += f" | {name:>8} {'time':>9} {'busbw':>6}"

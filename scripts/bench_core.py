@@ -140,8 +140,12 @@ def bench_latency(device: str) -> tuple[float, float, float, float]:
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "TG_CACHE_DIR": cache, "TG_DEVICE": device}
         code = textwrap.dedent(LATENCY_CHILD.format(k=3.25))
-        cold = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-        warm = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        cold = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
+        warm = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+        )
     imp, cold_first, hot = map(float, cold.stdout.split())
     _, disk_first, _ = map(float, warm.stdout.split())
     return imp, cold_first, disk_first, hot
@@ -153,8 +157,16 @@ def device_rows(device: str, quick: bool) -> list[tuple[str, ...]]:
     rows: list[tuple[str, ...]] = []
     n_elem = 1 << 20 if quick else 16 << 20
     ours, ref = bench_elementwise(n_elem, device, read_only=True)
-    rows.append((device, f"(a) fused elementwise chain + sum, {n_elem >> 20}M f32 (read-only)", f"{ours:.1f} GB/s",
-                 f"{ref:.1f} GB/s {copy_name}", f"{ours / ref:.2f}x", ">= 0.7x" if gpu else ">= 1.5x"))
+    rows.append(
+        (
+            device,
+            f"(a) fused elementwise chain + sum, {n_elem >> 20}M f32 (read-only)",
+            f"{ours:.1f} GB/s",
+            f"{ref:.1f} GB/s {copy_name}",
+            f"{ours / ref:.2f}x",
+            ">= 0.7x" if gpu else ">= 1.5x",
+        )
+    )
     ours, ref = bench_elementwise(n_elem, device, read_only=False)
     rows.append((device, f"    same chain, {n_elem >> 20}M f32 out (reads + writes)", f"{ours:.1f} GB/s",
                  f"{ref:.1f} GB/s {copy_name}", f"{ours / ref:.2f}x", ""))
@@ -176,8 +188,16 @@ def device_rows(device: str, quick: bool) -> list[tuple[str, ...]]:
     rows.append((device, f"(c) sum(-1) of {n}x{n} f32", f"{ours:.1f} GB/s", f"{ref:.1f} GB/s {copy_name}",
                  f"{ours / ref:.2f}x", ">= 1.0x" if not gpu else ""))
     imp, cold, disk, hot = bench_latency(device)
-    rows.append((device, "(d) first call, empty cache", f"{cold * 1e3:.0f} ms", "0.3 s target", f"{cold / 0.3:.2f}x",
-                 "< 1.0x"))
+    rows.append(
+        (
+            device,
+            "(d) first call, empty cache",
+            f"{cold * 1e3:.0f} ms",
+            "0.3 s target",
+            f"{cold / 0.3:.2f}x",
+            "< 1.0x",
+        )
+    )
     rows.append((device, "(d) first call, disk cache", f"{disk * 1e3:.1f} ms", "", "", ""))
     rows.append((device, "(d) repeat call, same process", f"{hot * 1e3:.2f} ms", "", "", ""))
     rows.append((device, "    import tg", f"{imp * 1e3:.0f} ms", "", "", ""))

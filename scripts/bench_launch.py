@@ -50,8 +50,17 @@ def launchers() -> dict[str, Callable[[int, str], list[str]]]:
         "tglaunch": lambda n, s: [sys.executable, "-m", "tg.launch", "--nproc", str(n), s]}
     try:
         import torch  # noqa: F401
-        found["torchrun"] = lambda n, s: [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(n),
-                                          "--master-port", "0", s]
+
+        found["torchrun"] = lambda n, s: [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc-per-node",
+            str(n),
+            "--master-port",
+            "0",
+            s,
+        ]
     except ImportError:
         pass
     mpiexec = Path(sys.executable).with_name("mpiexec")

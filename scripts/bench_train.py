@@ -39,7 +39,9 @@ def tg_model(name: str):
     Tensor.manual_seed(0)
     rng = np.random.default_rng(0)
     if name == "mlp":
-        model = nn.Sequential(nn.Linear(784, 512), Tensor.relu, nn.Linear(512, 512), Tensor.relu, nn.Linear(512, 10))
+        model = nn.Sequential(
+            nn.Linear(784, 512), Tensor.relu, nn.Linear(512, 512), Tensor.relu, nn.Linear(512, 10)
+        )
         x = Tensor(rng.random((256, 784), dtype=np.float32))
         y = Tensor(rng.integers(0, 10, 256))
         items = 1
@@ -108,11 +110,20 @@ def torch_steps_per_s(name: str, steps: int) -> float | None:
     torch.set_num_threads(os.cpu_count() or 1)
     nn = torch.nn
     if name == "mlp":
-        model = nn.Sequential(nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10))
+        model = nn.Sequential(
+            nn.Linear(784, 512), nn.ReLU(), nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 10)
+        )
         x, y = torch.rand(256, 784), torch.randint(0, 10, (256,))
     elif name == "cnn":
-        model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.Conv2d(32, 64, 3), nn.ReLU(), nn.MaxPool2d(2),
-                              nn.Flatten(), nn.Linear(64 * 12 * 12, 10))
+        model = nn.Sequential(
+            nn.Conv2d(1, 32, 3),
+            nn.ReLU(),
+            nn.Conv2d(32, 64, 3),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Flatten(),
+            nn.Linear(64 * 12 * 12, 10),
+        )
         x, y = torch.rand(128, 1, 28, 28), torch.randint(0, 10, (128,))
     else:
         c = GPT_CFG
@@ -188,10 +199,18 @@ def main() -> None:
         ours = warm["steps_per_s"] * warm["items"]
         theirs = ref * warm["items"] if ref is not None else None
         target = {"mlp": ">= 1.0x", "cnn": ">= 0.7x", "gpt": ""}[name]
-        rows.append((name, f"{ours:,.1f} {unit}", f"{theirs:,.1f} {unit}" if theirs else "torch not installed",
-                     f"{ours / theirs:.2f}x" if theirs else "-", target,
-                     f"{cold['first_step_s']:.2f} s", f"{warm['first_step_s']:.2f} s",
-                     f"{warm['first_loss']:.3f} -> {warm['last_loss']:.3f}"))
+        rows.append(
+            (
+                name,
+                f"{ours:,.1f} {unit}",
+                f"{theirs:,.1f} {unit}" if theirs else "torch not installed",
+                f"{ours / theirs:.2f}x" if theirs else "-",
+                target,
+                f"{cold['first_step_s']:.2f} s",
+                f"{warm['first_step_s']:.2f} s",
+                f"{warm['first_loss']:.3f} -> {warm['last_loss']:.3f}",
+            )
+        )
     header = ("model", "tg", "PyTorch CPU (same run)", "ratio", "target", "1st step cold", "1st step warm",
               "loss")
     widths = [max(len(str(r[i])) for r in rows + [header]) for i in range(len(header))]

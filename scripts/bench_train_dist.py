@@ -99,7 +99,9 @@ def run(world: int, mode: str, ckpt: bool, args: argparse.Namespace) -> list[dic
     for line in proc.stdout.splitlines():
         if line.startswith("[rank0]: BENCH "):
             return json.loads(line[len("[rank0]: BENCH "):])
-    raise RuntimeError(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    raise RuntimeError(
+        f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
 
 
 def main() -> None:
@@ -119,10 +121,17 @@ def main() -> None:
         worker(args)
         return
     ranks = [int(r) for r in args.ranks.split(",")]
-    print(f"GPT {args.n_layer} layers x {args.n_embd}, batch {args.batch}x{args.block} per rank, one thread per rank, "
-          f"{os.cpu_count()} cores; {args.steps} timed steps (median)")
-    head = (f"{'ranks':>5} {'mode':>5} {'ckpt':>4} | {'step ms':>8} {'tok/s':>9} {'x 1 rank':>8} | {'peak MiB':>8} "
-            f"{'act MiB':>8} {'act/plain':>9} | {'state KiB':>9} {'x N/DDP':>7} | {'step/DDP':>8} {'step/plain':>10}")
+    print(
+        f"GPT {args.n_layer} layers x {args.n_embd}, batch {args.batch}x{args.block} per rank, "
+        f"one thread per rank, "
+        f"{os.cpu_count()} cores; {args.steps} timed steps (median)"
+    )
+    head = (
+        f"{'ranks':>5} {'mode':>5} {'ckpt':>4} | {'step ms':>8} {'tok/s':>9} "
+        f"{'x 1 rank':>8} | {'peak MiB':>8} "
+        f"{'act MiB':>8} {'act/plain':>9} | {'state KiB':>9} "
+        f"{'x N/DDP':>7} | {'step/DDP':>8} {'step/plain':>10}"
+    )
     print(head)
     print("-" * len(head))
     results: dict[tuple[int, str, bool], list[dict]] = {}
@@ -133,21 +142,31 @@ def main() -> None:
                 step = max(r["step_s"] for r in res)
                 tok = world * args.batch * args.block / step
                 one = results.get((1, mode, ckpt))
-                scale = tok / (args.batch * args.block / max(r["step_s"] for r in one)) if one else float("nan")
+                scale = (
+                    tok / (args.batch * args.block / max(r["step_s"] for r in one)) if one else float("nan")
+                )
                 plain = results.get((world, mode, False))
                 ddp = results.get((world, "ddp", ckpt))
                 act = max(r["activation"] for r in res)
                 act_ratio = act / max(r["activation"] for r in plain) if plain else float("nan")
                 state = max(r["state"] for r in res)
-                state_ratio = state * world / max(r["state"] for r in ddp) if ddp and mode == "zero" else float("nan")
+                state_ratio = (
+                    state * world / max(r["state"] for r in ddp) if ddp and mode == "zero" else float("nan")
+                )
                 step_ddp = step / max(r["step_s"] for r in ddp) if ddp else float("nan")
                 step_plain = step / max(r["step_s"] for r in plain) if plain else float("nan")
                 on = "on" if ckpt else "off"
-                print(f"{world:>5} {mode:>5} {on:>4} | {step * 1e3:8.1f} {tok:9,.0f} {scale:8.2f} | "
-                      f"{max(r['peak'] for r in res) / 2**20:8.1f} {act / 2**20:8.1f} {act_ratio:9.2f} | "
-                      f"{state / 1024:9.1f} {state_ratio:7.3f} | {step_ddp:8.2f} {step_plain:10.2f}", flush=True)
-    print("targets: ZeRO state x N/DDP = 1.00 (within 1%); ZeRO step/DDP <= 1.15; checkpointing act/plain <= 0.5 "
-          "at step/plain <= 1.4; 2 ranks x 1 rank >= 1.6")
+                print(
+                    f"{world:>5} {mode:>5} {on:>4} | {step * 1e3:8.1f} {tok:9,.0f} {scale:8.2f} | "
+                    f"{max(r['peak'] for r in res) / 2**20:8.1f} {act / 2**20:8.1f} {act_ratio:9.2f} | "
+                    f"{state / 1024:9.1f} {state_ratio:7.3f} | {step_ddp:8.2f} {step_plain:10.2f}",
+                    flush=True,
+                )
+    print(
+        "targets: ZeRO state x N/DDP = 1.00 (within 1%); ZeRO step/DDP <= 1.15; checkpointing act/plain "
+        "<= 0.5 "
+        "at step/plain <= 1.4; 2 ranks x 1 rank >= 1.6"
+    )
 
 
 if __name__ == "__main__":

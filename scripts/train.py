@@ -113,8 +113,15 @@ class Block:
 
 
 class GPT:
-    def __init__(self, vocab: int = 256, block: int = 64, n_layer: int = 2, n_head: int = 4, n_embd: int = 128,
-                 checkpoint_activations: bool = False):
+    def __init__(
+        self,
+        vocab: int = 256,
+        block: int = 64,
+        n_layer: int = 2,
+        n_head: int = 4,
+        n_embd: int = 128,
+        checkpoint_activations: bool = False,
+    ):
         self.block, self.checkpoint_activations = block, checkpoint_activations
         self.tok = nn.Embedding(vocab, n_embd)
         self.pos = nn.Embedding(block, n_embd)
@@ -148,7 +155,9 @@ def write_svg_plot(path: Path, train: list[tuple[int, float]], val: list[tuple[i
     y_hi = y_hi if y_hi > y_lo else y_lo + 1
 
     def xy(s: int, v: float) -> str:
-        return f"{pad + (w - 2 * pad) * s / x_max:.1f},{h - pad - (h - 2 * pad) * (v - y_lo) / (y_hi - y_lo):.1f}"
+        x_px, y_px = pad + (w - 2 * pad) * s / x_max, h - pad - (h - 2 * pad) * (v - y_lo) / (y_hi - y_lo)
+        return f"{x_px:.1f},{y_px:.1f}"
+
     lines = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
              f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
              f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
@@ -162,7 +171,9 @@ def write_svg_plot(path: Path, train: list[tuple[int, float]], val: list[tuple[i
             lines.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
                          f'points="{" ".join(xy(s, v) for s, v in series)}"/>')
         for s, v in series if len(series) == 1 else []:
-            lines.append(f'<circle cx="{xy(s, v).split(",")[0]}" cy="{xy(s, v).split(",")[1]}" r="3" fill="{color}"/>')
+            lines.append(
+                f'<circle cx="{xy(s, v).split(",")[0]}" cy="{xy(s, v).split(",")[1]}" r="3" fill="{color}"/>'
+            )
     lines.append("</svg>")
     tmp = path.with_suffix(".svg.tmp")
     tmp.write_text("\n".join(lines))
@@ -173,7 +184,9 @@ def write_svg_plot(path: Path, train: list[tuple[int, float]], val: list[tuple[i
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--config", help="a YAML file of these options (underscores or dashes); flags win over it")
+    ap.add_argument(
+        "--config", help="a YAML file of these options (underscores or dashes); flags win over it"
+    )
     ap.add_argument("--data", help="a text file to train on (default: the stdlib sources)")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=16, help="sequences per rank per step")
@@ -183,14 +196,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--n-embd", type=int, default=128)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--zero", action="store_true", help="ZeRO-2: shard optimizer state and gradients over ranks")
+    ap.add_argument(
+        "--zero", action="store_true", help="ZeRO-2: shard optimizer state and gradients over ranks"
+    )
     ap.add_argument("--checkpoint-activations", action="store_true", help="recompute each block in backward")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size for the collectives")
     ap.add_argument("--no-jit", action="store_true", help="run every step eagerly (no TinyJit capture)")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--eval-batches", type=int, default=8)
-    ap.add_argument("--log-every", type=int, default=10, help="progress line every N steps (not on a terminal)")
-    ap.add_argument("--ckpt-every", type=int, default=0, help="also checkpoint every N steps (0: only at the end)")
+    ap.add_argument(
+        "--log-every", type=int, default=10, help="progress line every N steps (not on a terminal)"
+    )
+    ap.add_argument(
+        "--ckpt-every", type=int, default=0, help="also checkpoint every N steps (0: only at the end)"
+    )
     ap.add_argument("--out", default="out/train", help="folder for checkpoints, history and plot")
     ap.add_argument("--resume", action="store_true", help="continue from the newest checkpoint in --out")
     ap.add_argument("--seed", type=int, default=1337)
@@ -214,7 +233,9 @@ def read_config(path: str, ap: argparse.ArgumentParser) -> dict:
         dest = str(key).replace("-", "_")
         if dest not in known:
             close = difflib.get_close_matches(dest, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(sorted(known))}"
+            hint = (
+                f"; did you mean {close[0]!r}?" if close else f"; known options: {', '.join(sorted(known))}"
+            )
             raise ValueError(f"[train] {path}: unknown option {key!r}{hint}")
         out[dest] = value
     return out
@@ -227,8 +248,13 @@ def progress(step: int, total: int, loss: float, tok_s: float, elapsed: float, s
     done = (step - start_step) / max(total - start_step, 1)
     eta = elapsed / max(done, 1e-9) * (1 - done)
     bar = "#" * int(24 * step / total) + "." * (24 - int(24 * step / total))
-    mem = " ".join(f"{m:.0f}" for m in mem_mib) if len(mem_mib) <= 4 else f"{min(mem_mib):.0f}..{max(mem_mib):.0f}"
-    return f"[{bar}] step {step}/{total}  loss {loss:.4f}  {tok_s:,.0f} tok/s  mem/rank {mem} MiB  ETA {eta:4.0f}s"
+    mem = (
+        " ".join(f"{m:.0f}" for m in mem_mib)
+        if len(mem_mib) <= 4
+        else f"{min(mem_mib):.0f}..{max(mem_mib):.0f}"
+    )
+    return (f"[{bar}] step {step}/{total}  loss {loss:.4f}  {tok_s:,.0f} tok/s  mem/rank {mem} MiB  "
+            f"ETA {eta:4.0f}s")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -250,7 +276,7 @@ class Run:
         self.out, self.ckpt_dir = out, out / "ckpt"
         self.loader, self.val_loader = loader, val_loader
         self.model, self.params, self.opt, self.sched = model, get_parameters(model), opt, sched
-        self.net = net                # what the loss is computed through: DDP's wrapper, or the model under ZeRO
+        self.net = net  # what the loss is computed through: DDP's wrapper, or the model under ZeRO
         self.start_step, self.epoch = 0, 0
         self.history: dict = {"train": [], "val": []}
 
@@ -276,11 +302,14 @@ def setup(args: argparse.Namespace) -> Run:
     split = int(len(tokens) * 0.9)
     train_set, val_set = TokenWindows(tokens[:split], args.block), TokenWindows(tokens[split:], args.block)
     if len(train_set) < args.batch * world:
-        raise ValueError(f"[train] the training split has {len(train_set)} windows of {args.block + 1} tokens; "
-                         f"one step needs {args.batch * world} ({world} ranks x --batch {args.batch}). "
-                         f"Fix: a smaller --batch or --block, or more --data")
-    loader = dist.DataLoader(train_set, args.batch, sampler=dist.DistributedSampler(train_set, seed=args.seed),
-                             drop_last=True)
+        raise ValueError(
+            f"[train] the training split has {len(train_set)} windows of {args.block + 1} tokens; "
+            f"one step needs {args.batch * world} ({world} ranks x --batch {args.batch}). "
+            f"Fix: a smaller --batch or --block, or more --data"
+        )
+    loader = dist.DataLoader(
+        train_set, args.batch, sampler=dist.DistributedSampler(train_set, seed=args.seed), drop_last=True
+    )
     val_loader = dist.DataLoader(val_set, args.batch, drop_last=True,
                                  sampler=dist.DistributedSampler(val_set, shuffle=False, pad=False))
     model = GPT(256, args.block, args.n_layer, args.n_head, args.n_embd, args.checkpoint_activations)
@@ -308,10 +337,15 @@ def resume(run: Run) -> None:
         aside = run.out / "ckpt.previous"
         shutil.rmtree(aside, ignore_errors=True)
         os.replace(ckpt_dir, aside)
-        print(f"note: moved the earlier run's checkpoints to {aside} (--resume continues a run instead)", flush=True)
+        print(
+            f"note: moved the earlier run's checkpoints to {aside} (--resume continues a run instead)",
+            flush=True,
+        )
     meta = dist.load_checkpoint(ckpt_dir, run.model, run.opt) if wanted else None
     if args.resume and meta is None:
-        raise FileNotFoundError(f"[train] --resume: no checkpoint under {ckpt_dir}; run once without --resume")
+        raise FileNotFoundError(
+            f"[train] --resume: no checkpoint under {ckpt_dir}; run once without --resume"
+        )
     if meta is None:
         return
     run.start_step, extra = meta["step"], meta["extra"]
@@ -322,7 +356,10 @@ def resume(run: Run) -> None:
     for _ in range(run.start_step):
         run.sched.step()
     if run.rank == 0:
-        print(f"resumed from {ckpt_dir} at step {run.start_step} (saved by {meta['world_size']} ranks)", flush=True)
+        print(
+            f"resumed from {ckpt_dir} at step {run.start_step} (saved by {meta['world_size']} ranks)",
+            flush=True,
+        )
 
 
 def announce(run: Run) -> None:
@@ -332,9 +369,13 @@ def announce(run: Run) -> None:
     n_params = sum(p.numel() for p in run.params)
     source = "stdlib" if args.data is None else args.data
     mode = ("ZeRO-2" if args.zero else "DDP") + (" + checkpointing" if args.checkpoint_activations else "")
-    print(f"tg GPT: {n_params / 1e6:.2f}M params, {len(run.tokens):,} tokens ({source}), {run.world} rank(s) on "
-          f"{dist.get_backend()}, batch {run.world}x{args.batch}x{args.block}, {mode}, device {Tensor([0]).device}",
-          flush=True)
+    print(
+        f"tg GPT: {n_params / 1e6:.2f}M params, {len(run.tokens):,} tokens ({source}), "
+        f"{run.world} rank(s) on "
+        f"{dist.get_backend()}, batch {run.world}x{args.batch}x{args.block}, {mode}, "
+        f"device {Tensor([0]).device}",
+        flush=True,
+    )
 
 
 def step_functions(run: Run) -> tuple[Callable[[Tensor, Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]:
@@ -399,8 +440,15 @@ def loop(run: Run) -> float:
             mem = [0.0] * world
             dist.all_gather_object(mem, GlobalCounters.mem_peak / 2**20)
             elapsed = time.perf_counter() - start
-            line = progress(step, args.steps, loss_v, tokens_per_step * (step - run.start_step) / elapsed, elapsed,
-                            run.start_step, mem)
+            line = progress(
+                step,
+                args.steps,
+                loss_v,
+                tokens_per_step * (step - run.start_step) / elapsed,
+                elapsed,
+                run.start_step,
+                mem,
+            )
             if rank == 0:
                 print("\r" + line if tty else line, end="" if tty else "\n", flush=True)
         if step % args.eval_every == 0 or last:
@@ -421,8 +469,11 @@ def report(run: Run, last_loss: float) -> dict:
     if run.rank == 0:
         write_svg_plot(run.out / "loss.svg", history["train"], history["val"])
         (run.out / "history.json").write_text(json.dumps(history))
-        print(f"done: loss {first:.3f} -> {last_loss:.3f}; checkpoint {run.ckpt_dir}, plot {run.out / 'loss.svg'}",
-              flush=True)
+        print(
+            f"done: loss {first:.3f} -> {last_loss:.3f}; checkpoint {run.ckpt_dir}, "
+            f"plot {run.out / 'loss.svg'}",
+            flush=True,
+        )
     return {"first_loss": first, "last_loss": last_loss, "history": history}
 
 

@@ -85,7 +85,9 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     train = load_split(args.folder, "train")
     if train is None:
-        raise FileNotFoundError(f"[mnist] no train-images-idx3-ubyte / train-labels-idx1-ubyte in {args.folder}")
+        raise FileNotFoundError(
+            f"[mnist] no train-images-idx3-ubyte / train-labels-idx1-ubyte in {args.folder}"
+        )
     x_train, y_train = train
     if args.limit:
         x_train, y_train = x_train[:args.limit], y_train[:args.limit]

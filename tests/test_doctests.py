@@ -15,4 +15,6 @@ MODULES = sorted(m.name for m in pkgutil.walk_packages(tg.__path__, "tg.") if no
 def test_docstring_examples_run(name):
     module = importlib.import_module(name)
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert result.failed == 0, f"{result.failed} of {result.attempted} examples in {name} failed (output above)"
+    assert result.failed == 0, (
+        f"{result.failed} of {result.attempted} examples in {name} failed (output above)"
+    )

@@ -19,7 +19,9 @@ import pytest
 from tg import GlobalCounters, Tensor
 
 # TG_TEST_DEVICES=CL runs the op tests on other devices (tests/core/test_gpu_suite.py does, for CL)
-DEVICES = tuple(os.environ["TG_TEST_DEVICES"].split(",")) if os.environ.get("TG_TEST_DEVICES") else ("CPU", "NUMPY")
+DEVICES = (
+    tuple(os.environ["TG_TEST_DEVICES"].split(",")) if os.environ.get("TG_TEST_DEVICES") else ("CPU", "NUMPY")
+)
 LAYOUTS = ("contiguous", "transposed", "strided", "flipped", "expanded")
 
 # odd sizes, 0-d, size-1 and empty dims; used by many parametrized tests
@@ -122,7 +124,9 @@ def assert_close(got: Tensor, want: Any, atol: float = 1e-6, rtol: float = 1e-5,
     if dtype is not None:
         assert got.dtype.name == dtype, f"dtype: tg {got.dtype.name}, expected {dtype}"
     else:
-        assert _kind(got.dtype.np_value) == _kind(want.dtype), f"dtype: tg {got.dtype.name} vs numpy {want.dtype}"
+        assert _kind(got.dtype.np_value) == _kind(want.dtype), (
+            f"dtype: tg {got.dtype.name} vs numpy {want.dtype}"
+        )
     values = got.numpy()
     assert values.shape == want.shape, f".numpy() shape {values.shape} vs {want.shape}"
     if want.dtype.kind in "biu" and got.dtype.np_value.kind in "biu":
@@ -132,9 +136,20 @@ def assert_close(got: Tensor, want: Any, atol: float = 1e-6, rtol: float = 1e-5,
                                    equal_nan=True)
 
 
-def check(np_fn: Callable[..., Any], tg_fn: Callable[..., Tensor], shapes: Sequence[tuple[int, ...]], device: str,
-          dtype: str | Sequence[str] = "float32", atol: float = 1e-6, rtol: float = 1e-5, low: Any = -2.0,
-          high: Any = 2.0, layout: str = "contiguous", out_dtype: str | None = None, seed: int = 0) -> None:
+def check(
+    np_fn: Callable[..., Any],
+    tg_fn: Callable[..., Tensor],
+    shapes: Sequence[tuple[int, ...]],
+    device: str,
+    dtype: str | Sequence[str] = "float32",
+    atol: float = 1e-6,
+    rtol: float = 1e-5,
+    low: Any = -2.0,
+    high: Any = 2.0,
+    layout: str = "contiguous",
+    out_dtype: str | None = None,
+    seed: int = 0,
+) -> None:
     """Random inputs of `shapes` (one dtype, or one per input); np_fn(*arrays) vs tg_fn(*tensors).
 
     `low`/`high` may be a list with one range per input. float16/bfloat16 inputs are handed to numpy as

@@ -66,7 +66,9 @@ def test_second_backward_through_a_freed_graph_raises():
     x, w = _leaves()
     loss = _loss(x, w)
     loss.backward()
-    with pytest.raises(RuntimeError, match=r"\[autograd\] backward through a graph a second time.*retain_graph=True"):
+    with pytest.raises(
+        RuntimeError, match=r"\[autograd\] backward through a graph a second time.*retain_graph=True"
+    ):
         loss.backward()
 
 

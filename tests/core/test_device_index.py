@@ -48,7 +48,8 @@ def test_bad_device_names_raise_at_the_call(name, error):
 
 def test_two_cl_devices_are_distinct_and_copy_both_ways():
     needs_cl()
-    proc = run_py("""
+    proc = run_py(
+        """
         import numpy as np
         from tg import Device, Tensor, TinyJit
         assert Device.count("CL") == 2, Device.count("CL")
@@ -62,7 +63,8 @@ def test_two_cl_devices_are_distinct_and_copy_both_ways():
         np.testing.assert_allclose(y.numpy(), x * 2 + 1, rtol=1e-6)
         z = (y.to("CL:1") @ t1.T).sum(axis=0)                # back to CL:1
         np.testing.assert_allclose(z.numpy(), ((x * 2 + 1) @ x.T).sum(axis=0), rtol=1e-4, atol=1e-3)
-        for src, dst in (("CPU", "CL:1"), ("CL:1", "CPU"), ("NUMPY", "CL:1"), ("CL:1", "NUMPY"), ("CL:1", "CL:1")):
+        pairs = (("CPU", "CL:1"), ("CL:1", "CPU"), ("NUMPY", "CL:1"), ("CL:1", "NUMPY"), ("CL:1", "CL:1"))
+        for src, dst in pairs:
             np.testing.assert_array_equal(Tensor(x, device=src).to(dst).numpy(), x)
             assert Tensor(x, device=src).to(dst).device == dst
         try:
@@ -80,7 +82,9 @@ def test_two_cl_devices_are_distinct_and_copy_both_ways():
             u = Tensor(x + i, device="CL:1")
             np.testing.assert_allclose(step(u).numpy(), ((x + i) * 3).sum(axis=1), rtol=1e-5)
         print("ok")
-    """, TG_CL_SPLIT="2")
+    """,
+        TG_CL_SPLIT="2",
+    )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stdout + proc.stderr
 
 

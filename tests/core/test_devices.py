@@ -20,7 +20,9 @@ def needs(what: str) -> None:
         pytest.skip(f"{what} is not available here: {reason}")
 
 
-@pytest.mark.parametrize("src,dst", [("CPU", "CL"), ("CL", "CPU"), ("CL", "NUMPY"), ("NUMPY", "CL"), ("CL", "CL")])
+@pytest.mark.parametrize(
+    "src,dst", [("CPU", "CL"), ("CL", "CPU"), ("CL", "NUMPY"), ("NUMPY", "CL"), ("CL", "CL")]
+)
 def test_transfers_both_ways(src, dst):
     needs("CL")
     a = np.random.default_rng(0).standard_normal((5, 7)).astype(np.float32)
@@ -63,7 +65,7 @@ def test_nvrtc_builds_a_cubin_for_a_real_arch_and_ptx_for_a_virtual_one():
     name, src = _cuda_source((x.half() * 2).sum(axis=1))
     sm90 = NVRTCCompiler("sm_90")
     cubin = sm90.compile_binary(src)
-    assert cubin[:4] == b"\x7fELF" and name.encode() in cubin        # machine code: loads under any 13.x driver
+    assert cubin[:4] == b"\x7fELF" and name.encode() in cubin  # machine code: loads under any 13.x driver
     assert sm90.suffix == ".cubin" and f"{sm90.version[0]}.{sm90.version[1]} sm_90 cubin" in sm90.ident
     ptx = NVRTCCompiler("compute_90").compile_binary(src).decode()
     assert f".entry {name}" in ptx and ".target sm_90" in ptx
@@ -79,7 +81,9 @@ def test_nvrtc_errors_name_the_problem():
     with pytest.raises(ValueError, match="cannot build for sm_20; it supports .*sm_90"):
         NVRTCCompiler("sm_20")
     with pytest.raises(CompileError, match="NVRTC failed"):
-        NVRTCCompiler("sm_90").compile_binary('extern "C" __global__ void k(float* a) { a[0] = undefined_name; }')
+        NVRTCCompiler("sm_90").compile_binary(
+            'extern "C" __global__ void k(float* a) { a[0] = undefined_name; }'
+        )
 
 
 def test_driver_and_nvrtc_versions_are_checked():
@@ -143,7 +147,9 @@ def test_few_long_reductions_share_a_work_group_through_local_memory():
     for dialect, local, barrier in (("opencl", "__local float", "barrier(CLK_LOCAL_MEM_FENCE)"),
                                     ("cuda", "__shared__ float", "__syncthreads()")):
         lin, src = _gpu_kernel(x.max(axis=1), dialect)
-        assert lin.local_size >= 128 and lin.global_size == 100 * lin.local_size, dialect   # a group per output
+        assert lin.local_size >= 128 and lin.global_size == 100 * lin.local_size, (
+            dialect
+        )  # a group per output
         assert local in src and barrier in src and "if ((lidx0<1))" in src
     lin, src = _gpu_kernel(x.max(axis=1), "cuda", group_size=96)   # a device allowing at most 96 items
     assert lin.local_size == 64 and "[64];" in src and "s = 32" in src   # the halving tree needs 2**k
@@ -153,8 +159,18 @@ def test_few_long_reductions_share_a_work_group_through_local_memory():
     assert lin.local_size == 0      # a short reduce stays in one work item
 
 
-@pytest.mark.parametrize("shape,axis", [((3, 4096), 1), ((1, 512), 1), ((7, 3 * 256 * 5), 1), ((2, 3, 2048), 2),
-                                        ((4096,), 0), ((5, 8192), None), ((3000, 2), 0)])
+@pytest.mark.parametrize(
+    "shape,axis",
+    [
+        ((3, 4096), 1),
+        ((1, 512), 1),
+        ((7, 3 * 256 * 5), 1),
+        ((2, 3, 2048), 2),
+        ((4096,), 0),
+        ((5, 8192), None),
+        ((3000, 2), 0),
+    ],
+)
 def test_grouped_reductions_on_cl_match_numpy(shape, axis):
     needs("CL")
     rng = np.random.default_rng(1)
@@ -195,8 +211,12 @@ def test_float4_elementwise_on_cl_matches_numpy(n):
     rng = np.random.default_rng(n)
     a, b = rng.standard_normal(n).astype(np.float32), rng.integers(-9, 9, n).astype(np.int32)
     x, y = Tensor(a, device="CL"), Tensor(b, device="CL")
-    np.testing.assert_allclose((x.relu() * 3 - x.sigmoid()).numpy(), np.maximum(a, 0) * 3 - 1 / (1 + np.exp(-a)),
-                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(
+        (x.relu() * 3 - x.sigmoid()).numpy(),
+        np.maximum(a, 0) * 3 - 1 / (1 + np.exp(-a)),
+        rtol=1e-5,
+        atol=1e-6,
+    )
     np.testing.assert_array_equal(((y * 3) // 2 + (y < 2).where(y, -y)).numpy(),
                                   (b * 3) // 2 + np.where(b < 2, b, -b))
     np.testing.assert_array_equal(x.bitcast("int32").numpy(), a.view(np.int32))

@@ -37,7 +37,10 @@ def test_matmul_bias_relu_epilogue_fuses(device):
 def test_long_epilogue_on_a_large_output_is_its_own_kernel(device):
     # gelu's tanh after a 300x256 matmul: one vectorised elementwise kernel, not a scalar epilogue
     rng = np.random.default_rng(5)
-    a, w = rng.standard_normal((300, 24)).astype(np.float32), rng.standard_normal((24, 256)).astype(np.float32)
+    a, w = (
+        rng.standard_normal((300, 24)).astype(np.float32),
+        rng.standard_normal((24, 256)).astype(np.float32),
+    )
     out = (Tensor(a, device=device) @ Tensor(w, device=device)).gelu(approximate="tanh")
     assert_kernels(out, 2)
     h = a @ w

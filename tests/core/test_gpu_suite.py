@@ -21,7 +21,24 @@ def test_core_and_nn_suites_pass_on_cl():
     env = {**os.environ, "TG_DEVICE": "CL", "TG_TEST_DEVICES": "CL"}
     if gpu_support("NVRTC") is None:
         env["TG_TEST_NVRTC"] = "sm_90"
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", "-p", "no:xdist",
-                           "tests/core", "tests/nn"], cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=1200)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-x",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "tests/core",
+            "tests/nn",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -8,8 +8,15 @@ import pathlib
 import tg
 
 LAYERS = [
-    ["tg.core", "tg.core.codegen", "tg.core.runtime", "tg.core.dtype", "tg.core.ops", "tg.core.symbolic",
-     "tg.core.capture"],
+    [
+        "tg.core",
+        "tg.core.codegen",
+        "tg.core.runtime",
+        "tg.core.dtype",
+        "tg.core.ops",
+        "tg.core.symbolic",
+        "tg.core.capture",
+    ],
     ["tg.core.shape"],
     ["tg.core.lazy"],
     ["tg.core.kernel"],
@@ -18,8 +25,13 @@ LAYERS = [
     ["tg.core.codegen.linearizer"],
     ["tg.core.renderer"],
     ["tg.core.compiler", "tg.core.device"],
-    ["tg.core.runtime.ops_cpu", "tg.core.runtime.ops_cl", "tg.core.runtime.ops_cuda", "tg.core.runtime.ops_numpy",
-     "tg.core.runtime.ops_null"],
+    [
+        "tg.core.runtime.ops_cpu",
+        "tg.core.runtime.ops_cl",
+        "tg.core.runtime.ops_cuda",
+        "tg.core.runtime.ops_numpy",
+        "tg.core.runtime.ops_null",
+    ],
     ["tg.core.realize", "tg.core.function"],
     ["tg.core.random", "tg.core.autograd", "tg.core.indexing"],
     ["tg.core.tensor"],
@@ -75,6 +87,8 @@ def test_core_imports_point_down():
 
 def test_the_checker_sees_imports_inside_functions(tmp_path):
     f = tmp_path / "x.py"
-    f.write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tg.core.device import Buffer\n"
-                 "def g():\n    from tg.core import realize\n    import tg.core.tensor\n")
+    f.write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from tg.core.device import Buffer\n"
+        "def g():\n    from tg.core import realize\n    import tg.core.tensor\n"
+    )
     assert core_imports(f) == {"tg.core.realize", "tg.core.tensor"}

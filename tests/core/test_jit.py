@@ -12,7 +12,9 @@ def test_replay_matches_eager_with_new_inputs():
     rng = np.random.default_rng(0)
     for _ in range(6):
         a, b = rng.standard_normal((5, 7)).astype(np.float32), rng.standard_normal((7, 3)).astype(np.float32)
-        np.testing.assert_allclose(jf(Tensor(a), Tensor(b)).numpy(), f(Tensor(a), Tensor(b)).numpy(), rtol=1e-5)
+        np.testing.assert_allclose(
+            jf(Tensor(a), Tensor(b)).numpy(), f(Tensor(a), Tensor(b)).numpy(), rtol=1e-5
+        )
 
 
 def test_replay_runs_no_graph_work():

@@ -22,7 +22,7 @@ def test_run_schedule_frees_each_intermediate_after_its_last_reader(device):
     base = GlobalCounters.mem_used
     y = x
     for _ in range(10):
-        y = y @ w                  # ten kernels, each reading the one before: only two are ever needed at once
+        y = y @ w  # ten kernels, each reading the one before: only two are ever needed at once
     y.realize()
     size = N * N * 4
     assert GlobalCounters.mem_peak - base <= 2 * size, f"peak {(GlobalCounters.mem_peak - base) / size} x N"
@@ -59,8 +59,12 @@ def _mlp_loss(x: Tensor, w1: Tensor, w2: Tensor) -> tuple[Tensor, weakref.ref]:
 
 
 def test_backward_frees_the_graph_when_only_the_loss_is_kept():
-    w1 = Tensor(np.random.default_rng(0).standard_normal((N, N)).astype(np.float32), requires_grad=True).realize()
-    w2 = Tensor(np.random.default_rng(1).standard_normal((N, N)).astype(np.float32), requires_grad=True).realize()
+    w1 = Tensor(
+        np.random.default_rng(0).standard_normal((N, N)).astype(np.float32), requires_grad=True
+    ).realize()
+    w2 = Tensor(
+        np.random.default_rng(1).standard_normal((N, N)).astype(np.float32), requires_grad=True
+    ).realize()
     x = _square(1.0)
     base = GlobalCounters.mem_used
     loss, hidden = _mlp_loss(x, w1, w2)

@@ -29,8 +29,13 @@ def test_zeros_ones_full(shape, device):
     assert_close(Tensor.full(shape, True, device=device), np.full(shape, True), dtype="bool")
     assert_close(Tensor.full(shape, -2, dtype="float16", device=device), np.full(shape, -2, np.float16),
                  dtype="float16")
-    assert_close(Tensor.full(shape, 1 / 3, dtype="bfloat16", device=device), np.full(shape, 0.333984375, np.float32),
-                 dtype="bfloat16", atol=0, rtol=0)
+    assert_close(
+        Tensor.full(shape, 1 / 3, dtype="bfloat16", device=device),
+        np.full(shape, 0.333984375, np.float32),
+        dtype="bfloat16",
+        atol=0,
+        rtol=0,
+    )
     for t in (Tensor.zeros(*shape, device=device), Tensor.full(shape, 2.0, device=device)):
         assert t.device == device
 
@@ -60,7 +65,9 @@ def test_tensor_from_data(device):
     assert_close(Tensor([], device=device), np.zeros((0,), np.float32), dtype="float32")
     assert_close(Tensor(np.arange(6, dtype=np.uint8).reshape(2, 3), device=device),
                  np.arange(6, dtype=np.uint8).reshape(2, 3), dtype="uint8")
-    assert_close(Tensor([1, 2], dtype="float16", device=device), np.array([1, 2], np.float16), dtype="float16")
+    assert_close(
+        Tensor([1, 2], dtype="float16", device=device), np.array([1, 2], np.float16), dtype="float16"
+    )
     a = np.arange(12, dtype=np.float32).reshape(3, 4)
     assert_close(Tensor(a.T, device=device), a.T)                  # a non-contiguous numpy array
     assert_close(Tensor(a[::2, ::-1], device=device), a[::2, ::-1])
@@ -93,21 +100,40 @@ def test_tensor_creation_errors():
 
 # ------------------------------------------------------------ arange, linspace, eye
 
-@pytest.mark.parametrize("args,kw", [((7,), {}), ((2, 9), {}), ((0, 10, 3), {}), ((5, 0, -1), {}), ((3, 3), {}),
-                                     ((0, 1, 0.25), {}), ((1.5,), {}), ((-3, 3), {"dtype": "int32"}),
-                                     ((0, 5), {"dtype": "float32"}), ((10, 2, -3), {}), ((0, -1), {}),
-                                     ((-1.0, 1.0, 0.3), {}), ((1023,), {})], ids=ids)
+@pytest.mark.parametrize(
+    "args,kw",
+    [
+        ((7,), {}),
+        ((2, 9), {}),
+        ((0, 10, 3), {}),
+        ((5, 0, -1), {}),
+        ((3, 3), {}),
+        ((0, 1, 0.25), {}),
+        ((1.5,), {}),
+        ((-3, 3), {"dtype": "int32"}),
+        ((0, 5), {"dtype": "float32"}),
+        ((10, 2, -3), {}),
+        ((0, -1), {}),
+        ((-1.0, 1.0, 0.3), {}),
+        ((1023,), {}),
+    ],
+    ids=ids,
+)
 def test_arange(args, kw, device):
     want = np.arange(*args)
     want = want.astype(kw.get("dtype", "float32" if want.dtype.kind == "f" else "int64"))
     assert_close(Tensor.arange(*args, device=device, **kw), want, dtype=str(want.dtype), atol=1e-6)
 
 
-@pytest.mark.parametrize("start,stop,steps", [(0, 1, 5), (-1, 1, 1), (0, 1, 0), (2, -3, 7), (0, 1, 1023), (3, 3, 4)],
-                         ids=ids)
+@pytest.mark.parametrize(
+    "start,stop,steps", [(0, 1, 5), (-1, 1, 1), (0, 1, 0), (2, -3, 7), (0, 1, 1023), (3, 3, 4)], ids=ids
+)
 def test_linspace(start, stop, steps, device):
-    assert_close(Tensor.linspace(start, stop, steps, device=device), np.linspace(start, stop, steps, dtype=np.float32),
-                 dtype="float32")
+    assert_close(
+        Tensor.linspace(start, stop, steps, device=device),
+        np.linspace(start, stop, steps, dtype=np.float32),
+        dtype="float32",
+    )
 
 
 @pytest.mark.parametrize("n,m", [(3, None), (1, None), (2, 4), (4, 2), (0, None), (0, 3)], ids=ids)

@@ -127,7 +127,9 @@ def test_bitcast(src, dst, device):
 
 @pytest.mark.parametrize("via", ["bfloat16", "float16"])
 def test_bitcast_round_trip_keeps_nan_payload_bits(via, device):
-    bits = np.array([0x7F81, 0xFFFB, 0x7FC1, 0xFF80, 0x7C01, 0x3F80], np.uint16)   # NaNs with payloads, -inf, 1.0
+    bits = np.array(
+        [0x7F81, 0xFFFB, 0x7FC1, 0xFF80, 0x7C01, 0x3F80], np.uint16
+    )  # NaNs with payloads, -inf, 1.0
     got = Tensor(bits, device=device).bitcast(via).bitcast("uint16")
     assert_close(got, bits, dtype="uint16")
 
@@ -156,18 +158,27 @@ LOW_PRECISION = {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-@pytest.mark.parametrize("name,np_fn,tg_fn,shapes,low", [
-    ("add", np.add, operator.add, [(3, 7), (7,)], -2.0),
-    ("mul", np.multiply, operator.mul, [(3, 7), (3, 7)], -2.0),
-    ("div", np.divide, operator.truediv, [(3, 7), (3, 7)], 0.5),
-    ("exp", np.exp, lambda x: x.exp(), [(2, 1, 5)], -2.0),
-    ("sqrt", np.sqrt, lambda x: x.sqrt(), [(7,)], 0.5),
-    ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), lambda x: x.sigmoid(), [(7,)], -2.0),
-    ("sum", lambda x: x.sum(1), lambda x: x.sum(1), [(3, 7)], -2.0),
-    ("max", lambda x: x.max(0), lambda x: x.max(0), [(3, 7)], -2.0),
-    ("matmul", np.matmul, operator.matmul, [(3, 7), (7, 4)], -2.0),
-    ("softmax", lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True), lambda x: x.softmax(-1), [(3, 7)], -2.0),
-])
+@pytest.mark.parametrize(
+    "name,np_fn,tg_fn,shapes,low",
+    [
+        ("add", np.add, operator.add, [(3, 7), (7,)], -2.0),
+        ("mul", np.multiply, operator.mul, [(3, 7), (3, 7)], -2.0),
+        ("div", np.divide, operator.truediv, [(3, 7), (3, 7)], 0.5),
+        ("exp", np.exp, lambda x: x.exp(), [(2, 1, 5)], -2.0),
+        ("sqrt", np.sqrt, lambda x: x.sqrt(), [(7,)], 0.5),
+        ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), lambda x: x.sigmoid(), [(7,)], -2.0),
+        ("sum", lambda x: x.sum(1), lambda x: x.sum(1), [(3, 7)], -2.0),
+        ("max", lambda x: x.max(0), lambda x: x.max(0), [(3, 7)], -2.0),
+        ("matmul", np.matmul, operator.matmul, [(3, 7), (7, 4)], -2.0),
+        (
+            "softmax",
+            lambda x: np.exp(x) / np.exp(x).sum(-1, keepdims=True),
+            lambda x: x.softmax(-1),
+            [(3, 7)],
+            -2.0,
+        ),
+    ],
+)
 def test_low_precision_ops(name, np_fn, tg_fn, shapes, low, dtype, device):
     """The result keeps the dtype; values match the float32 computation within the dtype's precision."""
     atol, rtol = LOW_PRECISION[dtype]
@@ -187,20 +198,35 @@ def test_float16_add_is_correctly_rounded(device):
     a = random_array((3, 7), "float16", rng=np.random.default_rng(1))
     b = random_array((3, 7), "float16", rng=np.random.default_rng(2))
     got = Tensor(a, device=device) + Tensor(b, device=device)
-    assert_close(got, (a.astype(np.float32) + b.astype(np.float32)).astype(np.float16), dtype="float16", atol=0,
-                 rtol=0)
+    assert_close(
+        got, (a.astype(np.float32) + b.astype(np.float32)).astype(np.float16), dtype="float16", atol=0, rtol=0
+    )
 
 
 # ------------------------------------------------------------ promotion
 
 PROMOTIONS = [  # torch.promote_types
-    ("int8", "uint8", "int16"), ("uint8", "int16", "int16"), ("uint8", "int32", "int32"),
-    ("uint8", "int64", "int64"), ("int8", "int16", "int16"), ("int32", "int64", "int64"),
-    ("bool", "int8", "int8"), ("bool", "uint8", "uint8"), ("bool", "float16", "float16"), ("bool", "bool", "bool"),
-    ("float16", "bfloat16", "float32"), ("int64", "float16", "float16"), ("int32", "bfloat16", "bfloat16"),
-    ("uint8", "float32", "float32"), ("float32", "float64", "float64"), ("int64", "float32", "float32"),
-    ("float16", "float32", "float32"), ("bfloat16", "float64", "float64"), ("bool", "int64", "int64"),
-    ("uint8", "uint8", "uint8"), ("int16", "float16", "float16"),
+    ("int8", "uint8", "int16"),
+    ("uint8", "int16", "int16"),
+    ("uint8", "int32", "int32"),
+    ("uint8", "int64", "int64"),
+    ("int8", "int16", "int16"),
+    ("int32", "int64", "int64"),
+    ("bool", "int8", "int8"),
+    ("bool", "uint8", "uint8"),
+    ("bool", "float16", "float16"),
+    ("bool", "bool", "bool"),
+    ("float16", "bfloat16", "float32"),
+    ("int64", "float16", "float16"),
+    ("int32", "bfloat16", "bfloat16"),
+    ("uint8", "float32", "float32"),
+    ("float32", "float64", "float64"),
+    ("int64", "float32", "float32"),
+    ("float16", "float32", "float32"),
+    ("bfloat16", "float64", "float64"),
+    ("bool", "int64", "int64"),
+    ("uint8", "uint8", "uint8"),
+    ("int16", "float16", "float16"),
 ]
 
 
@@ -222,14 +248,25 @@ def test_binary_op_result_dtype_and_values(a, b, want, device):
         want_values = op(va.astype(np.float64), vb.astype(np.float64))
         if want == "bool":
             want_values = want_values != 0
-        assert_close(got, want_values.astype(np.float32 if want == "bfloat16" else want), dtype=want, rtol=1e-2)
+        assert_close(
+            got, want_values.astype(np.float32 if want == "bfloat16" else want), dtype=want, rtol=1e-2
+        )
         assert op(tb, ta).dtype.name == want
 
 
 SCALAR_PROMOTIONS = [  # torch.result_type(tensor, python scalar)
-    ("int8", 1, "int8"), ("uint8", 3, "uint8"), ("int32", 1.5, "float32"), ("int64", 2.0, "float32"),
-    ("bool", 1, "int64"), ("bool", True, "bool"), ("bool", 1.5, "float32"), ("float16", 1.5, "float16"),
-    ("float16", 2, "float16"), ("bfloat16", 0.5, "bfloat16"), ("float64", 1, "float64"), ("int16", True, "int16"),
+    ("int8", 1, "int8"),
+    ("uint8", 3, "uint8"),
+    ("int32", 1.5, "float32"),
+    ("int64", 2.0, "float32"),
+    ("bool", 1, "int64"),
+    ("bool", True, "bool"),
+    ("bool", 1.5, "float32"),
+    ("float16", 1.5, "float16"),
+    ("float16", 2, "float16"),
+    ("bfloat16", 0.5, "bfloat16"),
+    ("float64", 1, "float64"),
+    ("int16", True, "int16"),
     ("float32", True, "float32"),
 ]
 

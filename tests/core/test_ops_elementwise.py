@@ -88,7 +88,9 @@ def test_pow_integer_exponents_on_negative_bases(exponent, device):
 
 def test_pow_special_values(device):
     x = Tensor([-2.0, -1.5, 0.0, 2.0], device=device)
-    assert_close(x ** Tensor([3.0, 2.0, 0.0, -1.0], device=device), np.array([-8.0, 2.25, 1.0, 0.5], np.float32))
+    assert_close(
+        x ** Tensor([3.0, 2.0, 0.0, -1.0], device=device), np.array([-8.0, 2.25, 1.0, 0.5], np.float32)
+    )
     assert_close(x ** 0.5, np.array([np.nan, np.nan, 0.0, math.sqrt(2)], np.float32))
     assert_close(x ** Tensor([0.5, 0.5, 0.5, 0.5], device=device),
                  np.array([np.nan, np.nan, 0.0, math.sqrt(2)], np.float32))
@@ -102,7 +104,9 @@ INT_DTYPES = ["int8", "uint8", "int16", "int32", "int64"]
 def test_integer_arithmetic(name, dtype, device):
     np_fn, op, _ = ARITH[name]
     signed = dtype[0] == "i"
-    low = ["nonzero" if signed else 0, "nonzero"] if name in ("floordiv", "mod") else [-5 if signed else 0] * 2
+    low = (
+        ["nonzero" if signed else 0, "nonzero"] if name in ("floordiv", "mod") else [-5 if signed else 0] * 2
+    )
     high = [6, 6] if signed else [12, 6]
     if not signed and name in ("floordiv", "mod"):
         low = [0, 1]
@@ -134,10 +138,22 @@ def test_integer_true_division_gives_float32(device):
 
 
 def test_float_division_rounding_modes(device):
-    check(lambda a, b: np.trunc(a / b), lambda a, b: a.div(b, rounding_mode="trunc"), [(3, 7), (3, 7)], device,
-          low=[-5.0, "nonzero"], high=[5.0, 2.0])
-    check(lambda a, b: np.floor(a / b), lambda a, b: a.div(b, rounding_mode="floor"), [(3, 7), (3, 7)], device,
-          low=[-5.0, "nonzero"], high=[5.0, 2.0])
+    check(
+        lambda a, b: np.trunc(a / b),
+        lambda a, b: a.div(b, rounding_mode="trunc"),
+        [(3, 7), (3, 7)],
+        device,
+        low=[-5.0, "nonzero"],
+        high=[5.0, 2.0],
+    )
+    check(
+        lambda a, b: np.floor(a / b),
+        lambda a, b: a.div(b, rounding_mode="floor"),
+        [(3, 7), (3, 7)],
+        device,
+        low=[-5.0, "nonzero"],
+        high=[5.0, 2.0],
+    )
     check(lambda a, b: np.fmod(a, b), lambda a, b: a.fmod(b), [(3, 7), (3, 7)], device,
           low=[-5.0, "nonzero"], high=[5.0, 2.0], atol=1e-5)
 
@@ -236,7 +252,9 @@ def test_integer_unary(dtype, device):
     check(np.abs, lambda x: x.abs(), [(3, 7)], device, dtype=dtype, out_dtype=dtype)
     check(np.sign, lambda x: x.sign(), [(3, 7)], device, dtype=dtype, out_dtype=dtype)
     check(lambda x: np.maximum(x, 0), lambda x: x.relu(), [(3, 7)], device, dtype=dtype, out_dtype=dtype)
-    check(lambda x: np.clip(x, -2, 3), lambda x: x.clamp(-2, 3), [(3, 7)], device, dtype=dtype, out_dtype=dtype)
+    check(
+        lambda x: np.clip(x, -2, 3), lambda x: x.clamp(-2, 3), [(3, 7)], device, dtype=dtype, out_dtype=dtype
+    )
 
 
 def test_unary_on_int_gives_float(device):
@@ -246,8 +264,9 @@ def test_unary_on_int_gives_float(device):
           low=0, high=100, out_dtype="float32")
 
 
-@pytest.mark.parametrize("shapes", [[(3, 7), (3, 7)], [(3, 7), (7,)], [(2, 1, 5), (3, 5)], [(), (4,)], [(0,), (1,)]],
-                         ids=str)
+@pytest.mark.parametrize(
+    "shapes", [[(3, 7), (3, 7)], [(3, 7), (7,)], [(2, 1, 5), (3, 5)], [(), (4,)], [(0,), (1,)]], ids=str
+)
 def test_maximum_minimum(shapes, device):
     check(np.maximum, lambda a, b: a.maximum(b), shapes, device)
     check(np.minimum, lambda a, b: a.minimum(b), shapes, device)

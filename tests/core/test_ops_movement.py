@@ -19,10 +19,24 @@ def ids(v):
 # ------------------------------------------------------------ reshape, permute, expand
 
 @pytest.mark.parametrize("layout", LAYOUTS)
-@pytest.mark.parametrize("shape,new", [((), (1,)), ((1,), ()), ((3, 7), (21,)), ((3, 7), (7, 3)), ((3, 7), (-1,)),
-                                       ((2, 1, 5), (5, 2)), ((2, 1, 5), (2, -1)), ((1023,), (3, 11, 31)),
-                                       ((0, 3), (3, 0)), ((0, 3), (-1, 3)), ((2, 3, 4), (4, 1, 6)), ((7,), (7, 1, 1))],
-                         ids=ids)
+@pytest.mark.parametrize(
+    "shape,new",
+    [
+        ((), (1,)),
+        ((1,), ()),
+        ((3, 7), (21,)),
+        ((3, 7), (7, 3)),
+        ((3, 7), (-1,)),
+        ((2, 1, 5), (5, 2)),
+        ((2, 1, 5), (2, -1)),
+        ((1023,), (3, 11, 31)),
+        ((0, 3), (3, 0)),
+        ((0, 3), (-1, 3)),
+        ((2, 3, 4), (4, 1, 6)),
+        ((7,), (7, 1, 1)),
+    ],
+    ids=ids,
+)
 def test_reshape_view(shape, new, layout, device):
     check(lambda x: x.reshape(new), lambda x: x.reshape(new), [shape], device, layout=layout)
     check(lambda x: x.reshape(new), lambda x: x.view(*new), [shape], device, layout=layout)
@@ -91,18 +105,37 @@ def test_pad_torch_order(shape, torch_pad, layout, device):
     check(lambda x: np_pad(x, -np.inf), lambda x: x.pad(torch_pad, value=float("-inf")), [shape], device)
 
 
-@pytest.mark.parametrize("shape,pairs", [((7,), ((2, 1),)), ((3, 7), ((1, 0), (0, 2))), ((3, 7), (None, (3, 3))),
-                                         ((2, 1, 5), ((0, 0), (2, 2), (1, 0)))], ids=ids)
+@pytest.mark.parametrize(
+    "shape,pairs",
+    [
+        ((7,), ((2, 1),)),
+        ((3, 7), ((1, 0), (0, 2))),
+        ((3, 7), (None, (3, 3))),
+        ((2, 1, 5), ((0, 0), (2, 2), (1, 0))),
+    ],
+    ids=ids,
+)
 def test_pad_per_dim_pairs(shape, pairs, device):
     np_pairs = [(0, 0) if p is None else p for p in pairs]
     check(lambda x: np.pad(x, np_pairs), lambda x: x.pad(pairs), [shape], device)
-    check(lambda x: np.pad(x, np_pairs, constant_values=-2.0), lambda x: x.pad(pairs, value=-2.0), [shape], device,
-          layout="transposed")
+    check(
+        lambda x: np.pad(x, np_pairs, constant_values=-2.0),
+        lambda x: x.pad(pairs, value=-2.0),
+        [shape],
+        device,
+        layout="transposed",
+    )
 
 
 def test_pad_int_tensor_with_value(device):
-    check(lambda x: np.pad(x, ((1, 1), (0, 2)), constant_values=7), lambda x: x.pad(((1, 1), (0, 2)), value=7),
-          [(3, 4)], device, dtype="int32", out_dtype="int32")
+    check(
+        lambda x: np.pad(x, ((1, 1), (0, 2)), constant_values=7),
+        lambda x: x.pad(((1, 1), (0, 2)), value=7),
+        [(3, 4)],
+        device,
+        dtype="int32",
+        out_dtype="int32",
+    )
 
 
 # ------------------------------------------------------------ slicing
@@ -121,18 +154,33 @@ def test_slicing(index, layout, device):
     check(lambda x: x[index], lambda x: x[index], [(3, 7)], device, layout=layout)
 
 
-@pytest.mark.parametrize("shape,index", [((1023,), slice(None, None, 7)), ((1023,), slice(-5, None, -100)),
-                                         ((2, 1, 5), (slice(None), 0, slice(None, None, -2))),
-                                         ((2, 1, 5), (Ellipsis, slice(1, 4), None)), ((), None), ((), Ellipsis),
-                                         ((0, 3), (slice(None), 1)), ((2, 0, 3), (1, slice(None), -1)),
-                                         ((7,), slice(None, None, -1))], ids=ids)
+@pytest.mark.parametrize(
+    "shape,index",
+    [
+        ((1023,), slice(None, None, 7)),
+        ((1023,), slice(-5, None, -100)),
+        ((2, 1, 5), (slice(None), 0, slice(None, None, -2))),
+        ((2, 1, 5), (Ellipsis, slice(1, 4), None)),
+        ((), None),
+        ((), Ellipsis),
+        ((0, 3), (slice(None), 1)),
+        ((2, 0, 3), (1, slice(None), -1)),
+        ((7,), slice(None, None, -1)),
+    ],
+    ids=ids,
+)
 def test_slicing_shapes(shape, index, device):
     check(lambda x: x[index], lambda x: x[index], [shape], device)
 
 
 def test_slice_then_compute_then_slice(device):
     check(lambda x: (x[1:, ::-2] * 2)[::-1, 1:], lambda x: (x[1:, ::-2] * 2)[::-1, 1:], [(5, 9)], device)
-    check(lambda x: x[::2].T[1:-1] + x[1::2].T[1:-1], lambda x: x[::2].T[1:-1] + x[1::2].T[1:-1], [(6, 5)], device)
+    check(
+        lambda x: x[::2].T[1:-1] + x[1::2].T[1:-1],
+        lambda x: x[::2].T[1:-1] + x[1::2].T[1:-1],
+        [(6, 5)],
+        device,
+    )
 
 
 def test_shrink(device):
@@ -171,8 +219,12 @@ def test_integer_tensor_indexing(index, layout, device):
 def test_indexing_with_lists_and_numpy_arrays(device):
     check(lambda x: x[[2, 0, -1]], lambda x: x[[2, 0, -1]], [(3, 7)], device)
     check(lambda x: x[:, np.array([6, 0])], lambda x: x[:, np.array([6, 0])], [(3, 7)], device)
-    check(lambda x: x[np.array([1, 2])], lambda x: x[Tensor(np.array([1, 2], np.int32), device=device)], [(7,)],
-          device)
+    check(
+        lambda x: x[np.array([1, 2])],
+        lambda x: x[Tensor(np.array([1, 2], np.int32), device=device)],
+        [(7,)],
+        device,
+    )
 
 
 def test_index_with_computed_tensor(device):
@@ -181,8 +233,11 @@ def test_index_with_computed_tensor(device):
     assert_close(Tensor(x, device=device)[:, idx], x[:, np.array([2, 0, 1])])
 
 
-@pytest.mark.parametrize("dim,index_shape", [(0, (2, 7)), (1, (3, 4)), (-1, (3, 10)), (0, (1, 3)), (1, (2, 1)),
-                                             (0, (0, 7))], ids=ids)
+@pytest.mark.parametrize(
+    "dim,index_shape",
+    [(0, (2, 7)), (1, (3, 4)), (-1, (3, 10)), (0, (1, 3)), (1, (2, 1)), (0, (0, 7))],
+    ids=ids,
+)
 def test_gather(dim, index_shape, device):
     rng = np.random.default_rng(1)
     n = 3 if dim == 0 else 7
@@ -214,9 +269,20 @@ def test_flip(shape, dims, layout, device):
     check(lambda x: np.flip(x, dims), lambda x: x.flip(*dims), [shape], device, layout=layout)
 
 
-@pytest.mark.parametrize("shapes,dim", [([(3, 7), (2, 7)], 0), ([(3, 7), (3, 1), (3, 4)], 1), ([(3, 7), (3, 2)], -1),
-                                        ([(2, 1, 5), (2, 3, 5)], 1), ([(0, 3), (2, 3)], 0), ([(4,), (0,), (1,)], 0),
-                                        ([(7,)], 0), ([(1023,), (1,)], 0)], ids=ids)
+@pytest.mark.parametrize(
+    "shapes,dim",
+    [
+        ([(3, 7), (2, 7)], 0),
+        ([(3, 7), (3, 1), (3, 4)], 1),
+        ([(3, 7), (3, 2)], -1),
+        ([(2, 1, 5), (2, 3, 5)], 1),
+        ([(0, 3), (2, 3)], 0),
+        ([(4,), (0,), (1,)], 0),
+        ([(7,)], 0),
+        ([(1023,), (1,)], 0),
+    ],
+    ids=ids,
+)
 def test_cat(shapes, dim, device):
     check(lambda *xs: np.concatenate(xs, dim), lambda x, *xs: x.cat(*xs, dim=dim), shapes, device)
     check(lambda *xs: np.concatenate(xs, dim), lambda x, *xs: x.cat(*xs, dim=dim), shapes, device,
@@ -225,9 +291,13 @@ def test_cat(shapes, dim, device):
 
 def test_cat_promotes_dtypes(device):
     a, b = np.array([1, 2], np.int32), np.array([0.5], np.float32)
-    assert_close(Tensor(a, device=device).cat(Tensor(b, device=device)), np.concatenate([a, b]), dtype="float32")
+    assert_close(
+        Tensor(a, device=device).cat(Tensor(b, device=device)), np.concatenate([a, b]), dtype="float32"
+    )
     c = np.array([True, False])
-    assert_close(Tensor(c, device=device).cat(Tensor(a, device=device)), np.concatenate([c, a]), dtype="int32")
+    assert_close(
+        Tensor(c, device=device).cat(Tensor(a, device=device)), np.concatenate([c, a]), dtype="int32"
+    )
 
 
 @pytest.mark.parametrize("shape,n,dim", [((3, 7), 2, 0), ((3, 7), 3, 1), ((3, 7), 1, 2), ((3, 7), 2, -1),
@@ -268,9 +338,22 @@ def test_chunk(shape, chunks, dim, device):
 
 # ------------------------------------------------------------ squeeze, unsqueeze, flatten, repeat, contiguous
 
-@pytest.mark.parametrize("shape,dim", [((2, 1, 5), None), ((2, 1, 5), 1), ((2, 1, 5), -2), ((2, 1, 5), 0),
-                                       ((1, 1), None), ((1,), 0), ((), None), ((), 0), ((0, 1), -1), ((7,), 0)],
-                         ids=ids)
+@pytest.mark.parametrize(
+    "shape,dim",
+    [
+        ((2, 1, 5), None),
+        ((2, 1, 5), 1),
+        ((2, 1, 5), -2),
+        ((2, 1, 5), 0),
+        ((1, 1), None),
+        ((1,), 0),
+        ((), None),
+        ((), 0),
+        ((0, 1), -1),
+        ((7,), 0),
+    ],
+    ids=ids,
+)
 def test_squeeze(shape, dim, device):
     def np_squeeze(x):
         if dim is None or x.ndim == 0:
@@ -308,9 +391,21 @@ def test_unflatten(device):
           layout="transposed")
 
 
-@pytest.mark.parametrize("shape,reps", [((3,), (2,)), ((3,), (2, 2)), ((2, 3), (1, 1)), ((2, 3), (3, 2)),
-                                        ((2, 1, 5), (2, 1, 3)), ((2, 3), (2, 1, 2)), ((), (3,)), ((2, 3), (0, 1)),
-                                        ((0, 2), (2, 2))], ids=ids)
+@pytest.mark.parametrize(
+    "shape,reps",
+    [
+        ((3,), (2,)),
+        ((3,), (2, 2)),
+        ((2, 3), (1, 1)),
+        ((2, 3), (3, 2)),
+        ((2, 1, 5), (2, 1, 3)),
+        ((2, 3), (2, 1, 2)),
+        ((), (3,)),
+        ((2, 3), (0, 1)),
+        ((0, 2), (2, 2)),
+    ],
+    ids=ids,
+)
 def test_repeat(shape, reps, device):
     check(lambda x: np.tile(x, reps), lambda x: x.repeat(reps), [shape], device)
     check(lambda x: np.tile(x, reps), lambda x: x.repeat(*reps), [shape], device, layout="flipped")

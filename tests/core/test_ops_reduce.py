@@ -51,7 +51,13 @@ def test_reduce(name, shape, axis, keepdim, device):
     np_fn, tg_fn, kw = REDUCE[name]
     if name == "prod_signs" and shape in ((1023,), (4, 1023)):
         kw = {**kw, "low": 0.5, "high": 1.5}
-    check(lambda x: np_fn(x, axis=axis, keepdims=keepdim), lambda x: tg_fn(x, axis, keepdim), [shape], device, **kw)
+    check(
+        lambda x: np_fn(x, axis=axis, keepdims=keepdim),
+        lambda x: tg_fn(x, axis, keepdim),
+        [shape],
+        device,
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("keepdim", [False, True])
@@ -59,7 +65,13 @@ def test_reduce(name, shape, axis, keepdim, device):
 @pytest.mark.parametrize("name", ["sum", "mean", "prod", "any", "all"])
 def test_reduce_empty(name, shape, axis, keepdim, device):
     np_fn, tg_fn, kw = REDUCE[name]
-    check(lambda x: np_fn(x, axis=axis, keepdims=keepdim), lambda x: tg_fn(x, axis, keepdim), [shape], device, **kw)
+    check(
+        lambda x: np_fn(x, axis=axis, keepdims=keepdim),
+        lambda x: tg_fn(x, axis, keepdim),
+        [shape],
+        device,
+        **kw,
+    )
 
 
 def test_reduce_over_empty_slice_of_a_filled_buffer(device):
@@ -108,10 +120,21 @@ def test_integer_sum_is_int64(dtype, axis, device):
 
 
 def test_sum_with_dtype_argument(device):
-    check(lambda x: np.sum(x.astype(np.float64), axis=1), lambda x: x.sum(1, dtype="float64"), [(3, 7)], device,
-          out_dtype="float64")
-    check(lambda x: np.sum(x.astype(np.float32), axis=0), lambda x: x.sum(0, dtype="float32"), [(3, 7)], device,
-          dtype="int32", out_dtype="float32")
+    check(
+        lambda x: np.sum(x.astype(np.float64), axis=1),
+        lambda x: x.sum(1, dtype="float64"),
+        [(3, 7)],
+        device,
+        out_dtype="float64",
+    )
+    check(
+        lambda x: np.sum(x.astype(np.float32), axis=0),
+        lambda x: x.sum(0, dtype="float32"),
+        [(3, 7)],
+        device,
+        dtype="int32",
+        out_dtype="float32",
+    )
 
 
 @pytest.mark.parametrize("axis", [None, 0, -1])
@@ -180,8 +203,15 @@ SOFTMAX_AXES = [((7,), 0), ((7,), -1), ((3, 7), 0), ((3, 7), 1), ((3, 7), -1), (
 @pytest.mark.parametrize("shape,axis", SOFTMAX_AXES, ids=ids)
 def test_softmax_log_softmax(shape, axis, device):
     check(lambda x: np_softmax(x, axis), lambda x: x.softmax(axis), [shape], device, low=-10.0, high=10.0)
-    check(lambda x: x - np_logsumexp(x, axis, True), lambda x: x.log_softmax(axis), [shape], device, low=-10.0,
-          high=10.0, atol=1e-5)
+    check(
+        lambda x: x - np_logsumexp(x, axis, True),
+        lambda x: x.log_softmax(axis),
+        [shape],
+        device,
+        low=-10.0,
+        high=10.0,
+        atol=1e-5,
+    )
     check(lambda x: np_softmax(x, axis), lambda x: x.softmax(dim=axis), [shape], device, layout="transposed")
 
 
@@ -203,9 +233,22 @@ CUMSUM_AXES = [((7,), 0), ((7,), -1), ((3, 7), 0), ((3, 7), 1), ((3, 7), -1), ((
 @pytest.mark.parametrize("shape,axis", CUMSUM_AXES, ids=ids)
 def test_cumsum(shape, axis, device):
     check(lambda x: np.cumsum(x, axis), lambda x: x.cumsum(axis), [shape], device, atol=1e-4)
-    check(lambda x: np.cumsum(x, axis), lambda x: x.cumsum(dim=axis), [shape], device, layout="strided", atol=1e-4)
-    check(lambda x: np.cumsum(x.astype(np.int64), axis), lambda x: x.cumsum(axis), [shape], device, dtype="int32",
-          out_dtype="int64")
+    check(
+        lambda x: np.cumsum(x, axis),
+        lambda x: x.cumsum(dim=axis),
+        [shape],
+        device,
+        layout="strided",
+        atol=1e-4,
+    )
+    check(
+        lambda x: np.cumsum(x.astype(np.int64), axis),
+        lambda x: x.cumsum(axis),
+        [shape],
+        device,
+        dtype="int32",
+        out_dtype="int64",
+    )
 
 
 def test_cumsum_0d(device):

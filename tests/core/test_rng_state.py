@@ -54,5 +54,7 @@ def test_device_form_restores_inside_a_jit():
 
 
 def test_set_rng_state_rejects_other_values():
-    with pytest.raises(ValueError, match=r"\[core\] set_rng_state: expected the dict get_rng_state\(\) returns"):
+    with pytest.raises(
+        ValueError, match=r"\[core\] set_rng_state: expected the dict get_rng_state\(\) returns"
+    ):
         Tensor.set_rng_state({"seed": 1})

@@ -24,7 +24,11 @@ def random_ops(rng, shape, n):
             shape = tuple(shape[i] for i in arg)
         elif kind == "reshape":
             size = int(np.prod(shape))
-            arg = (size,) if len(shape) > 1 else next(((d, size // d) for d in (2, 3, 5, 7) if size % d == 0), (size,))
+            arg = (
+                (size,)
+                if len(shape) > 1
+                else next(((d, size // d) for d in (2, 3, 5, 7) if size % d == 0), (size,))
+            )
             shape = arg
         elif kind == "expand":
             if 1 not in shape:

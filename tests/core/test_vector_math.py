@@ -25,8 +25,15 @@ def test_exp2_vector():
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
 def test_log2_vector():
     rng = np.random.default_rng(1)
-    x = lanes_friendly(np.concatenate([np.exp(rng.uniform(-80, 80, 8000)), rng.uniform(0.5, 2, 2000),
-                                       [0, np.inf, np.nan, -1.0, 1.0, 2.0, 0.5, 1.41421356]]).astype(np.float32))
+    x = lanes_friendly(
+        np.concatenate(
+            [
+                np.exp(rng.uniform(-80, 80, 8000)),
+                rng.uniform(0.5, 2, 2000),
+                [0, np.inf, np.nan, -1.0, 1.0, 2.0, 0.5, 1.41421356],
+            ]
+        ).astype(np.float32)
+    )
     got, want = Tensor(x, device="CPU").log2().numpy(), np.log2(x)
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], atol=1e-6, rtol=1e-6)

@@ -61,7 +61,7 @@ def test_sequential_runs_every_chunk_but_the_last_checkpointed(monkeypatch):
     real = ckpt_mod.checkpoint
     monkeypatch.setattr(ckpt_mod, "checkpoint", lambda fn, layers, x, **kw: calls.append(len(layers)) or
                         real(fn, layers, x, **kw))
-    layers = _mlp(7)                              # 14 callables in 4 segments: 3 + 3 + 3 checkpointed, 5 plain
+    layers = _mlp(7)  # 14 callables in 4 segments: 3 + 3 + 3 checkpointed, 5 plain
     checkpoint_sequential(layers, 4, _input()).sum().backward()
     assert calls == [3, 3, 3]
 
@@ -128,7 +128,9 @@ def test_parameters_get_gradients_when_the_input_needs_none():
     def grads(segments: int | None) -> list[np.ndarray]:
         for p in get_parameters(layers):
             p.grad = None
-        out = nn.Sequential(*layers)(ids) if segments is None else checkpoint_sequential(layers, segments, ids)
+        out = (
+            nn.Sequential(*layers)(ids) if segments is None else checkpoint_sequential(layers, segments, ids)
+        )
         out.sum().backward()
         return [p.grad.numpy() for p in get_parameters(layers)]   # type: ignore[union-attr]
     plain = grads(None)
@@ -220,7 +222,9 @@ def _peak_of_one_step(segments: int | None, batch: int = 1024, width: int = 256)
     Tensor.realize(x, *params)
     GlobalCounters.reset()
     base = GlobalCounters.mem_used
-    model = nn.Sequential(*layers) if segments is None else (lambda t: checkpoint_sequential(layers, segments, t))
+    model = (
+        nn.Sequential(*layers) if segments is None else (lambda t: checkpoint_sequential(layers, segments, t))
+    )
     loss = model(x).square().mean()                     # only the loss is kept, as in a training loop
     loss.backward()
     Tensor.realize(loss, *[p.grad for p in params if p.grad is not None])
@@ -230,8 +234,9 @@ def _peak_of_one_step(segments: int | None, batch: int = 1024, width: int = 256)
 def test_checkpointing_lowers_the_memory_peak():
     plain, checkpointed = _peak_of_one_step(None), _peak_of_one_step(4)
     activation = 1024 * 256 * 4
-    assert checkpointed <= 0.6 * plain, f"peak {checkpointed / activation:.1f} vs {plain / activation:.1f} activations"
-
+    assert checkpointed <= 0.6 * plain, (
+        f"peak {checkpointed / activation:.1f} vs {plain / activation:.1f} activations"
+    )
 
 
 def test_a_retained_graph_differentiated_again_uses_fresh_output_gradients():

@@ -295,16 +295,22 @@ class _Registry:
     def __init__(self) -> None:
         self._opened: dict[str, Compiled] = {}
 
-    # Each cache holds self, which leaks nothing: Device is the only _Registry and lives as long as the process.
+    # Each cache holds self, which leaks nothing: Device is the only _Registry and lives as long as the
+    # process.
     @functools.cache  # noqa: B019
     def kinds(self) -> list[str]:
         import tg.core.runtime as rt
-        return sorted(m.name[4:].upper() for m in pkgutil.iter_modules(rt.__path__) if m.name.startswith("ops_"))
+
+        return sorted(
+            m.name[4:].upper() for m in pkgutil.iter_modules(rt.__path__) if m.name.startswith("ops_")
+        )
 
     @functools.cache  # noqa: B019  (see kinds)
     def device_class(self, kind: str) -> type[Compiled]:
         if kind not in self.kinds():
-            raise ValueError(f"[core] unknown device kind {kind!r}; expected one of {', '.join(self.kinds())}")
+            raise ValueError(
+                f"[core] unknown device kind {kind!r}; expected one of {', '.join(self.kinds())}"
+            )
         module = importlib.import_module(f"tg.core.runtime.ops_{kind.lower()}")
         for value in vars(module).values():
             if isinstance(value, type) and issubclass(value, Compiled) and value is not Compiled \

@@ -27,7 +27,9 @@ class Function:
     def __init__(self, device: str, *tensors: Any):
         self.device = device
         self.needs_input_grad = [t.requires_grad for t in tensors]
-        self.requires_grad = True if any(self.needs_input_grad) else (None if None in self.needs_input_grad else False)
+        self.requires_grad = (
+            True if any(self.needs_input_grad) else (None if None in self.needs_input_grad else False)
+        )
 
     def forward(self, *args: Any, **kwargs: Any) -> LazyBuffer:
         raise NotImplementedError
@@ -299,9 +301,11 @@ class Freed(Function):
     parents = ()
 
     def backward(self, grad: LazyBuffer) -> None:
-        raise RuntimeError("[autograd] backward through a graph a second time: the first backward() freed the "
-                           "values it saved; pass retain_graph=True to the first backward() (or gradient()) "
-                           "to go through it again, or recompute the forward")
+        raise RuntimeError(
+            "[autograd] backward through a graph a second time: the first backward() freed the "
+            "values it saved; pass retain_graph=True to the first backward() (or gradient()) "
+            "to go through it again, or recompute the forward"
+        )
 
 
 FREED = Freed("")

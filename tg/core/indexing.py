@@ -117,7 +117,9 @@ def _plan(x: Tensor, idx: tuple) -> Plan:
                 raise ValueError("[core] slice step cannot be zero")
             if step > 0:
                 length = max(0, math.ceil((stop - start) / step))
-                plan.add((start, start + (length - 1) * step + 1) if length else (0, 0), ("keep", dim), False, step)
+                plan.add(
+                    (start, start + (length - 1) * step + 1) if length else (0, 0), ("keep", dim), False, step
+                )
             else:
                 length = max(0, math.ceil((start - stop) / -step))
                 lo = start - (length - 1) * (-step) if length else 0
@@ -125,8 +127,10 @@ def _plan(x: Tensor, idx: tuple) -> Plan:
         elif isinstance(i, (type(x), list, np.ndarray)):
             t = i if isinstance(i, type(x)) else type(x)(np.asarray(i), device=x.device)
             if t.dtype == dtypes.bool:
-                raise TypeError("[core] boolean mask indexing is not supported (its shape depends on the data); "
-                                "use where() instead")
+                raise TypeError(
+                    "[core] boolean mask indexing is not supported (its shape depends on the data); "
+                    "use where() instead"
+                )
             if not t.dtype.is_int:
                 raise TypeError(f"[core] tensors used as indices must be integer, got {t.dtype.name}")
             plan.add((0, size), ("adv", dim))
@@ -192,8 +196,14 @@ def advanced(x: Tensor, y: Tensor, plan: Plan) -> Tensor:
         mask = oh if mask is None else mask & oh
     assert mask is not None
     first_adv_axis = len(rest_shape) + k
-    picked = mask.where(yp, 0).sum(tuple(range(first_adv_axis, first_adv_axis + len(adv))),
-                                   dtype=y.dtype if y.dtype.is_float else None).cast(y.dtype)  # (*rest, *bshape)
+    picked = (
+        mask.where(yp, 0)
+        .sum(
+            tuple(range(first_adv_axis, first_adv_axis + len(adv))),
+            dtype=y.dtype if y.dtype.is_float else None,
+        )
+        .cast(y.dtype)
+    )  # (*rest, *bshape)
     # torch: adjacent advanced dims stay in place, otherwise they go first
     adjacent = dims_adv == list(range(dims_adv[0], dims_adv[0] + len(dims_adv)))
     nb = len([d for d in rest if d < dims_adv[0]]) if adjacent else 0

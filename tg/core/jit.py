@@ -106,16 +106,23 @@ class TinyJit(Generic[ReturnType]):
             flush_assigns()
         in_bufs = {id(t.lazydata.base.realized): i for i, t in enumerate(inputs)}
         if any(id(t.lazydata.base.realized) in in_bufs for t in outs):
-            raise ValueError(f"[jit] {getattr(self.fn, '__name__', 'fn')} returns one of its inputs (or a view of "
-                             f"it) unchanged; a replay would hand back the captured call's tensor. Fix: return "
-                             f"a computed value, e.g. x.contiguous() for a copy, or call the function without "
-                             f"TinyJit")
+            raise ValueError(
+                f"[jit] {getattr(self.fn, '__name__', 'fn')} returns one of its inputs (or a view of "
+                f"it) unchanged; a replay would hand back the captured call's tensor. Fix: return "
+                f"a computed value, e.g. x.contiguous() for a copy, or call the function without "
+                f"TinyJit"
+            )
         saved = _share_memory(capture.calls)
         slots = [(ci, bi, in_bufs[id(b)]) for ci, call in enumerate(capture.calls)
                  for bi, b in enumerate(call.bufs) if id(b) in in_bufs]
         rep = _Replay(capture.calls, slots, ret)
-        rep.fast = [(c.prog.replay_fn(c.bufs) if c.kind == "kernel" and hasattr(c.prog, "replay_fn") else None, c.bufs)
-                    for c in capture.calls]
+        rep.fast = [
+            (
+                c.prog.replay_fn(c.bufs) if c.kind == "kernel" and hasattr(c.prog, "replay_fn") else None,
+                c.bufs,
+            )
+            for c in capture.calls
+        ]
         self.replays[key] = rep
         if config.DEBUG >= 1:
             print(f"[jit] captured {len(capture.calls)} launches for {getattr(self.fn, '__name__', 'fn')}; "
@@ -154,9 +161,9 @@ def _share_memory(calls: list[CapturedCall]) -> int:
 
     A buffer is an intermediate when a kernel of the capture writes it before anything reads it
     (host data frozen into the capture is read first) and nothing but the capture refers to it
-    (not an input, a parameter, optimizer state, a returned tensor or a host step's view). Its lifetime is the span
-    of calls that use it; buffers of one device and byte size whose spans are disjoint are mapped
-    onto one. Returns the bytes saved (the replaced buffers are freed)."""
+    (not an input, a parameter, optimizer state, a returned tensor or a host step's view). Its lifetime is
+    the span of calls that use it; buffers of one device and byte size whose spans are disjoint are
+    mapped onto one. Returns the bytes saved (the replaced buffers are freed)."""
     gc.collect()   # lazy buffers that died in reference cycles must not count as users
     span, by_id, count, written_first = _usage(calls)
     copies = {id(x) for call in calls if call.kind != "kernel" for x in call.bufs}
@@ -183,7 +190,9 @@ def _share_memory(calls: list[CapturedCall]) -> int:
     return saved
 
 
-def _usage(calls: list[CapturedCall]) -> tuple[dict[int, list[int]], dict[int, Buffer], dict[int, int], set[int]]:
+def _usage(
+    calls: list[CapturedCall],
+) -> tuple[dict[int, list[int]], dict[int, Buffer], dict[int, int], set[int]]:
     """Per buffer (by id): the first and last call using it, the buffer, how many times the calls
     list it, and whether a kernel writes it before anything reads it."""
     span: dict[int, list[int]] = {}

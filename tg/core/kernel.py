@@ -7,8 +7,9 @@ one STORE root. Buffer 0 is the output; LOAD index i >= 1 reads the kernel's i-t
     >>> from tg.core.shape import ShapeTracker
     >>> st = ShapeTracker.from_shape((4,))
     >>> x = KOp(AstOps.LOAD, (), (1, st), dtypes.float32)
-    >>> k = Kernel(KOp(AstOps.STORE, (KOp(BinaryOps.ADD, (x, x), None, dtypes.float32),), (0, st), dtypes.float32),
-    ...            [dtypes.float32, dtypes.float32], [4, 4])
+    >>> add = KOp(BinaryOps.ADD, (x, x), None, dtypes.float32)
+    >>> store = KOp(AstOps.STORE, (add,), (0, st), dtypes.float32)
+    >>> k = Kernel(store, [dtypes.float32, dtypes.float32], [4, 4])
     >>> k.name, k.full_shape
     ('E_4', (4,))
 """
@@ -75,7 +76,9 @@ class Kernel:
 
     @cached_property
     def full_shape(self) -> tuple[int, ...]:
-        shapes = [n.arg[1].shape for n in self.ast.walk() if n.op in (AstOps.LOAD, BufferOps.CONST, AstOps.STORE)]
+        shapes = [
+            n.arg[1].shape for n in self.ast.walk() if n.op in (AstOps.LOAD, BufferOps.CONST, AstOps.STORE)
+        ]
         return tuple(max(dims) for dims in zip(*shapes)) if shapes and shapes[0] else ()
 
 

@@ -113,7 +113,9 @@ class LazyBuffer:
         n = prod(self.shape)
         if split and prod(shape) == 1 and n >= SPLIT_MIN_SIZE:
             # A full reduction has no output loop to spread over cores: reduce chunks, then the partials.
-            chunks = next((f for f in (1024, 512, 256, 128, 64, 32, 16) if n % f == 0 and n // f >= 256), None)
+            chunks = next(
+                (f for f in (1024, 512, 256, 128, 64, 32, 16) if n % f == 0 and n // f >= 256), None
+            )
             if chunks is not None:
                 partial = self.reshape((chunks, n // chunks)).r(op, (1,), split=False)
                 return partial.r(op, (0,), split=False).reshape(shape)
@@ -136,7 +138,9 @@ class LazyBuffer:
             # in cache, and the slices run in parallel), then sum the partials.
             partial = self.r(op, tuple(a for a in axes if a != big[0]), split=False)
             return partial.r(op, (big[0],), split=False)
-        return LazyBuffer(self.device, ShapeTracker.from_shape(shape), self.dtype, op, (self,), tuple(sorted(axes)))
+        return LazyBuffer(
+            self.device, ShapeTracker.from_shape(shape), self.dtype, op, (self,), tuple(sorted(axes))
+        )
 
     def copy_to_device(self, device: str) -> LazyBuffer:
         if device == self.device:

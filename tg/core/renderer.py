@@ -159,34 +159,82 @@ _BF16_HELPERS = (
 )
 
 DIALECTS: dict[str, Dialect] = {
-    "c": Dialect("c", "void ", "", "restrict ", "#include <math.h>\n" + _BF16_HELPERS, None, _C_TYPES,
-                 func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS}, vec=C_VECTORS),
+    "c": Dialect(
+        "c",
+        "void ",
+        "",
+        "restrict ",
+        "#include <math.h>\n" + _BF16_HELPERS,
+        None,
+        _C_TYPES,
+        func32={f: f + "f" for f in FLOAT_FUNCS},
+        func64={f: f for f in FLOAT_FUNCS},
+        vec=C_VECTORS,
+    ),
     "opencl": Dialect(
-        "opencl", "__kernel void ", "__global ", "", "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
-        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n" + _BF16_HELPERS.replace("static inline", "inline")
-        .replace("unsigned short", "ushort").replace("unsigned int", "uint"),
-        "get_global_id(0)", {**_C_TYPES, "bool": "uchar", "int8": "char", "uint8": "uchar", "uint16": "ushort",
-                             "int64": "long", "uint64": "ulong", "uint32": "uint", "float16": "half",
-                             "bfloat16": "ushort"},
-        bool_type="bool", func32={f: f for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
-        half_round="((float)convert_half({0}))", half_value="convert_half({0})", bitcast="as_{dst_word}({0})",
-        vec=OPENCL_VECTORS, group_id="get_group_id(0)", local_id="get_local_id(0)", local_memory="__local ",
-        barrier="barrier(CLK_LOCAL_MEM_FENCE);"),
+        "opencl",
+        "__kernel void ",
+        "__global ",
+        "",
+        "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
+        "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+        + _BF16_HELPERS.replace("static inline", "inline")
+        .replace("unsigned short", "ushort")
+        .replace("unsigned int", "uint"),
+        "get_global_id(0)",
+        {
+            **_C_TYPES,
+            "bool": "uchar",
+            "int8": "char",
+            "uint8": "uchar",
+            "uint16": "ushort",
+            "int64": "long",
+            "uint64": "ulong",
+            "uint32": "uint",
+            "float16": "half",
+            "bfloat16": "ushort",
+        },
+        bool_type="bool",
+        func32={f: f for f in FLOAT_FUNCS},
+        func64={f: f for f in FLOAT_FUNCS},
+        half_round="((float)convert_half({0}))",
+        half_value="convert_half({0})",
+        bitcast="as_{dst_word}({0})",
+        vec=OPENCL_VECTORS,
+        group_id="get_group_id(0)",
+        local_id="get_local_id(0)",
+        local_memory="__local ",
+        barrier="barrier(CLK_LOCAL_MEM_FENCE);",
+    ),
     "cuda": Dialect(
-        "cuda", 'extern "C" __global__ void ', "", "__restrict__ ",
+        "cuda",
+        'extern "C" __global__ void ',
+        "",
+        "__restrict__ ",
         # no headers (NVRTC has none of the toolkit's): half is its bits, converted by PTX instructions
         "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
-        "__device__ inline float tg_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : "
-        "\"h\"(h)); return f; }\n"
-        "__device__ inline unsigned short tg_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : "
-        "\"=h\"(h) : \"f\"(f)); return h; }\n"
-        "template <typename D, typename S> __device__ inline D tg_bitcast(S s) { union { S s; D d; } u; u.s = s; "
+        '__device__ inline float tg_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : '
+        '"h"(h)); return f; }\n'
+        '__device__ inline unsigned short tg_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : '
+        '"=h"(h) : "f"(f)); return h; }\n'
+        "template <typename D, typename S> __device__ inline D tg_bitcast(S s) { union { S s; D d; } u; "
+        "u.s = s; "
         "return u.d; }\n" + _BF16_HELPERS.replace("static inline", "__device__ inline"),
-        "(blockIdx.x*blockDim.x+threadIdx.x)", {**_C_TYPES, "float16": "unsigned short"}, bool_type="bool",
-        func32={f: f + "f" for f in FLOAT_FUNCS}, func64={f: f for f in FLOAT_FUNCS},
-        half_load="tg_h2f({0})", half_store="tg_f2h({0})", half_round="tg_h2f(tg_f2h({0}))",
-        half_value="tg_f2h({0})", bitcast="tg_bitcast<{dst}, {src}>({0})", group_id="blockIdx.x",
-        local_id="threadIdx.x", local_memory="__shared__ ", barrier="__syncthreads();"),
+        "(blockIdx.x*blockDim.x+threadIdx.x)",
+        {**_C_TYPES, "float16": "unsigned short"},
+        bool_type="bool",
+        func32={f: f + "f" for f in FLOAT_FUNCS},
+        func64={f: f for f in FLOAT_FUNCS},
+        half_load="tg_h2f({0})",
+        half_store="tg_f2h({0})",
+        half_round="tg_h2f(tg_f2h({0}))",
+        half_value="tg_f2h({0})",
+        bitcast="tg_bitcast<{dst}, {src}>({0})",
+        group_id="blockIdx.x",
+        local_id="threadIdx.x",
+        local_memory="__shared__ ",
+        barrier="__syncthreads();",
+    ),
 }
 
 
@@ -197,8 +245,13 @@ def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_siz
     at most group_size items."""
     vec = dialect.vec
     width = (vec.bytes or cpu_vector_bytes) if vec is not None else 0
-    return linearize(kernel, vector_width_bytes=width or 16, use_lanes=width > 0, gpu=dialect.global_id is not None,
-                     group_size=group_size)
+    return linearize(
+        kernel,
+        vector_width_bytes=width or 16,
+        use_lanes=width > 0,
+        gpu=dialect.global_id is not None,
+        group_size=group_size,
+    )
 
 
 def _lit(value, dtype: DType, d: Dialect) -> str:
@@ -282,7 +335,9 @@ class CStyleRenderer:
                         stream_depth = indent
                     elif lin.work >= self.parallel_threshold:
                         body.append(f"{pad}#pragma omp parallel for{collapse}{threads}{cond}")
-                body.append(f"{pad}for ({self.idx_type(lin)} {var.name} = 0; {var.name} < {count}; {var.name}++) {{")
+                body.append(
+                    f"{pad}for ({self.idx_type(lin)} {var.name} = 0; {var.name} < {count}; {var.name}++) {{"
+                )
                 indent += 1
             elif op is UOps.ENDLOOP:
                 indent -= 1
@@ -381,8 +436,12 @@ class CStyleRenderer:
             assert u.dtype is not None
             lanes = [self.lane(src, i) for i in range(self.lanes)]   # bool lanes read as 0/1
             while len(lanes) > 1:
-                lanes = [self.scalar_expr(RENDER_TEMPLATES[u.arg], u.dtype, u.dtype, [lanes[i], lanes[i + 1]], None)
-                         for i in range(0, len(lanes) - 1, 2)] + ([lanes[-1]] if len(lanes) % 2 else [])
+                lanes = [
+                    self.scalar_expr(
+                        RENDER_TEMPLATES[u.arg], u.dtype, u.dtype, [lanes[i], lanes[i + 1]], None
+                    )
+                    for i in range(0, len(lanes) - 1, 2)
+                ] + ([lanes[-1]] if len(lanes) % 2 else [])
             return self.decl(u, lanes[0])
         if op is UOps.STORE:
             return self.store(u)
@@ -395,8 +454,9 @@ class CStyleRenderer:
         assert u.dtype is not None
         t, lid = self.ctype(u.dtype) if u.dtype != dtypes.bool else self.d.types["int32"], local.name
         mem = self.new_name(u, "part")
-        combine = self.scalar_expr(RENDER_TEMPLATES[red_op], u.dtype, u.dtype, [f"{mem}[{lid}]", f"{mem}[{lid}+s]"],
-                                   None)
+        combine = self.scalar_expr(
+            RENDER_TEMPLATES[red_op], u.dtype, u.dtype, [f"{mem}[{lid}]", f"{mem}[{lid}+s]"], None
+        )
         return [f"{self.d.local_memory}{t} {mem}[{size}];",
                 f"{mem}[{lid}] = {self.ref(u.src[0])};",
                 self.d.barrier,
@@ -545,7 +605,14 @@ class CStyleRenderer:
             return f"(1.0f/{r[0]})"
         if op.name in self.v.math and src_dtype == dtypes.float32 and srcs[0].vec:
             return f"{self.v.math[op.name]}({r[0]})"
-        basic = {BinaryOps.ADD, BinaryOps.MUL, UnaryOps.NEG, TernaryOps.MULACC, BinaryOps.CMPLT, BinaryOps.CMPNE}
+        basic = {
+            BinaryOps.ADD,
+            BinaryOps.MUL,
+            UnaryOps.NEG,
+            TernaryOps.MULACC,
+            BinaryOps.CMPLT,
+            BinaryOps.CMPNE,
+        }
         if src_dtype.is_int:
             basic |= {BinaryOps.AND, BinaryOps.OR, BinaryOps.XOR, BinaryOps.SHL, BinaryOps.SHR}
         if op in basic:

@@ -246,7 +246,9 @@ class _KernelBuilder:
             self.reads_own_target_elsewhere = self._reads_target_elsewhere(value, store_st)
         root = KOp(AstOps.STORE, (value,), (0, store_st), self.target.dtype)
         bufs = [self.target, *self.inputs]
-        return Kernel(root, [b.dtype for b in bufs], [prod(b.shape) for b in bufs], out.op is BufferOps.ASSIGN)
+        return Kernel(
+            root, [b.dtype for b in bufs], [prod(b.shape) for b in bufs], out.op is BufferOps.ASSIGN
+        )
 
 
 def _carried_reduce(b: LazyBuffer, store: set[int]) -> LazyBuffer | None:

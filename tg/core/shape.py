@@ -94,7 +94,9 @@ class View:
         offset = self.offset + sum(lo * st for (lo, _), st in zip(arg, self.strides))
         mask = None
         if self.mask:
-            mask = tuple((max(0, mlo - lo), min(hi - lo, mhi - lo)) for (mlo, mhi), (lo, hi) in zip(self.mask, arg))
+            mask = tuple(
+                (max(0, mlo - lo), min(hi - lo, mhi - lo)) for (mlo, mhi), (lo, hi) in zip(self.mask, arg)
+            )
             mask = tuple((lo, max(lo, hi)) for lo, hi in mask)
         return View.create(tuple(hi - lo for lo, hi in arg), self.strides, offset, mask)
 
@@ -103,7 +105,9 @@ class View:
         strides = tuple(-st if f else st for st, f in zip(self.strides, axes))
         mask = None
         if self.mask:
-            mask = tuple((s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, axes))
+            mask = tuple(
+                (s - hi, s - lo) if f else (lo, hi) for (lo, hi), s, f in zip(self.mask, self.shape, axes)
+            )
         return View.create(self.shape, strides, offset, mask)
 
     def reshape(self, new_shape: Shape) -> View | None:

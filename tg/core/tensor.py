@@ -279,7 +279,9 @@ class Tensor:
         """
         value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
         if value.shape != self.shape:
-            raise ValueError(f"[core] assign: value of shape {value.shape} into a tensor of shape {self.shape}")
+            raise ValueError(
+                f"[core] assign: value of shape {value.shape} into a tensor of shape {self.shape}"
+            )
         if value.device != self.device:
             raise ValueError(f"[core] assign: value on {value.device} into a tensor on {self.device}")
         if value.dtype != self.dtype:
@@ -417,7 +419,11 @@ class Tensor:
         if step == 0:
             raise ValueError("[core] arange: step must be non-zero")
         is_float = any(isinstance(v, float) for v in (start, stop, step))
-        dt = dtypes.from_any(dtype) if dtype is not None else (dtypes.default_float if is_float else dtypes.default_int)
+        dt = (
+            dtypes.from_any(dtype)
+            if dtype is not None
+            else (dtypes.default_float if is_float else dtypes.default_int)
+        )
         n = max(math.ceil((stop - start) / step), 0)
         # the index vector is host data, like any tensor made from numbers
         index: np.ndarray = np.arange(n, dtype=np.float64 if is_float else np.int64)
@@ -511,8 +517,14 @@ class Tensor:
             >>> x.shape, bool(((x >= -2) & (x < 2)).all())
             ((2, 3), True)
         """
-        return (Tensor.rand(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * (high - low) + low) \
-            .detach().requires_grad_(kw.get("requires_grad"))
+        return (
+            (
+                Tensor.rand(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * (high - low)
+                + low
+            )
+            .detach()
+            .requires_grad_(kw.get("requires_grad"))
+        )
 
     @staticmethod
     def normal(*shape: Any, mean: float = 0.0, std: float = 1.0, **kw: Any) -> Tensor:
@@ -627,18 +639,25 @@ class Tensor:
         """
         if not targets:
             raise ValueError("[autograd] gradient() needs at least one target tensor; got none")
-        found = dict(autograd.backprop(self, self._root_gradient(gradient, "gradient"), {id(t) for t in targets},
-                                       retain_graph))
+        found = dict(
+            autograd.backprop(
+                self, self._root_gradient(gradient, "gradient"), {id(t) for t in targets}, retain_graph
+            )
+        )
         return [Tensor(found[t], device=t.device) if t in found else None for t in targets]
 
     def _root_gradient(self, gradient: Tensor | None, caller: str) -> LazyBuffer:
         if gradient is None:
             if self.numel() != 1:
-                raise ValueError(f"[autograd] {caller}() without a gradient needs a scalar, got shape {self.shape}; "
-                                 f"pass gradient= of the same shape")
+                raise ValueError(
+                    f"[autograd] {caller}() without a gradient needs a scalar, got shape {self.shape}; "
+                    f"pass gradient= of the same shape"
+                )
             gradient = Tensor.ones(*self.shape, dtype=self.dtype, device=self.device)
         if gradient.shape != self.shape:
-            raise ValueError(f"[autograd] gradient shape {gradient.shape} does not match tensor shape {self.shape}")
+            raise ValueError(
+                f"[autograd] gradient shape {gradient.shape} does not match tensor shape {self.shape}"
+            )
         if self._ctx is None and not self.requires_grad:
             raise RuntimeError("[autograd] this tensor does not require grad and has no graph; "
                                "set requires_grad=True on the leaves")
@@ -699,10 +718,14 @@ class Tensor:
         if isinstance(y, Tensor):
             return y
         if isinstance(y, (bool, int, float)):
-            return Tensor(LazyBuffer.const(y, scalar_result_type(self.dtype, y), self.device, ()), device=self.device)
+            return Tensor(
+                LazyBuffer.const(y, scalar_result_type(self.dtype, y), self.device, ()), device=self.device
+            )
         return Tensor(y, device=self.device)
 
-    def _broadcasted(self, y: Any, reverse: bool = False, out_dtype: DType | None = None) -> tuple[Tensor, Tensor]:
+    def _broadcasted(
+        self, y: Any, reverse: bool = False, out_dtype: DType | None = None
+    ) -> tuple[Tensor, Tensor]:
         x: Tensor = self
         if isinstance(y, Tensor):
             if y.device != x.device:
@@ -744,7 +767,9 @@ class Tensor:
         known = prod(s for s in new if s != -1)
         if -1 in new:
             if known == 0 or self.numel() % known:
-                raise ValueError(f"[core] reshape: cannot reshape {self.shape} ({self.numel()} elements) into {new}")
+                raise ValueError(
+                    f"[core] reshape: cannot reshape {self.shape} ({self.numel()} elements) into {new}"
+                )
             new = tuple(self.numel() // known if s == -1 else s for s in new)
         if any(not isinstance(s, (int, np.integer)) or s < 0 for s in new):
             raise ValueError(f"[core] reshape: sizes must be non-negative ints, got {new}")
@@ -825,8 +850,9 @@ class Tensor:
         else:
             flat = list(padding)
             if len(flat) % 2 or len(flat) // 2 > self.ndim:
-                raise ValueError(f"[core] pad: expected an even number of sizes for at most {self.ndim} dims, "
-                                 f"got {flat}")
+                raise ValueError(
+                    f"[core] pad: expected an even number of sizes for at most {self.ndim} dims, got {flat}"
+                )
             pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
             arg = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
         if all(p == (0, 0) for p in arg):
@@ -946,7 +972,9 @@ class Tensor:
         tensors = [self, *others]
         d = self._axis(dim)
         for t in tensors:
-            if t.ndim != self.ndim or any(a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d):
+            if t.ndim != self.ndim or any(
+                a != b for i, (a, b) in enumerate(zip(t.shape, self.shape)) if i != d
+            ):
                 raise ValueError(f"[core] cat: shapes {[t.shape for t in tensors]} differ outside dim {d}")
         dt = tensors[0].dtype
         for t in tensors[1:]:
@@ -1039,7 +1067,9 @@ class Tensor:
             raise ValueError(f"[core] gather: index has {index.ndim} dims, input has {self.ndim}")
         for i, (a, b) in enumerate(zip(index.shape, self.shape)):
             if i != d and a > b:
-                raise ValueError(f"[core] gather: index shape {index.shape} exceeds input {self.shape} at dim {i}")
+                raise ValueError(
+                    f"[core] gather: index shape {index.shape} exceeds input {self.shape} at dim {i}"
+                )
         indexing.check_bounds(index, self.shape[d])
         x = self._shrink(tuple((0, index.shape[i]) if i != d else (0, s) for i, s in enumerate(self.shape)))
         n = self.shape[d]
@@ -1350,7 +1380,9 @@ class Tensor:
     def _bitwise(self, op: Any, y: Any, reverse: builtins.bool = False) -> Tensor:
         a, b = self._broadcasted(y, reverse)
         if a.dtype.is_float:
-            raise TypeError(f"[core] bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype.name}")
+            raise TypeError(
+                f"[core] bitwise {op.name.lower()} needs integer or bool tensors, got {a.dtype.name}"
+            )
         return a._nograd_op(op, b)
 
     def __and__(self, y: Any) -> Tensor: return self._bitwise(BinaryOps.AND, y)
@@ -1375,7 +1407,9 @@ class Tensor:
             >>> Tensor([0, 3]).logical_not().tolist()
             [True, False]
         """
-        return self.bool()._nograd_op(BinaryOps.CMPNE, Tensor(True, device=self.device)._broadcast_to(self.shape))
+        return self.bool()._nograd_op(
+            BinaryOps.CMPNE, Tensor(True, device=self.device)._broadcast_to(self.shape)
+        )
 
     def logical_and(self, y: Any) -> Tensor:
         """Elementwise AND of the truth values (nonzero is True), broadcasting, as a bool tensor.
@@ -1616,7 +1650,9 @@ class Tensor:
         # Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), built from primitives so it differentiates
         x = self._float_like()
         t = 1.0 / (1.0 + 0.3275911 * x.abs())
-        poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+        poly = t * (
+            0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+        )
         return x.sign() * (1.0 - poly * (-(x * x)).exp())
 
     def gelu(self, approximate: str = "none") -> Tensor:
@@ -1900,7 +1936,9 @@ class Tensor:
             return out.cast(self.dtype)
         return out.round().cast(dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
 
-    def _arg_extreme(self, axis: builtins.int | None, keepdim: builtins.bool, largest: builtins.bool) -> Tensor:
+    def _arg_extreme(
+        self, axis: builtins.int | None, keepdim: builtins.bool, largest: builtins.bool
+    ) -> Tensor:
         if axis is None:
             return self.flatten()._arg_extreme(0, False, largest) if not keepdim else \
                 self.flatten()._arg_extreme(0, False, largest).reshape((1,) * self.ndim)
@@ -2048,7 +2086,9 @@ class Tensor:
         try:
             broadcast_shape(x.shape[:-2], w.shape[:-2])
         except ValueError:
-            raise ValueError(f"[core] matmul: batch dims of {x.shape} and {w.shape} cannot broadcast") from None
+            raise ValueError(
+                f"[core] matmul: batch dims of {x.shape} and {w.shape} cannot broadcast"
+            ) from None
         dt = promote_types(x.dtype, w.dtype)
         x, w = x.cast(dt), w.cast(dt)
         if w.ndim == 2 and x.ndim > 2:
@@ -2080,8 +2120,10 @@ class Tensor:
         """
         if weight.ndim != 2 or self.ndim == 0 or self.shape[-1] != weight.shape[1]:
             in_features = self.shape[-1] if self.ndim else "?"
-            raise ValueError(f"[core] linear: input {self.shape} needs a weight of shape (out, {in_features}), "
-                             f"got {weight.shape}")
+            raise ValueError(
+                f"[core] linear: input {self.shape} needs a weight of shape (out, {in_features}), "
+                f"got {weight.shape}"
+            )
         out = self.matmul(weight.T)
         return out + bias if bias is not None else out
 
@@ -2103,8 +2145,14 @@ class Tensor:
             x = x.pad(((0, 0),) * n + tuple((0, max(0, o * s - i)) for i, o, s in zip(spatial, outs, stride)))
             x = x.shrink(tuple((0, t) for t in lead) + tuple((0, o * s) for o, s in zip(outs, stride)))
             x = x.reshape(lead + tuple(v for o, s in zip(outs, stride) for v in (o, s)))
-            x = x.shrink(tuple((0, t) for t in lead) + tuple(v for o, k in zip(outs, kernel) for v in ((0, o), (0, k))))
-            order = tuple(range(n)) + tuple(n + 2 * i for i in range(nsp)) + tuple(n + 2 * i + 1 for i in range(nsp))
+            x = x.shrink(
+                tuple((0, t) for t in lead) + tuple(v for o, k in zip(outs, kernel) for v in ((0, o), (0, k)))
+            )
+            order = (
+                tuple(range(n))
+                + tuple(n + 2 * i for i in range(nsp))
+                + tuple(n + 2 * i + 1 for i in range(nsp))
+            )
             return x.permute(order)
         if POOL_BY_STACK:
             # Overlapping windows as a stack of k shifted, strided views: the gradient is then a sum
@@ -2140,7 +2188,9 @@ class Tensor:
         x = x.reshape(lead + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
         x = x.shrink(keep + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))))
         x = x.reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
-        order = tuple(range(n)) + tuple(n + 2 * i + 1 for i in range(nsp)) + tuple(n + 2 * i for i in range(nsp))
+        order = (
+            tuple(range(n)) + tuple(n + 2 * i + 1 for i in range(nsp)) + tuple(n + 2 * i for i in range(nsp))
+        )
         return x.permute(order)
 
     def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
@@ -2156,12 +2206,16 @@ class Tensor:
             (1, 4, 3, 3)
         """
         if self.ndim != 4 or weight.ndim != 4:
-            raise ValueError(f"[core] conv2d: expected 4-d input and weight, got {self.shape} and {weight.shape}")
+            raise ValueError(
+                f"[core] conv2d: expected 4-d input and weight, got {self.shape} and {weight.shape}"
+            )
         n, cin, _, _ = self.shape
         cout, cin_g, kh, kw = weight.shape
         if cin % groups or cout % groups or cin_g * groups != cin:
-            raise ValueError(f"[core] conv2d: input has {cin} channels, weight expects {cin_g}*groups({groups}) "
-                             f"and {cout} outputs must divide by groups")
+            raise ValueError(
+                f"[core] conv2d: input has {cin} channels, weight expects {cin_g}*groups({groups}) "
+                f"and {cout} outputs must divide by groups"
+            )
         st, dl = _pair(stride), _pair(dilation)
         if isinstance(padding, str):
             raise ValueError("[core] conv2d: string padding is not supported; give ints")
@@ -2176,7 +2230,9 @@ class Tensor:
         out = out.reshape(n, cout, oh, ow)
         return out + bias.reshape(1, cout, 1, 1) if bias is not None else out
 
-    def max_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1) -> Tensor:
+    def max_pool2d(
+        self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1
+    ) -> Tensor:
         """The max over kernel_size windows of the last two dims (torch F.max_pool2d): stride defaults to
         the kernel size, and padding adds -inf.
 
@@ -2186,7 +2242,11 @@ class Tensor:
         k = _pair(kernel_size)
         st = _pair(stride) if stride is not None else k
         ph, pw = _pair(padding)
-        x = self.pad(((0, 0),) * (self.ndim - 2) + ((ph, ph), (pw, pw)), value=float("-inf")) if ph or pw else self
+        x = (
+            self.pad(((0, 0),) * (self.ndim - 2) + ((ph, ph), (pw, pw)), value=float("-inf"))
+            if ph or pw
+            else self
+        )
         return x._pool(k, st, _pair(dilation)).max((-2, -1))
 
     def avg_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0,

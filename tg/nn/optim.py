@@ -115,7 +115,9 @@ class Optimizer:
 
     def apply_single(self, p: Tensor, g: Tensor, state: dict[str, Tensor]) -> Tensor:
         """The new value of `p` given its gradient `g` (lazy); assigns new state values in place."""
-        raise NotImplementedError(f"{type(self).__name__} must define apply_single (the per-parameter update)")
+        raise NotImplementedError(
+            f"{type(self).__name__} must define apply_single (the per-parameter update)"
+        )
 
     def step(self) -> None:
         """Update every parameter that has a `.grad`, in one schedule (no host sync).
@@ -328,7 +330,9 @@ class LRScheduler:
         self._last_lr = self._apply()
 
     def lr_at(self, step: int) -> float:
-        raise NotImplementedError(f"{type(self).__name__} must define lr_at(step), the learning rate at a step")
+        raise NotImplementedError(
+            f"{type(self).__name__} must define lr_at(step), the learning rate at a step"
+        )
 
     def _apply(self) -> float:
         lr = float(self.lr_at(self.last_epoch))

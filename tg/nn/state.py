@@ -49,8 +49,18 @@ from tg.core.realize import from_numpy
 from tg.core.shape import prod
 from tg.core.tensor import Tensor
 
-__all__ = ["get_parameters", "write_atomic", "get_state_dict", "load_state_dict", "LoadResult", "StateDictError",
-           "safe_save", "safe_load", "safe_load_metadata", "SafetensorsError"]
+__all__ = [
+    "get_parameters",
+    "write_atomic",
+    "get_state_dict",
+    "load_state_dict",
+    "LoadResult",
+    "StateDictError",
+    "safe_save",
+    "safe_load",
+    "safe_load_metadata",
+    "SafetensorsError",
+]
 
 # ---------------------------------------------------------------- finding tensors
 

@@ -76,14 +76,18 @@ def _coef(idx: Node, v: Var) -> int | None:
 class Dims:
     """The kernel's shape after merging and reordering, with the chosen optimisations."""
 
-    def __init__(self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool, group_size: int = 256):
+    def __init__(
+        self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool, group_size: int = 256
+    ):
         ast = kernel.ast
         self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
         full = kernel.full_shape
         ast = map_sts(ast, lambda st: st.expand(full) if st.shape != full else st)
         reduce_axes = set(self.reduce_node.arg) if self.reduce_node is not None else set()
         ast, shape, is_reduce = self._merge(ast, full, reduce_axes)
-        order = [d for d in range(len(shape)) if not is_reduce[d]] + [d for d in range(len(shape)) if is_reduce[d]]
+        order = [d for d in range(len(shape)) if not is_reduce[d]] + [
+            d for d in range(len(shape)) if is_reduce[d]
+        ]
         if order != list(range(len(shape))):
             ast = map_sts(ast, lambda st: st.permute(tuple(order)))
             shape = tuple(shape[d] for d in order)
@@ -102,7 +106,9 @@ class Dims:
 
     # ---- analysis helpers
     def sts(self) -> list[tuple[KOp, ShapeTracker]]:
-        return [(n, n.arg[1]) for n in self.ast.walk() if n.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST)]
+        return [
+            (n, n.arg[1]) for n in self.ast.walk() if n.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST)
+        ]
 
     @staticmethod
     def _merge(ast: KOp, shape: tuple[int, ...], reduce_axes: set[int]):
@@ -225,8 +231,9 @@ class Dims:
         if not contiguous and outputs >= GROUP_MAX_OUTPUTS // 16:
             return False
         per_item = dims[d].size // dims[d].lanes
-        size = next((g for g in (self.max_group >> i for i in range(5)) if per_item % g == 0 and per_item >= 2 * g),
-                    0)
+        size = next(
+            (g for g in (self.max_group >> i for i in range(5)) if per_item % g == 0 and per_item >= 2 * g), 0
+        )
         if size < 16:
             return False
         dims[d].group = size
@@ -268,7 +275,9 @@ class Dims:
             reused = [id(n) for n, c, _ in self._coefs(d, True) if c == 0 and n.op is AstOps.LOAD]
             if not reused or set(reused) <= tiled_for:
                 continue
-            dims[d].upcast = next((up for up in ((4, 2) if lane_reduce else (8, 4, 2)) if dims[d].size % up == 0), 1)
+            dims[d].upcast = next(
+                (up for up in ((4, 2) if lane_reduce else (8, 4, 2)) if dims[d].size % up == 0), 1
+            )
             if dims[d].upcast == 1:
                 continue
             tiled_for |= set(reused)
@@ -392,7 +401,9 @@ class Lowerer:
         red_dims = [d for d, dim in enumerate(dims.dims) if dim.reduce]
         loop_vars = self._output_indices(out_dims)
         out_combos = list(itertools.product(*[range(dims.dims[d].upcast) for d in out_dims]))
-        acc_of = self._reduce(out_dims, red_dims, out_combos, loop_vars) if dims.reduce_node is not None else {}
+        acc_of = (
+            self._reduce(out_dims, red_dims, out_combos, loop_vars) if dims.reduce_node is not None else {}
+        )
         self._store(out_dims, red_dims, out_combos, loop_vars, acc_of)
         if not self.gpu:
             for d in dims.loop_order:
@@ -527,7 +538,10 @@ def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = Tr
     flops = 0
     red_src = set(id(n) for n in dims.reduce_node.src[0].walk()) if dims.reduce_node else set()
     for n in dims.ast.walk():
-        if isinstance(n.op, (UnaryOps, BinaryOps, TernaryOps)) and n.op not in (UnaryOps.CAST, UnaryOps.BITCAST):
+        if isinstance(n.op, (UnaryOps, BinaryOps, TernaryOps)) and n.op not in (
+            UnaryOps.CAST,
+            UnaryOps.BITCAST,
+        ):
             flops += full if id(n) in red_src else out_size
         elif isinstance(n.op, ReduceOps):
             flops += full
@@ -551,7 +565,10 @@ def _streaming_ok(lin: Linearized, dims: Dims, kernel: Kernel) -> bool:
     # 16 lanes are chosen only where the CPU has AVX-512, so _mm512_stream_ps exists
     if dims.reduce_node is not None or lin.lanes != 16 or kernel.assign:
         return False
-    if kernel.buf_sizes[0] * kernel.buf_dtypes[0].itemsize < STREAM_MIN_BYTES or kernel.buf_dtypes[0] != dtypes.float32:
+    if (
+        kernel.buf_sizes[0] * kernel.buf_dtypes[0].itemsize < STREAM_MIN_BYTES
+        or kernel.buf_dtypes[0] != dtypes.float32
+    ):
         return False
     stores = [u for u in lin.uops if u.op is UOps.STORE]
     for u in stores:

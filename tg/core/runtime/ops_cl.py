@@ -93,7 +93,9 @@ class CLAllocator(CachingAllocator):
         """Host memory the driver allocated and mapped (CL_MEM_ALLOC_HOST_PTR): pinned on GPU drivers,
         so copies to and from the device run by DMA."""
         cl = _cl()
-        memory = cl.Buffer(self.dev.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 1))
+        memory = cl.Buffer(
+            self.dev.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.ALLOC_HOST_PTR, max(nbytes, 1)
+        )
         block, _ = cl.enqueue_map_buffer(self.dev.queue, memory, cl.map_flags.READ | cl.map_flags.WRITE, 0,
                                          (nbytes,), np.uint8, is_blocking=True)
         self.mapped.append(memory)      # staging blocks live as long as the device
@@ -165,10 +167,12 @@ def _split(cl: Any, dev: Any, parts: int) -> list[Any]:
     """dev as `parts` sub-devices with equal shares of its compute units (OpenCL device fission)."""
     units = dev.max_compute_units
     if units < parts or cl.device_partition_property.EQUALLY not in (dev.partition_properties or []):
-        raise RuntimeError(f"[cl] TG_CL_SPLIT={parts}: {dev.name} ({dev.platform.name}) cannot be split into "
-                           f"{parts} sub-devices (it has {units} compute units"
-                           f"{'' if units < parts else ' and no equal partitioning'}; a process bound to some cores, "
-                           f"as mpiexec binds each rank, sees only those). Fix: a smaller TG_CL_SPLIT, or unset it")
+        raise RuntimeError(
+            f"[cl] TG_CL_SPLIT={parts}: {dev.name} ({dev.platform.name}) cannot be split into "
+            f"{parts} sub-devices (it has {units} compute units"
+            f"{'' if units < parts else ' and no equal partitioning'}; a process bound to some cores, "
+            f"as mpiexec binds each rank, sees only those). Fix: a smaller TG_CL_SPLIT, or unset it"
+        )
     return dev.create_sub_devices([cl.device_partition_property.EQUALLY, units // parts])[:parts]
 
 
@@ -180,8 +184,10 @@ def devices() -> tuple[Any, ...]:
     cl = _cl()
     found = [d for p in cl.get_platforms() for d in p.get_devices()]
     if not found:
-        raise RuntimeError('[cl] no OpenCL device found. Fix: pip install -e ".[cl]" (a CPU OpenCL driver), or '
-                           "install your GPU vendor's OpenCL driver")
+        raise RuntimeError(
+            '[cl] no OpenCL device found. Fix: pip install -e ".[cl]" (a CPU OpenCL driver), or '
+            "install your GPU vendor's OpenCL driver"
+        )
     gpus = [d for d in found if d.type & cl.device_type.GPU]
     failures, usable = [], []
     for dev in gpus or found:

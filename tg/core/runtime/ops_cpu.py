@@ -17,10 +17,13 @@ from tg.core.renderer import DIALECTS, CStyleRenderer
 @functools.cache
 def _cc_version(cc: str) -> str:
     try:
-        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split(
+            "\n"
+        )[0]
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise CompileError(f"[cpu] cannot run the C compiler {cc!r}: {e}. Install gcc or clang, "
-                           f"or point TG_CC at one.") from None
+        raise CompileError(
+            f"[cpu] cannot run the C compiler {cc!r}: {e}. Install gcc or clang, or point TG_CC at one."
+        ) from None
 
 
 @functools.cache
@@ -47,12 +50,16 @@ class ClangCompiler(Compiler):
         self.ident = f"{self.cc} {_cc_version(self.cc)} {' '.join(self.flags)}"
 
     def compile_to(self, src: str, out: Path) -> None:
-        proc = subprocess.run([self.cc, *self.flags, "-o", str(out)], input=src, capture_output=True, text=True)
+        proc = subprocess.run(
+            [self.cc, *self.flags, "-o", str(out)], input=src, capture_output=True, text=True
+        )
         if proc.returncode != 0:
             where = out.with_suffix(".c")
             where.write_text(src)
-            raise CompileError(f"[cpu] the C compiler failed on a generated kernel (source written to {where}):\n"
-                               f"{proc.stderr.strip()}")
+            raise CompileError(
+                f"[cpu] the C compiler failed on a generated kernel (source written to {where}):\n"
+                f"{proc.stderr.strip()}"
+            )
 
 
 class CPUProgram(Program):

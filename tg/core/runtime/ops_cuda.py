@@ -30,7 +30,9 @@ def _bindings() -> tuple[Any, Any]:
     try:
         from cuda.bindings import driver, nvrtc
     except ImportError:
-        raise ImportError('[cuda] the CUDA device needs cuda-python and NVRTC: pip install -e ".[cuda]"') from None
+        raise ImportError(
+            '[cuda] the CUDA device needs cuda-python and NVRTC: pip install -e ".[cuda]"'
+        ) from None
     return driver, nvrtc
 
 
@@ -58,9 +60,11 @@ class NVRTCCompiler(Compiler):
         supported = [int(a) for a in _check(nvrtc.nvrtcGetSupportedArchs(), "nvrtcGetSupportedArchs")]
         self.version: tuple[int, int] = tuple(_check(nvrtc.nvrtcVersion(), "nvrtcVersion"))  # type: ignore[assignment]
         if int(number.rstrip("af")) not in supported:
-            raise ValueError(f"[cuda] NVRTC {self.version[0]}.{self.version[1]} cannot build for {arch}; it "
-                             f"supports {', '.join(f'sm_{a}' for a in supported)}. Fix: TG_CUDA_ARCH, or the NVRTC "
-                             f"of another CUDA release (extras cuda12 / cuda13)")
+            raise ValueError(
+                f"[cuda] NVRTC {self.version[0]}.{self.version[1]} cannot build for {arch}; it "
+                f"supports {', '.join(f'sm_{a}' for a in supported)}. Fix: TG_CUDA_ARCH, or the NVRTC "
+                f"of another CUDA release (extras cuda12 / cuda13)"
+            )
         self.arch, self.cubin = arch, kind == "sm"
         self.suffix = ".cubin" if self.cubin else ".ptx"
         self.ident = f"nvrtc {self.version[0]}.{self.version[1]} {arch} {self.suffix[1:]}"
@@ -76,8 +80,10 @@ class NVRTCCompiler(Compiler):
                 size = _check(nvrtc.nvrtcGetProgramLogSize(prog), "nvrtcGetProgramLogSize")
                 log = b" " * size
                 nvrtc.nvrtcGetProgramLog(prog, log)
-                raise CompileError(f"[cuda] NVRTC failed on a generated kernel for {self.arch}:\n"
-                                   f"{log.decode(errors='replace').rstrip(chr(0)).strip()}\n--- source ---\n{src}")
+                raise CompileError(
+                    f"[cuda] NVRTC failed on a generated kernel for {self.arch}:\n"
+                    f"{log.decode(errors='replace').rstrip(chr(0)).strip()}\n--- source ---\n{src}"
+                )
             get_size, get = ((nvrtc.nvrtcGetCUBINSize, nvrtc.nvrtcGetCUBIN) if self.cubin else
                              (nvrtc.nvrtcGetPTXSize, nvrtc.nvrtcGetPTX))
             size = _check(get_size(prog), "nvrtcGetCUBINSize" if self.cubin else "nvrtcGetPTXSize")
@@ -97,8 +103,10 @@ def check_versions(driver: tuple[int, int], nvrtc: tuple[int, int], arch: str) -
     fix = (f'Fix: pip install -e ".[cuda{driver[0]}]" (NVRTC and cuda-python of CUDA {driver[0]}), or update '
            f"the NVIDIA driver")
     if driver[0] < nvrtc[0]:
-        raise RuntimeError(f"[cuda] the NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, older than NVRTC "
-                           f"{nvrtc[0]}.{nvrtc[1]}, whose binaries need a CUDA {nvrtc[0]} driver. {fix}")
+        raise RuntimeError(
+            f"[cuda] the NVIDIA driver supports CUDA {driver[0]}.{driver[1]}, older than NVRTC "
+            f"{nvrtc[0]}.{nvrtc[1]}, whose binaries need a CUDA {nvrtc[0]} driver. {fix}"
+        )
     if arch.startswith("compute_") and driver < nvrtc:
         raise RuntimeError(f"[cuda] PTX from NVRTC {nvrtc[0]}.{nvrtc[1]} ({arch}) is newer than the driver's "
                            f"CUDA {driver[0]}.{driver[1]} accepts. Fix: TG_CUDA_ARCH=sm_XY (a cubin, which "
@@ -113,9 +121,11 @@ def check_arch(arch: str, capability: tuple[int, int], gpu: str) -> None:
     digits = arch[3:].rstrip("af")
     major, minor = int(digits[:-1]), int(digits[-1])
     if major != capability[0] or minor > capability[1]:
-        raise ValueError(f"[cuda] TG_CUDA_ARCH={arch} cannot run on {gpu} (compute capability "
-                         f"{capability[0]}.{capability[1]}). Fix: TG_CUDA_ARCH=sm_{capability[0]}{capability[1]}, "
-                         f"or unset it")
+        raise ValueError(
+            f"[cuda] TG_CUDA_ARCH={arch} cannot run on {gpu} (compute capability "
+            f"{capability[0]}.{capability[1]}). Fix: TG_CUDA_ARCH=sm_{capability[0]}{capability[1]}, "
+            f"or unset it"
+        )
 
 
 class CUDAAllocator(CachingAllocator):
@@ -211,10 +221,12 @@ def gpu_count() -> int:
     try:
         _check(driver.cuInit(0), "cuInit")
         count = _check(driver.cuDeviceGetCount(), "cuDeviceGetCount")
-    except Exception as e:   # no libcuda at all raises the loader's own error
-        raise RuntimeError(f"[cuda] no CUDA driver or GPU found ({str(e).splitlines()[0][:160]}). Fix: run on a "
-                           f"machine with an NVIDIA GPU and driver, or use another device (TG_DEVICE=CPU or CL); "
-                           f"NVRTC compilation alone works anywhere") from None
+    except Exception as e:  # no libcuda at all raises the loader's own error
+        raise RuntimeError(
+            f"[cuda] no CUDA driver or GPU found ({str(e).splitlines()[0][:160]}). Fix: run on a "
+            f"machine with an NVIDIA GPU and driver, or use another device (TG_DEVICE=CPU or CL); "
+            f"NVRTC compilation alone works anywhere"
+        ) from None
     if count == 0:
         raise RuntimeError("[cuda] the CUDA driver sees no GPU. Fix: check nvidia-smi, or use TG_DEVICE=CPU")
     return int(count)

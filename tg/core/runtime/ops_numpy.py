@@ -121,7 +121,9 @@ class Interpreter:
         elif n.op is BufferOps.CONST:
             value, st = n.arg
             _, valid = self.view(st, None)
-            out = np.where(valid, np.array(value, dtype=compute_dtype(n.dtype)), np.zeros((), compute_dtype(n.dtype)))
+            out = np.where(
+                valid, np.array(value, dtype=compute_dtype(n.dtype)), np.zeros((), compute_dtype(n.dtype))
+            )
         elif isinstance(n.op, ReduceOps):
             src = self.eval(n.src[0], bufs, memo)
             out = REFERENCE[n.op](src, tuple(n.arg)) if src.size else \
@@ -135,7 +137,11 @@ class Interpreter:
             srcs = [self.eval(s, bufs, memo) for s in n.src]
             with np.errstate(all="ignore"):
                 out = REFERENCE[n.op](*srcs)
-            if n.dtype != dtypes.bool and n.dtype.np != out.dtype and n.dtype not in (dtypes.float16, dtypes.bfloat16):
+            if (
+                n.dtype != dtypes.bool
+                and n.dtype.np != out.dtype
+                and n.dtype not in (dtypes.float16, dtypes.bfloat16)
+            ):
                 out = out.astype(n.dtype.np)
         memo[id(n)] = out
         return out
