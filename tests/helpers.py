@@ -17,8 +17,8 @@ def assert_kernels(out: Tensor | tuple[Tensor, ...], n: int) -> None:
     assert got == n, f"expected {n} kernels, the schedule has {got}"
 
 
-def gradcheck(fn, *inputs, device: str | None = None, eps: float = 1e-6, atol: float = 1e-6, rtol: float = 1e-5,
-              seed: int = 0) -> None:
+def gradcheck(fn, *inputs, device: str | None = None, eps: float = 1e-6, atol: float = 1e-6,
+              rtol: float = 1e-5, seed: int = 0) -> None:
     """Check tg's gradients of fn(*tensors) against central finite differences, in float64.
 
     fn takes tg Tensors and returns one Tensor; inputs are numpy arrays (cast to float64). The
