@@ -258,7 +258,8 @@ def available(backend: str) -> str | None:
     return None
 
 
-def main() -> None:
+# Complexity: flag parsing and the run matrix (backends x worlds x devices), read top to bottom.
+def main() -> None:  # noqa: C901
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--ops", default="all_reduce", help="comma list, or 'all'")
     ap.add_argument("--worlds", default="2,4")

@@ -28,8 +28,10 @@ class Knob:
         try:
             return self.type(raw)
         except ValueError as e:
-            raise ValueError(f"[config] {self.name}={raw!r} is not a valid {self.type.__name__}: {e}. "
-                             f"Unset it or give a {self.type.__name__}.") from None
+            kind = self.type.__name__
+            article = "an" if kind[0] in "aeiou" else "a"
+            raise ValueError(f"[config] {self.name}={raw!r} is not a valid {kind}: {e}. "
+                             f"Unset it or give {article} {kind}.") from None
 
 
 def _device_name(raw: str) -> str:
@@ -41,56 +43,130 @@ def _cache_default() -> str:
     return os.path.join(base, "tg")
 
 
-KNOBS: dict[str, Knob] = {k.name: k for k in [
-    Knob("DEBUG", int, 0, "0 quiet; 1 kernel count and time per realize; 2 each kernel's name, shape, "
-                          "time, GFLOPS, GB/s; 3 the schedule; 4 the generated source"),
-    Knob("TG_DEVICE", _device_name, "", "default device: CPU | CL | CUDA | NUMPY | NULL, or one of several "
-                                        "(CL:1); empty picks CUDA when a GPU is usable, else CPU. Without an "
-                                        "index, a rank takes device LOCAL_RANK mod count of the kind"),
-    Knob("TG_CL_SPLIT", int, 0, "N >= 2 splits each CPU OpenCL device into N sub-devices (CL:0..CL:N-1, equal "
-                                "shares of the cores), so ranks on one CPU take a CL device each"),
-    Knob("TG_CUDA_ARCH", str, "", "target NVRTC compiles for (sm_90, ...); empty: the GPU present"),
-    Knob("TG_CACHE_DIR", str, _cache_default(), "folder for compiled kernels, keyed by source hash"),
-    Knob("TG_DISABLE_CACHE", int, 0, "1 compiles every kernel afresh and never touches the disk cache"),
-    Knob("TG_CC", str, "cc", "C compiler the CPU device calls"),
-    Knob("TG_CPU_THREADS", int, 0, "threads a CPU kernel may use (OpenMP); 0 means one per core"),
-    Knob("TG_NOOPT", int, 0, "1 turns off the loop optimisations (upcast, vector lanes, unroll)"),
-    Knob("TG_NULL_DIALECT", str, "opencl", "dialect the NULL device renders: c | opencl | cuda"),
-    # --- distributed: torchrun's contract, plus what mpirun and Slurm set
-    Knob("RANK", int, -1, "this process's global rank (torchrun contract); -1 when unset"),
-    Knob("WORLD_SIZE", int, -1, "number of ranks in the job; -1 when unset"),
-    Knob("LOCAL_RANK", int, -1, "rank among the processes on this host; -1 when unset"),
-    Knob("MASTER_ADDR", str, "", "host of the rendezvous store (rank 0 or the launcher)"),
-    Knob("MASTER_PORT", int, 0, "port of the rendezvous store"),
-    Knob("OMPI_COMM_WORLD_RANK", int, -1, "rank, as Open MPI's mpirun sets it"),
-    Knob("OMPI_COMM_WORLD_SIZE", int, -1, "world size, as Open MPI's mpirun sets it"),
-    Knob("OMPI_COMM_WORLD_LOCAL_RANK", int, -1, "local rank, as Open MPI's mpirun sets it"),
-    Knob("PMI_RANK", int, -1, "rank, as MPICH's mpiexec sets it"),
-    Knob("PMI_SIZE", int, -1, "world size, as MPICH's mpiexec sets it"),
-    Knob("MPI_LOCALRANKID", int, -1, "local rank, as MPICH's mpiexec sets it"),
-    Knob("SLURM_PROCID", int, -1, "rank, as Slurm's srun sets it"),
-    Knob("SLURM_NTASKS", int, -1, "world size, as Slurm's srun sets it"),
-    Knob("SLURM_LOCALID", int, -1, "local rank, as Slurm's srun sets it"),
-    Knob("SLURM_NODEID", int, -1, "this node's index in a Slurm allocation (tglaunch's node rank)"),
-    Knob("LOCAL_WORLD_SIZE", int, -1, "ranks on this node (set by tglaunch)"),
-    Knob("NODE_RANK", int, -1, "this node's rank in the job (set by tglaunch; GROUP_RANK is the same)"),
-    Knob("TG_RESTART_COUNT", int, 0, "which attempt this is, 0 first (set by tglaunch)"),
-    Knob("TG_MAX_RESTARTS", int, 0, "restarts tglaunch allows the job"),
-    Knob("TG_RUN_ID", str, "", "the job's id in the store and in logs (set by tglaunch)"),
-    Knob("TG_ERROR_FILE", str, "", "where a worker records an uncaught exception for tglaunch's summary"),
-    Knob("TG_PREFIX_OUTPUT", int, 0, "1 makes a worker prefix its own output lines with [rankN]: (under mpiexec)"),
-    Knob("TG_STORE_PREFIX", str, "", "prefix of every store key the process group uses (one per tglaunch attempt)"),
-    Knob("TG_SECRET", str, "", "per-job secret every store and transport connection proves (set by tglaunch); "
-                               "empty derives one from the job's rendezvous address"),
-    Knob("TG_BACKEND", str, "", "distributed backend: tcp | mpi | ucx; empty: mpi when started by mpiexec, "
-                                "else tcp (shared memory between ranks on one host)"),
-    Knob("TG_DIST_TIMEOUT", float, 300.0, "seconds any store call, init or collective may block before raising"),
-    Knob("TG_DIST_HOST", str, "", "address this rank's transport listens on; empty: 127.0.0.1 when the "
-                                  "master is local, else this host's name"),
-    Knob("TG_STORE_EXTERNAL", int, 0, "1 when the launcher hosts the store (rank 0 then only connects)"),
-    Knob("TG_SHM", int, 1, "1 moves large payloads between ranks on one host through shared memory; "
-                           "0 keeps everything on TCP"),
-]}
+KNOBS: dict[str, Knob] = {
+    k.name: k
+    for k in [
+        Knob(
+            "DEBUG",
+            int,
+            0,
+            "0 quiet; 1 kernel count and time per realize; 2 each kernel's name, shape, "
+            "time, GFLOPS, GB/s; 3 the schedule; 4 the generated source",
+        ),
+        Knob(
+            "TG_DEVICE",
+            _device_name,
+            "",
+            "default device: CPU | CL | CUDA | NUMPY | NULL, or one of several "
+            "(CL:1); empty picks CUDA when a GPU is usable, else CPU. Without an "
+            "index, a rank takes device LOCAL_RANK mod count of the kind",
+        ),
+        Knob(
+            "TG_CL_SPLIT",
+            int,
+            0,
+            "N >= 2 splits each CPU OpenCL device into N sub-devices (CL:0..CL:N-1, equal "
+            "shares of the cores), so ranks on one CPU take a CL device each",
+        ),
+        Knob("TG_CUDA_ARCH", str, "", "target NVRTC compiles for (sm_90, ...); empty: the GPU present"),
+        Knob("TG_CACHE_DIR", str, _cache_default(), "folder for compiled kernels, keyed by source hash"),
+        Knob("TG_DISABLE_CACHE", int, 0, "1 compiles every kernel afresh and never touches the disk cache"),
+        Knob("TG_CC", str, "cc", "C compiler the CPU device calls"),
+        Knob("TG_CPU_THREADS", int, 0, "threads a CPU kernel may use (OpenMP); 0 means one per core"),
+        Knob("TG_NOOPT", int, 0, "1 turns off the loop optimisations (upcast, vector lanes, unroll)"),
+        Knob("TG_NULL_DIALECT", str, "opencl", "dialect the NULL device renders: c | opencl | cuda"),
+        # --- distributed: torchrun's contract, plus what mpirun and Slurm set
+        Knob("RANK", int, -1, "this process's global rank (torchrun contract); -1 when unset"),
+        Knob("WORLD_SIZE", int, -1, "number of ranks in the job; -1 when unset"),
+        Knob("LOCAL_RANK", int, -1, "rank among the processes on this host; -1 when unset"),
+        Knob("MASTER_ADDR", str, "", "host of the rendezvous store (rank 0 or the launcher)"),
+        Knob("MASTER_PORT", int, 0, "port of the rendezvous store"),
+        Knob("OMPI_COMM_WORLD_RANK", int, -1, "rank, as Open MPI's mpirun sets it"),
+        Knob("OMPI_COMM_WORLD_SIZE", int, -1, "world size, as Open MPI's mpirun sets it"),
+        Knob("OMPI_COMM_WORLD_LOCAL_RANK", int, -1, "local rank, as Open MPI's mpirun sets it"),
+        Knob("PMI_RANK", int, -1, "rank, as MPICH's mpiexec sets it"),
+        Knob("PMI_SIZE", int, -1, "world size, as MPICH's mpiexec sets it"),
+        Knob("MPI_LOCALRANKID", int, -1, "local rank, as MPICH's mpiexec sets it"),
+        Knob("SLURM_PROCID", int, -1, "rank, as Slurm's srun sets it"),
+        Knob("SLURM_NTASKS", int, -1, "world size, as Slurm's srun sets it"),
+        Knob("SLURM_LOCALID", int, -1, "local rank, as Slurm's srun sets it"),
+        Knob("SLURM_NODEID", int, -1, "this node's index in a Slurm allocation (tglaunch's node rank)"),
+        Knob("LOCAL_WORLD_SIZE", int, -1, "ranks on this node (set by tglaunch)"),
+        Knob("NODE_RANK", int, -1, "this node's rank in the job (set by tglaunch; GROUP_RANK is the same)"),
+        Knob("TG_RESTART_COUNT", int, 0, "which attempt this is, 0 first (set by tglaunch)"),
+        Knob("TG_MAX_RESTARTS", int, 0, "restarts tglaunch allows the job"),
+        Knob("TG_RUN_ID", str, "", "the job's id in the store and in logs (set by tglaunch)"),
+        Knob(
+            "TG_LAUNCHER_PID",
+            int,
+            0,
+            "pid of the tglaunch agent; when it dies, even by SIGKILL, the worker's "
+            "watchdog kills the worker's whole process group (set by tglaunch)",
+        ),
+        Knob("TG_ERROR_FILE", str, "", "where a worker records an uncaught exception for tglaunch's summary"),
+        Knob(
+            "TG_PREFIX_OUTPUT",
+            int,
+            0,
+            "1 makes a worker prefix its own output lines with [rankN]: (under mpiexec)",
+        ),
+        Knob(
+            "TG_STORE_PREFIX",
+            str,
+            "",
+            "prefix of every store key the process group uses (one per tglaunch attempt)",
+        ),
+        Knob(
+            "TG_SECRET",
+            str,
+            "",
+            "per-job secret every store and transport connection proves (set by tglaunch); "
+            "empty: random, shared through a file only this user can read (one host "
+            "only; a multi-host job needs it set)",
+        ),
+        Knob(
+            "TG_BACKEND",
+            str,
+            "",
+            "distributed backend: tcp | mpi | ucx; empty: mpi when started by mpiexec, "
+            "else tcp (shared memory between ranks on one host)",
+        ),
+        Knob(
+            "TG_DIST_TIMEOUT",
+            float,
+            300.0,
+            "seconds any store call, init or collective may block before raising",
+        ),
+        Knob(
+            "TG_DIST_HOST",
+            str,
+            "",
+            "address this rank's transport listens on; empty: 127.0.0.1 when the "
+            "master is local, else this host's name",
+        ),
+        Knob("TG_STORE_EXTERNAL", int, 0, "1 when the launcher hosts the store (rank 0 then only connects)"),
+        Knob(
+            "TG_STORE_MAX_VALUE",
+            int,
+            4 << 20,
+            "largest value (bytes) the rendezvous store accepts; a larger request gets an error reply",
+        ),
+        Knob(
+            "TG_SHM",
+            int,
+            1,
+            "1 moves large payloads between ranks on one host through shared memory; "
+            "0 keeps everything on TCP",
+        ),
+    ]
+}
+
+
+def is_set(name: str) -> bool:
+    """True when the environment gives knob `name` a value (an empty one counts as unset), so a caller
+    can tell "not given" from "given the default's value" (RANK=-1 is a mistake, not "no launcher")."""
+    assert name in KNOBS, name
+    return os.environ.get(name, "") != ""
 
 
 def local_rank() -> int:

@@ -63,8 +63,17 @@ def free_port() -> int:
 
 def _worker(rank: int, world: int, port: int, secret: str, fn: Callable, args: tuple, q: Any,
             init: bool, extra_env: dict, dist_timeout: float) -> None:
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "TG_SECRET": secret, **extra_env})
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+            "TG_SECRET": secret,
+            **extra_env,
+        }
+    )
     try:
         import tg.distributed as dist
         if init:
@@ -81,7 +90,8 @@ class RankError(AssertionError):
     pass
 
 
-def run_ranks(world: int, fn: Callable, *args: Any, timeout: float = 120, init: bool = True,
+# Complexity: one launcher per backend (processes or mpiexec) and result collection with readable errors.
+def run_ranks(world: int, fn: Callable, *args: Any, timeout: float = 120, init: bool = True,  # noqa: C901
               allow_errors: bool = False, env: dict | None = None, dist_timeout: float = 60,
               backend: str = "shm") -> list[Any]:
     """Run fn(rank, world, *args) in `world` fresh processes; returns each rank's result.
@@ -104,7 +114,9 @@ def run_ranks(world: int, fn: Callable, *args: Any, timeout: float = 120, init: 
         while len(results) < world:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise RankError(f"ranks {sorted(set(range(world)) - set(results))} did not finish in {timeout}s")
+                raise RankError(
+                    f"ranks {sorted(set(range(world)) - set(results))} did not finish in {timeout}s"
+                )
             try:
                 rank, status, value = q.get(timeout=min(left, 1.0))
             except Exception:  # noqa: BLE001 - queue.Empty; check for dead processes

@@ -42,7 +42,9 @@ def _uncarried_then_usable(rank: int, world: int) -> dict:
                 fn(arr)
                 errors[f"{name}/{call}"] = "no error"
             except TypeError as e:
-                errors[f"{name}/{call}"] = "TypeError" if call in str(e) and "cannot send" in str(e) else str(e)
+                errors[f"{name}/{call}"] = (
+                    "TypeError" if call in str(e) and "cannot send" in str(e) else str(e)
+                )
             except Exception as e:  # noqa: BLE001 - report what it was instead
                 errors[f"{name}/{call}"] = f"{type(e).__name__}: {e}"
             if not np.array_equal(arr, before):
@@ -137,8 +139,15 @@ def test_ranks_that_end_without_destroy_never_fail_each_other(tmp_path, backend)
             env = {**os.environ, **BACKEND_ENV[backend], "RANK": str(rank), "WORLD_SIZE": str(world),
                    "LOCAL_RANK": str(rank), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port),
                    "TG_SECRET": f"job-{run}-{port}", "TG_DIST_TIMEOUT": "30"}
-            procs.append(subprocess.Popen([sys.executable, str(script), str(run % 2), str(run)], env=env, text=True,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, str(script), str(run % 2), str(run)],
+                    env=env,
+                    text=True,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                )
+            )
         outs = [p.communicate(timeout=90) for p in procs]
         for rank, (p, (out, err)) in enumerate(zip(procs, outs)):
             assert p.returncode == 0, f"run {run} rank {rank} exited {p.returncode}:\n{err[-3000:]}"

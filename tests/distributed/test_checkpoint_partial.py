@@ -74,7 +74,9 @@ def resume(rank: int, world: int, directory: str) -> dict:
 
 def test_partial_left_by_a_kill_is_removed_at_the_next_start(tmp_path):
     directory = tmp_path / "ckpt"
-    died = run_ranks(2, save_and_die_mid_save, str(directory), allow_errors=True, dist_timeout=30, timeout=120)
+    died = run_ranks(
+        2, save_and_die_mid_save, str(directory), allow_errors=True, dist_timeout=30, timeout=120
+    )
     assert died[0] == "ERROR: exited with code -9" and "rank 0 died" in died[1], died
     partial = directory / "step-00000004.partial"
     assert (partial / "model.safetensors").is_file() and not (partial / "meta.json").exists()

@@ -129,8 +129,12 @@ def _ddp_on_device(rank: int, world: int, steps: int) -> dict:
         opt.zero_grad()
         mse(ddp, *rows_of(rank, world, batch)).backward()
         opt.step()
-    return {"params": numpy_params(model), "devices": sorted({p.device for p in get_parameters(model)}),
-            "grad_devices": sorted({p.grad.device for p in get_parameters(model)}), "default": Tensor([0]).device}
+    return {
+        "params": numpy_params(model),
+        "devices": sorted({p.device for p in get_parameters(model)}),
+        "grad_devices": sorted({p.grad.device for p in get_parameters(model)}),
+        "default": Tensor([0]).device,
+    }
 
 
 def _zero_on_device(rank: int, world: int, steps: int) -> dict:
@@ -180,4 +184,6 @@ def test_tglaunch_puts_each_rank_on_its_own_device(tmp_path):
     assert [g["device"] for g in got] == ["CL", "CL:1"]
     assert all(g["sum"] == [3.0] * 4 for g in got)
     said = r.stdout + r.stderr
-    assert re.search(r"\[rank1\]: \[device\] default device CL:1 \(local rank 1 of \d+ CL devices", said), said[-2000:]
+    assert re.search(r"\[rank1\]: \[device\] default device CL:1 \(local rank 1 of \d+ CL devices", said), (
+        said[-2000:]
+    )

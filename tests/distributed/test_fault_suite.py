@@ -19,12 +19,25 @@ from harness import run_ranks
 
 import tg.distributed as dist
 
-KINDS = ["all_reduce", "broadcast", "reduce", "all_gather", "reduce_scatter", "all_to_all", "gather", "scatter",
-         "barrier"]
+KINDS = [
+    "all_reduce",
+    "broadcast",
+    "reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "gather",
+    "scatter",
+    "barrier",
+]
 DEVIATIONS = ["none", "kind", "root", "op", "dtype", "shape", "skip", "extra", "error"]
 IN_CALL = {"none", "kind", "root", "op", "dtype", "shape"}      # what MPI's agreement can catch
 DTYPES = ["float32", "float64", "int32"]
-OPS = {"float32": ["SUM", "MAX", "MIN", "AVG"], "float64": ["SUM", "PRODUCT", "AVG"], "int32": ["SUM", "MAX", "BXOR"]}
+OPS = {
+    "float32": ["SUM", "MAX", "MIN", "AVG"],
+    "float64": ["SUM", "PRODUCT", "AVG"],
+    "int32": ["SUM", "MAX", "BXOR"],
+}
 CASES = 24           # per backend and world size
 WITHIN = 5.0         # seconds a case may take, failures included
 
@@ -37,8 +50,9 @@ def plan(seed: int, world: int, mpi: bool) -> tuple[list[dict], int, int, str]:
         dtype = str(rng.choice(DTYPES))
         kind = str(rng.choice(KINDS[:-1]))
         # sizes span recursive doubling and the ring (SMALL is 32 KiB), and odd counts
-        n = int(rng.choice([1, 7, 100, 1001, 9000 + world])) * (world if kind in ("reduce_scatter", "all_to_all")
-                                                                 else 1)
+        n = int(rng.choice([1, 7, 100, 1001, 9000 + world])) * (
+            world if kind in ("reduce_scatter", "all_to_all") else 1
+        )
         step = {"kind": kind, "n": n, "dtype": dtype, "root": int(rng.integers(world)),
                 "op": str(rng.choice(OPS[dtype]))}
         if steps and step == steps[-1]:     # a skipped or repeated call must change what a peer sees
@@ -83,7 +97,8 @@ def reduced(xs: list[np.ndarray], op: str) -> np.ndarray:
     return fn(np.stack(xs), axis=0).astype(xs[0].dtype)
 
 
-def run_step(step: dict, xs: list[np.ndarray], rank: int, world: int, group) -> None:
+# Complexity: one branch per collective kind, each checked against numpy.
+def run_step(step: dict, xs: list[np.ndarray], rank: int, world: int, group) -> None:  # noqa: C901
     """Step `step` on this rank's input, checked against numpy when it returns."""
     kind, n, root = step["kind"], step["n"], step["root"]
     op = getattr(dist.ReduceOp, step["op"])
@@ -169,15 +184,20 @@ def check(results: list[list[dict]], world: int) -> None:
         odd, how = first["odd"], first["how"]
         where = f"case seed={first['seed']}: rank {odd} deviates by {how!r} at step {first['at']}"
         for rank, rec in enumerate(case):
-            assert rec["seconds"] < WITHIN, f"{where}: rank {rank} took {rec['seconds']:.1f}s: {rec['outcome']}"
+            assert rec["seconds"] < WITHIN, (
+                f"{where}: rank {rank} took {rec['seconds']:.1f}s: {rec['outcome']}"
+            )
             if how == "none":
                 assert rec["outcome"] == "ok", f"{where}: rank {rank}: {rec['outcome']}"
                 continue
             assert rec["outcome"] != "ok", f"{where}: rank {rank} finished as if nothing happened"
             if rank != odd:      # the deviating rank knows what it did; the others must name it
                 assert "DistributedError" in rec["outcome"], f"{where}: rank {rank}: {rec['outcome']}"
-                assert f"rank {odd} " in rec["outcome"] or f"rank {odd})" in rec["outcome"] or \
-                    f"ranks {odd}," in rec["outcome"], f"{where}: rank {rank} did not name rank {odd}: {rec['outcome']}"
+                assert (
+                    f"rank {odd} " in rec["outcome"]
+                    or f"rank {odd})" in rec["outcome"]
+                    or f"ranks {odd}," in rec["outcome"]
+                ), f"{where}: rank {rank} did not name rank {odd}: {rec['outcome']}"
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])

@@ -65,8 +65,10 @@ def mismatched_shapes(rank: int, world: int) -> str:
 def test_mismatched_shapes_raise_on_every_rank(backend):
     results = run_ranks(3, mismatched_shapes, allow_errors=True, backend=backend)
     for message in results:
-        assert "collective #1: rank 0 called all_reduce float32[8] op=SUM, but ranks 1, 2 called all_reduce " \
-               "float32[16]" in message, message
+        assert (
+            "collective #1: rank 0 called all_reduce float32[8] op=SUM, but ranks 1, 2 called all_reduce "
+            "float32[16]" in message
+        ), message
 
 
 def test_store_rejects_wrong_secret_and_garbage(caplog):
@@ -247,9 +249,41 @@ def test_mpi_job_aborts_instead_of_hanging(tmp_path, world, failure):
     assert proc.returncode != 0, output
     assert elapsed < 25, f"the job took {elapsed:.1f}s to end:\n{output}"
     if failure == "raise":
-        assert "RuntimeError: rank gave up" in output and f"rank {world - 1} raised RuntimeError" in output, output
+        assert "RuntimeError: rank gave up" in output, output
+        assert f"rank {world - 1} raised RuntimeError" in output, output
     else:
-        assert "did not complete within the timeout" in output, output
+        assert "did not complete within 3s (TG_DIST_TIMEOUT)" in output, output
+
+
+MPI_LATE_SCRIPT = """
+import sys, time
+import numpy as np
+import tg.distributed as dist
+dist.init_process_group(timeout=2)
+dist.all_reduce(np.ones(4, np.float32))
+if dist.get_rank() == 2:
+    if sys.argv[1] == "sleep":
+        time.sleep(60)                      # alive, outside tg: its watchdog answers for it
+    dist.recv(np.zeros(4, np.float32), src=0)   # blocked in a call that nobody matches
+dist.all_reduce(np.ones(4, np.float32))
+"""
+
+
+@pytest.mark.parametrize("late,doing", [("sleep", "it is in no tg call"),
+                                        ("recv", "it is in recv from rank 0 (group default)")])
+def test_mpi_watchdog_names_the_rank_that_did_not_arrive(tmp_path, late, doing):
+    """Rank 2 of 3 never joins the second all_reduce: the job ends with a report from a waiting rank that
+    names rank 2, what it is doing instead, and the ranks left waiting."""
+    require("mpi")
+    script = tmp_path / "job.py"
+    script.write_text(MPI_LATE_SCRIPT)
+    proc = subprocess.run([*mpiexec(3), sys.executable, str(script), late], capture_output=True, text=True,
+                          timeout=120)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode != 0, output
+    assert "[distributed] rank 0: all_reduce #2 (group default) did not complete within 2s " \
+           "(TG_DIST_TIMEOUT): rank 2 did not arrive (its last collective in the group was all_reduce #1; " \
+           f"{doing}); ranks 0, 1 are waiting in it." in output, output
 
 
 def mpi_rank_disagrees(rank: int, world: int) -> str:
@@ -265,6 +299,8 @@ def mpi_rank_disagrees(rank: int, world: int) -> str:
 
 
 def test_mpi_rank_must_agree_with_the_environment():
-    results = run_ranks(2, mpi_rank_disagrees, init=False, backend="mpi", env={"RANK": "1", "WORLD_SIZE": "2"})
+    results = run_ranks(
+        2, mpi_rank_disagrees, init=False, backend="mpi", env={"RANK": "1", "WORLD_SIZE": "2"}
+    )
     assert "MPI says this is rank 0 of 2" in results[0] and "RANK / WORLD_SIZE say rank 1 of 2" in results[0]
     assert results[1] == "not tried"

@@ -32,7 +32,8 @@ def torch_reference(n, replicas, rank, drop_last, order=None):
     return indices[rank:total_size:replicas]
 
 
-# --- torch's contract, hand-written -----------------------------------------------------------------------------
+# --- torch's contract, hand-written -------------------------------------------------------------------------
+
 
 def test_padded_no_shuffle_hand_written():
     assert shards(10, 3, shuffle=False) == [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
@@ -82,12 +83,16 @@ def test_dataset_with_len_and_yields_python_ints():
 
 def test_empty_dataset():
     for kwargs in ({}, {"drop_last": True}, {"pad": False}):
-        for s in (DistributedSampler(0, num_replicas=3, rank=2, **kwargs), DistributedSampler([], 1, 0, **kwargs)):
+        for s in (
+            DistributedSampler(0, num_replicas=3, rank=2, **kwargs),
+            DistributedSampler([], 1, 0, **kwargs),
+        ):
             assert list(s) == [] and len(s) == 0 and s.indices().dtype == np.int64
             assert s.state_dict() == {"epoch": 0, "position": 0}
 
 
-# --- shuffling -----------------------------------------------------------------------------------------------
+# --- shuffling ----------------------------------------------------------------------------------------------
+
 
 def test_shuffle_deterministic_across_instances_and_ranks():
     for rank in range(3):
@@ -130,7 +135,8 @@ def test_drop_last_shuffled_ranks_are_disjoint():
         assert len(flat) == len(set(flat)) == (n // replicas) * replicas
 
 
-# --- pad=False: unpadded evaluation ----------------------------------------------------------------------------
+# --- pad=False: unpadded evaluation -------------------------------------------------------------------------
+
 
 def test_unpadded_hand_written():
     assert shards(10, 3, shuffle=False, pad=False) == [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
@@ -150,7 +156,8 @@ def test_unpadded_covers_each_index_exactly_once(seed):
                                                 for r in range(replicas)]
 
 
-# --- defaults from the process group, validation ---------------------------------------------------------------
+# --- defaults from the process group, validation ------------------------------------------------------------
+
 
 def test_defaults_without_a_process_group():
     assert not dist.is_initialized()
@@ -193,7 +200,8 @@ def test_bad_types_raise_type_error():
         DistributedSampler(10).set_epoch("1")
 
 
-# --- resume ----------------------------------------------------------------------------------------------------
+# --- resume -------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n,replicas,pad", [(10, 3, True), (23, 4, True), (23, 4, False), (7, 1, True)])
 def test_resume_gives_exactly_the_remaining_indices(n, replicas, pad):
@@ -260,7 +268,8 @@ def test_load_state_dict_accepts_numpy_ints():
     assert list(s) == [8, 9]
 
 
-# --- DataLoader ------------------------------------------------------------------------------------------------
+# --- DataLoader ---------------------------------------------------------------------------------------------
+
 
 def reference_batches(order, batch_size, drop_last):
     batches = [order[i:i + batch_size] for i in range(0, len(order), batch_size)]

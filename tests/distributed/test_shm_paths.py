@@ -108,7 +108,9 @@ def test_create_never_opens_what_is_there(monkeypatch, tmp_path, plant):
     else:
         os.mkdir(path)
     try:
-        with pytest.raises(dist.DistributedError, match="refusing to create .*put there on purpose.*Remove it"):
+        with pytest.raises(
+            dist.DistributedError, match="refusing to create .*put there on purpose.*Remove it"
+        ):
             ShmRing.create(SLOTS, SLOT_BYTES)
         assert target.read_bytes() == b"keep"
         assert os.path.lexists(path)          # not ours to remove

@@ -57,7 +57,9 @@ def numpy_params(model) -> dict[str, np.ndarray]:
     return {k: v.numpy().astype(np.float64) for k, v in get_state_dict(model).items()}
 
 
-def wrap(model: MLP, kind: str, name: str = "adam", kwargs: dict | None = None, bucket_mb: float = TINY_BUCKET):
+def wrap(
+    model: MLP, kind: str, name: str = "adam", kwargs: dict | None = None, bucket_mb: float = TINY_BUCKET
+):
     """(what to call, optimizer) for training `kind` "plain" (one process), "ddp" or "zero"."""
     params, kwargs = get_parameters(model), kwargs or {}
     if kind == "zero":
@@ -75,7 +77,12 @@ def numpy_grads(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> dict[
     out = a1 @ p["l2.weight"].T + p["l2.bias"]                   # (B, 3)
     d_out = 2.0 * (out - y) / out.size
     d_z1 = (d_out @ p["l2.weight"]) * (z1 > 0)
-    return {"l1.weight": d_z1.T @ x, "l1.bias": d_z1.sum(0), "l2.weight": d_out.T @ a1, "l2.bias": d_out.sum(0)}
+    return {
+        "l1.weight": d_z1.T @ x,
+        "l1.bias": d_z1.sum(0),
+        "l2.weight": d_out.T @ a1,
+        "l2.bias": d_out.sum(0),
+    }
 
 
 def numpy_loss(p: dict[str, np.ndarray], x: np.ndarray, y: np.ndarray) -> float:
@@ -122,7 +129,9 @@ def assert_ranks_agree(results: list[dict]) -> None:
     """Every rank ends with bit-identical parameters (they all apply the same averaged update)."""
     for r, res in enumerate(results[1:], start=1):
         for k in res:
-            np.testing.assert_array_equal(res[k], results[0][k], err_msg=f"rank {r} differs from rank 0 in {k}")
+            np.testing.assert_array_equal(
+                res[k], results[0][k], err_msg=f"rank {r} differs from rank 0 in {k}"
+            )
 
 
 def test_numpy_reference_matches_tg_on_one_process():
@@ -242,8 +251,14 @@ def test_parameter_without_gradient_on_some_ranks_gets_the_mean(kind):
             continue
         z1 = xr @ init["l1.weight"].T + init["l1.bias"]
         d_z1 = 2.0 * np.maximum(z1, 0.0) / z1.size                 # d mean(relu(z1)**2) / d z1
-        grads.append({"l1.weight": d_z1.T @ xr, "l1.bias": d_z1.sum(0),
-                      "l2.weight": np.zeros_like(init["l2.weight"]), "l2.bias": np.zeros_like(init["l2.bias"])})
+        grads.append(
+            {
+                "l1.weight": d_z1.T @ xr,
+                "l1.bias": d_z1.sum(0),
+                "l2.weight": np.zeros_like(init["l2.weight"]),
+                "l2.bias": np.zeros_like(init["l2.bias"]),
+            }
+        )
     want = {k: init[k] - LR * sum(g[k] for g in grads) / world for k in init}
     assert_ranks_agree(results)
     assert max_diff(results[0], want) < 1e-6

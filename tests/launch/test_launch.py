@@ -99,11 +99,13 @@ def wait_dead(pids: list[int], within: float = 5.0) -> list[int]:
     return [p for p in pids if alive(p)]
 
 
-def start_sleepers(tmp_path: Path, nproc: int) -> tuple[subprocess.Popen[bytes], list[int]]:
-    """Start a launcher of `nproc` sleeping workers; return it and the worker pids once all said ready."""
-    script = write(tmp_path / "sleeper.py", SLEEPER.format(out=str(tmp_path)))
-    proc = subprocess.Popen([*LAUNCH, "--nproc", str(nproc), "--grace", "2", str(script)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, env={**os.environ})
+def start_sleepers(tmp_path: Path, nproc: int, *flags: str,
+                   text: str = SLEEPER) -> tuple[subprocess.Popen[bytes], list[int]]:
+    """Start a launcher (with extra `flags`) of `nproc` workers running `text` (SLEEPER, or a script that
+    also writes OUT/pid{RANK} and prints ready); return it and the worker pids once all said ready."""
+    script = write(tmp_path / "sleeper.py", text.format(out=str(tmp_path)))
+    proc = subprocess.Popen([*LAUNCH, "--nproc", str(nproc), "--grace", "2", *flags, str(script)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ})
     assert proc.stdout is not None
     sel = selectors.DefaultSelector()
     sel.register(proc.stdout, selectors.EVENT_READ)
@@ -238,8 +240,29 @@ def test_killed_rank_resumes_training_from_checkpoint(tmp_path: Path) -> None:
     """The main job under --max-restarts: rank 1 is SIGKILLed at step 15, the job restarts and
     continues from the step-10 checkpoint to the end, with the same result as an unbroken run."""
     text = write(tmp_path / "corpus.txt", "the quick brown fox jumps over the lazy dog. " * 400)
-    args = ["--data", str(text), "--steps", "30", "--batch", "4", "--block", "16", "--n-layer", "1",
-            "--n-embd", "32", "--n-head", "2", "--eval-every", "100", "--warmup", "5", "--zero", "--ckpt-every", "10"]
+    args = [
+        "--data",
+        str(text),
+        "--steps",
+        "30",
+        "--batch",
+        "4",
+        "--block",
+        "16",
+        "--n-layer",
+        "1",
+        "--n-embd",
+        "32",
+        "--n-head",
+        "2",
+        "--eval-every",
+        "100",
+        "--warmup",
+        "5",
+        "--zero",
+        "--ckpt-every",
+        "10",
+    ]
     train = str(REPO / "scripts" / "train.py")
     r = launch("--nproc", "2", "--max-restarts", "1", train, *args, "--out", str(tmp_path / "a"),
                "--crash-at-step", "15", timeout=240)
@@ -368,8 +391,13 @@ def two_node_job(tmp_path: Path, fail_rank: int, fail_before: int = -1, hosts: l
     """A config for 2 nodes x 2 ranks running the all_reduce script (fail_rank raises after joining the
     process group, fail_before before); run_id None leaves the agents to agree on one themselves."""
     script = write(tmp_path / "allreduce.py", ALL_REDUCE.format(fail_rank=fail_rank, fail_before=fail_before))
-    cfg: dict[str, object] = {"nnodes": 2, "nproc_per_node": 2, "master_addr": master, "master_port": free_port(),
-                              "script": str(script)}
+    cfg: dict[str, object] = {
+        "nnodes": 2,
+        "nproc_per_node": 2,
+        "master_addr": master,
+        "master_port": free_port(),
+        "script": str(script),
+    }
     if run_id:
         cfg["run_id"] = run_id
     if hosts:
@@ -377,9 +405,15 @@ def two_node_job(tmp_path: Path, fail_rank: int, fail_before: int = -1, hosts: l
     return write(tmp_path / "two.yaml", "\n".join(f"{k}: {json.dumps(v)}" for k, v in cfg.items()) + "\n")
 
 
-def run_agents(commands: list[list[str]], timeout: float = 40, dist_timeout: int = 20) -> list[tuple[int, str, str]]:
+def run_agents(
+    commands: list[list[str]], timeout: float = 40, dist_timeout: int = 20
+) -> list[tuple[int, str, str]]:
     """Start the agents together; return (exit code, stdout, stderr) of each."""
-    env = {**os.environ, "TG_SECRET": "0123456789abcdef-shared-test-secret", "TG_DIST_TIMEOUT": str(dist_timeout)}
+    env = {
+        **os.environ,
+        "TG_SECRET": "0123456789abcdef-shared-test-secret",
+        "TG_DIST_TIMEOUT": str(dist_timeout),
+    }
     procs = [subprocess.Popen(c, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
              for c in commands]
     results = []
@@ -408,7 +442,9 @@ def test_two_nodes_one_machine(tmp_path: Path) -> None:
 def test_two_nodes_default_run_id(tmp_path: Path) -> None:
     """Without run_id in the config or on the command line, the agents still name the same run."""
     cfg = two_node_job(tmp_path, fail_rank=-1, run_id=None)
-    results = run_agents([[*LAUNCH, "--config", str(cfg), "--node-rank", str(n)] for n in range(2)], dist_timeout=3)
+    results = run_agents(
+        [[*LAUNCH, "--config", str(cfg), "--node-rank", str(n)] for n in range(2)], dist_timeout=3
+    )
     assert [code for code, _, _ in results] == [0, 0], [r[2] for r in results]
 
 
@@ -417,7 +453,9 @@ def test_two_nodes_remote_failure(tmp_path: Path) -> None:
     # only node 0's agent, through the store, can stop them.
     cfg = two_node_job(tmp_path, fail_rank=-1, fail_before=3)
     start = time.monotonic()
-    results = run_agents([[*LAUNCH, "--config", str(cfg), "--node-rank", str(n), "--grace", "2"] for n in range(2)])
+    results = run_agents(
+        [[*LAUNCH, "--config", str(cfg), "--node-rank", str(n), "--grace", "2"] for n in range(2)]
+    )
     assert time.monotonic() - start < 15, "node 0 did not stop its ranks promptly"
     assert all(code != 0 for code, _, _ in results), [r[2] for r in results]
     for _, _, err in results:
@@ -427,7 +465,9 @@ def test_two_nodes_remote_failure(tmp_path: Path) -> None:
 
 def test_two_nodes_remote_failure_mid_collective(tmp_path: Path) -> None:
     cfg = two_node_job(tmp_path, fail_rank=3)
-    results = run_agents([[*LAUNCH, "--config", str(cfg), "--node-rank", str(n), "--grace", "2"] for n in range(2)])
+    results = run_agents(
+        [[*LAUNCH, "--config", str(cfg), "--node-rank", str(n), "--grace", "2"] for n in range(2)]
+    )
     assert all(code != 0 for code, _, _ in results), [r[2] for r in results]
     assert "RuntimeError: rank 3 gives up" in results[1][2]
     node0_err = results[0][2]
@@ -445,7 +485,7 @@ def test_mpi_backend(tmp_path: Path) -> None:
         assert f"[rank{rank}]: backend mpi sum 3.0" in r.stdout.splitlines(), r.stdout
 
 
-# ---------------------------------------------------------------------------- (m) two hosts in network namespaces
+# ---------------------------------------------------------------------------- (m) two hosts in network namesp
 def _ip(*args: str) -> None:
     subprocess.run(["ip", *args], check=True, capture_output=True, timeout=10)
 
@@ -474,12 +514,18 @@ def test_two_hosts_network_namespaces(tmp_path: Path) -> None:
         cfg = two_node_job(tmp_path, fail_rank=-1, hosts=addrs, master=addrs[0])
         # The namespaces share this machine's host name, which resolves outside them: each rank's transport
         # must listen on its namespace's address instead (on real hosts the host name does).
-        results = run_agents([["ip", "netns", "exec", ns, "env", f"TG_DIST_HOST={addr}", *LAUNCH, "--config", str(cfg)]
-                              for ns, addr in zip(names, addrs)])
+        results = run_agents(
+            [
+                ["ip", "netns", "exec", ns, "env", f"TG_DIST_HOST={addr}", *LAUNCH, "--config", str(cfg)]
+                for ns, addr in zip(names, addrs)
+            ]
+        )
         for node, (code, _, err) in enumerate(results):
             assert code == 0, f"node {node}: {err}"
         for rank in range(4):
-            assert f"[rank{rank}]: backend tcp sum 10.0" in results[rank // 2][1].splitlines(), results[rank // 2]
+            assert f"[rank{rank}]: backend tcp sum 10.0" in results[rank // 2][1].splitlines(), results[
+                rank // 2
+            ]
     finally:
         for ns in created:      # deleting a namespace deletes the veth end inside it, and so the pair
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)

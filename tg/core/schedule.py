@@ -334,7 +334,9 @@ def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
     return snapshots
 
 
-def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:
+# Complexity: builds the dependency graph (producers, readers before an ASSIGN) and sorts it in one place so
+# the ordering rule reads whole.
+def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:  # noqa: C901
     """Topological order (stable): producers first, and readers of a buffer before its ASSIGN."""
     producer = {id(it.out): i for i, it in enumerate(items)}
     deps: list[set[int]] = [set() for _ in items]

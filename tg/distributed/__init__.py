@@ -18,7 +18,6 @@ collectives are identities, so the same script runs under `python` and under `tg
 from __future__ import annotations
 
 import atexit
-import hashlib
 import ipaddress
 import json
 import logging
@@ -40,13 +39,44 @@ from tg.distributed.store import TCPStore
 
 log = logging.getLogger("tg.distributed")
 
-__all__ = ["init_process_group", "is_initialized", "get_rank", "get_world_size", "get_local_rank",
-           "destroy_process_group", "new_group", "ReduceOp", "Work", "DistributedError", "all_reduce", "reduce",
-           "broadcast", "all_gather", "all_gather_into_tensor", "reduce_scatter", "reduce_scatter_tensor",
-           "gather", "scatter", "all_to_all_single", "send", "recv", "isend", "irecv", "barrier",
-           "broadcast_object", "all_gather_object", "GroupMember", "get_backend",
-           "DistributedSampler", "DataLoader", "DistributedDataParallel", "ZeroOptimizer",
-           "save_checkpoint", "load_checkpoint", "latest_checkpoint"]
+__all__ = [
+    "init_process_group",
+    "is_initialized",
+    "get_rank",
+    "get_world_size",
+    "get_local_rank",
+    "destroy_process_group",
+    "new_group",
+    "ReduceOp",
+    "Work",
+    "DistributedError",
+    "all_reduce",
+    "reduce",
+    "broadcast",
+    "all_gather",
+    "all_gather_into_tensor",
+    "reduce_scatter",
+    "reduce_scatter_tensor",
+    "gather",
+    "scatter",
+    "all_to_all_single",
+    "send",
+    "recv",
+    "isend",
+    "irecv",
+    "barrier",
+    "broadcast_object",
+    "all_gather_object",
+    "GroupMember",
+    "get_backend",
+    "DistributedSampler",
+    "DataLoader",
+    "DistributedDataParallel",
+    "ZeroOptimizer",
+    "save_checkpoint",
+    "load_checkpoint",
+    "latest_checkpoint",
+]
 
 # The training pieces import the tensor core, which tglaunch must not pay for: loaded on first use.
 _LAZY = {"DistributedSampler": "sampler", "DataLoader": "sampler", "DistributedDataParallel": "ddp",
@@ -64,6 +94,19 @@ def __getattr__(name: str) -> Any:
 
 
 class GroupMember:
+    """`GroupMember.NON_GROUP_MEMBER` is what new_group() returns on a rank that is not in the new
+    group (as in torch.distributed); passing it to a collective raises ValueError.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> dist.new_group([0]) is dist.GroupMember.NON_GROUP_MEMBER      # rank 0 is in it
+    False
+    >>> dist.all_reduce(np.ones(2), group=dist.GroupMember.NON_GROUP_MEMBER)
+    Traceback (most recent call last):
+    ValueError: [distributed] this rank is not in the group it passed; only members may use it
+    >>> dist.destroy_process_group()
+    """
     NON_GROUP_MEMBER = object()
 
 
@@ -80,7 +123,21 @@ class _State:
 
 
 class Work:
-    """Handle of an async call: wait(timeout), is_completed(), exception()."""
+    """Handle of a call made with `async_op=True` (or isend/irecv), as torch.distributed's Work:
+    `wait(timeout)` blocks until the call is done (and raises its error), `is_completed()` and
+    `exception()` ask without blocking. The tensor holds the result only after wait().
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> x = np.ones(3)
+    >>> work = dist.all_reduce(x, async_op=True)     # returns at once; compute can overlap here
+    >>> work.wait()
+    True
+    >>> work.is_completed(), x.tolist()
+    (True, [1.0, 1.0, 1.0])
+    >>> dist.destroy_process_group()
+    """
 
     def __init__(self, future: Future, after: Callable[[], None] | None = None):
         self._future, self._after, self._done = future, after, False
@@ -105,16 +162,44 @@ class Work:
 
 # ---------------------------------------------------------------------------- start-up
 
+LAUNCHER_VARIABLES = (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+                      ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                      ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"),
+                      ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"))
+
+
 def _detect() -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun's, mpirun's or Slurm's environment; (0, 1, 0) if none."""
-    for r, w, lr in (("RANK", "WORLD_SIZE", "LOCAL_RANK"),
-                     ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
-                     ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"), ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID")):
-        rank, world = getattr(config, r), getattr(config, w)
-        if rank >= 0 and world > 0:
-            local = getattr(config, lr)
-            return rank, world, local if local >= 0 else rank
+    """(rank, world size, local rank) from the first launcher's variables that are set: torchrun's,
+    mpirun's, MPICH's, then Slurm's; (0, 1, 0) if none. Variables set in part (a rank without its world
+    size) or out of range raise naming them: N misconfigured ranks must not train N one-rank models.
+    Slurm's world size alone is an allocation's shell (salloc, sbatch), not a task: it is ignored."""
+    for r, w, lr in LAUNCHER_VARIABLES:
+        has_rank, has_world = config.is_set(r), config.is_set(w)
+        if not has_rank and (not has_world or r == "SLURM_PROCID"):
+            continue
+        if has_rank != has_world:
+            given, missing = (r, w) if has_rank else (w, r)
+            raise ValueError(f"[distributed] {given}={getattr(config, given)} is set but {missing} is not; a "
+                             f"launcher sets both. Set {missing} too, or unset {given} for a one-rank job")
+        rank, world = getattr(config, r), getattr(config, w)   # a non-integer raises naming the variable
+        if world < 1:
+            raise ValueError(f"[distributed] {w}={world}: the world size must be at least 1; fix the "
+                             f"launcher's environment (tglaunch sets {w})")
+        local = getattr(config, lr) if config.is_set(lr) else rank
+        for name, value in ((r, rank), (lr, local)):
+            if not 0 <= value < world:
+                raise ValueError(f"[distributed] {name}={value} is out of range for {w}={world}: expected "
+                                 f"0..{world - 1}; fix the launcher's environment")
+        return rank, world, local
     return 0, 1, 0
+
+
+def _port(value: int, what: str) -> int:
+    """value, when it can be a TCP port of the rendezvous store (0 cannot: the other ranks must know it)."""
+    if not 1 <= value <= 65535:
+        raise ValueError(f"[distributed] {what}: the store's port must be in 1..65535, got {value}; pick a "
+                         f"free port (tglaunch picks one itself)")
+    return value
 
 
 BACKENDS = ("tcp", "mpi", "ucx")
@@ -134,7 +219,14 @@ def _choose_backend(asked: str | None) -> str:
 
 
 def get_backend(group: Any = None) -> str:
-    """The backend the job runs on: 'tcp', 'mpi' or 'ucx'."""
+    """The backend the job runs on: 'tcp', 'mpi' or 'ucx' (torch.distributed.get_backend).
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group(backend="tcp")
+    >>> dist.get_backend()
+    'tcp'
+    >>> dist.destroy_process_group()
+    """
     _group(group)
     return _State.backend
 
@@ -146,11 +238,43 @@ def _is_local(host: str) -> bool:
         return False
 
 
+def _store_address(init_method: str, world: int) -> tuple[str, int]:
+    """(host, port) of the rendezvous store from init_method: 'tcp://host:port' or 'env://'."""
+    if init_method.startswith("tcp://"):
+        host, _, port = init_method[6:].rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"[distributed] init_method must be 'tcp://host:port', got {init_method!r}")
+        return host, _port(int(port), f"init_method {init_method!r}")
+    if init_method == "env://":
+        if not config.MASTER_ADDR or not config.is_set("MASTER_PORT"):
+            raise ValueError("[distributed] env:// needs MASTER_ADDR and MASTER_PORT for a world of "
+                             f"{world} ranks; start the job with tglaunch, or set them")
+        return config.MASTER_ADDR, _port(config.MASTER_PORT, f"MASTER_PORT={config.MASTER_PORT}")
+    raise ValueError(f"[distributed] init_method must be 'env://' or 'tcp://host:port', got {init_method!r}")
+
+
 def init_process_group(backend: str | None = None, init_method: str = "env://", rank: int | None = None,
                        world_size: int | None = None, timeout: float | timedelta | None = None) -> None:
-    """Join the job's default process group (torch.distributed.init_process_group)."""
+    """Join the job's default process group (torch.distributed.init_process_group); every rank calls
+    it once, before any collective.
+
+    Rank and world size come from the launcher's environment (tglaunch or torchrun, Open MPI, MPICH,
+    Slurm) unless `rank` and `world_size` are given; with none, this is a one-rank job whose
+    collectives are identities. `backend`: 'tcp' (default), 'mpi' (picked under mpiexec) or 'ucx',
+    else TG_BACKEND. `init_method`: 'env://' (MASTER_ADDR, MASTER_PORT) or 'tcp://host:port', where
+    rank 0 hosts the rendezvous store. `timeout` (seconds or a timedelta; default TG_DIST_TIMEOUT)
+    bounds set-up and every later call.
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> dist.get_rank(), dist.get_world_size()
+    (0, 1)
+    >>> dist.destroy_process_group()
+    """
     if _State.default is not None:
-        raise RuntimeError("[distributed] init_process_group was already called; call destroy_process_group first")
+        raise RuntimeError(
+            "[distributed] init_process_group was already called; call destroy_process_group first"
+        )
     backend = _choose_backend(backend)
     t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     _State.timeout = float(t if t is not None else config.TG_DIST_TIMEOUT)
@@ -168,26 +292,30 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
     if world == 1:
         _State.default = ProcessGroup(0, 1, [0], None, "default")
         return
-    if init_method.startswith("tcp://"):
-        host, port = init_method[6:].rsplit(":", 1)
-        master, master_port = host, int(port)
-    elif init_method == "env://":
-        master, master_port = config.MASTER_ADDR, config.MASTER_PORT
-        if not master or not master_port:
-            raise ValueError("[distributed] env:// needs MASTER_ADDR and MASTER_PORT for a world of "
-                             f"{world} ranks; start the job with tglaunch, or set them")
-    else:
-        raise ValueError(f"[distributed] init_method must be 'env://' or 'tcp://host:port', got {init_method!r}")
-    secret = config.TG_SECRET.encode() or hashlib.sha256(f"tg:{master}:{master_port}:{world}".encode()).digest()
+    master, master_port = _store_address(init_method, world)
     if not config.TG_SECRET and not _is_local(master):
-        log.warning("[distributed] no TG_SECRET: the job secret is derived from %s:%s, which anyone who can reach "
-                    "the port can derive too; start multi-host jobs with tglaunch or set TG_SECRET", master,
-                    master_port)
-    _State.secret = secret
+        raise ValueError(f"[distributed] the store is on another host ({master}:{master_port}) and "
+                         f"TG_SECRET is not set: a multi-host job without tglaunch needs the same TG_SECRET "
+                         f"on every rank. Make one with export TG_SECRET=$(python3 -c 'import secrets; "
+                         f"print(secrets.token_hex(16))') and pass it to every host, or start the job with "
+                         f"tglaunch")
     _State.host = config.TG_DIST_HOST or ("127.0.0.1" if _is_local(master) else socket.gethostname())
     hosts_store = rank == 0 and not config.TG_STORE_EXTERNAL
-    _State.store = TCPStore(master, master_port, is_server=hosts_store, secret=secret, timeout=_State.timeout)
-    _State.default = _make_group(list(range(world)), rank, "default")
+    joined: Callable[[], None] | None = None
+    if config.TG_SECRET:
+        _State.secret = config.TG_SECRET.encode()
+        _State.store = TCPStore(master, master_port, is_server=hosts_store, secret=_State.secret,
+                                timeout=_State.timeout)
+    elif config.TG_STORE_EXTERNAL:
+        raise ValueError("[distributed] TG_STORE_EXTERNAL=1 needs TG_SECRET, the secret of the store's host")
+    else:   # one host, no launcher: a random secret, shared through a file only this user can read
+        from tg.distributed.secret import join_store
+        _State.store, _State.secret, joined = join_store(master, master_port, hosts_store, _State.timeout)
+    try:
+        _State.default = _make_group(list(range(world)), rank, "default")
+    finally:
+        if joined is not None:
+            joined()    # every rank is connected to the store now (or init failed): the secret file goes
 
 
 def _make_group(ranks: list[int], my_global: int, name: str) -> ProcessGroup:
@@ -211,6 +339,17 @@ def _make_group(ranks: list[int], my_global: int, name: str) -> ProcessGroup:
 
 
 def is_initialized() -> bool:
+    """Whether this process is in a job: init_process_group() ran and destroy_process_group() has not
+    (torch.distributed.is_initialized).
+
+    >>> import tg.distributed as dist
+    >>> dist.is_initialized()
+    False
+    >>> dist.init_process_group()
+    >>> dist.is_initialized()
+    True
+    >>> dist.destroy_process_group()
+    """
     return _State.default is not None
 
 
@@ -225,21 +364,62 @@ def _group(group: Any) -> ProcessGroup:
 
 
 def get_rank(group: Any = None) -> int:
+    """This process's rank in the job, 0 to world size - 1, or within `group` when given
+    (torch.distributed.get_rank).
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> dist.get_rank()
+    0
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     return g.rank if group is not None else g.ranks[g.rank]
 
 
 def get_world_size(group: Any = None) -> int:
+    """How many ranks the job has, or `group` has when given (torch.distributed.get_world_size).
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> dist.get_world_size()
+    1
+    >>> dist.destroy_process_group()
+    """
     return _group(group).size
 
 
 def get_local_rank() -> int:
+    """This process's rank among the job's ranks on its host (what torch scripts read from LOCAL_RANK;
+    here also from Open MPI, MPICH or Slurm): the index of the GPU a rank should use.
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> dist.get_local_rank()
+    0
+    >>> dist.destroy_process_group()
+    """
     _group(None)
     return _State.local_rank
 
 
 def new_group(ranks: list[int] | None = None, timeout: Any = None) -> Any:
-    """A subgroup; every rank of the default group must call it, in the same order (as in torch)."""
+    """A group of some of the job's ranks (torch.distributed.new_group), for the `group=` argument of
+    every call; all ranks when `ranks` is None. Every rank of the job calls it, members or not, with
+    the same ranks and in the same order; a non-member gets GroupMember.NON_GROUP_MEMBER. `timeout`
+    is accepted for torch's signature; the job's timeout applies.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> evens = dist.new_group([r for r in range(dist.get_world_size()) if r % 2 == 0])
+    >>> x = np.ones(2)
+    >>> dist.all_reduce(x, group=evens)      # sums over ranks 0, 2, 4, ... only
+    >>> dist.get_world_size(evens), x.tolist()
+    (1, [1.0, 1.0])
+    >>> dist.destroy_process_group(evens)
+    >>> dist.destroy_process_group()
+    """
     default = _group(None)
     ranks = sorted(set(range(default.size) if ranks is None else ranks))
     if any(not 0 <= r < default.size for r in ranks):
@@ -260,7 +440,14 @@ def destroy_process_group(group: Any = None) -> None:
     """Leave the job (the default group) or `group`; every member calls it. Leaving is an exit barrier:
     no rank, and not the store that rank 0 hosts, goes away while another still needs it, and a rank
     still in a collective raises naming this one. A script that ends without calling this leaves at
-    exit."""
+    exit. torch.distributed.destroy_process_group.
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> dist.destroy_process_group()
+    >>> dist.is_initialized()
+    False
+    """
     if group is not None and group is not GroupMember.NON_GROUP_MEMBER:
         _leave(group)
         return
@@ -303,7 +490,9 @@ def _leave_at_exit() -> None:
     try:
         destroy_process_group()
     except DistributedError as e:
-        sys.stderr.write(f"{e}\n[distributed] rank {g.ranks[g.rank]} could not leave cleanly at exit (above)\n")
+        sys.stderr.write(
+            f"{e}\n[distributed] rank {g.ranks[g.rank]} could not leave cleanly at exit (above)\n"
+        )
 
 
 atexit.register(_leave_at_exit)
@@ -322,7 +511,9 @@ def _as_host(t: Any, what: str) -> tuple[np.ndarray, Callable[[], None] | None]:
         return t, None
     from tg import Tensor
     if not isinstance(t, Tensor):
-        raise TypeError(f"[distributed] {what}: expected a tg Tensor or a numpy array, got {type(t).__name__}")
+        raise TypeError(
+            f"[distributed] {what}: expected a tg Tensor or a numpy array, got {type(t).__name__}"
+        )
     # the collective overwrites this memory in place: HostView computes what still reads it first
     view = HostView(t)
     arr = view.read().reshape(t.shape)
@@ -410,7 +601,21 @@ def _group_rank(group: Any, global_rank: int) -> int:
 # ---------------------------------------------------------------------------- collectives
 
 def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
-    """Reduce tensor across ranks, in place on every rank."""
+    """Reduce `tensor` across the group's ranks with `op` (SUM, AVG, PRODUCT, MIN, MAX, BAND, BOR,
+    BXOR), in place on every rank (torch.distributed.all_reduce). With async_op=True, returns a Work.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> x = np.array([1.0, 2.0]) * (dist.get_rank() + 1)    # rank r holds (r + 1) * [1, 2]
+    >>> dist.all_reduce(x)                                   # every rank: the sum over ranks
+    >>> x.tolist()
+    [1.0, 2.0]
+    >>> dist.all_reduce(x, op=dist.ReduceOp.AVG)             # the mean: DDP's gradient average
+    >>> x.tolist()
+    [1.0, 2.0]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     view = _device_view(tensor)
     if view is not None:
@@ -422,37 +627,83 @@ def all_reduce(tensor: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None, asyn
     return _run(group, g.all_reduce, (arr, op), after, async_op)
 
 
-def reduce(tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: Any = None, async_op: bool = False) -> Any:
+def reduce(
+    tensor: Any, dst: int, op: ReduceOp = ReduceOp.SUM, group: Any = None, async_op: bool = False
+) -> Any:
+    """Reduce `tensor` across the group's ranks with `op` into rank `dst`'s tensor, in place
+    (torch.distributed.reduce); the other ranks' tensors are left as they were.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> x = np.arange(3.0)
+    >>> dist.reduce(x, dst=0)                                # rank 0: the sum over ranks
+    >>> x.tolist()
+    [0.0, 1.0, 2.0]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     root = _check_root(g, _group_rank(group, dst), "reduce")
     view = _device_view(tensor)
     if view is not None:
         reducer(op, view.np_dtype)
-        return _pipelined(group, lambda part: (g.reduce, (part, root, op)), view, True, g.rank == root, async_op)
+        return _pipelined(
+            group, lambda part: (g.reduce, (part, root, op)), view, True, g.rank == root, async_op
+        )
     arr, after = _as_host(tensor, "reduce")
     reducer(op, arr.dtype)
     return _run(group, g.reduce, (arr, root, op), after, async_op)
 
 
 def broadcast(tensor: Any, src: int, group: Any = None, async_op: bool = False) -> Any:
+    """Copy rank `src`'s tensor into every rank's `tensor`, in place (torch.distributed.broadcast).
+    `src` is a rank of the job, also when `group` is given.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> x = np.arange(3.0) if dist.get_rank() == 0 else np.zeros(3)
+    >>> dist.broadcast(x, src=0)                             # every rank: rank 0's values
+    >>> x.tolist()
+    [0.0, 1.0, 2.0]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     root = _check_root(g, _group_rank(group, src), "broadcast")
     view = _device_view(tensor)
     if view is not None:
-        return _pipelined(group, lambda part: (g.broadcast, (part, root)), view, g.rank == root, g.rank != root,
-                          async_op)
+        return _pipelined(
+            group, lambda part: (g.broadcast, (part, root)), view, g.rank == root, g.rank != root, async_op
+        )
     arr, after = _as_host(tensor, "broadcast")
     return _run(group, g.broadcast, (arr, root), after, async_op)
 
 
-def _check_whole(op: str, whole_name: str, whole: np.ndarray, part_name: str, part: np.ndarray, n: int) -> None:
+def _check_whole(
+    op: str, whole_name: str, whole: np.ndarray, part_name: str, part: np.ndarray, n: int
+) -> None:
     """The one-tensor collectives: `whole` holds n parts, each the size and dtype of `part`."""
     if whole.size != part.size * n or whole.dtype != part.dtype:
-        raise ValueError(f"[distributed] {op}: {whole_name} {whole.dtype.name}{list(whole.shape)} must hold {n} x "
-                         f"{part_name} {part.dtype.name}{list(part.shape)}")
+        raise ValueError(
+            f"[distributed] {op}: {whole_name} {whole.dtype.name}{list(whole.shape)} must hold {n} x "
+            f"{part_name} {part.dtype.name}{list(part.shape)}"
+        )
 
 
 def all_gather_into_tensor(output: Any, input: Any, group: Any = None, async_op: bool = False) -> Any:  # noqa: A002
+    """Every rank's `input` end to end, in rank order, into `output` on every rank
+    (torch.distributed.all_gather_into_tensor); `output` holds world size times `input`'s elements.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> n = dist.get_world_size()
+    >>> out = np.zeros(2 * n)
+    >>> dist.all_gather_into_tensor(out, np.array([10.0, 11.0]) + dist.get_rank())
+    >>> out.tolist()                                         # [10, 11, 11, 12, ...] with more ranks
+    [10.0, 11.0]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     out, after = _as_host(output, "all_gather_into_tensor")
     inp, _ = _as_host(input, "all_gather_into_tensor")
@@ -461,6 +712,18 @@ def all_gather_into_tensor(output: Any, input: Any, group: Any = None, async_op:
 
 
 def all_gather(tensor_list: list, tensor: Any, group: Any = None, async_op: bool = False) -> Any:
+    """Rank i's `tensor` into `tensor_list[i]` on every rank (torch.distributed.all_gather); the list
+    holds one tensor per rank, each of `tensor`'s shape and dtype.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> parts = [np.zeros(2) for _ in range(dist.get_world_size())]
+    >>> dist.all_gather(parts, np.full(2, float(dist.get_rank())))
+    >>> [p.tolist() for p in parts]                          # [[0, 0], [1, 1], ...] with more ranks
+    [[0.0, 0.0]]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     if len(tensor_list) != g.size:
         raise ValueError(f"[distributed] all_gather: tensor_list has {len(tensor_list)} entries, "
@@ -469,8 +732,10 @@ def all_gather(tensor_list: list, tensor: Any, group: Any = None, async_op: bool
     outs = [_as_host(t, "all_gather") for t in tensor_list]
     for o, _a in outs:
         if o.shape != inp.shape or o.dtype != inp.dtype:
-            raise ValueError(f"[distributed] all_gather: every output must be {inp.dtype.name}{list(inp.shape)}, "
-                             f"got {o.dtype.name}{list(o.shape)}")
+            raise ValueError(
+                f"[distributed] all_gather: every output must be {inp.dtype.name}{list(inp.shape)}, "
+                f"got {o.dtype.name}{list(o.shape)}"
+            )
     flat = np.empty(inp.size * g.size, inp.dtype)
 
     def unpack() -> None:
@@ -483,6 +748,19 @@ def all_gather(tensor_list: list, tensor: Any, group: Any = None, async_op: bool
 
 def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM, group: Any = None,  # noqa: A002
                           async_op: bool = False) -> Any:
+    """`input` is world size equal parts end to end; rank i gets, in `output`, part i reduced across
+    ranks with `op` (torch.distributed.reduce_scatter_tensor). ZeRO's gradient step.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> n = dist.get_world_size()
+    >>> out = np.zeros(2)
+    >>> dist.reduce_scatter_tensor(out, np.arange(2.0 * n))  # rank i: the sum of every rank's part i
+    >>> out.tolist()
+    [0.0, 1.0]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     out, after = _as_host(output, "reduce_scatter_tensor")
     inp, _ = _as_host(input, "reduce_scatter_tensor")
@@ -493,10 +771,23 @@ def reduce_scatter_tensor(output: Any, input: Any, op: ReduceOp = ReduceOp.SUM, 
 
 def reduce_scatter(output: Any, input_list: list, op: ReduceOp = ReduceOp.SUM, group: Any = None,
                    async_op: bool = False) -> Any:
+    """Rank i gets, in `output`, `input_list[i]` reduced across ranks with `op`
+    (torch.distributed.reduce_scatter); the list holds one tensor per rank, each like `output`.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> out = np.zeros(2)
+    >>> dist.reduce_scatter(out, [np.full(2, float(i)) for i in range(dist.get_world_size())])
+    >>> out.tolist()                                         # rank i: world size * [i, i]
+    [0.0, 0.0]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     if len(input_list) != g.size:
-        raise ValueError(f"[distributed] reduce_scatter: input_list has {len(input_list)} entries, the group has "
-                         f"{g.size}")
+        raise ValueError(
+            f"[distributed] reduce_scatter: input_list has {len(input_list)} entries, the group has {g.size}"
+        )
     out, after = _as_host(output, "reduce_scatter")
     parts = [_as_host(t, "reduce_scatter")[0] for t in input_list]
     _check_chunks("reduce_scatter", "input_list", parts, out, "the output")
@@ -508,12 +799,27 @@ def reduce_scatter(output: Any, input_list: list, op: ReduceOp = ReduceOp.SUM, g
 def _check_chunks(what: str, name: str, chunks: list[np.ndarray], like: np.ndarray, like_name: str) -> None:
     for i, chunk in enumerate(chunks):
         if chunk.size != like.size or chunk.dtype != like.dtype:
-            raise ValueError(f"[distributed] {what}: {name}[{i}] is {chunk.dtype.name}{list(chunk.shape)}, every "
-                             f"entry must match {like_name} {like.dtype.name}{list(like.shape)}")
+            raise ValueError(
+                f"[distributed] {what}: {name}[{i}] is {chunk.dtype.name}{list(chunk.shape)}, every "
+                f"entry must match {like_name} {like.dtype.name}{list(like.shape)}"
+            )
 
 
 def gather(tensor: Any, gather_list: list | None = None, dst: int = 0, group: Any = None,
            async_op: bool = False) -> Any:
+    """Rank i's `tensor` into `gather_list[i]` on rank `dst` (torch.distributed.gather); only `dst`
+    passes a list, of one tensor per rank.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> mine = np.full(2, float(dist.get_rank()))
+    >>> parts = [np.zeros(2) for _ in range(dist.get_world_size())] if dist.get_rank() == 0 else None
+    >>> dist.gather(mine, parts, dst=0)
+    >>> [p.tolist() for p in parts]                          # on rank 0: [[0, 0], [1, 1], ...]
+    [[0.0, 0.0]]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     root = _check_root(g, _group_rank(group, dst), "gather")
     mine, _ = _as_host(tensor, "gather")
@@ -526,6 +832,20 @@ def gather(tensor: Any, gather_list: list | None = None, dst: int = 0, group: An
 
 def scatter(tensor: Any, scatter_list: list | None = None, src: int = 0, group: Any = None,
             async_op: bool = False) -> Any:
+    """`scatter_list[i]` from rank `src` into rank i's `tensor` (torch.distributed.scatter); only
+    `src` passes a list, of one tensor per rank.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> n = dist.get_world_size()
+    >>> parts = [np.full(2, 10.0 * i) for i in range(n)] if dist.get_rank() == 0 else None
+    >>> mine = np.zeros(2)
+    >>> dist.scatter(mine, parts, src=0)                     # rank i: [10 * i, 10 * i]
+    >>> mine.tolist()
+    [0.0, 0.0]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     root = _check_root(g, _group_rank(group, src), "scatter")
     out, after = _as_host(tensor, "scatter")
@@ -537,16 +857,39 @@ def scatter(tensor: Any, scatter_list: list | None = None, src: int = 0, group: 
 
 
 def all_to_all_single(output: Any, input: Any, group: Any = None, async_op: bool = False) -> Any:  # noqa: A002
+    """Each rank cuts `input` into world size equal parts along the first dim and sends part j to
+    rank j, which stores it as part i (i: the sender) of `output` (torch.distributed.all_to_all_single,
+    equal splits only).
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> n = dist.get_world_size()
+    >>> out = np.zeros(2 * n)
+    >>> dist.all_to_all_single(out, np.arange(2.0 * n) + 100 * dist.get_rank())
+    >>> out.tolist()                                         # rank j: part j of every rank's input
+    [0.0, 1.0]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     out, after = _as_host(output, "all_to_all_single")
     inp, _ = _as_host(input, "all_to_all_single")
     if out.shape != inp.shape or out.dtype != inp.dtype or (inp.shape and inp.shape[0] % g.size):
-        raise ValueError(f"[distributed] all_to_all_single: input and output must have the same shape, with a first "
-                         f"dim divisible by {g.size}; got {list(inp.shape)} and {list(out.shape)}")
+        raise ValueError(
+            f"[distributed] all_to_all_single: input and output must have the same shape, with a first "
+            f"dim divisible by {g.size}; got {list(inp.shape)} and {list(out.shape)}"
+        )
     return _run(group, g.all_to_all, (out, inp), after, async_op)
 
 
 def barrier(group: Any = None, async_op: bool = False) -> Any:
+    """Return once every rank of the group has called barrier (torch.distributed.barrier).
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> dist.barrier()
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     return _run(group, g.barrier, (), None, async_op)
 
@@ -576,26 +919,96 @@ def _p2p(tensor: Any, peer: int, group: Any, kind: str, async_op: bool) -> Any:
 
 
 def send(tensor: Any, dst: int, group: Any = None, tag: int = 0) -> None:
+    """Send `tensor` to rank `dst`, which calls recv() with a tensor of the same shape and dtype
+    (torch.distributed.send). Messages between two ranks arrive in the order sent; `tag` is accepted
+    for torch's signature and not used. A two-rank job:
+
+        x = np.arange(4.0) if dist.get_rank() == 0 else np.zeros(4)
+        if dist.get_rank() == 0:
+            dist.send(x, dst=1)
+        else:
+            dist.recv(x, src=0)          # rank 1's x is now [0, 1, 2, 3]
+
+    A rank cannot send to itself:
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> dist.send(np.ones(2), dst=0)
+    Traceback (most recent call last):
+    ValueError: [distributed] send: peer 0 must be another rank of the group
+    >>> dist.destroy_process_group()
+    """
     _p2p(tensor, dst, group, "send", False)
 
 
 def recv(tensor: Any, src: int, group: Any = None, tag: int = 0) -> int:
+    """Receive into `tensor`, in place, what rank `src` sends with send(); returns `src`
+    (torch.distributed.recv, without receiving from any source). A sender's tensor of another shape
+    or dtype raises DistributedError here, naming both. See send() for a two-rank example.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> dist.recv(np.zeros(2), src=0)
+    Traceback (most recent call last):
+    ValueError: [distributed] recv: peer 0 must be another rank of the group
+    >>> dist.destroy_process_group()
+    """
     _p2p(tensor, src, group, "recv", False)
     return src
 
 
 def isend(tensor: Any, dst: int, group: Any = None, tag: int = 0) -> Work:
+    """send() that returns at once with a Work; `tensor` must not change before work.wait()
+    (torch.distributed.isend). A two-rank exchange, each rank sending while it receives:
+
+        peer = 1 - dist.get_rank()
+        mine, theirs = np.full(4, float(dist.get_rank())), np.zeros(4)
+        sent, got = dist.isend(mine, dst=peer), dist.irecv(theirs, src=peer)
+        sent.wait()
+        got.wait()                      # theirs is now the peer's values
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> dist.isend(np.ones(2), dst=0)
+    Traceback (most recent call last):
+    ValueError: [distributed] send: peer 0 must be another rank of the group
+    >>> dist.destroy_process_group()
+    """
     return _p2p(tensor, dst, group, "send", True)
 
 
 def irecv(tensor: Any, src: int, group: Any = None, tag: int = 0) -> Work:
+    """recv() that returns at once with a Work; `tensor` holds the message after work.wait()
+    (torch.distributed.irecv). See isend() for a two-rank example.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> dist.irecv(np.zeros(2), src=0)
+    Traceback (most recent call last):
+    ValueError: [distributed] recv: peer 0 must be another rank of the group
+    >>> dist.destroy_process_group()
+    """
     return _p2p(tensor, src, group, "recv", True)
 
 
 # ---------------------------------------------------------------------------- JSON objects (no pickle)
 
 def broadcast_object(obj: Any, src: int = 0, group: Any = None) -> Any:
-    """obj from rank src on every rank; obj must be JSON-serialisable (tg never pickles)."""
+    """Rank `src`'s `obj`, returned on every rank (the others' `obj` is ignored); like
+    torch.distributed.broadcast_object_list for one object, but `obj` must be JSON-serialisable
+    (tg never pickles).
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> config = {"lr": 3e-4, "layers": 12} if dist.get_rank() == 0 else None
+    >>> dist.broadcast_object(config, src=0)
+    {'lr': 0.0003, 'layers': 12}
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     data = json.dumps(obj).encode() if g.rank == _group_rank(group, src) else b""
     n = np.array([len(data)], np.int64)
@@ -606,6 +1019,17 @@ def broadcast_object(obj: Any, src: int = 0, group: Any = None) -> Any:
 
 
 def all_gather_object(object_list: list, obj: Any, group: Any = None) -> None:
+    """Rank i's `obj` into `object_list[i]` on every rank (torch.distributed.all_gather_object);
+    `obj` must be JSON-serialisable (tg never pickles) and the list holds one entry per rank.
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> seen = [None] * dist.get_world_size()
+    >>> dist.all_gather_object(seen, {"rank": dist.get_rank(), "samples": 128})
+    >>> seen
+    [{'rank': 0, 'samples': 128}]
+    >>> dist.destroy_process_group()
+    """
     g = _group(group)
     data = np.frombuffer(json.dumps(obj).encode(), np.uint8)
     sizes = np.zeros(g.size, np.int64)

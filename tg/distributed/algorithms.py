@@ -70,7 +70,9 @@ def describe(desc: bytes) -> str:
         return "destroy_process_group (leaving)" if name == "leave" else name
     dt = np.dtype(DTYPE_CODES[code]).name if 0 <= code < len(DTYPE_CODES) else "?"
     extra = f" root={root}" if root >= 0 else ""
-    return f"{name} {dt}[{', '.join(map(str, shape))}]{extra}" + (f" op={REDUCE_OPS.get(red, red)}" if red else "")
+    return f"{name} {dt}[{', '.join(map(str, shape))}]{extra}" + (
+        f" op={REDUCE_OPS.get(red, red)}" if red else ""
+    )
 
 
 def disagreement(what: str, descs: list[bytes], ranks: list[int]) -> DistributedError:
@@ -88,7 +90,9 @@ def disagreement(what: str, descs: list[bytes], ranks: list[int]) -> Distributed
     if len(order) > 1 and len(order[0][1]) > len(order[1][1]):
         odd = "; ".join(f"{who(rs)} called {describe(d)}" for d, rs in order[1:])
         desc, rest = order[0]
-        return DistributedError(f"[distributed] {what}: {odd}, but {who(rest)} called {describe(desc)}; {fix}")
+        return DistributedError(
+            f"[distributed] {what}: {odd}, but {who(rest)} called {describe(desc)}; {fix}"
+        )
     said = "; ".join(f"{who(rs)} called {describe(d)}" for d, rs in order)
     return DistributedError(f"[distributed] {what}: the ranks disagree: {said}; {fix}")
 
@@ -114,8 +118,10 @@ class Call:
     def _control_from(self, peer: int, size: int | None) -> bytes:
         _, _, n = self.t.recv_frame(peer, DESC, self.seq, self.what)
         if size is not None and n != size:
-            raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent a {n}-byte agreement "
-                                   f"frame, rank {self.ranks[self.t.rank]} expected {size} bytes")
+            raise DistributedError(
+                f"[distributed] {self.what}: rank {self.ranks[peer]} sent a {n}-byte agreement "
+                f"frame, rank {self.ranks[self.t.rank]} expected {size} bytes"
+            )
         return self.t.recv_bytes(peer, n)
 
     def agree(self) -> None:

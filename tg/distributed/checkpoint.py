@@ -39,7 +39,14 @@ import numpy as np
 
 from tg.core.tensor import Tensor
 from tg.distributed.ddp import _world
-from tg.nn.state import get_state_dict, load_state_dict, safe_load, safe_load_metadata, safe_save, write_atomic
+from tg.nn.state import (
+    get_state_dict,
+    load_state_dict,
+    safe_load,
+    safe_load_metadata,
+    safe_save,
+    write_atomic,
+)
 
 FORMAT = "tg-checkpoint-1"
 log = logging.getLogger("tg.distributed.checkpoint")
@@ -68,21 +75,37 @@ def _gather_json(obj: Any, group: Any) -> list[Any]:
 
 
 def latest_checkpoint(directory: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint under directory, or None."""
+    """The newest complete checkpoint under directory (the one `latest` names), or None. Any process
+    may call it; it reads only the directory.
+
+    >>> import tempfile
+    >>> from tg import Tensor
+    >>> import tg.distributed as dist
+    >>> with tempfile.TemporaryDirectory() as run:
+    ...     print(dist.latest_checkpoint(run))
+    ...     _ = dist.save_checkpoint(run, 100, {"w": Tensor([1.0, 2.0])})
+    ...     print(dist.latest_checkpoint(run).name)
+    None
+    step-00000100
+    """
     root = Path(directory)
     try:
         name = (root / "latest").read_text().strip()
     except FileNotFoundError:
         return None
     if not name:
-        raise FileNotFoundError(f"[distributed] {root / 'latest'} is empty: a save of an existing step was cut "
-                                f"short. The previous copy is {root}/step-*.replaced. Fix: rename it back to "
-                                f"its step-* name and write that name into {root / 'latest'}")
+        raise FileNotFoundError(
+            f"[distributed] {root / 'latest'} is empty: a save of an existing step was cut "
+            f"short. The previous copy is {root}/step-*.replaced. Fix: rename it back to "
+            f"its step-* name and write that name into {root / 'latest'}"
+        )
     path = root / name
     if not (path / "meta.json").is_file():
-        raise FileNotFoundError(f"[distributed] {root / 'latest'} names {name}, but {path / 'meta.json'} is missing "
-                                f"(the folder was changed outside tg). Fix: point 'latest' at a complete step-* "
-                                f"directory (one with meta.json), or delete {root} to start over")
+        raise FileNotFoundError(
+            f"[distributed] {root / 'latest'} names {name}, but {path / 'meta.json'} is missing "
+            f"(the folder was changed outside tg). Fix: point 'latest' at a complete step-* "
+            f"directory (one with meta.json), or delete {root} to start over"
+        )
     return path
 
 
@@ -117,8 +140,10 @@ def remove_leftovers(directory: str | os.PathLike) -> list[Path]:
     removed = []
     for path in sorted(root.glob("step-*.partial")) + sorted(root.glob("step-*.replaced")):
         if path.suffix == ".partial":
-            why = f"a save of step {path.name[5:-8].lstrip('0') or '0'} that never finished (the job stopped " \
-                  f"mid-save); {now}"
+            why = (
+                f"a save of step {path.name[5:-8].lstrip('0') or '0'} that never finished (the job stopped "
+                f"mid-save); {now}"
+            )
         elif latest_ok and _complete(path.with_suffix("")):
             why = f"the old copy of {path.with_suffix('').name}, which was saved again completely; {now}"
         else:
@@ -126,7 +151,9 @@ def remove_leftovers(directory: str | os.PathLike) -> list[Path]:
         try:
             _remove(path)
         except OSError as e:
-            log.warning("[distributed] checkpoint: could not remove %s, %s: %s; remove it by hand", path, why, e)
+            log.warning(
+                "[distributed] checkpoint: could not remove %s, %s: %s; remove it by hand", path, why, e
+            )
             continue
         log.warning("[distributed] checkpoint: removed %s: %s", path, why)
         removed.append(path)
@@ -145,7 +172,20 @@ def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimiz
                     extra: dict | None = None, keep: int = 2, group: Any = None) -> Path:
     """Save model, optimizer (sharded when it is a ZeroOptimizer), every rank's RNG state and a
     JSON-able `extra` (sampler position, history, config) as checkpoint `step`. Keeps the newest
-    `keep` checkpoints. Returns the checkpoint's directory."""
+    `keep` checkpoints. Returns the checkpoint's directory. Every rank calls it (without a process
+    group, the process is the only rank); `model` is a model, a DistributedDataParallel or a dict of
+    tensors. torch's nearest is torch.distributed.checkpoint.save.
+
+    >>> import tempfile
+    >>> from tg import Tensor, nn
+    >>> import tg.distributed as dist
+    >>> model = nn.Linear(3, 1)
+    >>> opt = nn.optim.AdamW(nn.state.get_parameters(model), lr=1e-3)
+    >>> with tempfile.TemporaryDirectory() as run:
+    ...     path = dist.save_checkpoint(run, 100, model, opt, extra={"epoch": 2})
+    ...     sorted(p.name for p in path.iterdir())
+    ['meta.json', 'model.safetensors', 'optim.safetensors']
+    """
     from tg.distributed.zero import ZeroOptimizer
     rank, size = _world(group)
     root = Path(directory)
@@ -211,7 +251,21 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
                     restore_rng: bool = True) -> dict | None:
     """Load the newest checkpoint under directory into model and optimizer (any world size for a
     ZeroOptimizer) and restore this rank's RNG state. Returns meta.json ({"step", "world_size",
-    "extra", ...}), or None when there is no checkpoint yet."""
+    "extra", ...}), or None when there is no checkpoint yet. Every rank calls it. torch's nearest is
+    torch.distributed.checkpoint.load.
+
+    >>> import tempfile
+    >>> from tg import Tensor
+    >>> import tg.distributed as dist
+    >>> with tempfile.TemporaryDirectory() as run:
+    ...     print(dist.load_checkpoint(run, {"w": Tensor([0.0, 0.0])}))     # nothing saved yet
+    ...     _ = dist.save_checkpoint(run, 100, {"w": Tensor([1.0, 2.0])}, extra={"epoch": 2})
+    ...     w = Tensor([0.0, 0.0])
+    ...     meta = dist.load_checkpoint(run, {"w": w})
+    None
+    >>> meta["step"], meta["extra"], w.tolist()
+    (100, {'epoch': 2}, [1.0, 2.0])
+    """
     from tg.distributed.zero import ZeroOptimizer
     rank, size = _world(group)
     if rank == 0:
@@ -221,19 +275,25 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
         return None
     meta = json.loads((path / "meta.json").read_text())
     if meta.get("format") != FORMAT:
-        raise ValueError(f"[distributed] {path}: format {meta.get('format')!r}, expected {FORMAT!r}. Fix: load it "
-                         f"with the tg version that wrote it, or start from a new checkpoint directory")
+        raise ValueError(
+            f"[distributed] {path}: format {meta.get('format')!r}, expected {FORMAT!r}. Fix: load it "
+            f"with the tg version that wrote it, or start from a new checkpoint directory"
+        )
     load_state_dict(_unwrap(model), safe_load(path / "model.safetensors"))
     if isinstance(optimizer, ZeroOptimizer):
         shards = sorted(str(path / f) for f in meta["files"] if f.startswith("optim-"))
         if not shards:
-            raise ValueError(f"[distributed] {path} holds no ZeroOptimizer shards (saved with a plain optimizer); "
-                             f"load it with the optimizer it was saved with")
+            raise ValueError(
+                f"[distributed] {path} holds no ZeroOptimizer shards (saved with a plain optimizer); "
+                f"load it with the optimizer it was saved with"
+            )
         load_zero_shards(optimizer, shards)
     elif optimizer is not None:
         if "optim.safetensors" not in meta["files"]:
-            raise ValueError(f"[distributed] {path} holds ZeroOptimizer shards, not a plain optimizer's state; "
-                             f"load it into a ZeroOptimizer (any world size)")
+            raise ValueError(
+                f"[distributed] {path} holds ZeroOptimizer shards, not a plain optimizer's state; "
+                f"load it into a ZeroOptimizer (any world size)"
+            )
         optimizer.load_state_dict(safe_load(path / "optim.safetensors"))
     rng = meta.get("rng") or []
     if restore_rng and rng:
@@ -250,10 +310,12 @@ def _saved_pieces(opt: Any, paths: list[str]) -> tuple[list[tuple[str, list[dict
         meta = safe_load_metadata(path)
         saved_shapes = json.loads(meta["params"])
         if saved_shapes != shapes:
-            raise ValueError(f"[distributed] {path} was saved for {len(saved_shapes)} parameters of shapes "
-                             f"{saved_shapes[:4]}..., this optimizer has {len(shapes)} of shapes {shapes[:4]}...; "
-                             f"the model changed since the checkpoint. Fix: build the model as it was when saved "
-                             f"(same layers, same parameter order), or start from a new checkpoint directory")
+            raise ValueError(
+                f"[distributed] {path} was saved for {len(saved_shapes)} parameters of shapes "
+                f"{saved_shapes[:4]}..., this optimizer has {len(shapes)} of shapes {shapes[:4]}...; "
+                f"the model changed since the checkpoint. Fix: build the model as it was when saved "
+                f"(same layers, same parameter order), or start from a new checkpoint directory"
+            )
         old.append((path, json.loads(meta["index"])))
     # where each parameter's elements live in the old shards: (first, length, file, part, offset)
     by_param: dict[int, list[tuple[int, int, int, int, int]]] = {}
@@ -264,7 +326,8 @@ def _saved_pieces(opt: Any, paths: list[str]) -> tuple[list[tuple[str, list[dict
     return old, by_param
 
 
-def load_zero_shards(opt: Any, paths: list[str]) -> None:
+# Complexity: a loop over saved pieces with one check per way an old shard can disagree with the new layout.
+def load_zero_shards(opt: Any, paths: list[str]) -> None:  # noqa: C901
     """Fill opt's shard (any world size) from shard files saved at any world size."""
     old, by_param = _saved_pieces(opt, paths)
     loaded: dict[int, dict[str, Tensor]] = {}

@@ -68,7 +68,21 @@ def new_gradients(params: list[Tensor], synced: list[Tensor | None]) -> bool:
 
 
 class DistributedDataParallel:
-    """Wrap a model: same forward, gradients averaged across the group's ranks after backward."""
+    """Wrap a model: same forward, gradients averaged across the group's ranks after backward
+    (torch.nn.parallel.DistributedDataParallel). Rank `broadcast_from`'s parameters and buffers are
+    copied to every rank at construction; gradients move in buckets of about `bucket_mb` MiB while
+    backward goes on; `no_sync()` accumulates without communicating. Attributes and methods other
+    than these are the wrapped model's.
+
+    >>> from tg import Tensor, nn
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: a one-rank job
+    >>> model = dist.DistributedDataParallel(nn.Linear(3, 1))
+    >>> _ = model(Tensor.ones(4, 3)).sum().backward()
+    >>> model.weight.grad.tolist()                 # the mean over ranks of each rank's gradient
+    [[4.0, 4.0, 4.0]]
+    >>> dist.destroy_process_group()
+    """
 
     def __init__(self, module: Any, bucket_mb: float = 25.0, group: Any = None, broadcast_from: int = 0):
         if bucket_mb <= 0:

@@ -42,7 +42,9 @@ def own_memory(t: Tensor) -> Buffer:
     buf = t.lazydata.base.realized
     assert buf is not None
     holders = [t.lazydata.base, *buf.aliases]
-    pending = list({id(r): r for h in holders for r in list(h.readers) if r.realized is None and r.srcs}.values())
+    pending = list(
+        {id(r): r for h in holders for r in list(h.readers) if r.realized is None and r.srcs}.values()
+    )
     if pending:
         realize(pending)
     return buf
@@ -106,7 +108,9 @@ class HostView:
         from tg.core.dtype import f32_to_bf16
         stage = self._staged()
         if self.bf16:
-            stage.view(np.uint16)[...] = f32_to_bf16(np.ascontiguousarray(values, dtype=np.float32).reshape(-1))
+            stage.view(np.uint16)[...] = f32_to_bf16(
+                np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+            )
         elif not np.may_share_memory(values, stage):      # a read's result written back needs no copy
             stage.view(self.np_dtype)[...] = values.reshape(-1)
         self.buf.copyin(stage)

@@ -35,13 +35,17 @@ _UFUNC = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PRODUCT: np.multi
 def reducer(op: ReduceOp, dtype: np.dtype) -> Callable[[np.ndarray, np.ndarray], None]:
     kind = np.dtype(dtype).kind
     if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and kind not in "biu":
-        raise TypeError(f"[distributed] ReduceOp.{op.name} needs integer or bool tensors, got {np.dtype(dtype).name}")
+        raise TypeError(
+            f"[distributed] ReduceOp.{op.name} needs integer or bool tensors, got {np.dtype(dtype).name}"
+        )
     if op in (ReduceOp.MIN, ReduceOp.MAX) and kind == "c":
         raise TypeError(f"[distributed] ReduceOp.{op.name} has no order on complex tensors "
                         f"({np.dtype(dtype).name}); reduce the real and imaginary parts or the magnitudes")
     if op is ReduceOp.AVG and kind not in "fc":
-        raise TypeError(f"[distributed] ReduceOp.AVG needs floating-point tensors, got {np.dtype(dtype).name}; "
-                        f"use SUM and divide")
+        raise TypeError(
+            f"[distributed] ReduceOp.AVG needs floating-point tensors, got {np.dtype(dtype).name}; "
+            f"use SUM and divide"
+        )
     ufunc = _UFUNC[op]
     if kind == "b" and op in (ReduceOp.SUM, ReduceOp.MAX):
         ufunc = np.logical_or
@@ -65,7 +69,8 @@ class ProcessGroup:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        return f"<ProcessGroup {self.name} rank {self.rank}/{self.size} via {getattr(self.transport, 'name', 'local')}>"
+        via = getattr(self.transport, "name", "local")
+        return f"<ProcessGroup {self.name} rank {self.rank}/{self.size} via {via}>"
 
     # ------------------------------------------------------------------ running
     def submit(self, fn: Callable[..., None], *args: Any) -> Future:

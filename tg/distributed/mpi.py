@@ -9,6 +9,11 @@ What tg adds on top of MPI:
 - **No silent hang.** A watchdog thread aborts the whole job (MPI_Abort) when a call blocks past
   the job's timeout, and an uncaught exception in any rank aborts the job too (mpi4py's `-m mpi4py`
   idea), so the other ranks never wait forever in a collective the dead one will not join.
+- **The late rank is named.** Before it aborts, the watchdog asks the other ranks' watchdogs (on a
+  communicator of their own, answered from their threads) which collective each last entered and
+  what it is in now, and prints one report: `rank 2 did not arrive (its last collective in the
+  group was all_reduce #3; it is in no tg call); ranks 0, 1 are waiting in it`. A rank killed by a
+  signal is beyond this: mpiexec kills the others at once and names it in its own message.
 - **p2p on its own communicator** (a Dup), so sends and receives never match a collective's
   messages; each message is preceded by its descriptor, checked by the receiver.
 
@@ -18,7 +23,9 @@ later MPI calls. This needs MPI_THREAD_MULTIPLE, which Open MPI and MPICH provid
 """
 from __future__ import annotations
 
+import atexit
 import importlib.util
+import json
 import sys
 import threading
 import time
@@ -61,8 +68,8 @@ def load_mpi() -> Any:
     try:
         from mpi4py import MPI
     except ImportError as e:
-        raise ImportError(f"[distributed] backend 'mpi' needs mpi4py and an MPI library ({e}); install them with "
-                          f"pip install 'tg[mpi]' (Open MPI) and start the job with mpiexec") from None
+        raise ImportError(f"[distributed] backend 'mpi' needs mpi4py and an MPI library ({e}); install them "
+                          f"with pip install 'tg[mpi]' (Open MPI) and start the job with mpiexec") from None
     return MPI
 
 
@@ -71,45 +78,198 @@ def under_mpiexec() -> bool:
     return config.OMPI_COMM_WORLD_SIZE > 0 or config.PMI_SIZE > 0
 
 
-# ---------------------------------------------------------------------------- failure: watchdog and excepthook
+# ------------------------------------------------------------------------ failure: watchdog and excepthook
+
+_QUERY, _REPLY = 1, 2      # tags on the watchdogs' own communicator
+_QUERY_BYTES, _REPLY_BYTES = 256, 2048
+ASK_GRACE = 3.0            # seconds a timed-out rank waits for the others' watchdogs to say where they are
+DEFER = 5.0                # seconds a waiting rank leaves the report to the lowest waiting rank
+
 
 class _Watchdog:
     """Aborts the MPI job when any guarded call runs past its deadline: a blocked MPI call cannot be
-    interrupted, and a job that hangs forever is the one outcome tg never allows."""
+    interrupted, and a job that hangs forever is the one outcome tg never allows.
+
+    Before aborting, it asks the other ranks where they are. A rank blocked in a collective cannot
+    answer, and one that stopped calling tg may be outside MPI, so each rank's watchdog thread answers
+    for it: it polls its own communicator (a Dup of COMM_WORLD that only watchdogs use; each poll also
+    drives MPI's progress) and replies with the last collective its rank entered in the asked group and
+    the calls it is blocked in now. The timed-out rank names the ranks that did not arrive; the lowest
+    rank that did arrive reports, the others only if it has not aborted the job DEFER seconds later."""
 
     def __init__(self, mpi: Any) -> None:
         self.mpi = mpi
-        self.calls: dict[int, tuple[float, str]] = {}     # one slot per calling thread
+        self.calls: dict[int, _Guard] = {}                # one slot per calling thread
+        self.entered: dict[str, tuple[int, str]] = {}     # group -> (seq, what) of its last collective
+        self.comm: Any = None                             # set once the whole world has joined
+        self.sending: list[tuple[Any, np.ndarray]] = []   # replies in flight, with their buffers
+        self.lock = threading.Lock()                      # held around every MPI call of this thread
+        self.stopped = False
+        atexit.register(self._stop)     # before mpi4py's MPI_Finalize, which runs after every atexit hook
         threading.Thread(target=self._watch, daemon=True, name="tg-mpi-watchdog").start()
 
-    def guard(self, what: str, timeout: float) -> _Guard:
-        return _Guard(self.calls, what, timeout)
+    def guard(self, what: str, timeout: float, peers: list[int], group: str | None = None,
+              seq: int = 0) -> _Guard:
+        """Times a call; `peers` are the world ranks to ask about on a timeout, `group` and `seq` name a
+        collective (which the peers must all enter)."""
+        return _Guard(self, what, timeout, peers, group, seq)
+
+    def connect(self, world: Any) -> None:
+        """The watchdogs' communicator; collective over `world`, so called where every rank is."""
+        if self.comm is None and world.Get_size() > 1:
+            comm = world.Dup()
+            with self.lock:
+                self.comm = comm
+
+    def _stop(self) -> None:
+        with self.lock:
+            self.stopped = True
 
     def _watch(self) -> None:
         while True:
             time.sleep(0.5)
-            now = time.monotonic()
-            late = [what for deadline, what in list(self.calls.values()) if deadline < now]
-            if late:
-                rank = self.mpi.COMM_WORLD.Get_rank()
-                sys.stderr.write(f"[distributed] rank {rank}: {late[0]} did not complete within the timeout "
-                                 f"(TG_DIST_TIMEOUT): a rank is stuck or skipped it; aborting the MPI job\n")
-                sys.stderr.flush()
-                self.mpi.COMM_WORLD.Abort(1)
+            with self.lock:
+                if self.stopped or self.mpi.Is_finalized():
+                    return
+                try:
+                    self._answer()
+                except Exception:  # noqa: BLE001 - a failed reply must not stop the watchdog
+                    pass
+                now = time.monotonic()
+                late = [g for g in list(self.calls.values()) if g.deadline < now]
+                if late:
+                    self._handle(late[0])
+
+    def _handle(self, guard: _Guard) -> None:
+        if guard.report is None:
+            try:
+                guard.report, first = self._report(guard, self._ask(guard))
+            except Exception as e:  # noqa: BLE001 - whatever asking did, the job must still end
+                guard.report, first = f"{self._head(guard)} (asking the other ranks where they are failed: " \
+                                      f"{type(e).__name__}: {e}); aborting the MPI job\n", True
+            if not first:
+                guard.defer_until = time.monotonic() + DEFER
+                return
+        elif time.monotonic() < guard.defer_until:
+            return
+        if guard not in self.calls.values():
+            return       # it completed after all, while the others were asked
+        sys.stderr.write(guard.report)
+        sys.stderr.flush()
+        self.mpi.COMM_WORLD.Abort(1)
+
+    # ------------------------------------------------------------------ asking and answering
+    def _answer(self) -> None:
+        """Reply to every query waiting on the watchdogs' communicator."""
+        if self.comm is None:
+            return
+        self.sending = [(req, buf) for req, buf in self.sending if not req.Test()]
+        status = self.mpi.Status()
+        while self.comm.Iprobe(source=self.mpi.ANY_SOURCE, tag=_QUERY, status=status):
+            query = np.zeros(_QUERY_BYTES, np.uint8)
+            self.comm.Recv(query, source=status.Get_source(), tag=_QUERY)
+            try:
+                group = json.loads(query.tobytes().rstrip(b"\0"))["group"]
+            except (ValueError, KeyError, TypeError):
+                continue
+            seq, last = self.entered.get(group, (0, "")) if isinstance(group, str) else (0, "")
+            now = [g.what[:200] for g in list(self.calls.values())][:4]
+            reply = np.zeros(_REPLY_BYTES, np.uint8)
+            body = json.dumps({"seq": seq, "last": last[:200], "now": now}).encode()[:_REPLY_BYTES]
+            reply[:len(body)] = np.frombuffer(body, np.uint8)
+            self.sending.append((self.comm.Isend(reply, dest=status.Get_source(), tag=_REPLY), reply))
+
+    def _ask(self, guard: _Guard) -> dict[int, dict | None]:
+        """Each peer's reply (None: no answer within ASK_GRACE seconds)."""
+        if self.comm is None or not guard.peers:
+            return {}
+        query = np.zeros(_QUERY_BYTES, np.uint8)
+        body = json.dumps({"group": guard.group}).encode()[:_QUERY_BYTES]
+        query[:len(body)] = np.frombuffer(body, np.uint8)
+        buffers = {p: np.zeros(_REPLY_BYTES, np.uint8) for p in guard.peers}
+        sends = [self.comm.Isend(query, dest=p, tag=_QUERY) for p in guard.peers]
+        recvs = {p: self.comm.Irecv(buffers[p], source=p, tag=_REPLY) for p in guard.peers}
+        replies: dict[int, dict | None] = dict.fromkeys(guard.peers)
+        deadline = time.monotonic() + ASK_GRACE
+        while recvs and time.monotonic() < deadline:
+            self._answer()                  # peers that timed out too are asking this rank meanwhile
+            for p, req in list(recvs.items()):
+                if req.Test():
+                    del recvs[p]
+                    try:
+                        reply = json.loads(buffers[p].tobytes().rstrip(b"\0"))
+                        replies[p] = reply if isinstance(reply, dict) else None
+                    except ValueError:
+                        pass
+            time.sleep(0.02)
+        self.sending += [(req, query) for req in sends]
+        for p, req in recvs.items():        # no answer: stop waiting for it (its buffer lives on until then)
+            req.Cancel()
+            self.sending.append((req, buffers[p]))
+        return replies
+
+    def _head(self, guard: _Guard) -> str:
+        return (f"[distributed] rank {self.mpi.COMM_WORLD.Get_rank()}: {guard.what} did not complete within "
+                f"{guard.timeout:g}s (TG_DIST_TIMEOUT)")
+
+    def _report(self, guard: _Guard, replies: dict[int, dict | None]) -> tuple[str, bool]:
+        """The message, and whether this rank is the one to print it (the lowest rank that arrived)."""
+        me, head = self.mpi.COMM_WORLD.Get_rank(), self._head(guard)
+        if self.comm is None or not guard.peers:
+            return f"{head}; aborting the MPI job\n", True
+
+        def doing(reply: dict) -> str:
+            now = reply.get("now") or []
+            return f"it is in {' and '.join(map(str, now))}" if now else "it is in no tg call"
+        silent = f"did not answer within {ASK_GRACE:g}s (it has exited, or holds the GIL in native code)"
+        if guard.group is None:
+            parts = [f"rank {p} {silent}" if r is None else f"rank {p}: {doing(r)}"
+                     for p, r in replies.items()]
+            return f"{head}; {'; '.join(parts)}; aborting the MPI job\n", True
+        late = [p for p, r in replies.items() if r is None or int(r.get("seq", 0)) < guard.seq]
+        waiting = sorted([me] + [p for p in replies if p not in late])
+        parts = []
+        for p in late:
+            r = replies[p]
+            if r is None:
+                parts.append(f"rank {p} {silent}")
+            else:
+                last = f"its last collective in the group was {r['last']}" if r.get("last") \
+                    else "it made no collective in the group"
+                parts.append(f"rank {p} did not arrive ({last}; {doing(r)})")
+        if not late:
+            parts.append("every rank arrived, but the call did not complete (MPI itself is stuck)")
+        who = f"{_ranks(waiting)} {'is' if len(waiting) == 1 else 'are'}"
+        hint = f"Find why {_ranks(late)} stopped, or raise TG_DIST_TIMEOUT if it is only slow" if late \
+            else "Raise TG_DIST_TIMEOUT if the transfer is only slow"
+        report = f"{head}: {'; '.join(parts)}; {who} waiting in it. {hint}; aborting the MPI job\n"
+        return report, me == waiting[0]
+
+
+def _ranks(ranks: list[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
 class _Guard:
-    __slots__ = ("calls", "what", "timeout", "key")
+    __slots__ = ("watchdog", "what", "timeout", "peers", "group", "seq", "key", "deadline", "report",
+                 "defer_until")
 
-    def __init__(self, calls: dict, what: str, timeout: float) -> None:
-        self.calls, self.what, self.timeout = calls, what, timeout
+    def __init__(self, watchdog: _Watchdog, what: str, timeout: float, peers: list[int], group: str | None,
+                 seq: int) -> None:
+        self.watchdog, self.what, self.timeout, self.peers = watchdog, what, timeout, peers
+        self.group, self.seq = group, seq
+        self.report: str | None = None
+        self.defer_until = 0.0
 
     def __enter__(self) -> None:
         self.key = threading.get_ident()
-        self.calls[self.key] = (time.monotonic() + self.timeout, self.what)
+        self.deadline = time.monotonic() + self.timeout
+        if self.group is not None:
+            self.watchdog.entered[self.group] = (self.seq, self.what.removesuffix(f" (group {self.group})"))
+        self.watchdog.calls[self.key] = self
 
     def __exit__(self, *exc: Any) -> None:
-        self.calls.pop(self.key, None)
+        self.watchdog.calls.pop(self.key, None)
 
 
 _watchdog: _Watchdog | None = None
@@ -175,7 +335,10 @@ class _Agreed:
 
     def __enter__(self) -> None:
         g = self.group
-        self.guard = g._guard(f"{self.op} #{self.seq}")
+        peers = [r for i, r in enumerate(g.ranks) if i != g.rank]
+        assert _watchdog is not None
+        self.guard = _watchdog.guard(f"{self.op} #{self.seq} (group {g.name})", g.timeout, peers, g.name,
+                                     self.seq)
         self.guard.__enter__()
         pair = g.pair
         pair[0], pair[1] = self.h, -self.h
@@ -219,12 +382,16 @@ class MpiGroup(ProcessGroup):
         super().__init__(comms.rank, comms.world, ranks, comms, name)
         self.mpi, self.comm, self.timeout = mpi, comm, timeout
         self.pair = np.zeros(2, np.int64)     # the agreement's buffer: one collective at a time per group
+        if _watchdog is not None:
+            _watchdog.entered.pop(name, None)  # a new group of an old name (after a re-init) starts at #1
 
-    def _guard(self, what: str) -> _Guard:
+    def _guard(self, what: str, peers: list[int]) -> _Guard:
+        """Times a call that is not a collective of this group; `peers`: the ranks it waits for."""
         assert _watchdog is not None
-        return _watchdog.guard(f"{what} (group {self.name})", self.timeout)
+        return _watchdog.guard(f"{what} (group {self.name})", self.timeout, peers)
 
-    def _agree(self, seq: int, op: str, arr: np.ndarray, root: int = -1, red: ReduceOp | None = None) -> _Agreed:
+    def _agree(self, seq: int, op: str, arr: np.ndarray, root: int = -1,
+               red: ReduceOp | None = None) -> _Agreed:
         """`with self._agree(...)`: every rank must be in the same call before any data moves."""
         return _Agreed(self, seq, op, _descriptor(op, arr.dtype, arr.shape, root, red.value if red is not None
                                                   else 0))
@@ -243,7 +410,7 @@ class MpiGroup(ProcessGroup):
 
     @staticmethod
     def _typed(arr: np.ndarray) -> np.ndarray:
-        """mpi4py reads the MPI datatype off the buffer's format (float32 -> MPI_FLOAT, bool -> MPI_C_BOOL)."""
+        """mpi4py reads the MPI datatype off the buffer's format (float32 -> MPI_FLOAT, bool -> C_BOOL)."""
         return arr.reshape(-1)
 
     @staticmethod
@@ -321,7 +488,7 @@ class MpiGroup(ProcessGroup):
     # ------------------------------------------------------------------ point to point (own communicator)
     def send(self, seq: int, arr: np.ndarray, dst: int) -> None:
         desc = _descriptor("send", arr.dtype, arr.shape, -1, 0)[0]
-        with self._guard(f"send to rank {self.ranks[dst]}"):
+        with self._guard(f"send to rank {self.ranks[dst]}", [self.ranks[dst]]):
             self.transport.p2p.Send(_pack_desc(desc), dest=dst, tag=_P2P_DESC)
             self.transport.p2p.Send(_bytes(np.ascontiguousarray(arr)), dest=dst, tag=_P2P_DATA)
 
@@ -329,7 +496,7 @@ class MpiGroup(ProcessGroup):
         desc = _descriptor("send", arr.dtype, arr.shape, -1, 0)[0]
         p2p = self.transport.p2p
         packed = np.empty(DESC_BYTES, np.uint8)
-        with self._guard(f"recv from rank {self.ranks[src]}"):
+        with self._guard(f"recv from rank {self.ranks[src]}", [self.ranks[src]]):
             p2p.Recv(packed, source=src, tag=_P2P_DESC)
             theirs = _unpack_desc(packed)
             if theirs != desc:
@@ -343,11 +510,12 @@ class MpiGroup(ProcessGroup):
 
     def subgroup(self, ranks: list[int], name: str) -> MpiGroup:
         """A group of some of this group's ranks; only its members call this (MPI_Comm_create_group)."""
-        with self._guard(f"new_group({[self.ranks[r] for r in ranks]})"):
+        world_ranks = [self.ranks[r] for r in ranks]
+        with self._guard(f"new_group({world_ranks})", [r for r in world_ranks if r != self.ranks[self.rank]]):
             members = self.comm.Get_group().Incl(ranks)
             comm = self.comm.Create_group(members)
             members.Free()
-            return MpiGroup(self.mpi, comm, [self.ranks[r] for r in ranks], self.timeout, name)
+            return MpiGroup(self.mpi, comm, world_ranks, self.timeout, name)
 
 
 def init_world(rank: int | None, world_size: int | None, timeout: float) -> tuple[MpiGroup, int]:
@@ -355,8 +523,9 @@ def init_world(rank: int | None, world_size: int | None, timeout: float) -> tupl
     global _watchdog
     mpi = load_mpi()
     if mpi.Query_thread() < mpi.THREAD_MULTIPLE:
-        raise RuntimeError("[distributed] backend 'mpi' needs an MPI library initialised with MPI_THREAD_MULTIPLE "
-                           f"(got level {mpi.Query_thread()}); use Open MPI or MPICH from pip install 'tg[mpi]'")
+        raise RuntimeError("[distributed] backend 'mpi' needs an MPI library initialised with "
+                           f"MPI_THREAD_MULTIPLE (got level {mpi.Query_thread()}); use Open MPI or MPICH "
+                           f"from pip install 'tg[mpi]'")
     world = mpi.COMM_WORLD
     mpi_rank, mpi_size = world.Get_rank(), world.Get_size()
     if _watchdog is None:
@@ -364,19 +533,20 @@ def init_world(rank: int | None, world_size: int | None, timeout: float) -> tupl
     if mpi_size > 1:
         _install_abort_hook(mpi)   # from here on, an uncaught error in any rank ends the job
     env_rank, env_world = config.RANK, config.WORLD_SIZE
-    for source, r, w in (("RANK / WORLD_SIZE", env_rank, env_world), ("init_process_group(rank=, world_size=)",
-                                                                      rank, world_size)):
+    for source, r, w in (("RANK / WORLD_SIZE", env_rank, env_world),
+                         ("init_process_group(rank=, world_size=)", rank, world_size)):
         if (r is not None and r >= 0 and r != mpi_rank) or (w is not None and w > 0 and w != mpi_size):
-            raise ValueError(f"[distributed] backend 'mpi': MPI says this is rank {mpi_rank} of {mpi_size}, but "
-                             f"{source} say rank {r} of {w}; start MPI jobs with mpiexec -n N (which sets both), or "
-                             f"unset RANK / WORLD_SIZE")
+            raise ValueError(f"[distributed] backend 'mpi': MPI says this is rank {mpi_rank} of {mpi_size}, "
+                             f"but {source} say rank {r} of {w}; start MPI jobs with mpiexec -n N (which "
+                             f"sets both), or unset RANK / WORLD_SIZE")
     local = max(config.OMPI_COMM_WORLD_LOCAL_RANK, config.MPI_LOCALRANKID)
     if local < 0:      # a launcher that does not say: ask MPI which ranks share this node
-        with _watchdog.guard("finding the local rank (MPI_Comm_split_type)", timeout):
+        with _watchdog.guard("finding the local rank (MPI_Comm_split_type)", timeout, []):
             node = world.Split_type(mpi.COMM_TYPE_SHARED)
             local = node.Get_rank()
             node.Free()
-    with _watchdog.guard("creating the default group (MPI_Comm_dup)", timeout):
+    with _watchdog.guard("creating the default group (MPI_Comm_dup)", timeout, []):
+        _watchdog.connect(world)
         return MpiGroup(mpi, world, list(range(mpi_size)), timeout, "default"), local
 
 

@@ -11,7 +11,8 @@ order of a sampler. Both can save where they are in an epoch and resume there:
 
     >>> import numpy as np
     >>> x = np.arange(10) * 10
-    >>> loader = DataLoader(x, batch_size=2, sampler=DistributedSampler(x, num_replicas=2, rank=1, shuffle=False))
+    >>> sampler = DistributedSampler(x, num_replicas=2, rank=1, shuffle=False)
+    >>> loader = DataLoader(x, batch_size=2, sampler=sampler)
     >>> [batch.tolist() for batch in loader]
     [[10, 30], [50, 70], [90]]
 """
@@ -69,7 +70,8 @@ class _EpochPosition:
         self.epoch = epoch
 
     def state_dict(self) -> dict[str, int]:
-        """The epoch and how many items of it were yielded so far; give it to ``load_state_dict`` to resume."""
+        """The epoch and how many items of it were yielded so far; give it to ``load_state_dict`` to
+        resume."""
         return {"epoch": self.epoch, self._COUNT_KEY: self._done}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -81,21 +83,28 @@ class _EpochPosition:
                              f"got {type(state).__name__}; pass what state_dict() returned")
         missing, unexpected = sorted(keys - state.keys()), sorted(set(state) - keys)
         if missing or unexpected:
-            raise ValueError(f"[distributed] {who}: expected keys {sorted(keys)}, missing {missing}, "
-                             f"unexpected {unexpected}; pass what {type(self).__name__}.state_dict() returned")
-        wrong = [f"{k}={state[k]!r} ({type(state[k]).__name__})" for k in sorted(keys) if not _is_int(state[k])]
+            raise ValueError(
+                f"[distributed] {who}: expected keys {sorted(keys)}, missing {missing}, "
+                f"unexpected {unexpected}; pass what {type(self).__name__}.state_dict() returned"
+            )
+        wrong = [
+            f"{k}={state[k]!r} ({type(state[k]).__name__})" for k in sorted(keys) if not _is_int(state[k])
+        ]
         if wrong:
             raise ValueError(f"[distributed] {who}: expected int values, got {', '.join(wrong)}")
         epoch, count, limit = int(state["epoch"]), int(state[self._COUNT_KEY]), self._count_limit()
         if epoch < 0 or not 0 <= count <= limit:
-            raise ValueError(f"[distributed] {who}: expected epoch >= 0 and {self._COUNT_KEY} in 0..{limit}, "
-                             f"got epoch={epoch}, {self._COUNT_KEY}={count}; was the state saved with another "
-                             "dataset size, world size or batch size?")
+            raise ValueError(
+                f"[distributed] {who}: expected epoch >= 0 and {self._COUNT_KEY} in 0..{limit}, "
+                f"got epoch={epoch}, {self._COUNT_KEY}={count}; was the state saved with another "
+                "dataset size, world size or batch size?"
+            )
         self.set_epoch(epoch)
         self._done = self._skip = count
 
     def _begin(self) -> int:
-        """Start a pass over the epoch: return how many items to skip, and forget the skip for later passes."""
+        """Start a pass over the epoch: return how many items to skip, and forget the skip for later
+        passes."""
         start, self._skip = self._skip, 0
         self._done = start
         return start
@@ -144,16 +153,22 @@ class DistributedSampler(_EpochPosition):
         if num_replicas is None or rank is None:
             from tg import distributed as dist  # lazy: tg/distributed/__init__.py may import this module
             initialized = dist.is_initialized()
-            num_replicas = (dist.get_world_size() if initialized else 1) if num_replicas is None else num_replicas
+            num_replicas = (
+                (dist.get_world_size() if initialized else 1) if num_replicas is None else num_replicas
+            )
             rank = (dist.get_rank() if initialized else 0) if rank is None else rank
         self.num_replicas = _check_int(who, "num_replicas", num_replicas, 1)
         self.rank = _check_int(who, "rank", rank, 0)
         if self.rank >= self.num_replicas:
-            raise ValueError(f"[distributed] {who}: rank must be in 0..{self.num_replicas - 1} for num_replicas="
-                             f"{self.num_replicas}, got rank {self.rank}")
+            raise ValueError(
+                f"[distributed] {who}: rank must be in 0..{self.num_replicas - 1} for num_replicas="
+                f"{self.num_replicas}, got rank {self.rank}"
+            )
         if drop_last and not pad:
-            raise ValueError(f"[distributed] {who}: drop_last=True needs pad=True (pad=False already gives every "
-                             "element exactly once); pass one of them")
+            raise ValueError(
+                f"[distributed] {who}: drop_last=True needs pad=True (pad=False already gives every "
+                "element exactly once); pass one of them"
+            )
         self.shuffle, self.seed = bool(shuffle), _check_int(who, "seed", seed, 0)
         self.drop_last, self.pad = bool(drop_last), bool(pad)
         n, replicas = self.dataset_len, self.num_replicas
@@ -246,10 +261,14 @@ class DataLoader(_EpochPosition):
             # one index path: the default order is a one-replica sampler's
             sampler = DistributedSampler(length, num_replicas=1, rank=0, shuffle=shuffle, seed=seed)
         elif shuffle:
-            raise ValueError(f"[distributed] {who}: got both a sampler and shuffle=True; shuffle in the sampler "
-                             "(DistributedSampler(..., shuffle=True)) and leave shuffle=False here")
+            raise ValueError(
+                f"[distributed] {who}: got both a sampler and shuffle=True; shuffle in the sampler "
+                "(DistributedSampler(..., shuffle=True)) and leave shuffle=False here"
+            )
         elif not isinstance(sampler, Sized):
-            raise TypeError(f"[distributed] {who}: the sampler must have __len__, got {type(sampler).__name__}")
+            raise TypeError(
+                f"[distributed] {who}: the sampler must have __len__, got {type(sampler).__name__}"
+            )
         self.sampler = sampler
 
     def __len__(self) -> int:

@@ -163,16 +163,22 @@ def _refuse(path: str, action: str, problem: str = "") -> str:
     fix = "Remove it (and find out who created it), then restart; TG_SHM=0 keeps the job off shared memory"
     if action == "create":
         problem = _check(path, None) or "a file of this user is there already"
-        return (f"[distributed] refusing to create the shared-memory file {path}: {problem}. tg names segments "
-                f"with 64 random bits, so it was put there on purpose: another user or process may be attacking "
-                f"the job, or it is a stale file from a broken job. {fix}")
+        return (
+            f"[distributed] refusing to create the shared-memory file {path}: {problem}. tg names segments "
+            f"with 64 random bits, so it was put there on purpose: another user or process may be attacking "
+            f"the job, or it is a stale file from a broken job. {fix}"
+        )
     if problem == "it is gone":
-        return (f"[distributed] cannot map the shared-memory file {path}: it was removed before this rank "
-                f"mapped it; the rank that created it died, or something cleaned {SHM_DIR} (systemd's RemoveIPC "
-                f"does at logout). Restart the job; TG_SHM=0 keeps the job off shared memory")
-    return (f"[distributed] refusing to map the shared-memory file {path}: {problem}, so it is not the segment "
-            f"a rank of this job created: another user or process may be attacking the job, or it is a stale "
-            f"file. {fix}")
+        return (
+            f"[distributed] cannot map the shared-memory file {path}: it was removed before this rank "
+            f"mapped it; the rank that created it died, or something cleaned {SHM_DIR} (systemd's RemoveIPC "
+            f"does at logout). Restart the job; TG_SHM=0 keeps the job off shared memory"
+        )
+    return (
+        f"[distributed] refusing to map the shared-memory file {path}: {problem}, so it is not the segment "
+        f"a rank of this job created: another user or process may be attacking the job, or it is a stale "
+        f"file. {fix}"
+    )
 
 
 def pid_alive(pid: int) -> bool:

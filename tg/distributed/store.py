@@ -5,7 +5,14 @@ Security and framing: the server binds only to the address it is given. On every
 it first sends a random challenge; the client must answer with HMAC-SHA256(secret, challenge)
 before the server reads anything else. Requests and replies are fixed binary frames (magic,
 version, op, lengths), never pickle; a malformed frame closes that connection and is logged, and
-the server carries on.
+the server carries on. Connections that fail the handshake are logged at most once every
+REJECT_LOG_EVERY seconds, with a count, so nobody who can reach the port can flood the job's log.
+
+Sizes: keys are at most 64 KiB and values at most TG_STORE_MAX_VALUE bytes (4 MiB; the store holds
+addresses, counters and short JSON records). Values are read in pieces as they arrive, so a frame
+that claims more than it sends costs no memory; a request over the limit, and one the store cannot
+carry out (add on a key that holds no integer), gets an error reply, which the client raises as
+StoreRequestError, and the connection stays usable.
 
     >>> server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"s3cret")
     >>> client = TCPStore("127.0.0.1", server.port, secret=b"s3cret")
@@ -17,6 +24,7 @@ the server carries on.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import hmac
 import logging
@@ -26,6 +34,7 @@ import struct
 import threading
 import time
 
+from tg import config
 from tg.distributed.errors import DistributedError  # noqa: E402
 
 log = logging.getLogger("tg.distributed.store")
@@ -35,8 +44,12 @@ VERSION = 1
 CHALLENGE = 32
 REQ = struct.Struct("<4sBBHIQ")    # magic, version, op, flags, key length, value length
 REP = struct.Struct("<4sBBHQ")     # magic, version, status, flags, value length
-MAX_KEY, MAX_VALUE = 1 << 16, 1 << 30
+MAX_KEY = 1 << 16
+PIECE = 1 << 16                    # bytes read at a time: memory grows only with what really arrives
+REJECT_LOG_EVERY = 10.0            # seconds between two warnings about rejected connections
 OP_SET, OP_GET, OP_ADD, OP_WAIT, OP_CAS, OP_DELETE, OP_NUM_KEYS, OP_PING = range(1, 9)
+OP_NAMES = {OP_SET: "set", OP_GET: "get", OP_ADD: "add", OP_WAIT: "wait", OP_CAS: "compare_set",
+            OP_DELETE: "delete", OP_NUM_KEYS: "num_keys", OP_PING: "ping"}
 OK, TIMEOUT, ERROR = 0, 1, 2
 
 
@@ -48,15 +61,85 @@ class StoreTimeout(StoreError, TimeoutError):
     pass
 
 
+class SecretRejected(StoreError):
+    """The store hung up on this process's answer to its challenge: another secret than the job's."""
+
+
+class StoreRequestError(StoreError, ValueError):
+    """The store refused one request (a value over the size limit, add on a key holding no integer);
+    the connection and the store stay usable."""
+
+
 def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray(n)
-    view, got = memoryview(buf), 0
+    """n bytes from sock, gathered in pieces as they arrive: a peer that claims a size and sends less
+    never makes this side allocate what it claimed."""
+    parts, got = [], 0
     while got < n:
-        k = sock.recv_into(view[got:])
-        if k == 0:
+        part = sock.recv(min(n - got, PIECE))
+        if not part:
             raise ConnectionError("connection closed")
-        got += k
-    return bytes(buf)
+        parts.append(part)
+        got += len(part)
+    return b"".join(parts)
+
+
+def _discard(sock: socket.socket, n: int) -> None:
+    """Read n bytes and drop them, a piece at a time."""
+    while n > 0:
+        part = sock.recv(min(n, PIECE))
+        if not part:
+            raise ConnectionError("connection closed")
+        n -= len(part)
+
+
+def too_large(what: str, n: int, limit: int) -> str:
+    """Why a key or value is refused, and what to do."""
+    if what == "key":
+        return f"the key is {n} bytes, more than the store accepts ({limit} bytes); use a shorter key"
+    return (f"the value is {n} bytes, more than the store accepts ({limit} bytes, TG_STORE_MAX_VALUE); "
+            f"keep store values small (addresses, counters, short JSON), or raise TG_STORE_MAX_VALUE on "
+            f"every rank")
+
+
+class _Refused(Exception):
+    """A request the server answers with an error reply (the message goes back to the client)."""
+
+
+class RejectLog:
+    """Warnings about connections that failed the handshake: one line at once, then at most one every
+    `every` seconds counting the connections since the last line, and a last count at flush(). Anyone
+    who can reach a port can make rejected connections; they must not be able to flood the log.
+
+        >>> rejects = RejectLog(logging.getLogger("example"), "[store]")
+        >>> rejects.rejected(("127.0.0.1", 5000))    # logs a line
+        >>> rejects.rejected(("127.0.0.1", 5001))    # counted for the next line
+        >>> rejects.count
+        1
+    """
+
+    def __init__(self, logger: logging.Logger, who: str, every: float = REJECT_LOG_EVERY):
+        self.logger, self.who, self.every = logger, who, every
+        self.lock = threading.Lock()
+        self.count, self.latest = 0, ""
+        self.last: float | None = None
+
+    def rejected(self, addr: tuple) -> None:
+        with self.lock:
+            self.count += 1
+            self.latest = f"{addr[0]}:{addr[1]}"
+            if self.last is None or time.monotonic() - self.last >= self.every:
+                self._report()
+
+    def flush(self) -> None:
+        with self.lock:
+            if self.count:
+                self._report()
+
+    def _report(self) -> None:
+        self.logger.warning("%s rejected %d connection(s) since its last report (the latest from %s): they "
+                            "did not prove the job secret; the next report comes in %.0fs at the earliest",
+                            self.who, self.count, self.latest, self.every)
+        self.count, self.last = 0, time.monotonic()
 
 
 def _mac(secret: bytes, challenge: bytes, purpose: bytes) -> bytes:
@@ -72,7 +155,7 @@ def prove(sock: socket.socket, secret: bytes, purpose: bytes) -> None:
     except (OSError, ConnectionError):
         ok = b""                   # the server hangs up on a wrong answer
     if ok != b"OK":
-        raise StoreError("handshake rejected")
+        raise SecretRejected("handshake rejected")
 
 
 def verify(sock: socket.socket, secret: bytes, purpose: bytes, timeout: float = 10.0) -> bool:
@@ -94,9 +177,21 @@ def verify(sock: socket.socket, secret: bytes, purpose: bytes, timeout: float = 
 class _Server:
     def __init__(self, host: str, port: int, secret: bytes):
         self.secret = secret
+        self.max_value = config.TG_STORE_MAX_VALUE
+        self.rejects = RejectLog(log, "[store]")
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
-        self.sock = socket.create_server((host, port), backlog=128, reuse_port=False)
+        try:
+            self.sock = socket.create_server((host, port), backlog=128, reuse_port=False)
+        except OSError as e:
+            if e.errno == errno.EADDRINUSE:
+                fix = ("another process (another job?) holds it: pick another port (MASTER_PORT, or tglaunch "
+                       "--master-port, where 0 picks a free one), or stop that job")
+            else:
+                fix = "is MASTER_ADDR an address of this host?"
+            why = os.strerror(e.errno) if e.errno else str(e)
+            raise StoreError(f"[store] cannot listen on {host}:{port} for the rendezvous store ({why}); "
+                             f"{fix}") from None
         self.port = self.sock.getsockname()[1]
         self.closed = False
         self.conns: set[socket.socket] = set()
@@ -113,7 +208,7 @@ class _Server:
     def _serve(self, conn: socket.socket, addr: tuple) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if not verify(conn, self.secret, b"tg-store"):
-            log.warning("[store] rejected a connection from %s:%s: it did not prove the job secret", *addr[:2])
+            self.rejects.rejected(addr)
             conn.close()
             return
         self.conns.add(conn)
@@ -121,20 +216,34 @@ class _Server:
             while True:
                 head = _recv_exact(conn, REQ.size)
                 magic, version, op, _flags, klen, vlen = REQ.unpack(head)
-                if magic != MAGIC or version != VERSION or not OP_SET <= op <= OP_PING or klen > MAX_KEY \
-                        or vlen > MAX_VALUE:
-                    log.warning("[store] malformed frame from %s:%s (magic %r, version %d, op %d); closing it",
-                                addr[0], addr[1], magic, version, op)
+                if magic != MAGIC or version != VERSION or not OP_SET <= op <= OP_PING or klen > MAX_KEY:
+                    log.warning("[store] malformed frame from %s:%s (magic %r, version %d, op %d, key of %d "
+                                "bytes); closing it", addr[0], addr[1], magic, version, op, klen)
                     return
                 key = _recv_exact(conn, klen).decode("utf-8", "replace")
+                if vlen > self.max_value:
+                    # refused before anything is allocated for it; the value is then read away in pieces,
+                    # so a client that sends it all stays in step
+                    self._reply(conn, ERROR, too_large("value", vlen, self.max_value).encode())
+                    _discard(conn, vlen)
+                    continue
                 value = _recv_exact(conn, vlen)
-                status, out = self._handle(op, key, value)
-                conn.sendall(REP.pack(MAGIC, VERSION, status, 0, len(out)) + out)
+                try:
+                    status, out = self._handle(op, key, value)
+                except _Refused as e:
+                    status, out = ERROR, str(e).encode()
+                except (struct.error, ValueError) as e:
+                    status, out = ERROR, f"a malformed {OP_NAMES[op]} request ({e})".encode()
+                self._reply(conn, status, out)
         except (ConnectionError, OSError, struct.error):
             return
         finally:
             self.conns.discard(conn)
             conn.close()
+
+    @staticmethod
+    def _reply(conn: socket.socket, status: int, out: bytes) -> None:
+        conn.sendall(REP.pack(MAGIC, VERSION, status, 0, len(out)) + out)
 
     def _wait_for(self, keys: list[str], timeout_ms: int) -> bool:
         deadline = time.monotonic() + timeout_ms / 1000
@@ -146,7 +255,8 @@ class _Server:
                 self.cond.wait(min(left, 1.0))
         return True
 
-    def _handle(self, op: int, key: str, value: bytes) -> tuple[int, bytes]:
+    # Complexity: the server's dispatch: one branch per store op, each a few lines under the same lock.
+    def _handle(self, op: int, key: str, value: bytes) -> tuple[int, bytes]:  # noqa: C901
         if op == OP_SET:
             with self.cond:
                 self.data[key] = value
@@ -161,16 +271,25 @@ class _Server:
         if op == OP_ADD:
             (delta,) = struct.unpack("<q", value)
             with self.cond:
-                current = int(self.data.get(key, b"0"))
-                self.data[key] = str(current + delta).encode()
+                count = self.data.get(key, b"0")
+                try:
+                    total = struct.pack("<q", int(count) + delta)
+                except (ValueError, struct.error):
+                    raise _Refused(f"key {key!r} holds {count[:40]!r}, not a 64-bit integer; add counts "
+                                   f"only on a key that add created or that was set to a decimal integer") \
+                        from None
+                self.data[key] = str(int(count) + delta).encode()
                 self.cond.notify_all()
-                return OK, struct.pack("<q", current + delta)
+                return OK, total
         if op == OP_WAIT:
             (timeout_ms,) = struct.unpack("<Q", value[:8])
             keys = [k for k in value[8:].decode().split("\0") if k]
             return (OK, b"") if self._wait_for(keys, timeout_ms) else (TIMEOUT, b"")
         if op == OP_CAS:
             (elen,) = struct.unpack("<Q", value[:8])
+            if elen > len(value) - 8:
+                raise _Refused(f"compare_set on {key!r}: the expected value claims {elen} bytes, the request "
+                               f"holds {len(value) - 8}")
             expected, desired = value[8:8 + elen], value[8 + elen:]
             with self.cond:
                 held = self.data.get(key)
@@ -194,6 +313,7 @@ class _Server:
         while self.conns and time.monotonic() < deadline:      # ours closed first: wait for the rest
             time.sleep(0.01)
         self.closed = True
+        self.rejects.flush()
         with self.cond:
             self.cond.notify_all()
         try:
@@ -229,14 +349,16 @@ class TCPStore:
         delay = 0.01
         while True:
             try:
-                sock = socket.create_connection((self.host, self.port), timeout=max(deadline - time.monotonic(), 0.1))
+                sock = socket.create_connection(
+                    (self.host, self.port), timeout=max(deadline - time.monotonic(), 0.1)
+                )
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 prove(sock, self.secret, b"tg-store")
                 sock.settimeout(None)
                 return sock
-            except StoreError:
-                raise StoreError(f"[store] {self.host}:{self.port} rejected this process's secret; every rank "
-                                 f"must get the same TG_SECRET (tglaunch sets it)") from None
+            except SecretRejected:
+                raise SecretRejected(f"[store] {self.host}:{self.port} rejected this process's secret; every "
+                                     f"rank must get the same TG_SECRET (tglaunch sets it)") from None
             except (OSError, ConnectionError) as e:
                 if time.monotonic() + delay > deadline:
                     raise StoreTimeout(f"[store] could not reach the store at {self.host}:{self.port} within "
@@ -247,6 +369,11 @@ class TCPStore:
 
     def _call(self, op: int, key: str, value: bytes = b"", wait: float | None = None) -> bytes:
         kb = key.encode()
+        limit = config.TG_STORE_MAX_VALUE
+        if len(kb) > MAX_KEY or len(value) > limit:
+            why = too_large("key", len(kb), MAX_KEY) if len(kb) > MAX_KEY else \
+                too_large("value", len(value), limit)
+            raise StoreRequestError(f"[store] {OP_NAMES[op]} {key[:80]!r}: {why}")
         with self._lock:
             self._sock.settimeout(None if wait is None else wait + 5.0)
             try:
@@ -254,12 +381,17 @@ class TCPStore:
                 magic, version, status, _flags, vlen = REP.unpack(_recv_exact(self._sock, REP.size))
                 out = _recv_exact(self._sock, vlen)
             except (OSError, ConnectionError) as e:
-                raise StoreError(f"[store] lost the connection to the store at {self.host}:{self.port} ({e}); its "
-                                 f"host (rank 0 or the launcher) left or died") from None
+                raise StoreError(
+                    f"[store] lost the connection to the store at {self.host}:{self.port} ({e}); its "
+                    f"host (rank 0 or the launcher) left or died"
+                ) from None
         if magic != MAGIC or version != VERSION:
             raise StoreError(f"[store] malformed reply from {self.host}:{self.port}")
         if status == TIMEOUT:
             raise StoreTimeout(f"[store] timed out after {wait:.1f}s waiting for key {key!r}")
+        if status == ERROR:
+            raise StoreRequestError(f"[store] {OP_NAMES.get(op, op)} {key!r} was refused by the store at "
+                                    f"{self.host}:{self.port}: {out.decode('utf-8', 'replace')}")
         return out
 
     def set(self, key: str, value: bytes | str) -> None:

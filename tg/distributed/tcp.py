@@ -23,7 +23,7 @@ import numpy as np
 from tg import config
 from tg.distributed.errors import DistributedError
 from tg.distributed.shm import ShmRing, boot_id, pid_alive
-from tg.distributed.store import TCPStore, prove, verify
+from tg.distributed.store import RejectLog, TCPStore, prove, verify
 
 log = logging.getLogger("tg.distributed.tcp")
 FRAME = struct.Struct("<4sBBHIIQ")     # magic, kind, flags, reserved, seq, arg, payload bytes
@@ -62,8 +62,10 @@ class SendHandle:
 
     def wait(self, timeout: float | None = None) -> None:
         if not self.done.wait(timeout):
-            raise DistributedError(f"[distributed] {self.what} did not complete within {timeout:.0f}s: the peer "
-                                   f"is alive but not receiving (stuck, or not in this collective)")
+            raise DistributedError(
+                f"[distributed] {self.what} did not complete within {timeout:.0f}s: the peer "
+                f"is alive but not receiving (stuck, or not in this collective)"
+            )
         if self.error is not None:
             raise self.error
 
@@ -73,7 +75,8 @@ _DONE.done.set()
 
 
 def _unmapped(peer: int, creator: int, said: str) -> DistributedError:
-    """The creator's error for a peer that reported (as "error: why") it could not map the creator's segment."""
+    """The creator's error for a peer that reported (as "error: why") it could not map the creator's
+    segment."""
     return DistributedError(f"[distributed] rank {peer} could not map the shared memory rank {creator} made "
                             f"for it: {said[len('error: '):]}")
 
@@ -85,7 +88,9 @@ class TcpTransport:
     def kind(self) -> str:
         return "tcp+shm" if getattr(self, "shm_peers", None) else "tcp"
 
-    def __init__(self, rank: int, world: int, store: TCPStore, prefix: str, secret: bytes, host: str,
+    # Complexity: the connection set-up in order (listen, accept, connect, prove, exchange); each step's
+    # failure is named where it happens.
+    def __init__(self, rank: int, world: int, store: TCPStore, prefix: str, secret: bytes, host: str,  # noqa: C901
                  timeout: float):
         self.rank, self.world, self.timeout, self.secret = rank, world, timeout, secret
         self.peers: dict[int, _Peer] = {}
@@ -99,12 +104,12 @@ class TcpTransport:
 
         lock = threading.Lock()
         all_in = threading.Event()
+        rejects = RejectLog(log, f"[distributed] rank {rank}")
 
         def admit(conn: socket.socket, addr: tuple) -> None:
             # each connection proves the secret on its own thread: a silent one delays nobody
             if not verify(conn, secret, b"tg-transport"):
-                log.warning("[distributed] rank %d rejected a connection from %s:%s: it did not prove the "
-                            "job secret", rank, *addr[:2])
+                rejects.rejected(addr)
                 conn.close()   # a stray or hostile connection: rejected, the job carries on
                 return
             try:
@@ -145,6 +150,7 @@ class TcpTransport:
                 outgoing[(peer, channel)] = sock
         all_in.wait(timeout)
         listener.close()
+        rejects.flush()
         if len(accepted) < len(expected):
             missing = sorted({peer for peer, _ in expected - set(accepted)})
             raise DistributedError(f"[distributed] rank {rank}: ranks {missing} never connected within "
@@ -156,7 +162,9 @@ class TcpTransport:
         if config.TG_SHM and world > 1:
             self._setup_shm(store, prefix)
 
-    def _setup_shm(self, store: TCPStore, prefix: str) -> None:
+    # Complexity: two phases (create, then attach and confirm) whose failures must each be reported to
+    # the peer at once.
+    def _setup_shm(self, store: TCPStore, prefix: str) -> None:  # noqa: C901
         """Slot rings to every peer on this host. Segment files are unlinked once both sides map them."""
         store.set(f"{prefix}/host/{self.rank}", f"{boot_id()}|{os.getpid()}")
         me = boot_id()
@@ -189,7 +197,9 @@ class TcpTransport:
                         store.set(f"{prefix}/shmok/{peer}->{self.rank}", f"error: {e}")
                         # The peer may have failed first and removed its segment on the way out:
                         # its report is the cause, the missing file only the effect.
-                        said = store.compare_set(f"{prefix}/shmok/{self.rank}->{peer}", b"\0peek", b"").decode()
+                        said = store.compare_set(
+                            f"{prefix}/shmok/{self.rank}->{peer}", b"\0peek", b""
+                        ).decode()
                         if said.startswith("error: "):
                             raise _unmapped(peer, self.rank, said) from e
                         raise
@@ -238,14 +248,18 @@ class TcpTransport:
                     if len(payload):
                         p.sock.sendall(payload)
             except BaseException as e:  # noqa: BLE001 - every failure reaches the waiting caller
-                handle.error = DistributedError(f"[distributed] rank {self.rank}: sending to rank {p.rank} "
-                                                f"failed ({e}); rank {p.rank} died, aborted or stopped reading")
+                handle.error = DistributedError(
+                    f"[distributed] rank {self.rank}: sending to rank {p.rank} "
+                    f"failed ({e}); rank {p.rank} died, aborted or stopped reading"
+                )
             finally:
                 with p.state:
                     p.pending -= 1
                 handle.done.set()
 
-    def isend(self, peer: int, kind: int, seq: int, arg: int, payload: memoryview | bytes = b"") -> SendHandle:
+    def isend(
+        self, peer: int, kind: int, seq: int, arg: int, payload: memoryview | bytes = b""
+    ) -> SendHandle:
         p = self.peers[peer]
         header = FRAME.pack(MAGIC, kind, 0, 0, seq & 0xFFFFFFFF, arg & 0xFFFFFFFF, len(payload))
         with p.state:
@@ -270,8 +284,10 @@ class TcpTransport:
         try:
             raw = _recv_exact(p.sock, FRAME.size)
         except TimeoutError:
-            raise DistributedError(f"[distributed] {what}: rank {self.rank} timed out after {self.timeout:.0f}s "
-                                   f"waiting for rank {peer}") from None
+            raise DistributedError(
+                f"[distributed] {what}: rank {self.rank} timed out after {self.timeout:.0f}s "
+                f"waiting for rank {peer}"
+            ) from None
         except (OSError, ConnectionError):
             raise self._peer_error(p, f"{what}: the connection closed") from None
         magic, kind, flags, _r, fseq, arg, nbytes = FRAME.unpack(raw)
@@ -279,7 +295,9 @@ class TcpTransport:
         if magic != MAGIC:
             raise self._peer_error(p, f"{what}: a malformed frame arrived")
         if kind in (ABORT, DESC) and nbytes > MAX_CONTROL:
-            raise self._peer_error(p, f"{what}: a control frame claims {nbytes} bytes (at most {MAX_CONTROL})")
+            raise self._peer_error(
+                p, f"{what}: a control frame claims {nbytes} bytes (at most {MAX_CONTROL})"
+            )
         if kind == ABORT:
             reason = _recv_exact(p.sock, nbytes).decode("utf-8", "replace")
             raise DistributedError(reason)
@@ -297,8 +315,10 @@ class TcpTransport:
         try:
             _recv_into_exact(p.sock, buf)
         except TimeoutError:
-            raise DistributedError(f"[distributed] rank {self.rank} timed out after {self.timeout:.0f}s receiving "
-                                   f"from rank {peer}") from None
+            raise DistributedError(
+                f"[distributed] rank {self.rank} timed out after {self.timeout:.0f}s receiving "
+                f"from rank {peer}"
+            ) from None
         except (OSError, ConnectionError):
             raise self._peer_error(p, "the connection closed mid-message") from None
 
@@ -339,14 +359,17 @@ class TcpTransport:
                 raise DistributedError(f"[distributed] recv from rank {peer}: a malformed message arrived")
             theirs = _recv_exact(p.p2p, dlen)
             if theirs != desc or nbytes - dlen != len(buf):
-                _recv_exact(p.p2p, nbytes - dlen) if nbytes - dlen <= (64 << 20) else None
+                if nbytes - dlen <= (64 << 20):    # read it away in pieces: never allocate a claimed size
+                    _discard(p.p2p, nbytes - dlen)
                 raise DistributedError(f"[distributed] recv from rank {peer}: it sent {describe(theirs)}, "
                                        f"rank {self.rank} expected {describe(desc)}")
             if len(buf):
                 _recv_into_exact(p.p2p, buf)
         except TimeoutError:
-            raise DistributedError(f"[distributed] recv: rank {self.rank} timed out after {self.timeout:.0f}s "
-                                   f"waiting for rank {peer}") from None
+            raise DistributedError(
+                f"[distributed] recv: rank {self.rank} timed out after {self.timeout:.0f}s "
+                f"waiting for rank {peer}"
+            ) from None
         except (OSError, ConnectionError) as e:
             raise DistributedError(f"[distributed] recv from rank {peer} failed ({e}); it died or aborted "
                                    f"(noticed by rank {self.rank})") from None
@@ -375,9 +398,11 @@ class TcpTransport:
                 magic, kind, _f, _r, _seq, _arg, nbytes = FRAME.unpack(raw)
                 if magic != MAGIC:
                     return None
-                body = _recv_exact(p.sock, nbytes, 0.5) if nbytes <= limit else b""
                 if kind == ABORT:
-                    return body.decode("utf-8", "replace")
+                    return _recv_exact(p.sock, min(nbytes, MAX_CONTROL), 0.5).decode("utf-8", "replace")
+                if nbytes > limit - seen:
+                    return None
+                _discard(p.sock, nbytes, 0.5)     # a frame still in the socket: skipped, never held whole
                 seen += FRAME.size + nbytes
         except (OSError, ConnectionError, ValueError, TimeoutError):
             return None
@@ -424,9 +449,11 @@ class TcpTransport:
 def check_in_step(kind: int, fseq: int, expect_kind: int, seq: int, peer: int, rank: int, what: str) -> None:
     """A frame of another kind or operation means the ranks called collectives in different orders."""
     if kind != expect_kind or fseq != seq & 0xFFFFFFFF:
-        raise DistributedError(f"[distributed] {what}: rank {peer} is out of step with rank {rank} "
-                               f"(it sent frame kind {kind} of operation #{fseq}, expected kind {expect_kind} "
-                               f"of #{seq}); the ranks called collectives in different orders")
+        raise DistributedError(
+            f"[distributed] {what}: rank {peer} is out of step with rank {rank} "
+            f"(it sent frame kind {kind} of operation #{fseq}, expected kind {expect_kind} "
+            f"of #{seq}); the ranks called collectives in different orders"
+        )
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:
@@ -437,8 +464,9 @@ def _connect(host: str, port: int, timeout: float) -> socket.socket:
             return socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.1))
         except OSError as e:
             if time.monotonic() + delay > deadline:
-                raise DistributedError(f"[distributed] could not connect to {host}:{port} within {timeout:.0f}s: "
-                                       f"{e}") from None
+                raise DistributedError(
+                    f"[distributed] could not connect to {host}:{port} within {timeout:.0f}s: {e}"
+                ) from None
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
 
@@ -447,6 +475,14 @@ def _recv_exact(sock: socket.socket, n: int, timeout: float | None = None) -> by
     buf = bytearray(n)
     _recv_into_exact(sock, memoryview(buf), timeout)
     return bytes(buf)
+
+
+def _discard(sock: socket.socket, n: int, timeout: float | None = None) -> None:
+    """Read n bytes and drop them, through one small buffer."""
+    piece = memoryview(bytearray(min(n, 1 << 16)))
+    while n > 0:
+        _recv_into_exact(sock, piece[:min(n, len(piece))], timeout)
+        n -= min(n, len(piece))
 
 
 def _recv_into_exact(sock: socket.socket, view: memoryview, timeout: float | None = None) -> None:

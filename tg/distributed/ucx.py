@@ -41,7 +41,7 @@ import numpy as np
 from tg import config
 from tg.distributed.errors import DistributedError
 from tg.distributed.store import TCPStore
-from tg.distributed.tcp import FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
+from tg.distributed.tcp import DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
 
 HEADER, DATA, ABORT, AUTH = 0, 1, 2, 3          # tag part
 COLLECTIVE, POINT = 0, 1                        # tag channel
@@ -108,13 +108,16 @@ def load_ucxx() -> Any:
     try:
         import ucxx._lib.libucxx as api
     except ImportError as e:
-        raise ImportError(f"[distributed] backend 'ucx' needs ucxx ({e}); install it with pip install 'tg[ucx]'") \
-            from None
+        raise ImportError(
+            f"[distributed] backend 'ucx' needs ucxx ({e}); install it with pip install 'tg[ucx]'"
+        ) from None
     except OSError as e:
         if "mpi4py.MPI" in sys.modules:
-            raise ImportError(f"[distributed] backend 'ucx': ucxx could not load its UCX ({e}) because mpi4py was "
-                              f"imported first and loaded the MPI wheel's own UCX; import tg.distributed and call "
-                              f"init_process_group before importing mpi4py") from None
+            raise ImportError(
+                f"[distributed] backend 'ucx': ucxx could not load its UCX ({e}) because mpi4py was "
+                f"imported first and loaded the MPI wheel's own UCX; import tg.distributed and call "
+                f"init_process_group before importing mpi4py"
+            ) from None
         raise
     _api = api
     return api
@@ -178,8 +181,10 @@ class UcxTransport:
             self.wait([self.worker.tag_recv(self.Array(got), self.api.UCXXTag(_tag(AUTH, 0, peer)))], peer,
                       "connecting")
             if not hmac.compare_digest(bytes(got), self._proof(secret, prefix, peer, self.rank)):
-                raise DistributedError(f"[distributed] rank {self.rank}: the UCX endpoint of rank {peer} did not "
-                                       f"prove the job secret; check that every rank has the same TG_SECRET")
+                raise DistributedError(
+                    f"[distributed] rank {self.rank}: the UCX endpoint of rank {peer} did not "
+                    f"prove the job secret; check that every rank has the same TG_SECRET"
+                )
         self.wait(sent, None, "connecting")
 
     # ------------------------------------------------------------------ waiting
@@ -197,13 +202,16 @@ class UcxTransport:
                 if all(r.completed for r in requests):
                     break
                 if peer is not None and not self.eps[peer].alive:
-                    raise DistributedError(f"[distributed] rank {peer} died or aborted: {what}: its UCX endpoint "
-                                           f"closed (noticed by rank {self.rank})")
+                    raise DistributedError(
+                        f"[distributed] rank {peer} died or aborted: {what}: its UCX endpoint "
+                        f"closed (noticed by rank {self.rank})"
+                    )
                 armed = polls >= SPIN and self.worker.arm()
             if time.monotonic() > deadline:
-                raise DistributedError(f"[distributed] {what}: rank {self.rank} timed out after "
-                                       f"{self.timeout:.0f}s" + (f" waiting for rank {peer}" if peer is not None
-                                                                 else ""))
+                raise DistributedError(
+                    f"[distributed] {what}: rank {self.rank} timed out after "
+                    f"{self.timeout:.0f}s" + (f" waiting for rank {peer}" if peer is not None else "")
+                )
             polls += 1
             if armed:
                 select.select([self.fd], [], [], 0.05)
@@ -226,7 +234,9 @@ class UcxTransport:
             ep = self.eps[peer]
             reqs = [ep.tag_send(self.Array(head), self.api.UCXXTag(_tag(HEADER, channel, self.rank)))]
             if not inline:
-                reqs.append(ep.tag_send(self.Array(payload), self.api.UCXXTag(_tag(DATA, channel, self.rank))))
+                reqs.append(
+                    ep.tag_send(self.Array(payload), self.api.UCXXTag(_tag(DATA, channel, self.rank)))
+                )
             sent = _Sent(self, peer, reqs, (head, payload))
             self.in_flight = [s for s in self.in_flight if not s.done()]
             self.in_flight.append(sent)     # its buffers live until UCX is done, even if nobody waits on it
@@ -248,6 +258,9 @@ class UcxTransport:
         self.inline[peer] = memoryview(raw)[FRAME.size:FRAME.size + nbytes] if nbytes <= INLINE else None
         if magic != MAGIC:
             raise DistributedError(f"[distributed] {what}: a malformed frame arrived from rank {peer}")
+        if kind == DESC and nbytes > MAX_CONTROL:     # recv_bytes would allocate what it claims
+            raise DistributedError(f"[distributed] {what}: rank {peer} sent a control frame of {nbytes} "
+                                   f"bytes (at most {MAX_CONTROL})")
         check_in_step(kind, fseq, expect_kind, seq, peer, self.rank, what)
         return kind, arg, nbytes
 
@@ -256,8 +269,10 @@ class UcxTransport:
         if inline is not None:
             view = buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf
             if len(view) != len(inline):
-                raise DistributedError(f"[distributed] rank {peer} sent {len(inline)} bytes, rank {self.rank} "
-                                       f"expected {len(view)}")
+                raise DistributedError(
+                    f"[distributed] rank {peer} sent {len(inline)} bytes, rank {self.rank} "
+                    f"expected {len(view)}"
+                )
             view[:] = inline
             return
         self._recv(peer, DATA, COLLECTIVE, buf, f"receiving from rank {peer}")
@@ -288,7 +303,8 @@ class UcxTransport:
         theirs = bytes(raw[FRAME.size:FRAME.size + dlen])
         inline = nbytes - dlen <= INLINE
         if theirs != desc or nbytes - dlen != len(buf):
-            if not inline:     # take the payload, so the sender is not left waiting
+            # take the payload, so the sender is not left waiting, unless it claims more than is sane to hold
+            if not inline and nbytes - dlen <= (64 << 20):
                 self._recv(peer, DATA, POINT, bytearray(nbytes - dlen), f"recv from rank {peer}")
             raise DistributedError(f"[distributed] recv from rank {peer}: it sent {describe(theirs)}, "
                                    f"rank {self.rank} expected {describe(desc)}")
@@ -322,7 +338,9 @@ class UcxTransport:
         with self.lock:
             for ep in self.eps.values():
                 try:
-                    ep.close_blocking(period=10**8, max_attempts=1)   # flushes what is in flight, 0.1 s at most
+                    ep.close_blocking(
+                        period=10**8, max_attempts=1
+                    )  # flushes what is in flight, 0.1 s at most
                 except Exception:  # noqa: BLE001 - the peer may be gone already
                     pass
             self.eps.clear()

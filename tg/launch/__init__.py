@@ -17,21 +17,26 @@ Flags (a flag given on the command line wins over the same key in --config):
   --backend tcp|mpi|ucx           TG_BACKEND for the workers (default tcp); mpi hands start-up to
                                   mpiexec (one node)
   --config FILE.yaml              job settings, schema below
-  --max-restarts N                restart the whole job (every node) up to N times after a failure
+  --max-restarts N                restart the whole job (every node) up to N times after a failure (0)
   --log-dir DIR                   also write each rank's output to DIR/rank{R}.stdout / .stderr
   --run-id ID                     names the job in the store and in TG_RUN_ID (default random)
   --grace S                       seconds between SIGTERM and SIGKILL when stopping workers (5)
   -m MODULE                       run a module instead of a script
   script, args...                 everything after the script (or module) goes to it unchanged
 
+A number out of range, from a flag or the same key in --config (--nproc and --nnodes at least 1,
+--node-rank, --max-restarts and --grace at least 0, --master-port 0..65535), is a usage error:
+argparse's message on stderr, exit code 2, nothing started.
+
 Every worker gets: RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, NODE_RANK and GROUP_RANK (the
 same), MASTER_ADDR, MASTER_PORT, TG_RESTART_COUNT (0 on the first attempt), TG_MAX_RESTARTS,
-TG_RUN_ID, TG_BACKEND, TG_SECRET (random per job on one node; on several nodes from TG_SECRET in
-the agents' environment, or derived from the run id and master with a warning), TG_ERROR_FILE, and
-PYTHONUNBUFFERED=1, so `dist.init_process_group()` needs no arguments and torchrun scripts run as
-they are. Unless it is already set, TG_CPU_THREADS shares the node's cores among its ranks
-(cores // nproc_per_node, at least 1). On several nodes the agents host the store: workers also
-get TG_STORE_EXTERNAL=1 and TG_STORE_PREFIX (one per attempt).
+TG_RUN_ID, TG_BACKEND, TG_SECRET (random per job on one node; on several nodes TG_SECRET from the
+agents' environment, which must then hold it: a usage error otherwise), TG_ERROR_FILE,
+TG_LAUNCHER_PID (the agent's pid, for the worker's watchdog) and PYTHONUNBUFFERED=1, so
+`dist.init_process_group()` needs no arguments and torchrun scripts run as they are. Unless it is
+already set, TG_CPU_THREADS shares the node's cores among its ranks (cores // nproc_per_node, at
+least 1). On several nodes the agents host the store: workers also get TG_STORE_EXTERNAL=1 and
+TG_STORE_PREFIX (one per attempt).
 
 Devices: with LOCAL_RANK set, a worker's default device is device LOCAL_RANK mod count of its kind
 (`CUDA:1` for local rank 1 on a GPU node, the kind from TG_DEVICE or, unset, CUDA when a GPU is
@@ -47,15 +52,19 @@ Failure modes:
   last lines of its traceback (from the error file the worker bootstrap writes), and exits with
   that code (128 + signal for a signal). With --max-restarts it starts the whole job again first.
 - Ctrl-C / SIGTERM to the launcher: every worker is stopped the same way; exit code 130 / 143.
-- The launcher is SIGKILLed: each worker gets SIGKILL from the kernel (PR_SET_PDEATHSIG).
+- The launcher is SIGKILLed: each worker gets SIGKILL from the kernel (PR_SET_PDEATHSIG), and each
+  worker's watchdog (forked by the bootstrap, a member of the worker's process group) SIGKILLs that
+  whole group: the processes the worker started, and under --backend mpi the ranks, which are
+  mpiexec's children. Open MPI's shared-memory files (/dev/shm/sm_segment.*) of a job killed so are
+  removed, with a log line, when the next --backend mpi job starts, once no process uses them.
 - A node fails (multi-node): every other node stops its workers, and every node prints the summary.
 - A node never joins: after TG_DIST_TIMEOUT seconds the agents fail, naming the missing nodes.
 - The master port is taken: a clear error naming host:port.
 
 YAML schema (`--config`; an unknown key is an error with a did-you-mean, and errors name the file,
-line and key): nnodes, nproc_per_node, master_addr, master_port, backend, max_restarts, log_dir,
-run_id, env (a mapping of extra variables), script, module, args (a list), hosts (one address or
-name per node, node 0 first). See configs/.
+line and key; every error is a usage error, exit code 2): nnodes, nproc_per_node, master_addr,
+master_port, backend, max_restarts, log_dir, run_id, env (a mapping of extra variables), script,
+module, args (a list), hosts (one address or name per node, node 0 first). See configs/.
 """
 from __future__ import annotations
 
@@ -66,8 +75,9 @@ import socket
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
-from tg.launch.job import JobSpec, load_config
+from tg.launch.job import JobSpec, check_range, load_config
 
 __all__ = ["main", "JobSpec"]
 
@@ -83,9 +93,13 @@ class Failure:
     node: int = 0
 
     def describe(self) -> str:
-        how = f"signal {-self.code} ({_signal_name(-self.code)})" if self.code < 0 else f"exit code {self.code}"
+        how = (
+            f"signal {-self.code} ({_signal_name(-self.code)})" if self.code < 0 else f"exit code {self.code}"
+        )
         stamp = time.strftime("%H:%M:%S", time.localtime(self.when))
-        lines = [f"[tglaunch] rank {self.rank} (node {self.node}, host {self.host}) failed at {stamp} with {how}"]
+        lines = [
+            f"[tglaunch] rank {self.rank} (node {self.node}, host {self.host}) failed at {stamp} with {how}"
+        ]
         if self.error:
             lines.append(f"[tglaunch]   {self.error}")
         if self.traceback:
@@ -115,20 +129,25 @@ class Launch:
     extra_env: dict[str, str] = field(default_factory=dict)
 
 
-def parse_args(argv: list[str] | None) -> Launch:
-    ap = argparse.ArgumentParser(prog="tglaunch", description="Start a tg job (see `python -m tg.launch` docs).",
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
-    ap.add_argument("--nproc", "--nproc-per-node", dest="nproc_per_node", type=int)
-    ap.add_argument("--nnodes", type=int)
-    ap.add_argument("--node-rank", type=int)
+# Complexity: flag declarations and the YAML merge: many short independent branches, one per option.
+def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
+    ap = argparse.ArgumentParser(
+        prog="tglaunch",
+        description="Start a tg job (see `python -m tg.launch` docs).",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        allow_abbrev=False,
+    )
+    ap.add_argument("--nproc", "--nproc-per-node", dest="nproc_per_node", type=_ranged("nproc_per_node", int))
+    ap.add_argument("--nnodes", type=_ranged("nnodes", int))
+    ap.add_argument("--node-rank", type=_ranged("node_rank", int))
     ap.add_argument("--master-addr")
-    ap.add_argument("--master-port", type=int)
+    ap.add_argument("--master-port", type=_ranged("master_port", int))
     ap.add_argument("--backend", choices=["tcp", "mpi", "ucx"])
     ap.add_argument("--config")
-    ap.add_argument("--max-restarts", type=int)
+    ap.add_argument("--max-restarts", type=_ranged("max_restarts", int))
     ap.add_argument("--log-dir")
     ap.add_argument("--run-id")
-    ap.add_argument("--grace", type=float, default=5.0)
+    ap.add_argument("--grace", type=_ranged("grace", float), default=5.0)
     ap.add_argument("-m", dest="module")
     ap.add_argument("script_and_args", nargs=argparse.REMAINDER)
     argv = sys.argv[1:] if argv is None else argv
@@ -141,8 +160,17 @@ def parse_args(argv: list[str] | None) -> Launch:
         spec = load_config(args.config) if args.config else JobSpec()
     except ValueError as e:
         ap.error(str(e))
-    for key in ("nproc_per_node", "nnodes", "master_addr", "master_port", "backend", "max_restarts", "log_dir",
-                "run_id", "module"):
+    for key in (
+        "nproc_per_node",
+        "nnodes",
+        "master_addr",
+        "master_port",
+        "backend",
+        "max_restarts",
+        "log_dir",
+        "run_id",
+        "module",
+    ):
         value = getattr(args, key)
         if value is not None:
             setattr(spec, key, value)
@@ -155,8 +183,6 @@ def parse_args(argv: list[str] | None) -> Launch:
         spec.script, spec.args, spec.module = rest[0], rest[1:], None
     if spec.script is None and spec.module is None:
         ap.error("give a script to run (tglaunch --nproc 2 train.py), -m module, or `script` in --config")
-    if spec.nproc_per_node < 1 or spec.nnodes < 1:
-        ap.error(f"--nproc and --nnodes must be at least 1, got {spec.nproc_per_node} and {spec.nnodes}")
     from tg import config
     # every node's agent must name the same run: random on one node, else from the master's address
     spec.run_id = spec.run_id or config.TG_RUN_ID or (secrets.token_hex(4) if spec.nnodes == 1 else
@@ -167,20 +193,42 @@ def parse_args(argv: list[str] | None) -> Launch:
         ap.error(str(e))
     secret = config.TG_SECRET
     if not secret:
-        if spec.nnodes == 1:
-            secret = secrets.token_hex(16)
-        else:
-            print(f"[tglaunch] warning: no TG_SECRET in the environment; the job secret is derived from the run id "
-                  f"and master ({spec.run_id}, {spec.master_addr}:{spec.master_port}), which anyone who knows them "
-                  f"can derive too; export the same TG_SECRET on every node", file=sys.stderr)
-            import hashlib
-            seed = f"tglaunch:{spec.run_id}:{spec.master_addr}:{spec.master_port}"
-            secret = hashlib.sha256(seed.encode()).hexdigest()
+        if spec.nnodes > 1:     # a secret derived from the run id and master could be derived by anyone
+            ap.error(f"a {spec.nnodes}-node job needs the same TG_SECRET in every node's environment; "
+                     f"make one with export TG_SECRET=$(python3 -c 'import secrets; "
+                     f"print(secrets.token_hex(16))') and export it on every node before starting tglaunch")
+        secret = secrets.token_hex(16)
     return Launch(spec, node_rank, args.grace, secret)
 
 
-_VALUED = {"--nproc", "--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port", "--backend",
-           "--config", "--max-restarts", "--log-dir", "--run-id", "--grace"}
+def _ranged(key: str, kind: Callable[[str], float]) -> Callable[[str], float]:
+    """An argparse type for a numeric flag: kind(text), checked by the same check_range as the YAML key,
+    so a bad value is a usage error (exit code 2) from either."""
+    def parse(text: str) -> float:
+        value = kind(text)              # argparse reports "invalid int value: 'two'"
+        try:
+            check_range(key, value)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+        return value
+    parse.__name__ = getattr(kind, "__name__", key)
+    return parse
+
+
+_VALUED = {
+    "--nproc",
+    "--nproc-per-node",
+    "--nnodes",
+    "--node-rank",
+    "--master-addr",
+    "--master-port",
+    "--backend",
+    "--config",
+    "--max-restarts",
+    "--log-dir",
+    "--run-id",
+    "--grace",
+}
 
 
 def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -234,8 +282,10 @@ def check_port(host: str, port: int) -> None:
         try:
             s.bind((host, port))
         except OSError as e:
-            raise LaunchError(f"cannot use {host}:{port} for the rendezvous store ({e.strerror}); pick another "
-                              f"--master-port, or 0 for a free one") from None
+            raise LaunchError(
+                f"cannot use {host}:{port} for the rendezvous store ({e.strerror}); pick another "
+                f"--master-port, or 0 for a free one"
+            ) from None
 
 
 def run_main() -> None:

@@ -3,12 +3,14 @@ stops them all when one fails (or when told to), restarts the job, and on severa
 agents in step through the rendezvous store hosted by node 0's agent."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import selectors
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -61,15 +63,20 @@ class Agent:
             for attempt in range(spec.max_restarts + 1):
                 failure = self._attempt(attempt)
                 if self.stop_signal:
-                    print(f"[tglaunch] stopped by {signal.Signals(self.stop_signal).name}; every worker is gone",
-                          file=sys.stderr)
+                    print(
+                        f"[tglaunch] stopped by {signal.Signals(self.stop_signal).name}; "
+                        "every worker is gone",
+                        file=sys.stderr,
+                    )
                     return 128 + self.stop_signal
                 if failure is None:
                     return 0
                 print(failure.describe(), file=sys.stderr)
                 if attempt < spec.max_restarts:
-                    print(f"[tglaunch] restarting the whole job (restart {attempt + 1} of {spec.max_restarts})",
-                          file=sys.stderr)
+                    print(
+                        f"[tglaunch] restarting the whole job (restart {attempt + 1} of {spec.max_restarts})",
+                        file=sys.stderr,
+                    )
                     continue
                 return failure.exit_code
             return 1
@@ -106,11 +113,22 @@ class Agent:
             port = spec.master_port
         else:
             port = free_port(spec.master_addr)
-        env.update(WORLD_SIZE=str(self.world), LOCAL_WORLD_SIZE=str(spec.nproc_per_node), NODE_RANK=str(self.node),
-                   GROUP_RANK=str(self.node), MASTER_ADDR=spec.master_addr, MASTER_PORT=str(port),
-                   TG_RESTART_COUNT=str(attempt), TG_MAX_RESTARTS=str(spec.max_restarts),
-                   TG_RUN_ID=spec.run_id or "", TG_BACKEND=spec.backend, TG_SECRET=self.launch.secret,
-                   TG_ERROR_FILE=os.path.join(errors, "rank{rank}.json"), PYTHONUNBUFFERED="1")
+        env.update(
+            WORLD_SIZE=str(self.world),
+            LOCAL_WORLD_SIZE=str(spec.nproc_per_node),
+            NODE_RANK=str(self.node),
+            GROUP_RANK=str(self.node),
+            MASTER_ADDR=spec.master_addr,
+            MASTER_PORT=str(port),
+            TG_RESTART_COUNT=str(attempt),
+            TG_MAX_RESTARTS=str(spec.max_restarts),
+            TG_RUN_ID=spec.run_id or "",
+            TG_BACKEND=spec.backend,
+            TG_SECRET=self.launch.secret,
+            TG_ERROR_FILE=os.path.join(errors, "rank{rank}.json"),
+            PYTHONUNBUFFERED="1",
+            TG_LAUNCHER_PID=str(os.getpid()),
+        )
         # the node's cores shared among its ranks, unless the user chose (torchrun sets OMP_NUM_THREADS=1)
         if "TG_CPU_THREADS" not in env:
             env["TG_CPU_THREADS"] = str(max(1, (os.cpu_count() or 1) // spec.nproc_per_node))
@@ -144,7 +162,8 @@ class Agent:
         return logs
 
     # ------------------------------------------------------------------ watching the workers
-    def _supervise(self, workers: list[_Worker], attempt: int, errors: str) -> Failure | None:
+    # Complexity: the supervision loop: output relay, exits, failures and signals handled in one select loop.
+    def _supervise(self, workers: list[_Worker], attempt: int, errors: str) -> Failure | None:  # noqa: C901
         sel = selectors.DefaultSelector()
         for w in workers:
             for stream in ("stdout", "stderr"):
@@ -242,7 +261,9 @@ class Agent:
             _killpg(w.proc.pid, signal.SIGKILL)   # anything the worker started and left behind
 
     # ------------------------------------------------------------------ mpiexec starts the processes
-    def _attempt_mpi(self, attempt: int, errors: str) -> Failure | None:
+    # Complexity: mpiexec's start, relay and exit handling in one place, mirroring _supervise for the
+    # mpi backend.
+    def _attempt_mpi(self, attempt: int, errors: str) -> Failure | None:  # noqa: C901
         spec = self.spec
         env = self._worker_env(attempt, errors)
         env.update(TG_PREFIX_OUTPUT="1")
@@ -251,6 +272,10 @@ class Agent:
         mpiexec = mpiexec_command(spec.nproc_per_node)
         if mpiexec is None:
             raise LaunchError("--backend mpi needs mpiexec: pip install 'tg[mpi]' (Open MPI) or 'tg[mpich]'")
+        removed = remove_dead_mpi_segments()
+        if removed:
+            print(f"[tglaunch] removed {len(removed)} Open MPI shared-memory segment(s) that a dead job left "
+                  f"in {SHM_DIR}: {', '.join(os.path.basename(p) for p in removed)}", file=sys.stderr)
         proc = subprocess.Popen([*mpiexec, *self._command()], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 process_group=0, preexec_fn=_die_with_launcher)
@@ -387,6 +412,70 @@ def mpiexec_command(nproc: int) -> list[str] | None:
         flags += ["--allow-run-as-root"] if os.geteuid() == 0 else []
         flags += ["--oversubscribe"] if nproc > (os.cpu_count() or 1) else []
     return [exe, *flags, "-n", str(nproc)]
+
+
+SHM_DIR = "/dev/shm"
+MPI_SEGMENTS = ("sm_segment.", "vader_segment.")    # Open MPI 5's btl/sm, Open MPI 4's btl/vader
+
+
+def remove_dead_mpi_segments(min_age: float = 10.0) -> list[str]:
+    """Remove the Open MPI shared-memory segment files of this user that no process maps or holds open
+    (and none younger than min_age seconds, which a starting job may not have mapped yet): a job killed
+    by SIGKILL never unlinks them, and each holds 16 MiB of memory until someone does. Their names carry
+    host, uid, job id and local rank but no pid, so "dead" is proved by no process using the file;
+    when some process of this user cannot be inspected, nothing is removed. Returns the paths removed."""
+    try:
+        names = [n for n in os.listdir(SHM_DIR) if n.startswith(MPI_SEGMENTS)]
+    except OSError:
+        return []
+    candidates = set()
+    for name in names:
+        path = os.path.join(SHM_DIR, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == os.geteuid() and stat.S_ISREG(st.st_mode) and time.time() - st.st_mtime > min_age:
+            candidates.add(path)
+    if not candidates:
+        return []
+    in_use = _files_in_use(candidates)
+    if in_use is None:
+        return []
+    removed = []
+    for path in sorted(candidates - in_use):
+        try:
+            os.unlink(path)
+            removed.append(path)
+        except OSError:
+            pass
+    return removed
+
+
+def _files_in_use(paths: set[str]) -> set[str] | None:
+    """Which of paths some process maps or holds open, from /proc; None when a process of this user
+    could not be inspected (then nothing can be proved unused). The init process (pid 1, which a
+    container may hide) never belongs to an MPI job."""
+    used: set[str] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in (1, os.getpid()):
+            continue
+        try:
+            with open(f"/proc/{entry}/maps") as f:
+                used.update(p for p in (line.rstrip("\n").split(None, 5)[-1] for line in f) if p in paths)
+            for fd in os.listdir(f"/proc/{entry}/fd"):
+                with contextlib.suppress(OSError):
+                    if (target := os.readlink(f"/proc/{entry}/fd/{fd}")) in paths:
+                        used.add(target)
+        except (FileNotFoundError, ProcessLookupError):
+            continue                                  # it ended while we looked
+        except PermissionError:
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == os.geteuid():
+                    return None
+            except OSError:
+                pass
+    return used
 
 
 def _killpg(pid: int, sig: int) -> None:

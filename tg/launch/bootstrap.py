@@ -1,13 +1,16 @@
 """The first code a tglaunch worker runs (started by path, importing only tg.config): it fills in
-torchrun's variables when mpiexec started the process, prefixes output lines when nobody else does,
-records an uncaught exception in the worker's error file (what the launcher's failure summary
-shows, like torch's @record), then runs the user's script or module as `__main__`.
+torchrun's variables when mpiexec started the process, starts the watchdog that takes the worker's
+process group down with the launcher, prefixes output lines when nobody else does, records an
+uncaught exception in the worker's error file (what the launcher's failure summary shows, like
+torch's @record), then runs the user's script or module as `__main__`.
 
     python bootstrap.py script.py ARGS...      python bootstrap.py -m package.module ARGS...
 """
 import json
 import os
 import runpy
+import select
+import signal
 import socket
 import sys
 import time
@@ -29,6 +32,51 @@ def _from_mpi() -> None:
             config.export("LOCAL_RANK", env.get(local, env[rank]))
             config.export("LOCAL_WORLD_SIZE", env.get(local_size, env[size]))
             return
+
+
+def _watch_launcher() -> None:
+    """Fork a watchdog that SIGKILLs this worker's whole process group (the worker, what it started,
+    and the watchdog itself) when the launcher dies, even by SIGKILL: PR_SET_PDEATHSIG reaches only
+    the launcher's own children, which are neither the processes a worker starts nor the ranks
+    mpiexec starts. When the worker ends first, the watchdog takes what it left behind, as the
+    launcher does for its own workers. Without pidfds (Linux < 5.3) only PR_SET_PDEATHSIG is left."""
+    launcher = config.TG_LAUNCHER_PID
+    if launcher <= 0:
+        return
+    if os.getpgrp() != os.getpid():
+        os.setpgid(0, 0)          # lead a group of our own (tglaunch's and Open MPI's workers already do)
+    try:
+        watched = [os.pidfd_open(launcher), os.pidfd_open(os.getpid())]
+    except ProcessLookupError:
+        os._exit(128 + signal.SIGKILL)      # the launcher is gone already: so is this job
+    except (OSError, AttributeError):
+        return
+    middle = os.fork()
+    if middle == 0:
+        try:
+            if os.fork() == 0:    # a grandchild: the worker never waits for it, nor reaps it by surprise
+                _watchdog(watched)
+        finally:
+            os._exit(0)
+    for fd in watched:
+        os.close(fd)
+    os.waitpid(middle, 0)
+
+
+def _watchdog(watched: list[int]) -> None:
+    """Let go of the worker's files (its output pipes must end when it does), then wait for the
+    launcher or the worker to end (a pidfd turns readable when its process exits) and kill the group."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(devnull, fd)
+    low = 3
+    for fd in sorted(watched):
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, 1 << 20)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    select.select(watched, [], [])
+    os.killpg(0, signal.SIGKILL)
 
 
 class _Prefixed:
@@ -78,6 +126,7 @@ def _record(kind, value, tb) -> None:
 def main() -> None:
     if config.TG_BACKEND == "mpi" and config.RANK < 0:
         _from_mpi()
+    _watch_launcher()
     if config.TG_PREFIX_OUTPUT:
         prefix = f"[rank{config.RANK}]: "
         sys.stdout, sys.stderr = _Prefixed(sys.stdout, prefix), _Prefixed(sys.stderr, prefix)

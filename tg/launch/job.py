@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import math
 import os
 import socket
 from dataclasses import dataclass, field, fields
@@ -37,17 +38,23 @@ class JobSpec:
         elif self.hosts:
             matches = [i for i, h in enumerate(self.hosts) if is_this_host(h)]
             if len(matches) != 1:
-                raise ValueError(f"[launch] cannot tell this node's rank: {'none' if not matches else 'several'} of "
-                                 f"hosts {self.hosts} match this host ({socket.gethostname()}); pass --node-rank")
+                raise ValueError(
+                    f"[launch] cannot tell this node's rank: {'none' if not matches else 'several'} of "
+                    f"hosts {self.hosts} match this host ({socket.gethostname()}); pass --node-rank"
+                )
             rank = matches[0]
         else:
-            raise ValueError(f"[launch] a {self.nnodes}-node job needs --node-rank, SLURM_NODEID, or `hosts` in the "
-                             f"config to tell this node's rank")
+            raise ValueError(
+                f"[launch] a {self.nnodes}-node job needs --node-rank, SLURM_NODEID, or `hosts` in the "
+                f"config to tell this node's rank"
+            )
         if not 0 <= rank < self.nnodes:
             raise ValueError(f"[launch] node rank {rank} is out of range for {self.nnodes} nodes")
         if self.nnodes > 1 and self.backend == "mpi":
-            raise ValueError("[launch] --backend mpi runs on one node (mpiexec places the ranks); for several "
-                             "nodes use mpiexec's own host file, or backend tcp / ucx")
+            raise ValueError(
+                "[launch] --backend mpi runs on one node (mpiexec places the ranks); for several "
+                "nodes use mpiexec's own host file, or backend tcp / ucx"
+            )
         return rank
 
 
@@ -70,12 +77,29 @@ def is_this_host(host: str) -> bool:
 
 
 _TYPES = {f.name: f.type for f in fields(JobSpec)}
+
+# Every numeric setting, given as a flag or as a YAML key, is checked here: (lowest, highest or None).
+RANGES: dict[str, tuple[int, int | None]] = {
+    "nnodes": (1, None), "nproc_per_node": (1, None), "node_rank": (0, None), "master_port": (0, 65535),
+    "max_restarts": (0, None), "grace": (0, None)}
+
+
+def check_range(key: str, value: float) -> None:
+    """ValueError when value is outside key's range in RANGES (or not a finite number); the caller
+    prefixes where it came from (the flag, or the file, line and key)."""
+    low, high = RANGES[key]
+    if not (math.isfinite(value) and value >= low and (high is None or value <= high)):
+        want = f"in {low}..{high}" if high is not None else f"at least {low}"
+        raise ValueError(f"must be {want}, got {value}")
+
+
 _CHECK = {"nnodes": int, "nproc_per_node": int, "master_addr": str, "master_port": int, "backend": str,
           "max_restarts": int, "log_dir": str, "run_id": str, "env": dict, "script": str, "module": str,
           "args": list, "hosts": list}
 
 
-def load_config(path: str) -> JobSpec:
+# Complexity: one check per YAML key, each naming the file, line and key.
+def load_config(path: str) -> JobSpec:  # noqa: C901
     """Read a YAML job file; every problem names the file, the line and the key."""
     import yaml
     try:
@@ -100,8 +124,11 @@ def load_config(path: str) -> JobSpec:
     for key_node, value_node in items:
         key, line = key_node.value, key_node.start_mark.line + 1
         if key not in _CHECK:
-            near = difflib.get_close_matches(key, list(_CHECK), n=1)
+            spelled = str(key).replace("-", "_")
+            near = ["nproc_per_node"] if spelled == "nproc" else difflib.get_close_matches(spelled, [*_CHECK])
             hint = f"; did you mean {near[0]!r}?" if near else f"; known keys: {', '.join(_CHECK)}"
+            if spelled in RANGES and spelled not in _CHECK:
+                hint = f"; {spelled} is a command-line flag only: --{spelled.replace('_', '-')}"
             raise ValueError(f"[launch] {path}:{line}: unknown key {key!r}{hint}")
         value: Any = constructor.construct_object(value_node, deep=True)
         want = _CHECK[key]
@@ -115,8 +142,11 @@ def load_config(path: str) -> JobSpec:
             value = [str(v) for v in cast(list, value)]
         if key == "backend" and value not in ("tcp", "mpi", "ucx"):
             raise ValueError(f"[launch] {path}:{line}: backend must be tcp, mpi or ucx, got {value!r}")
-        if key in ("nnodes", "nproc_per_node") and value < 1:
-            raise ValueError(f"[launch] {path}:{line}: {key} must be at least 1, got {value}")
+        if key in RANGES:
+            try:
+                check_range(key, value)
+            except ValueError as e:
+                raise ValueError(f"[launch] {path}:{line}: {key} {e}") from None
         setattr(spec, key, value)
     if spec.hosts and len(spec.hosts) != spec.nnodes:
         raise ValueError(f"[launch] {path}: hosts lists {len(spec.hosts)} nodes but nnodes is {spec.nnodes}")

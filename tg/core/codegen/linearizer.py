@@ -440,7 +440,9 @@ class Lowerer:
             self.emit(UOps.LOOP, arg=(v, loops, len(parallel) if d == parallel[0] else 0), cache=False)
         return loop_vars
 
-    def _reduce(self, out_dims: list[int], red_dims: list[int], out_combos: list[tuple[int, ...]],
+    # Complexity: one pass over tile elements, reduce loops and combine steps that share the
+    # accumulators; split, each part would pass them all around.
+    def _reduce(self, out_dims: list[int], red_dims: list[int], out_combos: list[tuple[int, ...]],  # noqa: C901
                 loop_vars: dict[int, Node]) -> dict[tuple[int, ...], UOp]:
         """Accumulators per (output, reduce) tile element, the reduce loops, then each output's
         accumulators combined pairwise (and across lanes and the work-group)."""

@@ -1,0 +1,268 @@
+"""The job secret is never derived from public facts, and the store holds up against what any local
+user (no secret) or a confused client (the secret) can send it: huge claimed sizes, add on text,
+floods of rejected connections."""
+import hashlib
+import logging
+import os
+import re
+import socket
+import stat
+import threading
+import time
+import tracemalloc
+
+import harness
+import numpy as np
+import pytest
+from harness import free_port, run_ranks
+
+import tg.distributed as dist
+from tg.distributed import secret as job_secret
+from tg.distributed import store as wire
+from tg.distributed.errors import DistributedError
+from tg.distributed.store import StoreError, StoreRequestError, TCPStore, prove
+
+NO_SECRET = {"TG_SECRET": ""}       # the harness gives every job one; an empty value unsets it
+
+
+def write_stale_file(port: int) -> str:
+    """What a SIGKILLed earlier job on this port leaves: its secret file, mode 0600."""
+    folder = job_secret._private_folder()
+    try:
+        path = job_secret.secret_path("127.0.0.1", port)
+        job_secret._write(folder, os.path.basename(path), os.urandom(job_secret.SECRET_BYTES))
+    finally:
+        os.close(folder)
+    return path
+
+
+# ---------------------------------------------------------------------------- the secret file
+
+def test_secret_file_is_private_and_removed_once_joined():
+    port = free_port()
+    host, secret, joined = job_secret.join_store("127.0.0.1", port, hosts_store=True, timeout=10)
+    path = job_secret.secret_path("127.0.0.1", port)
+    try:
+        folder = os.lstat(job_secret.secret_dir())
+        assert stat.S_ISDIR(folder.st_mode) and folder.st_uid == os.getuid()
+        assert stat.S_IMODE(folder.st_mode) == 0o700
+        info = os.lstat(path)
+        assert stat.S_ISREG(info.st_mode) and info.st_uid == os.getuid()
+        assert stat.S_IMODE(info.st_mode) == 0o600
+        assert len(secret) == 32
+        guest, theirs, _ = job_secret.join_store("127.0.0.1", port, hosts_store=False, timeout=10)
+        assert theirs == secret
+        guest.set("k", "v")
+        assert host.get("k") == b"v"
+        guest.close()
+    finally:
+        joined()
+        host.close(grace=0)
+    assert not os.path.exists(path)
+
+
+def allreduce_and_try_the_old_secret(rank: int, world: int) -> list:
+    from tg import config
+    from tg.distributed import _State
+    x = np.full(3, rank + 1.0)
+    dist.all_reduce(x)
+    old = hashlib.sha256(f"tg:127.0.0.1:{config.MASTER_PORT}:{world}".encode()).digest()
+    outcome = "accepted"
+    if rank == 1:
+        try:
+            TCPStore("127.0.0.1", config.MASTER_PORT, secret=old, timeout=5).close()
+        except StoreError as e:
+            outcome = "rejected" if "rejected this process's secret" in str(e) else str(e)
+    # rank 0 removes the file once every rank has joined, before its init returns
+    gone = rank != 0 or not os.path.exists(job_secret.secret_path("127.0.0.1", config.MASTER_PORT))
+    return [x.tolist(), len(_State.secret), _State.secret != old, outcome, gone]
+
+
+def test_ranks_without_tg_secret_agree_and_the_derived_secret_is_rejected():
+    results = run_ranks(2, allreduce_and_try_the_old_secret, env=NO_SECRET, backend="tcp")
+    assert results[0] == [[3.0] * 3, 32, True, "accepted", True]
+    assert results[1] == [[3.0] * 3, 32, True, "rejected", True]
+
+
+def test_stale_secret_file_does_not_break_a_job(monkeypatch):
+    port = free_port()
+    path = write_stale_file(port)
+    monkeypatch.setattr(harness, "free_port", lambda: port)   # the job runs on the stale file's port
+    results = run_ranks(2, allreduce_and_try_the_old_secret, env=NO_SECRET, backend="tcp")
+    assert [r[0] for r in results] == [[3.0] * 3] * 2
+    assert not os.path.exists(path)
+
+
+def test_a_rank_that_read_a_stale_file_reads_it_again(monkeypatch):
+    """Deterministic: the joining rank reads the stale file before the host even starts."""
+    port = free_port()
+    write_stale_file(port)
+    reads, stale_read = [], threading.Event()
+    real_read = job_secret._read
+
+    def counting_read(*args):
+        value = real_read(*args)
+        reads.append(value)
+        stale_read.set()
+        return value
+    monkeypatch.setattr(job_secret, "_read", counting_read)
+    joined: dict = {}
+
+    def guest():
+        try:
+            joined["store"], joined["secret"], _ = job_secret.join_store("127.0.0.1", port, False, timeout=20)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            joined["error"] = e
+    thread = threading.Thread(target=guest)
+    thread.start()
+    assert stale_read.wait(10)
+    host, secret, done = job_secret.join_store("127.0.0.1", port, hosts_store=True, timeout=20)
+    try:
+        thread.join(30)
+        assert "error" not in joined, joined.get("error")
+        assert joined["secret"] == secret and reads[0] != secret   # it had the stale one first
+        joined["store"].close()
+    finally:
+        done()
+        host.close(grace=0)
+
+
+@pytest.mark.parametrize("kind", ["symlink", "wide"])
+def test_a_folder_that_is_not_private_is_refused(monkeypatch, tmp_path, kind):
+    folder = tmp_path / "tg-secrets"
+    if kind == "symlink":
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        folder.symlink_to(tmp_path / "elsewhere")
+    else:
+        folder.mkdir()
+        folder.chmod(0o755)
+    monkeypatch.setattr(job_secret, "secret_dir", lambda: str(folder))
+    with pytest.raises(DistributedError, match="symlink" if kind == "symlink" else "drwxr-xr-x"):
+        job_secret.join_store("127.0.0.1", free_port(), hosts_store=True, timeout=5)
+
+
+def test_remote_master_without_tg_secret_is_a_value_error(monkeypatch):
+    for name in ("TG_SECRET", "RANK", "WORLD_SIZE", "TG_BACKEND", "TG_STORE_EXTERNAL"):
+        monkeypatch.delenv(name, raising=False)
+    start = time.monotonic()
+    with pytest.raises(ValueError, match="TG_SECRET") as caught:
+        dist.init_process_group(init_method="tcp://192.0.2.1:29500", rank=1, world_size=2)
+    assert "token_hex" in str(caught.value) and time.monotonic() - start < 10
+    assert not dist.is_initialized()
+
+
+# ---------------------------------------------------------------------------- the store server
+
+def raw_client(port: int, secret: bytes) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    prove(sock, secret, b"tg-store")
+    return sock
+
+
+def claim_set(size: int) -> bytes:
+    """The head of a set request on key 'k' whose value claims `size` bytes (the value not included)."""
+    return wire.REQ.pack(wire.MAGIC, wire.VERSION, wire.OP_SET, 0, 1, size) + b"k"
+
+
+def read_reply(sock: socket.socket) -> tuple[int, bytes]:
+    head = b""
+    while len(head) < wire.REP.size:
+        head += sock.recv(wire.REP.size - len(head))
+    magic, version, status, _flags, n = wire.REP.unpack(head)
+    body = b""
+    while len(body) < n:
+        body += sock.recv(n - len(body))
+    assert (magic, version) == (wire.MAGIC, wire.VERSION)
+    return status, body
+
+
+def test_a_claimed_huge_value_is_refused_without_allocating_it():
+    server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"s", timeout=5)
+    tracemalloc.start()
+    try:
+        sock = raw_client(server.port, b"s")
+        sock.sendall(claim_set(1 << 30) + b"only a little")
+        status, message = read_reply(sock)
+        assert status == wire.ERROR and b"TG_STORE_MAX_VALUE" in message and b"1073741824" in message
+        _, peak = tracemalloc.get_traced_memory()
+        assert peak < 32 << 20, f"the server allocated {peak} bytes for a value it refused"
+        sock.close()
+        client = TCPStore("127.0.0.1", server.port, secret=b"s", timeout=5)      # still serving
+        client.set("next", "call")
+        assert client.get("next") == b"call"
+        client.close()
+    finally:
+        tracemalloc.stop()
+        server.close(grace=0)
+
+
+def test_a_value_under_the_limit_is_read_as_it_arrives(monkeypatch):
+    monkeypatch.setenv("TG_STORE_MAX_VALUE", str(2 << 30))
+    server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"s", timeout=5)
+    tracemalloc.start()
+    try:
+        before = set(threading.enumerate())
+        sock = raw_client(server.port, b"s")
+        serving = [t for t in threading.enumerate() if t not in before and t.name == "tg-store-conn"]
+        sock.sendall(claim_set(1 << 30) + b"x" * 1000)
+        sock.close()                                 # claimed 1 GiB, sent 1000 bytes, gone
+        for thread in serving:                       # the server read what came, then saw it go
+            thread.join(10)
+        assert len(serving) == 1 and not serving[0].is_alive()
+        _, peak = tracemalloc.get_traced_memory()
+        assert peak < 32 << 20, f"the server allocated {peak} bytes for 1000 that arrived"
+    finally:
+        tracemalloc.stop()
+        server.close(grace=0)
+
+
+def test_over_limit_values_are_refused_and_the_connection_stays_usable(monkeypatch):
+    monkeypatch.setenv("TG_STORE_MAX_VALUE", "1024")
+    server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"s", timeout=5)
+    try:
+        client = TCPStore("127.0.0.1", server.port, secret=b"s", timeout=5)
+        with pytest.raises(StoreRequestError, match="'big'.*TG_STORE_MAX_VALUE"):     # refused before sending
+            client.set("big", b"x" * 2000)
+        monkeypatch.setenv("TG_STORE_MAX_VALUE", "4096")         # a client that allows more than the server
+        with pytest.raises(StoreRequestError, match="refused by the store.*2000 bytes"):
+            client.set("big", b"x" * 2000)
+        client.set("small", b"y" * 100)                         # the same connection, still in step
+        assert client.get("small") == b"y" * 100
+        client.close()
+    finally:
+        server.close(grace=0)
+
+
+def test_add_on_a_non_integer_is_an_error_reply():
+    server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"s", timeout=5)
+    try:
+        client = TCPStore("127.0.0.1", server.port, secret=b"s", timeout=5)
+        client.set("word", "abc")
+        with pytest.raises(StoreRequestError, match="add 'word'.*not a 64-bit integer") as caught:
+            client.add("word", 1)
+        assert isinstance(caught.value, ValueError)
+        client.set("word", "12")                # the same client and connection carry on
+        assert client.add("word", 1) == 13 and client.get("word") == b"13"
+        assert client.add("word", 1 << 62) == 13 + (1 << 62)
+        with pytest.raises(StoreRequestError, match="64-bit"):     # past int64: refused, nothing changed
+            client.add("word", 1 << 62)
+        assert client.add("word", 0) == 13 + (1 << 62)
+        client.close()
+    finally:
+        server.close(grace=0)
+
+
+def test_rejected_connections_are_counted_not_logged_one_by_one(caplog):
+    caplog.set_level(logging.WARNING, logger="tg.distributed.store")
+    server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"right", timeout=5)
+    tries = 40
+    try:
+        for _ in range(tries):
+            with pytest.raises(StoreError, match="rejected this process's secret"):
+                TCPStore("127.0.0.1", server.port, secret=b"wrong", timeout=5)
+    finally:
+        server.close(grace=0)
+    lines = [r.getMessage() for r in caplog.records if "did not prove the job secret" in r.getMessage()]
+    counts = [int(re.search(r"rejected (\d+) connection", line).group(1)) for line in lines]
+    assert 1 <= len(lines) <= 4, lines     # the first at once, the rest counted (one line per 10 s)
+    assert sum(counts) == tries, lines

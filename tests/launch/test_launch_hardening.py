@@ -1,0 +1,107 @@
+"""tglaunch against bad input and hard deaths: every bad flag or YAML value is a usage error (exit code 2,
+argparse's message), and a SIGKILLed launcher leaves nothing of its job behind (the workers' children,
+mpiexec's ranks, Open MPI's shared-memory files)."""
+from __future__ import annotations
+
+import mmap
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from test_launch import alive, launch, start_sleepers, wait_dead, write
+
+from tg.launch.agent import SHM_DIR, mpiexec_command
+
+# A worker that starts a grandchild, writes its own pid and the grandchild's, and sleeps.
+GRANDPARENT = """
+import os, subprocess, time
+child = subprocess.Popen(["sleep", "60"])
+for name, pid in (("pid", os.getpid()), ("child", child.pid)):
+    with open(os.path.join({out!r}, name + os.environ["RANK"]), "w") as f:
+        f.write(str(pid))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+needs_mpiexec = pytest.mark.skipif(mpiexec_command(1) is None, reason="needs mpiexec (pip install 'tg[mpi]')")
+
+
+def usage_error(*args: str, cwd: Path) -> str:
+    """Run tglaunch, expect argparse's usage error (exit code 2, no worker started); return stderr."""
+    r = launch(*args, cwd=cwd)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "tglaunch: error:" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    assert "should not run" not in r.stdout
+    return r.stderr
+
+
+# ---------------------------------------------------------------------------- flags and YAML keys
+@pytest.mark.parametrize(("flag", "value", "expected"), [
+    ("--max-restarts", "-1", "at least 0, got -1"), ("--grace", "-1", "at least 0, got -1.0"),
+    ("--grace", "nan", "got nan"), ("--nproc", "0", "at least 1, got 0"), ("--nnodes", "0", "at least 1"),
+    ("--node-rank", "-1", "at least 0"), ("--master-port", "70000", "in 0..65535, got 70000"),
+    ("--master-port", "-5", "in 0..65535"), ("--max-restarts", "two", "invalid int value: 'two'")])
+def test_bad_flag_is_a_usage_error(tmp_path: Path, flag: str, value: str, expected: str) -> None:
+    script = write(tmp_path / "ok.py", "print('should not run')\n")
+    err = usage_error(f"{flag}={value}", str(script), cwd=tmp_path)
+    assert f"argument {flag}" in err and expected in err, err
+
+
+@pytest.mark.parametrize(("line", "expected"), [
+    ("max_restarts: -1", "max_restarts must be at least 0, got -1"),
+    ("master_port: 70000", "master_port must be in 0..65535, got 70000"),
+    ("nproc_per_node: 0", "nproc_per_node must be at least 1, got 0"),
+    ("nnodes: 0", "nnodes must be at least 1, got 0"),
+    ("nproc_per_nod: 2", "unknown key 'nproc_per_nod'; did you mean 'nproc_per_node'?"),
+    ("max-restarts: 1", "unknown key 'max-restarts'; did you mean 'max_restarts'?"),
+    ("nproc: 2", "unknown key 'nproc'; did you mean 'nproc_per_node'?"),
+    ("grace: 3", "unknown key 'grace'; grace is a command-line flag only: --grace")])
+def test_bad_yaml_is_a_usage_error(tmp_path: Path, line: str, expected: str) -> None:
+    write(tmp_path / "ok.py", "print('should not run')\n")
+    cfg = write(tmp_path / "job.yaml", f"script: ok.py\n{line}\n")
+    err = usage_error("--config", str(cfg), cwd=tmp_path)
+    assert f"{cfg}:2: {expected}" in err, err
+
+
+# ---------------------------------------------------------------------------- a SIGKILLed launcher
+@pytest.mark.parametrize("backend", ["tcp", pytest.param("mpi", marks=needs_mpiexec)])
+def test_sigkilled_launcher_takes_grandchildren(tmp_path: Path, backend: str) -> None:
+    """PR_SET_PDEATHSIG reaches only the launcher's children; each worker's watchdog takes the rest:
+    what the workers started and, under mpiexec, the ranks themselves."""
+    proc, pids = start_sleepers(tmp_path, 2, "--backend", backend, text=GRANDPARENT)
+    children = [int((tmp_path / f"child{rank}").read_text()) for rank in range(2)]
+    try:
+        assert all(alive(p) for p in pids + children)
+        proc.kill()
+        proc.wait(timeout=5)
+        assert wait_dead(pids + children) == [], "the job outlived its SIGKILLed launcher"
+    finally:
+        for pid in pids + children:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+@needs_mpiexec
+def test_dead_jobs_mpi_segments_removed_at_start(tmp_path: Path) -> None:
+    """Open MPI segment files of this user that no process uses are removed (with a log line) when an
+    mpi job starts; one that a process maps, or one just made, stays."""
+    stem = f"sm_segment.tgtest{os.getpid()}.{os.geteuid()}"
+    dead, used, young = (Path(SHM_DIR) / f"{stem}.{name}.0" for name in ("dead", "used", "young"))
+    script = write(tmp_path / "ok.py", "print('ran')\n")
+    try:
+        for path in (dead, used, young):
+            path.write_bytes(b"\0" * 4096)
+        now = time.time()
+        for path, when in ((dead, now - 3600), (used, now - 3600), (young, now + 3600)):
+            os.utime(path, (when, when))      # young stays young however slowly the launcher starts
+        with open(used, "r+b") as f, mmap.mmap(f.fileno(), 4096):
+            r = launch("--backend", "mpi", "--nproc", "1", str(script), timeout=60)
+            assert r.returncode == 0, r.stderr
+            assert not dead.exists() and used.exists() and young.exists()
+        assert f"that a dead job left in {SHM_DIR}: " in r.stderr and dead.name in r.stderr, r.stderr
+        assert used.name not in r.stderr and young.name not in r.stderr, r.stderr
+    finally:
+        for path in (dead, used, young):
+            path.unlink(missing_ok=True)
