@@ -32,11 +32,21 @@ def _die_with_launcher() -> None:
 
 
 
+# How long an agent whose best failure is an echo (a DistributedError) waits for the cause: a rank of
+# its own still on its way out, or another node's record (that node notices its rank's exit within a poll).
+ECHO_WAIT = 3.0
+
+
+def _is_echo(failure: Failure) -> bool:
+    """A rank that raised because a peer died or left: the cause is another rank."""
+    return failure.error.startswith("DistributedError")
+
+
 def blame(failures: list[Failure]) -> Failure:
     """The failure to report when several ranks failed before the launcher looked: the cause, not
     its echoes. Ranks that raised because a peer died (a DistributedError) come last, then the
     earliest failure, then the lowest rank."""
-    return min(failures, key=lambda f: (f.error.startswith("DistributedError"), f.when, f.rank))
+    return min(failures, key=lambda f: (_is_echo(f), f.when, f.rank))
 
 class _Worker:
     def __init__(self, rank: int, proc: subprocess.Popen, logs: dict[str, IO[bytes]]):
@@ -172,6 +182,7 @@ class Agent:
                 sel.register(pipe, selectors.EVENT_READ, (w, stream))
         failure: Failure | None = None
         next_store_check = 0.0
+        echo_since: float | None = None
         try:
             while True:
                 for key, _ in sel.select(POLL):
@@ -179,17 +190,22 @@ class Agent:
                 if self.stop_signal:
                     break
                 exited = [w for w in workers if w.proc.poll() is not None]
-                bad = [w for w in exited if w.proc.returncode != 0]
-                if bad:
-                    failure = blame([self._failure(w, errors) for w in bad])
-                    if self.store is not None:
+                found = [self._failure(w, errors) for w in exited if w.proc.returncode != 0]
+                local = bool(found)
+                if not found and self.store is not None and time.monotonic() >= next_store_check:
+                    next_store_check = time.monotonic() + 0.1
+                    found = self._recorded_failures(attempt)
+                if found:
+                    failure = blame(found)
+                    if _is_echo(failure) and len(exited) < len(workers):
+                        # A rank raised because a peer left; the peer itself may be a rank of
+                        # this node still on its way out: give it a moment to be the one named.
+                        echo_since = echo_since or time.monotonic()
+                        if time.monotonic() - echo_since < ECHO_WAIT:
+                            continue
+                    if local and self.store is not None:
                         failure = self._publish(attempt, failure)
                     break
-                if self.store is not None and time.monotonic() >= next_store_check:
-                    next_store_check = time.monotonic() + 0.1
-                    failure = self._remote_failure(attempt)
-                    if failure is not None:
-                        break
                 if len(exited) == len(workers):
                     break
         finally:
@@ -357,31 +373,33 @@ class Agent:
         second, having noticed the first through the transport), and return the earliest: the root cause."""
         self.store.set(f"{self.key}/a{attempt}/failure/{self.node}", json.dumps(failure.__dict__))
         self.store.add(f"{self.key}/a{attempt}/failed", 1)
-        time.sleep(0.25)
-        return self._earliest(attempt) or failure
+        start = time.monotonic()
+        while True:
+            time.sleep(0.05)
+            found = self._recorded_failures(attempt)
+            cause = blame(found) if found else failure
+            waited = time.monotonic() - start
+            settled = len(found) == self.spec.nnodes or (waited >= 0.25 and not _is_echo(cause))
+            if settled or waited >= ECHO_WAIT:
+                return cause
 
-    def _remote_failure(self, attempt: int) -> Failure | None:
+    def _recorded_failures(self, attempt: int) -> list[Failure]:
+        """The failures the nodes have recorded in the store for this attempt (one a node at most)."""
         if self.store.add(f"{self.key}/a{attempt}/failed", 0) == 0:
-            return None
-        time.sleep(0.25)
-        return self._earliest(attempt)
-
-    def _earliest(self, attempt: int) -> Failure | None:
-        found = []
-        for node in range(self.spec.nnodes):
-            key = f"{self.key}/a{attempt}/failure/{node}"
-            if self._has(key):
-                found.append(Failure(**json.loads(self.store.get(key))))
-        return min(found, key=lambda f: f.when) if found else None
+            return []
+        keys = (f"{self.key}/a{attempt}/failure/{node}" for node in range(self.spec.nnodes))
+        return [Failure(**json.loads(self.store.get(key))) for key in keys if self._has(key)]
 
     def _finish_together(self, attempt: int) -> Failure | None:
         """This node's workers succeeded: wait until every node's did, or one failed."""
         done = f"{self.key}/a{attempt}/done"
         self.store.add(done, 1)
         while self.store.add(done, 0) < self.spec.nnodes:
-            failure = self._remote_failure(attempt)
-            if failure is not None or self.stop_signal:
-                return failure
+            if self.stop_signal:
+                return None
+            if self._recorded_failures(attempt):
+                time.sleep(0.25)       # the first record to land need not be the cause: let the rest land
+                return blame(self._recorded_failures(attempt))
             time.sleep(0.05)
         return None
 
