@@ -27,7 +27,7 @@ move it; a plain optimizer would skip it).
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,10 @@ class ZeroOptimizer(Optimizer):
     def __init__(self, params: Iterable[Tensor], optimizer_class: type[Optimizer], group: Any = None,
                  bucket_mb: float = 25.0, **kwargs: Any):
         params = list(params)
+        if any(isinstance(p, Mapping) for p in params):
+            raise TypeError("[distributed] ZeroOptimizer takes a list of Tensors, got param groups (dicts); "
+                            "its wrapped optimizer steps one flat shard with one set of options. Fix: pass "
+                            "the parameters as one list, or use a plain optimizer for per-group options")
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, Optimizer)):
             raise TypeError(f"[distributed] ZeroOptimizer: optimizer_class must be a tg.nn.optim.Optimizer "
                             f"subclass (e.g. nn.optim.AdamW), got {optimizer_class!r}")
@@ -101,7 +105,8 @@ class ZeroOptimizer(Optimizer):
                               Tensor(np.zeros(part.size, bucket.np_dtype), device=self.device,
                                      dtype=bucket.params[0].dtype))
         self.optimizer = optimizer_class(self.masters, **kwargs)
-        self.lr_tensor, self.t = self.optimizer.lr_tensor, self.optimizer.t
+        # the wrapped optimizer's groups and step count: lr writes and schedulers reach the shard's step
+        self.param_groups, self.t = self.optimizer.param_groups, self.optimizer.t
         self._has_grad = False        # a backward since the last zero_grad
         self._synced: list[Tensor | None] = [None] * len(self.params)
         self._hook = watch_backward(self, "_after_backward")
@@ -183,7 +188,8 @@ class ZeroOptimizer(Optimizer):
         self._has_grad = True
         self._synced = [p.grad for p in self.params]
 
-    def zero_grad(self) -> None:
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        # ZeRO-2 keeps no full gradients, so there is nothing to fill with zeros: both forms drop them
         for p in self.params:
             p.grad = None
         self._has_grad = False
@@ -218,13 +224,16 @@ class ZeroOptimizer(Optimizer):
         host_step(gather)
 
     # ------------------------------------------------------------ state
-    def state_dict(self) -> dict[str, Tensor]:
+    def state_dict(self) -> dict[str, Tensor | np.ndarray]:
         """This rank's shard: the wrapped optimizer's state of each bucket part and the masters."""
-        out = self.optimizer.state_dict()
+        # the flat names load_zero_shards reshards: "t", "lr", "state.<part>.<buffer>", "master.<part>"
+        out: dict[str, Tensor | np.ndarray] = {"t": self.optimizer.t, "lr": self.optimizer.lr_tensor}
+        for b in range(len(self.masters)):
+            out.update({f"state.{b}.{k}": v for k, v in self.optimizer._state(b).items()})
         out.update({f"master.{b}": m for b, m in enumerate(self.masters)})
         return out
 
-    def load_state_dict(self, state_dict: dict) -> None:
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore what state_dict() returned on this rank at the same world size (strict).
         To load at another world size, use tg.distributed.load_checkpoint."""
         from tg.nn.state import StateDictError, load_state_dict
@@ -237,6 +246,7 @@ class ZeroOptimizer(Optimizer):
                 f"bucket_mb it was saved with. Fix: save and load with tg.distributed."
                 f"save_checkpoint / load_checkpoint, which reshard to any world size"
             ) from None
+        self.optimizer.lr = float(self.optimizer.lr_tensor.item())   # the group's host copy of the loaded lr
         self._write_masters_to_params()
 
     def _write_masters_to_params(self) -> None:

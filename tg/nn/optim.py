@@ -1,14 +1,17 @@
-"""Optimizers written per parameter, learning-rate schedules and gradient clipping.
+"""Optimizers written per parameter, in parameter groups; learning-rate schedules and gradient clipping.
 
 Each optimizer only says how ONE parameter moves: `init_single(p)` allocates that parameter's state
 buffers and `apply_single(p, g, state)` returns the new value of `p` as a lazy expression (writing the
-new state in place with `.assign`). `step()` runs that for every parameter with a gradient and realizes
-every updated parameter and state buffer in one schedule, so the whole update is one batch of kernels
-and every buffer keeps its memory from step to step (what a captured/JIT-replayed step needs).
-ZeRO-2 calls the same `apply(...)` on flat 1-d shards of parameters and gradients.
+new state in place with `.assign`), reading its options from `self.param_group`, the parameter group
+being stepped. `step()` runs that for every parameter with a gradient and realizes every updated parameter
+and state buffer in one schedule, so the whole update is one batch of kernels and every buffer keeps its
+memory from step to step (what a captured/JIT-replayed step needs). ZeRO-2 calls the same `apply(...)`
+on flat 1-d shards of parameters and gradients.
 
-Values that change during training — the learning rate and the step count `t` — live on the device
-as 0-d float32 tensors that are updated in place, so a replayed step sees a new lr from a scheduler.
+Parameters come as a list of Tensors (one group) or, as in torch, a list of dicts, each with its
+"params" and the options that differ from the constructor's: `opt.param_groups[i]` is that group.
+Values that change during training — each group's learning rate and the step count `t` — live on the
+device as 0-d float32 tensors updated in place, so a replayed step sees a new lr from a scheduler.
 
     >>> from tg import Tensor
     >>> w = Tensor([1.0, 2.0], requires_grad=True)
@@ -20,13 +23,21 @@ as 0-d float32 tensors that are updated in place, so a replayed step sees a new 
 """
 from __future__ import annotations
 
+import bisect
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from tg.core.dtype import dtypes
 from tg.core.tensor import Tensor, _NoGrad
+
+__all__ = [
+    "Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta",
+    "LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "LinearLR", "CosineAnnealingLR",
+    "CosineWithWarmup", "clip_grad_norm_",
+]
 
 
 def _scalar(value: float, device: str) -> Tensor:
@@ -39,19 +50,87 @@ def _check(ok: bool, message: str) -> None:
         raise ValueError(f"[nn] {message}")
 
 
+def _host(value: Any) -> np.ndarray:
+    """A saved value (Tensor, numpy array or Python number/list) as a numpy array."""
+    return value.numpy() if isinstance(value, Tensor) else np.asarray(value)
+
+
+def _option_array(value: Any) -> np.ndarray | None:
+    """A numeric option as the float32 array state_dict() saves (None for options that are not numbers)."""
+    if isinstance(value, (bool, int, float)):
+        return np.array(value, dtype=np.float32)
+    if isinstance(value, (tuple, list)) and all(isinstance(v, (bool, int, float)) for v in value):
+        return np.array(value, dtype=np.float32)
+    return None
+
+
+def _option_value(saved: Any, current: Any) -> Any:
+    """A saved option back in the type the option has now; a float32-stored float comes back as the
+    shortest decimal that rounds to it (1e-08, not 9.99999993922529e-09)."""
+    arr = _host(saved).astype(np.float32)
+    if isinstance(current, bool):
+        return bool(arr.reshape(()))
+    if isinstance(current, int):
+        return int(arr.reshape(()))
+    if isinstance(current, (tuple, list)):
+        return type(current)(float(str(x)) for x in arr.reshape(-1))
+    return float(str(arr.reshape(())))
+
+
+class ParamGroup(dict):
+    """One parameter group: a dict holding "params" (a list of Tensors) and the optimizer's options.
+
+    The learning rate also lives on the device (`lr_tensor`, 0-d float32): writing `group["lr"]` writes
+    that buffer in place at once, so the next step uses the new lr, also when the step is a TinyJit
+    replay. The other options are read when a step is built: a change takes effect at the next eager
+    step, while a TinyJit replay keeps the values it captured. Every write is checked by the optimizer.
+
+        >>> from tg import Tensor
+        >>> opt = SGD([{"params": [Tensor.zeros(2)]}, {"params": [Tensor.zeros(1)], "lr": 0.5}], lr=0.1)
+        >>> opt.param_groups[1]["lr"] = 0.25
+        >>> opt.param_groups[1]["lr"], opt.param_groups[1].lr_tensor.item(), opt.param_groups[0]["lr"]
+        (0.25, 0.25, 0.1)
+    """
+
+    def __init__(self, options: Mapping[str, Any], device: str,
+                 validate: Callable[[Mapping[str, Any]], None]):
+        validate(options)
+        super().__init__(options)
+        self._validate = validate
+        self.lr_tensor: Tensor = _scalar(float(self["lr"]), device)
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.update({key: value})
+
+    def update(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[override]
+        """Set several options at once, checked together (e.g. momentum and nesterov)."""
+        new = dict(*args, **kwargs)
+        if "params" in new:
+            raise ValueError("[nn] a parameter group's 'params' cannot be replaced; got a new 'params' "
+                             "entry. Fix: add parameters with optimizer.add_param_group({'params': [...]})")
+        self._validate({**self, **new})
+        for key, value in new.items():
+            if key == "lr":
+                value = float(value)
+                self.lr_tensor.assign(_scalar(value, self.lr_tensor.device)).realize()
+            super().__setitem__(key, value)
+
+
 class Optimizer:
     """Base class: subclasses write `init_single` and `apply_single`; `step()` does the rest.
 
-    `lr` reads and writes the device learning-rate tensor `lr_tensor` (0-d float32); `t` is the
-    step count on the device, advanced once per `step()` before any parameter is updated. One `t`
-    serves every parameter (torch counts per parameter), so a parameter whose first gradient comes
+    `params` is a list of Tensors or of dicts `{"params": [...], option: value}` (a group each; options
+    not given come from the constructor's arguments). `param_groups` lists the groups, `params` every
+    parameter in order. `lr` reads the first group's learning rate; setting it sets every group's. `t`
+    is the step count on the device, advanced once per `step()` before any parameter is updated. One
+    `t` serves every parameter (torch counts per parameter), so a parameter whose first gradient comes
     at step k gets step k's Adam bias corrections; with a gradient every step the two agree.
 
         >>> from tg import Tensor
         >>> opt = SGD([Tensor.zeros(3)], lr=0.5)
         >>> opt.lr = 0.25
-        >>> opt.lr
-        0.25
+        >>> opt.lr, opt.param_groups[0]["lr"]
+        (0.25, 0.25)
 
     A new optimizer only says how one parameter moves (here the sign of its gradient, times lr):
 
@@ -66,48 +145,115 @@ class Optimizer:
         [0.9, 1.1]
     """
 
-    def __init__(self, params: Iterable[Tensor], lr: float):
-        self.params: list[Tensor] = list(params)
-        _check(len(self.params) > 0, "optimizer got an empty parameter list; expected at least one Tensor. "
-                                     "Fix: pass model parameters, e.g. SGD(model.parameters(), lr=0.1)")
-        for i, p in enumerate(self.params):
+    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], lr: float = 1e-3,
+                 **defaults: Any):
+        given = list(params)
+        _check(len(given) > 0, "optimizer got an empty parameter list; expected at least one Tensor. "
+                               "Fix: pass model parameters, e.g. SGD(model.parameters(), lr=0.1)")
+        groups = [dict(g) if isinstance(g, Mapping) else None for g in given]
+        if all(g is None for g in groups):
+            groups = [{"params": given}]
+        elif any(g is None for g in groups):
+            raise TypeError("[nn] optimizer parameters must be all Tensors or all dicts (param groups), got "
+                            "a mix. Fix: put every Tensor in a group, e.g. [{'params': a}, {'params': b}]")
+        everything: list[Any] = []
+        for g in groups:
+            assert g is not None
+            _check("params" in g, f"a parameter group must have a 'params' entry, got keys {sorted(g)}. "
+                                  f"Fix: pass {{'params': [tensors], 'lr': ...}}")
+            g["params"] = [g["params"]] if isinstance(g["params"], Tensor) else list(g["params"])
+            everything += g["params"]
+        _check(len(everything) > 0, "optimizer got param groups without parameters; expected at least one "
+                                    "Tensor. Fix: put model parameters in 'params'")
+        self._check_params(everything, [])
+        self.device: str = everything[0].device
+        self.defaults: dict[str, Any] = {"lr": lr, **defaults}
+        self.param_groups: list[ParamGroup] = []
+        self.params: list[Tensor] = []
+        # state of self.params[i], made by init_single the first time that parameter has a gradient
+        self.state: list[dict[str, Tensor] | None] = []
+        self._group_of: dict[int, ParamGroup] = {}
+        self._current: ParamGroup | None = None
+        self.t: Tensor = _scalar(0, self.device)
+        for g in groups:
+            assert g is not None
+            self.add_param_group(g)
+
+    @staticmethod
+    def _check_params(new: list[Any], held: list[Tensor]) -> None:
+        for i, p in enumerate(new):
             if not isinstance(p, Tensor):
                 raise TypeError(f"[nn] optimizer parameters must be Tensors, got {type(p).__name__} "
                                 f"at index {i}. Fix: pass a list of Tensors")
-        _check(len({id(p) for p in self.params}) == len(self.params),
+        _check(len({id(p) for p in held + new}) == len(held) + len(new),
                "a parameter appears more than once in the optimizer's list; it would be updated twice. "
-               "Fix: pass each Tensor once")
-        devices = sorted({p.device for p in self.params})
-        _check(len(devices) == 1, f"optimizer parameters must all be on one device, got {devices}. "
+               "Fix: pass each Tensor once, in one group")
+        devices = sorted({p.device for p in held + new})
+        _check(len(devices) <= 1, f"optimizer parameters must all be on one device, got {devices}. "
                                   f"Fix: move them with .to(device), or use one optimizer per device")
-        _check(lr >= 0, f"learning rate must be >= 0, got {lr}")
-        self.device: str = devices[0]
-        self.lr_tensor: Tensor = _scalar(lr, self.device)
-        self.t: Tensor = _scalar(0, self.device)
-        # state of self.params[i], made by init_single the first time that parameter has a gradient
-        self.state: list[dict[str, Tensor] | None] = [None] * len(self.params)
+
+    def add_param_group(self, group: Mapping[str, Any]) -> None:
+        """Add a group of parameters with its own options (those not given come from the constructor).
+
+            >>> from tg import Tensor
+            >>> opt = Adam([Tensor.zeros(2)], lr=0.01)
+            >>> opt.add_param_group({"params": [Tensor.zeros(3)], "lr": 0.1, "weight_decay": 0.5})
+            >>> [(g["lr"], g["weight_decay"], len(g["params"])) for g in opt.param_groups]
+            [(0.01, 0.0, 1), (0.1, 0.5, 1)]
+        """
+        if not isinstance(group, Mapping) or "params" not in group:
+            raise TypeError(f"[nn] add_param_group expected a dict with a 'params' entry, got "
+                            f"{type(group).__name__}. Fix: pass {{'params': [tensors], 'lr': ...}}")
+        params = [group["params"]] if isinstance(group["params"], Tensor) else list(group["params"])
+        self._check_params(params, self.params)
+        _check(not params or params[0].device == self.device,
+               f"optimizer parameters must all be on one device, got {params[0].device if params else ''} "
+               f"and {self.device}. Fix: move them with .to(device), or use one optimizer per device")
+        new = ParamGroup({**self.defaults, **group, "params": params}, self.device, self._check_group)
+        self.param_groups.append(new)
+        self.params += params
+        self.state += [None] * len(params)
+        self._group_of.update((id(p), new) for p in params)
+
+    def _check_group(self, group: Mapping[str, Any]) -> None:
+        """Raise ValueError for an option out of range; subclasses check their own options too."""
+        lr = group.get("lr")
+        _check(isinstance(lr, (int, float)) and lr >= 0, f"learning rate must be a number >= 0, got {lr!r}")
+
+    @property
+    def param_group(self) -> ParamGroup:
+        """The parameter group being stepped (the first group outside a step): `apply_single` reads its
+        options here."""
+        return self._current if self._current is not None else self.param_groups[0]
+
+    @property
+    def lr_tensor(self) -> Tensor:
+        """The device learning rate (0-d float32) of `self.param_group`."""
+        return self.param_group.lr_tensor
 
     @property
     def lr(self) -> float:
-        return float(self.lr_tensor.item())
+        return float(self.param_groups[0]["lr"])
 
     @lr.setter
     def lr(self, value: float) -> None:
-        _check(value >= 0, f"learning rate must be >= 0, got {value}")
-        self.lr_tensor.assign(_scalar(value, self.device)).realize()
+        for group in self.param_groups:
+            group["lr"] = value
 
-    def zero_grad(self) -> None:
-        """Drop every parameter's gradient (`.grad = None`, like torch's set_to_none=True).
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Drop every parameter's gradient (`.grad = None`), or with set_to_none=False make it zeros.
 
             >>> from tg import Tensor
             >>> w = Tensor([1.0], requires_grad=True)
             >>> w.grad = Tensor([2.0])
-            >>> SGD([w], lr=0.1).zero_grad()
-            >>> w.grad is None
+            >>> opt = SGD([w], lr=0.1)
+            >>> opt.zero_grad(set_to_none=False); w.grad.tolist()
+            [0.0]
+            >>> opt.zero_grad(); w.grad is None
             True
         """
         for p in self.params:
-            p.grad = None
+            p.grad = None if set_to_none or p.grad is None else _zeros_state(p.grad)
 
     def init_single(self, p: Tensor) -> dict[str, Tensor]:
         """Allocate (and realize) the state buffers of one parameter; override in subclasses."""
@@ -146,37 +292,94 @@ class Optimizer:
         if written:
             written[0].realize(*written[1:])
 
+    def _group_for(self, p: Tensor) -> ParamGroup:
+        # a tensor this optimizer does not hold (a ZeRO shard) steps with the first group's options
+        return self._group_of.get(id(p), self.param_groups[0])
+
     def _state(self, i: int) -> dict[str, Tensor]:
         state = self.state[i]
         if state is None:
-            state = self.state[i] = self.init_single(self.params[i])
+            self._current = self._group_for(self.params[i])
+            try:
+                state = self.state[i] = self.init_single(self.params[i])
+            finally:
+                self._current = None
         return state
 
-    def state_dict(self) -> dict[str, Tensor]:
-        """The step count, learning rate and every parameter's state, by torch-like names (a flat dict of
-        Tensors, ready for safe_save; torch nests it under 'state' and 'param_groups').
+    def state_dict(self) -> dict[str, Tensor | np.ndarray]:
+        """torch's optimizer state by its dotted names, as one flat dict of tensors (ready for safe_save):
+        `state.<i>.<buffer>` for parameter i, `param_groups.<g>.<option>` for each numeric option of
+        group g and `param_groups.<g>.params` (the indices of its parameters). The step count is one
+        entry, `step`, as tg counts steps per optimizer (torch keeps `state.<i>.step` per parameter).
 
             >>> from tg import Tensor
-            >>> list(Adam([Tensor.zeros(2)], lr=0.01).state_dict())
-            ['t', 'lr', 'state.0.exp_avg', 'state.0.exp_avg_sq']
+            >>> list(Adam([Tensor.zeros(2)], lr=0.01).state_dict())   # doctest: +NORMALIZE_WHITESPACE
+            ['step', 'state.0.exp_avg', 'state.0.exp_avg_sq', 'param_groups.0.lr', 'param_groups.0.betas',
+             'param_groups.0.eps', 'param_groups.0.weight_decay', 'param_groups.0.params']
         """
-        out = {"t": self.t, "lr": self.lr_tensor}
+        out: dict[str, Tensor | np.ndarray] = {"step": self.t}
         for i in range(len(self.params)):
             out.update({f"state.{i}.{k}": v for k, v in self._state(i).items()})
+        first = 0
+        for g, group in enumerate(self.param_groups):
+            for key, value in group.items():
+                saved = group.lr_tensor if key == "lr" else None if key == "params" else _option_array(value)
+                if saved is not None:
+                    out[f"param_groups.{g}.{key}"] = saved
+            out[f"param_groups.{g}.params"] = np.arange(first, first + len(group["params"]), dtype=np.int32)
+            first += len(group["params"])
         return out
 
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Restore what state_dict() returned (strict: every key must match), in place.
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore a state_dict() in place: this flat form, torch's nested form ({"state": {i: {...}},
+        "param_groups": [{...}]}) or tg's older one ("t", "lr", "state.<i>.<buffer>"). Every parameter's
+        buffers must be there (strict); group options are set from the saved ones that this optimizer has.
 
             >>> from tg import Tensor
             >>> saved = SGD([Tensor.zeros(1)], lr=0.5, momentum=0.9).state_dict()
             >>> opt = SGD([Tensor.zeros(1)], lr=0.1, momentum=0.9)
             >>> opt.load_state_dict(saved)
-            >>> opt.lr
-            0.5
+            >>> opt.lr, opt.param_groups[0]["momentum"]
+            (0.5, 0.9)
         """
         from tg.nn.state import load_state_dict
-        load_state_dict(self.state_dict(), state_dict)
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"[nn] {type(self).__name__}.load_state_dict expected a dict (what state_dict() "
+                            f"returns, or safe_load's result), got {type(state_dict).__name__}")
+        flat = dict(state_dict)
+        if isinstance(flat.get("state"), Mapping) or isinstance(flat.get("param_groups"), list):   # torch's
+            flat = {f"state.{i}.{k}": v for i, st in state_dict.get("state", {}).items()
+                    for k, v in st.items()}
+            groups = enumerate(state_dict.get("param_groups", []))
+            flat.update({f"param_groups.{g}.{k}": v for g, group in groups for k, v in group.items()})
+        elif "t" in flat and "lr" in flat:     # tg's format before param groups: one step count, one lr
+            flat["step"] = flat.pop("t")
+            lr = flat.pop("lr")
+            flat.update({f"param_groups.{g}.lr": lr for g in range(len(self.param_groups))})
+        steps = [k for k in flat if k.startswith("state.") and k.endswith(".step")]   # torch: one per param
+        if steps and "step" not in flat:
+            flat["step"] = max(float(_host(flat[k])) for k in steps)
+        for k in steps:
+            del flat[k]
+        mine = self.state_dict()
+        wanted = [k for k in mine if not k.startswith("param_groups.")]
+        missing = [k for k in wanted if k not in flat]
+        unexpected = [k for k in flat if k not in mine and not k.startswith("param_groups.")]
+        indices = [f"param_groups.{g}.params" for g in range(len(self.param_groups))]
+        moved = [k for k in indices
+                 if k in flat and not np.array_equal(_host(flat[k]).reshape(-1), _host(mine[k]))]
+        if missing or unexpected or moved:
+            raise ValueError(f"[nn] {type(self).__name__}.load_state_dict: the state does not fit this "
+                             f"optimizer: missing {missing[:6]}, unexpected {unexpected[:6]}, other "
+                             f"parameters in {moved[:6]}. It was saved from an optimizer with other "
+                             f"parameters, groups or class. Fix: build the optimizer as it was when saved "
+                             f"(same parameters in the same order and groups, same class)")
+        tensors = {k: v if isinstance(v, Tensor) else _host(v) for k, v in flat.items() if k in wanted}
+        load_state_dict({k: mine[k] for k in wanted}, tensors)
+        for g, group in enumerate(self.param_groups):
+            saved = {k: flat[f"param_groups.{g}.{k}"] for k in group if k != "params"
+                     and f"param_groups.{g}.{k}" in flat and _option_array(group[k]) is not None}
+            group.update({k: _option_value(v, group[k]) for k, v in saved.items()})
 
     def apply(self, items: Sequence[tuple[Tensor, Tensor, dict[str, Tensor]]]) -> list[Tensor]:
         """Lazily write one step into each (param, grad, state); returns every tensor written.
@@ -190,14 +393,25 @@ class Optimizer:
             for p, g, state in items:
                 _check(g.shape == p.shape, f"gradient of shape {g.shape} for a parameter of shape {p.shape}; "
                                            f"expected equal shapes. Fix: give .grad the parameter's shape")
-                p.assign(self.apply_single(p, g.detach(), state))
+                self._current = self._group_for(p)
+                try:
+                    p.assign(self.apply_single(p, g.detach(), state))
+                finally:
+                    self._current = None
                 written += [p, *state.values()]
         return written
 
 
-def _zeros_state(p: Tensor) -> Tensor:
-    """A zero buffer shaped like p, filled from host memory (a copy, no kernel to compile)."""
-    return Tensor(np.zeros(p.shape, dtype=p.dtype.np_value), dtype=p.dtype, device=p.device)
+def _zeros_state(p: Tensor, fill: float = 0.0) -> Tensor:
+    """A buffer shaped like p filled with `fill`, from host memory (a copy, no kernel to compile)."""
+    return Tensor(np.full(p.shape, fill, dtype=p.dtype.np_value), dtype=p.dtype, device=p.device)
+
+
+def _nonneg(group: Mapping[str, Any], cls: str, *names: str) -> None:
+    for name in names:
+        value = group.get(name)
+        _check(isinstance(value, (int, float)) and value >= 0,
+               f"{cls} {name} must be a number >= 0, got {value!r}")
 
 
 class SGD(Optimizer):
@@ -212,34 +426,45 @@ class SGD(Optimizer):
         0.71
     """
 
-    def __init__(self, params: Iterable[Tensor], lr: float = 0.001, momentum: float = 0.0,
-                 dampening: float = 0.0, nesterov: bool = False, weight_decay: float = 0.0,
-                 maximize: bool = False):
-        super().__init__(params, lr)
-        _check(momentum >= 0, f"SGD momentum must be >= 0, got {momentum}")
-        _check(weight_decay >= 0, f"SGD weight_decay must be >= 0, got {weight_decay}")
-        _check(not nesterov or (momentum > 0 and dampening == 0),
+    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], lr: float = 0.001,
+                 momentum: float = 0.0, dampening: float = 0.0, nesterov: bool = False,
+                 weight_decay: float = 0.0, maximize: bool = False):
+        super().__init__(params, lr, momentum=momentum, dampening=dampening, nesterov=nesterov,
+                         weight_decay=weight_decay, maximize=maximize)
+
+    def _check_group(self, group: Mapping[str, Any]) -> None:
+        super()._check_group(group)
+        _nonneg(group, "SGD", "momentum", "weight_decay")
+        momentum, dampening = group["momentum"], group["dampening"]
+        _check(not group["nesterov"] or (momentum > 0 and dampening == 0),
                f"SGD nesterov=True needs momentum > 0 and dampening == 0, got momentum={momentum} "
                f"dampening={dampening}")
-        self.momentum, self.dampening, self.nesterov = momentum, dampening, nesterov
-        self.weight_decay, self.maximize = weight_decay, maximize
 
     def init_single(self, p: Tensor) -> dict[str, Tensor]:
-        return {"momentum_buffer": _zeros_state(p)} if self.momentum else {}
+        return {"momentum_buffer": _zeros_state(p)} if self.param_group["momentum"] else {}
 
     def apply_single(self, p: Tensor, g: Tensor, state: dict[str, Tensor]) -> Tensor:
-        if self.maximize:
+        group = self.param_group
+        if group["maximize"]:
             g = -g
-        if self.weight_decay:
-            g = g + self.weight_decay * p
-        if self.momentum:
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        if group["momentum"]:
+            momentum, dampening = group["momentum"], group["dampening"]
+            if "momentum_buffer" not in state:     # momentum turned on after this parameter's first step
+                state["momentum_buffer"] = _zeros_state(p)
             buf = state["momentum_buffer"]
             # torch starts the buffer at the first gradient: on step 1 the gradient is not dampened
             # (the buffer is zero then, so only the gradient's scale differs)
-            scale = (self.t == 1).where(1.0, 1.0 - self.dampening) if self.dampening else 1.0
-            buf.assign(self.momentum * buf + scale * g)
-            g = g + self.momentum * buf if self.nesterov else buf
+            scale = (self.t == 1).where(1.0, 1.0 - dampening) if dampening else 1.0
+            buf.assign(momentum * buf + scale * g)
+            g = g + momentum * buf if group["nesterov"] else buf
         return p - self.lr_tensor * g
+
+
+def _power(t: Tensor, beta: float) -> Tensor:
+    """beta ** t on the device (0 when beta is 0)."""
+    return (t * math.log2(beta)).exp2() if beta > 0 else t * 0.0
 
 
 class Adam(Optimizer):
@@ -255,33 +480,33 @@ class Adam(Optimizer):
     """
     decoupled_weight_decay = False
 
-    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 0.0):
-        super().__init__(params, lr)
-        _check(len(betas) == 2 and all(0.0 <= b < 1.0 for b in betas),
-               f"{type(self).__name__} betas must be two numbers in [0, 1), got {betas}")
-        _check(eps >= 0, f"{type(self).__name__} eps must be >= 0, got {eps}")
-        _check(weight_decay >= 0, f"{type(self).__name__} weight_decay must be >= 0, got {weight_decay}")
-        self.betas, self.eps, self.weight_decay = (float(betas[0]), float(betas[1])), eps, weight_decay
+    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+        super().__init__(params, lr, betas=betas, eps=eps, weight_decay=weight_decay)
+
+    def _check_group(self, group: Mapping[str, Any]) -> None:
+        super()._check_group(group)
+        name, betas = type(self).__name__, group.get("betas")
+        _check(isinstance(betas, (tuple, list)) and len(betas) == 2 and all(0.0 <= b < 1.0 for b in betas),
+               f"{name} betas must be two numbers in [0, 1), got {betas}")
+        _nonneg(group, name, "eps", "weight_decay")
 
     def init_single(self, p: Tensor) -> dict[str, Tensor]:
         return {"exp_avg": _zeros_state(p), "exp_avg_sq": _zeros_state(p)}
 
-    def _power(self, beta: float) -> Tensor:
-        """beta ** t on the device (0 when beta is 0)."""
-        return (self.t * math.log2(beta)).exp2() if beta > 0 else self.t * 0.0
-
     def apply_single(self, p: Tensor, g: Tensor, state: dict[str, Tensor]) -> Tensor:
-        b1, b2 = self.betas
-        if self.weight_decay and self.decoupled_weight_decay:
-            p = p * (1.0 - self.lr_tensor * self.weight_decay)
-        elif self.weight_decay:
-            g = g + self.weight_decay * p
+        group = self.param_group
+        b1, b2 = (float(b) for b in group["betas"])
+        weight_decay = group["weight_decay"]
+        if weight_decay and self.decoupled_weight_decay:
+            p = p * (1.0 - self.lr_tensor * weight_decay)
+        elif weight_decay:
+            g = g + weight_decay * p
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m.assign(b1 * m + (1.0 - b1) * g)
         v.assign(b2 * v + (1.0 - b2) * (g * g))
-        step_size = self.lr_tensor / (1.0 - self._power(b1))
-        denom = v.sqrt() / (1.0 - self._power(b2)).sqrt() + self.eps
+        step_size = self.lr_tensor / (1.0 - _power(self.t, b1))
+        denom = v.sqrt() / (1.0 - _power(self.t, b2)).sqrt() + group["eps"]
         return p - step_size * m / denom
 
 
@@ -297,27 +522,152 @@ class AdamW(Adam):
     """
     decoupled_weight_decay = True
 
-    def __init__(self, params: Iterable[Tensor], lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999),
-                 eps: float = 1e-8, weight_decay: float = 1e-2):
+    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], lr: float = 1e-3,
+                 betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2):
         super().__init__(params, lr, betas, eps, weight_decay)
+
+
+class RMSprop(Optimizer):
+    """RMSprop with torch.optim.RMSprop's semantics: a running mean of squared gradients (`alpha`),
+    optionally centered (minus the squared running mean of gradients), momentum, L2 weight decay.
+
+        >>> from tg import Tensor
+        >>> w = Tensor([1.0, -1.0], requires_grad=True)
+        >>> opt = RMSprop([w], lr=0.01, alpha=0.75)
+        >>> w.grad = Tensor([2.0, -2.0]); opt.step()
+        >>> [round(x, 4) for x in w.tolist()]   # g / sqrt((1 - alpha) g^2) = 2 per unit of lr
+        [0.98, -0.98]
+    """
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], lr: float = 0.01,
+                 alpha: float = 0.99, eps: float = 1e-8, weight_decay: float = 0.0, momentum: float = 0.0,
+                 centered: bool = False):
+        super().__init__(params, lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                         centered=centered)
+
+    def _check_group(self, group: Mapping[str, Any]) -> None:
+        super()._check_group(group)
+        _nonneg(group, "RMSprop", "alpha", "eps", "weight_decay", "momentum")
+
+    def init_single(self, p: Tensor) -> dict[str, Tensor]:
+        state = {"square_avg": _zeros_state(p)}
+        if self.param_group["momentum"]:
+            state["momentum_buffer"] = _zeros_state(p)
+        if self.param_group["centered"]:
+            state["grad_avg"] = _zeros_state(p)
+        return state
+
+    def apply_single(self, p: Tensor, g: Tensor, state: dict[str, Tensor]) -> Tensor:
+        group = self.param_group
+        alpha, momentum = group["alpha"], group["momentum"]
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        square_avg = state["square_avg"]
+        square_avg.assign(alpha * square_avg + (1.0 - alpha) * (g * g))
+        variance: Tensor = square_avg
+        if group["centered"]:
+            grad_avg = state.setdefault("grad_avg", _zeros_state(p))
+            grad_avg.assign(alpha * grad_avg + (1.0 - alpha) * g)
+            variance = square_avg - grad_avg * grad_avg
+        update = g / (variance.sqrt() + group["eps"])
+        if momentum:
+            buf = state.setdefault("momentum_buffer", _zeros_state(p))
+            update = buf.assign(momentum * buf + update)
+        return p - self.lr_tensor * update
+
+
+class Adagrad(Optimizer):
+    """Adagrad with torch.optim.Adagrad's semantics: the step is lr / (1 + (t - 1) lr_decay), divided by
+    the root of each element's sum of squared gradients (which starts at initial_accumulator_value).
+
+        >>> from tg import Tensor
+        >>> w = Tensor([1.0, -1.0], requires_grad=True)
+        >>> opt = Adagrad([w], lr=0.5)
+        >>> w.grad = Tensor([3.0, -0.5]); opt.step()
+        >>> [round(x, 4) for x in w.tolist()]   # the first step moves each weight by lr
+        [0.5, -0.5]
+    """
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], lr: float = 0.01,
+                 lr_decay: float = 0.0, weight_decay: float = 0.0, initial_accumulator_value: float = 0.0,
+                 eps: float = 1e-10):
+        super().__init__(params, lr, lr_decay=lr_decay, weight_decay=weight_decay,
+                         initial_accumulator_value=initial_accumulator_value, eps=eps)
+
+    def _check_group(self, group: Mapping[str, Any]) -> None:
+        super()._check_group(group)
+        _nonneg(group, "Adagrad", "lr_decay", "weight_decay", "initial_accumulator_value", "eps")
+
+    def init_single(self, p: Tensor) -> dict[str, Tensor]:
+        return {"sum": _zeros_state(p, self.param_group["initial_accumulator_value"])}
+
+    def apply_single(self, p: Tensor, g: Tensor, state: dict[str, Tensor]) -> Tensor:
+        group = self.param_group
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        step_size = self.lr_tensor / (1.0 + (self.t - 1.0) * group["lr_decay"]) if group["lr_decay"] \
+            else self.lr_tensor
+        total = state["sum"]
+        total.assign(total + g * g)
+        return p - step_size * g / (total.sqrt() + group["eps"])
+
+
+class Adadelta(Optimizer):
+    """Adadelta with torch.optim.Adadelta's semantics: running means of squared gradients and of squared
+    updates (`rho`); each update is g * sqrt(mean update^2 + eps) / sqrt(mean g^2 + eps), times lr.
+
+        >>> from tg import Tensor
+        >>> w = Tensor([1.0], requires_grad=True)
+        >>> opt = Adadelta([w], rho=0.75, eps=1.0)
+        >>> w.grad = Tensor([2.0]); opt.step()
+        >>> round(w.item(), 4)   # 1 - 2 * sqrt(0 + 1) / sqrt(0.25 * 4 + 1)
+        -0.4142
+    """
+
+    def __init__(self, params: Iterable[Tensor] | Iterable[Mapping[str, Any]], lr: float = 1.0,
+                 rho: float = 0.9, eps: float = 1e-6, weight_decay: float = 0.0):
+        super().__init__(params, lr, rho=rho, eps=eps, weight_decay=weight_decay)
+
+    def _check_group(self, group: Mapping[str, Any]) -> None:
+        super()._check_group(group)
+        _nonneg(group, "Adadelta", "eps", "weight_decay")
+        rho = group.get("rho")
+        _check(isinstance(rho, (int, float)) and 0.0 <= rho <= 1.0,
+               f"Adadelta rho must be in [0, 1], got {rho!r}")
+
+    def init_single(self, p: Tensor) -> dict[str, Tensor]:
+        return {"square_avg": _zeros_state(p), "acc_delta": _zeros_state(p)}
+
+    def apply_single(self, p: Tensor, g: Tensor, state: dict[str, Tensor]) -> Tensor:
+        group = self.param_group
+        rho, eps = group["rho"], group["eps"]
+        if group["weight_decay"]:
+            g = g + group["weight_decay"] * p
+        square_avg, acc_delta = state["square_avg"], state["acc_delta"]
+        square_avg.assign(rho * square_avg + (1.0 - rho) * (g * g))
+        # the update reads the OLD acc_delta: the scheduler runs its readers before the assign below
+        delta = (acc_delta + eps).sqrt() / (square_avg + eps).sqrt() * g
+        acc_delta.assign(rho * acc_delta + (1.0 - rho) * (delta * delta))
+        return p - self.lr_tensor * delta
 
 
 # ---------------------------------------------------------------- learning-rate schedules
 class LRScheduler:
-    """Base class of the schedules: a subclass writes `lr_at(step)`, the lr at a step; `step()` advances
-    `last_epoch` and writes that lr into the optimizer's lr tensor. Construction applies step 0 (like
-    torch), so create it before training. `base_lr` is the optimizer's lr at construction. Unlike torch's,
-    the rule is a pure function of the step (no chained, in-place updates of the last lr).
+    """Base class of the schedules: a subclass writes `lr_at(step, base_lr)`, the lr at a step for a group
+    whose lr was base_lr; `step()` advances `last_epoch` and writes each group's lr (its device tensor).
+    Construction applies step 0 (like torch), so create it before training. `base_lrs` are the groups'
+    lrs at construction (`base_lr` the first). Unlike torch's, the rule is a pure function of the step
+    (no chained, in-place updates of the last lr), so a resumed run sets `last_epoch` and calls step().
 
         >>> from tg import Tensor
         >>> class Halving(LRScheduler):
-        ...     def lr_at(self, step):
-        ...         return self.base_lr / 2 ** step
-        >>> opt = SGD([Tensor.zeros(1)], lr=1.0)
+        ...     def lr_at(self, step, base_lr):
+        ...         return base_lr / 2 ** step
+        >>> opt = SGD([{"params": [Tensor.zeros(1)]}, {"params": [Tensor.zeros(1)], "lr": 0.1}], lr=1.0)
         >>> sched = Halving(opt)
         >>> sched.step()
         >>> sched.last_epoch, opt.lr, sched.get_last_lr()
-        (1, 0.5, [0.5])
+        (1, 0.5, [0.5, 0.05])
     """
 
     def __init__(self, optimizer: Optimizer):
@@ -325,32 +675,38 @@ class LRScheduler:
             raise TypeError(f"[nn] {type(self).__name__} expected an Optimizer, "
                             f"got {type(optimizer).__name__}")
         self.optimizer = optimizer
-        self.base_lr: float = optimizer.lr
+        self.base_lrs: list[float] = [float(group["lr"]) for group in optimizer.param_groups]
         self.last_epoch = 0
-        self._last_lr = self._apply()
+        self._last_lrs = self._apply()
 
-    def lr_at(self, step: int) -> float:
+    @property
+    def base_lr(self) -> float:
+        """The first group's lr at construction."""
+        return self.base_lrs[0]
+
+    def lr_at(self, step: int, base_lr: float) -> float:
         raise NotImplementedError(
-            f"{type(self).__name__} must define lr_at(step), the learning rate at a step"
+            f"{type(self).__name__} must define lr_at(step, base_lr), the learning rate at a step"
         )
 
-    def _apply(self) -> float:
-        lr = float(self.lr_at(self.last_epoch))
-        self.optimizer.lr = lr
-        return lr
+    def _apply(self) -> list[float]:
+        lrs = [float(self.lr_at(self.last_epoch, base)) for base in self.base_lrs]
+        for group, lr in zip(self.optimizer.param_groups, lrs):
+            group["lr"] = lr
+        return lrs
 
     def step(self) -> None:
-        """Advance one step and set the optimizer's lr."""
+        """Advance one step and set every group's lr."""
         self.last_epoch += 1
-        self._last_lr = self._apply()
+        self._last_lrs = self._apply()
 
     def get_last_lr(self) -> list[float]:
-        """The lr last written, as a one-element list (torch returns one per parameter group)."""
-        return [self._last_lr]
+        """The lrs last written, one per parameter group (as torch's)."""
+        return list(self._last_lrs)
 
 
 class LambdaLR(LRScheduler):
-    """lr = base_lr * fn(step), torch.optim.lr_scheduler.LambdaLR's rule.
+    """lr = base_lr * fn(step), torch.optim.lr_scheduler.LambdaLR's rule (one fn for every group).
 
         >>> from tg import Tensor
         >>> sched = LambdaLR(SGD([Tensor.zeros(1)], lr=1.0), lambda s: 0.5 ** s)
@@ -362,8 +718,8 @@ class LambdaLR(LRScheduler):
         self.fn = fn
         super().__init__(optimizer)
 
-    def lr_at(self, step: int) -> float:
-        return self.base_lr * self.fn(step)
+    def lr_at(self, step: int, base_lr: float) -> float:
+        return base_lr * self.fn(step)
 
 
 class StepLR(LRScheduler):
@@ -381,8 +737,90 @@ class StepLR(LRScheduler):
         self.step_size, self.gamma = step_size, gamma
         super().__init__(optimizer)
 
-    def lr_at(self, step: int) -> float:
-        return self.base_lr * self.gamma ** (step // self.step_size)
+    def lr_at(self, step: int, base_lr: float) -> float:
+        return base_lr * self.gamma ** (step // self.step_size)
+
+
+class MultiStepLR(LRScheduler):
+    """lr = base_lr * gamma ** (number of milestones <= step), torch's MultiStepLR rule.
+
+        >>> from tg import Tensor
+        >>> sched = MultiStepLR(SGD([Tensor.zeros(1)], lr=1.0), milestones=[1, 3], gamma=0.5)
+        >>> [sched.step() or sched.get_last_lr()[0] for _ in range(4)]
+        [0.5, 0.5, 0.25, 0.25]
+    """
+
+    def __init__(self, optimizer: Optimizer, milestones: Iterable[int], gamma: float = 0.1):
+        self.milestones = sorted(milestones)
+        _check(all(isinstance(m, int) and m >= 0 for m in self.milestones),
+               f"MultiStepLR milestones must be ints >= 0, got {self.milestones}")
+        self.gamma = gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, step: int, base_lr: float) -> float:
+        return base_lr * self.gamma ** bisect.bisect_right(self.milestones, step)
+
+
+class ExponentialLR(LRScheduler):
+    """lr = base_lr * gamma ** step, torch's ExponentialLR rule.
+
+        >>> from tg import Tensor
+        >>> sched = ExponentialLR(SGD([Tensor.zeros(1)], lr=1.0), gamma=0.5)
+        >>> [sched.step() or sched.get_last_lr()[0] for _ in range(3)]
+        [0.5, 0.25, 0.125]
+    """
+
+    def __init__(self, optimizer: Optimizer, gamma: float):
+        self.gamma = gamma
+        super().__init__(optimizer)
+
+    def lr_at(self, step: int, base_lr: float) -> float:
+        return base_lr * self.gamma ** step
+
+
+class LinearLR(LRScheduler):
+    """lr = base_lr * factor, the factor going linearly from start_factor to end_factor over total_iters
+    steps and staying there: torch's LinearLR rule.
+
+        >>> from tg import Tensor
+        >>> sched = LinearLR(SGD([Tensor.zeros(1)], lr=1.0), start_factor=0.5, total_iters=2)
+        >>> sched.get_last_lr() + [sched.step() or sched.get_last_lr()[0] for _ in range(3)]
+        [0.5, 0.75, 1.0, 1.0]
+    """
+
+    def __init__(self, optimizer: Optimizer, start_factor: float = 1.0 / 3, end_factor: float = 1.0,
+                 total_iters: int = 5):
+        _check(0 < start_factor <= 1 and 0 <= end_factor <= 1,
+               f"LinearLR needs 0 < start_factor <= 1 and 0 <= end_factor <= 1, got start_factor="
+               f"{start_factor} end_factor={end_factor}")
+        _check(isinstance(total_iters, int) and total_iters > 0,
+               f"LinearLR total_iters must be a positive int, got {total_iters!r}")
+        self.start_factor, self.end_factor, self.total_iters = start_factor, end_factor, total_iters
+        super().__init__(optimizer)
+
+    def lr_at(self, step: int, base_lr: float) -> float:
+        done = min(step, self.total_iters) / self.total_iters
+        return base_lr * (self.start_factor + (self.end_factor - self.start_factor) * done)
+
+
+class CosineAnnealingLR(LRScheduler):
+    """lr = eta_min + (base_lr - eta_min) * (1 + cos(pi * step / T_max)) / 2, torch's CosineAnnealingLR
+    (its closed form: after T_max steps the cosine goes on, back up).
+
+        >>> from tg import Tensor
+        >>> sched = CosineAnnealingLR(SGD([Tensor.zeros(1)], lr=1.0), T_max=2)
+        >>> [round(sched.step() or sched.get_last_lr()[0], 4) for _ in range(3)]
+        [0.5, 0.0, 0.5]
+    """
+
+    def __init__(self, optimizer: Optimizer, T_max: int, eta_min: float = 0.0):  # noqa: N803 (torch's name)
+        _check(isinstance(T_max, int) and T_max > 0, f"CosineAnnealingLR T_max must be a positive int, "
+                                                     f"got {T_max!r}")
+        self.T_max, self.eta_min = T_max, eta_min
+        super().__init__(optimizer)
+
+    def lr_at(self, step: int, base_lr: float) -> float:
+        return self.eta_min + (base_lr - self.eta_min) * 0.5 * (1.0 + math.cos(math.pi * step / self.T_max))
 
 
 class CosineWithWarmup(LRScheduler):
@@ -402,11 +840,11 @@ class CosineWithWarmup(LRScheduler):
         self.warmup_steps, self.total_steps, self.min_lr = warmup_steps, total_steps, min_lr
         super().__init__(optimizer)
 
-    def lr_at(self, step: int) -> float:
+    def lr_at(self, step: int, base_lr: float) -> float:
         if step < self.warmup_steps:
-            return self.base_lr * step / self.warmup_steps
+            return base_lr * step / self.warmup_steps
         progress = min(1.0, (step - self.warmup_steps) / max(1, self.total_steps - self.warmup_steps))
-        return self.min_lr + (self.base_lr - self.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
+        return self.min_lr + (base_lr - self.min_lr) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
 # ---------------------------------------------------------------- gradient clipping
