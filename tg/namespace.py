@@ -1,0 +1,528 @@
+"""The torch-style names at tg's top level: `tg.zeros`, `tg.cat`, `tg.float32`, `tg.device("cuda:1")`,
+`tg.Generator`. `import tg` resolves them here on first use (tg/__init__.py's lazy table).
+
+Each factory is the Tensor static of the same name with torch's signature: shapes as ints or one
+tuple, keyword `dtype=` (a DType, its name, or a numpy dtype), `device=` (a tg name "CPU", "CUDA:1",
+a torch name "cpu", "cuda:1", or a tg.device), `requires_grad=`. Tensor methods have function forms
+(`tg.exp(x)` is `x.exp()`), and rand / randn / randint take torch's `generator=`.
+
+    >>> import tg
+    >>> x = tg.zeros(2, 3, dtype=tg.long)
+    >>> x.shape, x.dtype
+    ((2, 3), dtypes.int64)
+    >>> tg.cat([tg.tensor([1, 2]), tg.tensor([3])]).tolist()
+    [1, 2, 3]
+    >>> g = tg.Generator().manual_seed(0)
+    >>> tg.rand(3, generator=g).tolist() == tg.rand(3, generator=tg.Generator().manual_seed(0)).tolist()
+    True
+"""
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from typing import Any, Callable
+
+import numpy as np
+
+from tg.core.device import Device, split_device
+from tg.core.dtype import DType, dtypes  # noqa: F401  (the examples use dtypes)
+from tg.core.tensor import Tensor
+
+__all__ = [
+    "device", "dtype", "Generator", "tensor", "from_numpy", "is_tensor", "zeros", "ones", "full", "empty",
+    "arange", "linspace", "eye", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "rand",
+    "randn", "randint", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "cat",
+    "concat", "stack", "flatten", "where",
+]
+
+
+dtype = DType   # torch.dtype: the class of tg.float32, tg.long, ...
+
+# ---------------------------------------------------------------- devices
+
+class device(str):  # noqa: N801  (torch's spelling: tg.device("cuda:1"))
+    """A device name, torch-style: `device("cuda:1")`, `device("cuda", 1)`, `device("cpu")`.
+
+    It is the tg device name itself (a str: "CUDA:1", "CPU", also in its repr, so tg's errors name it
+    as they name any device), so it goes wherever a device string does; `.type` and `.index` read as
+    torch's do. Only the spelling is checked here, not whether
+    this machine has the device: a tensor made on a missing one raises tg's own error.
+
+        >>> d = device("cuda:1")
+        >>> d, d.type, d.index
+        ('CUDA:1', 'cuda', 1)
+        >>> device("cpu") == "CPU", device(device("cl", 0)), device("cl", 0).index
+        (True, 'CL:0', 0)
+    """
+
+    def __new__(cls, type: str | device, index: int | None = None) -> device:  # noqa: A002  (torch's name)
+        if isinstance(type, device) and index is None:
+            return type
+        if not isinstance(type, str):
+            raise TypeError(f"[core] device: expected a device name such as 'cpu' or 'cuda:1', got "
+                            f"{type.__class__.__name__}")
+        kind, parsed = split_device(type)
+        if parsed is not None and index is not None:
+            raise ValueError(f"[core] device: {type!r} already names index {parsed}, and index={index} was "
+                             f"given too; pass one of them")
+        index = parsed if index is None else index
+        if index is not None and (not isinstance(index, int) or isinstance(index, bool) or index < 0):
+            raise ValueError(f"[core] device: the index must be an int >= 0, got {index!r}")
+        if kind not in Device.kinds():
+            known = ", ".join(k.lower() for k in Device.kinds())
+            raise ValueError(f"[core] device: unknown device type {type!r}; expected one of {known}, "
+                             f"optionally with an index ('cuda:1')")
+        made = super().__new__(cls, kind if index is None else f"{kind}:{index}")
+        made._index = index
+        return made
+
+    _index: int | None
+
+    @property
+    def type(self) -> str:
+        """The device kind in torch's lower case: "cuda", "cpu", "cl"."""
+        return split_device(self)[0].lower()
+
+    # torch's meaning of index; it shadows str.index, which nothing in tg calls on a device name
+    @property
+    def index(self) -> int | None:  # type: ignore[override]
+        """The device index, or None when the name gave none (as in torch)."""
+        return self._index
+
+
+# ---------------------------------------------------------------- random numbers
+
+class Generator:
+    """A random stream of its own for rand / randn / randint(generator=), as torch.Generator.
+
+    It holds a seed and how far it has drawn on each device; a draw with it swaps that state in for
+    the global one and back, so it never moves the global stream (Tensor.manual_seed's). A fresh
+    Generator starts where the global stream starts, at seed 0. Numbers are the same on every device,
+    so `device=` is accepted for torch's signature and only kept as an attribute.
+
+        >>> g = Generator().manual_seed(42)
+        >>> a = rand(3, generator=g).tolist()
+        >>> g.manual_seed(42).initial_seed(), rand(3, generator=g).tolist() == a
+        (42, True)
+    """
+
+    def __init__(self, device: str | None = None):
+        self.device = device
+        self._state: dict[str, Any] = {"seed": 0, "counters": {}}
+
+    def manual_seed(self, seed: int) -> Generator:
+        """Seed this generator (all devices start again from the seed's first number); returns self.
+
+            >>> Generator().manual_seed(7).initial_seed()
+            7
+        """
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise TypeError(f"[core] Generator.manual_seed: expected an int seed, got {type(seed).__name__}")
+        self._state = {"seed": seed & 0xFFFFFFFF, "counters": {}}
+        return self
+
+    def seed(self) -> int:
+        """Seed with a fresh random 32-bit value from the OS and return it.
+
+            >>> g = Generator()
+            >>> g.seed() == g.initial_seed()
+            True
+        """
+        value = secrets.randbits(32)
+        self.manual_seed(value)
+        return value
+
+    def initial_seed(self) -> int:
+        """The seed this generator was last seeded with.
+
+            >>> Generator().initial_seed()
+            0
+        """
+        return int(self._state["seed"])
+
+    def get_state(self) -> dict[str, Any]:
+        """The state, in Tensor.get_rng_state()'s form ({"seed", "counters"} of ints): save it to replay.
+
+            >>> g = Generator().manual_seed(1)
+            >>> state = g.get_state()
+            >>> a = randn(2, generator=g).tolist()
+            >>> randn(2, generator=g.set_state(state)).tolist() == a
+            True
+        """
+        counters = {d: int(c.numpy()[0]) if isinstance(c, Tensor) else int(c)
+                    for d, c in self._state["counters"].items()}
+        return {"seed": self.initial_seed(), "counters": counters}
+
+    def set_state(self, state: dict[str, Any]) -> Generator:
+        """Restore a state from get_state(); returns self.
+
+            >>> Generator().set_state({"seed": 3, "counters": {"CPU": 8}}).get_state()
+            {'seed': 3, 'counters': {'CPU': 8}}
+        """
+        if not isinstance(state, dict) or set(state) != {"seed", "counters"}:
+            got = sorted(state) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"[core] Generator.set_state: expected the dict get_state() returns, with keys "
+                             f"['counters', 'seed'], got {got}")
+        self._state = {"seed": int(state["seed"]) & 0xFFFFFFFF, "counters": dict(state["counters"])}
+        return self
+
+    def draw(self, sample: Callable[[], Tensor]) -> Tensor:
+        """Run sample() with this generator's state as the global random state, then put both back.
+
+            >>> g = Generator().manual_seed(5)
+            >>> g.draw(lambda: Tensor.randint(0, 10, size=(4,))).shape
+            (4,)
+        """
+        outer = Tensor.get_rng_state(on_device=True)     # device copies: no host read, no sync
+        Tensor.set_rng_state(self._state)
+        try:
+            out = sample().realize()
+            self._state = Tensor.get_rng_state(on_device=True)
+        finally:
+            Tensor.set_rng_state(outer)
+        return out
+
+
+def _sample(generator: Generator | None, sample: Callable[[], Tensor]) -> Tensor:
+    if generator is None:
+        return sample()
+    if not isinstance(generator, Generator):
+        raise TypeError(f"[core] generator= expects a tg.Generator, got {type(generator).__name__}; make "
+                        f"one with tg.Generator().manual_seed(seed)")
+    return generator.draw(sample)
+
+
+def rand(*size: Any, generator: Generator | None = None, **kw: Any) -> Tensor:
+    """Uniform samples in [0, 1) (Tensor.rand), from `generator` when given.
+
+        >>> x = rand(2, 3, dtype=dtypes.float16)
+        >>> x.shape, x.dtype
+        ((2, 3), dtypes.float16)
+    """
+    return _sample(generator, lambda: Tensor.rand(*size, **kw))
+
+
+def randn(*size: Any, generator: Generator | None = None, **kw: Any) -> Tensor:
+    """Standard normal samples (Tensor.randn), from `generator` when given.
+
+        >>> randn((4,), generator=Generator().manual_seed(0)).shape
+        (4,)
+    """
+    return _sample(generator, lambda: Tensor.randn(*size, **kw))
+
+
+def randint(*args: Any, size: Any = None, generator: Generator | None = None, **kw: Any) -> Tensor:
+    """Integers uniform in [low, high), int64 unless dtype is given, with torch's signatures:
+    randint(high, size) and randint(low, high, size) (size positional or keyword).
+
+        >>> x = randint(3, 7, (100,))
+        >>> x.dtype, x.min().item() >= 3, x.max().item() < 7
+        (dtypes.int64, True, True)
+        >>> randint(5, size=(2, 2)).shape
+        (2, 2)
+    """
+    if size is None and len(args) in (2, 3) and isinstance(args[-1], (tuple, list)):
+        args, size = args[:-1], args[-1]
+    if len(args) not in (1, 2) or size is None:
+        raise TypeError(f"[core] randint: expected randint(high, size) or randint(low, high, size), got "
+                        f"{len(args)} positional arguments and size={size!r}; size is a tuple such as (3,)")
+    low, high = (0, args[0]) if len(args) == 1 else args
+    return _sample(generator, lambda: Tensor.randint(low, high, size=size, **kw))
+
+
+def manual_seed(seed: int) -> None:
+    """Seed the global random stream (Tensor.manual_seed).
+
+        >>> manual_seed(3)
+        >>> a = rand(2).tolist()
+        >>> manual_seed(3)
+        >>> rand(2).tolist() == a
+        True
+    """
+    Tensor.manual_seed(seed)
+
+
+def seed() -> int:
+    """Seed the global random stream with a fresh random 32-bit value from the OS and return it.
+
+        >>> 0 <= seed() < 2 ** 32
+        True
+    """
+    value = secrets.randbits(32)
+    Tensor.manual_seed(value)
+    return value
+
+
+def initial_seed() -> int:
+    """The seed of the global random stream.
+
+        >>> manual_seed(11)
+        >>> initial_seed()
+        11
+    """
+    return int(Tensor.get_rng_state(on_device=True)["seed"])
+
+
+def get_rng_state() -> dict[str, Any]:
+    """The global random state, ready to save (Tensor.get_rng_state()).
+
+        >>> state = get_rng_state()
+        >>> a = rand(2).tolist()
+        >>> set_rng_state(state)
+        >>> rand(2).tolist() == a
+        True
+    """
+    return Tensor.get_rng_state()
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    """Restore a state from get_rng_state() (Tensor.set_rng_state).
+
+        >>> set_rng_state({"seed": 0, "counters": {}})
+        >>> initial_seed()
+        0
+    """
+    Tensor.set_rng_state(state)
+
+
+# ---------------------------------------------------------------- making tensors
+
+def tensor(data: Any, dtype: DType | str | None = None, device: str | None = None,
+           requires_grad: bool = False) -> Tensor:
+    """A tensor from data (nested lists, a scalar, a numpy array, a Tensor), as torch.tensor.
+
+        >>> t = tensor([[1, 2], [3, 4]], dtype=dtypes.float32, device="cpu")
+        >>> t.tolist(), t.device
+        ([[1.0, 2.0], [3.0, 4.0]], 'CPU')
+    """
+    return Tensor(data, device=device, dtype=dtype, requires_grad=requires_grad or None)
+
+
+def from_numpy(array: np.ndarray) -> Tensor:
+    """A tensor with a numpy array's values and dtype, on the default device. Unlike torch's, it does
+    not share the array's memory: later writes to the array are not seen.
+
+        >>> from_numpy(np.arange(3, dtype=np.int16)).dtype
+        dtypes.int16
+    """
+    if not isinstance(array, np.ndarray):
+        raise TypeError(f"[core] from_numpy: expected a numpy ndarray, got {type(array).__name__}; for "
+                        f"lists use tg.tensor")
+    return Tensor(array)
+
+
+def is_tensor(obj: Any) -> bool:
+    """True for a tg Tensor.
+
+        >>> is_tensor(zeros(1)), is_tensor([0.0])
+        (True, False)
+    """
+    return isinstance(obj, Tensor)
+
+
+def zeros(*size: Any, **kw: Any) -> Tensor:
+    """Zeros of the given shape, float32 unless dtype is given (Tensor.zeros).
+
+        >>> zeros(2, dtype="int32").tolist()
+        [0, 0]
+    """
+    return Tensor.zeros(*size, **kw)
+
+
+def ones(*size: Any, **kw: Any) -> Tensor:
+    """Ones of the given shape, float32 unless dtype is given (Tensor.ones).
+
+        >>> ones((1, 2)).tolist()
+        [[1.0, 1.0]]
+    """
+    return Tensor.ones(*size, **kw)
+
+
+def full(size: Any, fill_value: Any, **kw: Any) -> Tensor:
+    """A tensor of `size` filled with fill_value (Tensor.full).
+
+        >>> full((2,), True).tolist()
+        [True, True]
+    """
+    return Tensor.full(size, fill_value, **kw)
+
+
+def empty(*size: Any, **kw: Any) -> Tensor:
+    """A tensor whose values are not set, float32 unless dtype is given (Tensor.empty).
+
+        >>> empty(2, 2).shape
+        (2, 2)
+    """
+    return Tensor.empty(*size, **kw)
+
+
+def arange(start: int | float, end: int | float | None = None, step: int | float = 1, **kw: Any) -> Tensor:
+    """start, start + step, ... up to but not including end (Tensor.arange).
+
+        >>> arange(4).tolist(), arange(1, 2, 0.5).tolist()
+        ([0, 1, 2, 3], [1.0, 1.5])
+    """
+    return Tensor.arange(start, end, step, **kw)
+
+
+def linspace(start: float, end: float, steps: int, **kw: Any) -> Tensor:
+    """`steps` evenly spaced values from start to end, both included (Tensor.linspace).
+
+        >>> linspace(0, 1, 3).tolist()
+        [0.0, 0.5, 1.0]
+    """
+    return Tensor.linspace(start, end, steps, **kw)
+
+
+def eye(n: int, m: int | None = None, **kw: Any) -> Tensor:
+    """The n x m identity matrix (Tensor.eye).
+
+        >>> eye(2, dtype=dtypes.int64).tolist()
+        [[1, 0], [0, 1]]
+    """
+    return Tensor.eye(n, m, **kw)
+
+
+def zeros_like(input: Tensor, **kw: Any) -> Tensor:  # noqa: A002  (torch's name)
+    """Zeros with input's shape, dtype and device unless given.
+
+        >>> zeros_like(tensor([1, 2])).tolist()
+        [0, 0]
+    """
+    return input.zeros_like(**kw)
+
+
+def ones_like(input: Tensor, **kw: Any) -> Tensor:  # noqa: A002
+    """Ones with input's shape, dtype and device unless given.
+
+        >>> ones_like(tensor([1.5])).tolist()
+        [1.0]
+    """
+    return input.ones_like(**kw)
+
+
+def full_like(input: Tensor, fill_value: Any, **kw: Any) -> Tensor:  # noqa: A002
+    """fill_value in input's shape, dtype and device unless given.
+
+        >>> full_like(tensor([1, 2]), 7).tolist()
+        [7, 7]
+    """
+    return input.full_like(fill_value, **kw)
+
+
+def rand_like(input: Tensor, **kw: Any) -> Tensor:  # noqa: A002
+    """Uniform samples in [0, 1) with input's shape, dtype and device unless given.
+
+        >>> rand_like(zeros(3)).shape
+        (3,)
+    """
+    return input.rand_like(**kw)
+
+
+def randn_like(input: Tensor, **kw: Any) -> Tensor:  # noqa: A002
+    """Standard normal samples with input's shape, dtype and device unless given.
+
+        >>> randn_like(zeros(2, 2)).shape
+        (2, 2)
+    """
+    return input.randn_like(**kw)
+
+
+# ---------------------------------------------------------------- joining and picking
+
+def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Join tensors along the existing dim `dim`, promoting dtypes (torch.cat).
+
+        >>> cat([tensor([[1, 2]]), tensor([[3, 4]])], dim=1).tolist()
+        [[1, 2, 3, 4]]
+    """
+    if isinstance(tensors, Tensor) or not tensors:
+        got = "a Tensor" if isinstance(tensors, Tensor) else "nothing"
+        raise TypeError(f"[core] cat: expected a non-empty list or tuple of tensors, got {got}; "
+                        f"write tg.cat([a, b])")
+    first, *others = tensors
+    return first.cat(*others, dim=dim)
+
+
+concat = cat
+
+
+def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
+    """Join tensors of one shape along a new dim `dim` (Tensor.stack).
+
+        >>> stack([tensor([1, 2]), tensor([3, 4])], dim=1).tolist()
+        [[1, 3], [2, 4]]
+    """
+    return Tensor.stack(tensors, dim=dim)
+
+
+def flatten(input: Tensor, start_dim: int = 0, end_dim: int = -1) -> Tensor:  # noqa: A002
+    """Merge dims start_dim..end_dim into one (Tensor.flatten).
+
+        >>> flatten(zeros(2, 3, 4), 1).shape
+        (2, 12)
+    """
+    return input.flatten(start_dim, end_dim)
+
+
+def where(condition: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002
+    """input where condition is true, else other, broadcasting all three (torch.where).
+
+        >>> where(tensor([True, False]), tensor([1, 2]), 0).tolist()
+        [1, 0]
+    """
+    return condition.where(input, other)
+
+
+# ---------------------------------------------------------------- function forms of Tensor methods
+
+# (names, example arguments): tg.<name>(x, ...) is x.<name>(...); each gets that example in its docstring
+_UNARY = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "neg", "sign",
+          "square", "floor", "ceil", "round", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin",
+          "var", "std", "softmax", "log_softmax", "cumsum", "logsumexp", "isnan", "isinf", "squeeze",
+          "clone", "detach", "numel", "all", "any")
+_BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "matmul", "eq", "ne", "lt", "le",
+           "gt", "ge", "dot")
+_OTHER = ("reshape", "permute", "transpose", "unsqueeze", "split", "chunk", "clamp", "gather", "max",
+          "min", "lerp", "flip", "expand", "repeat", "pad", "unflatten")
+
+
+def _function_form(name: str, example: str) -> Callable[..., Any]:
+    def method_as_function(input: Any, *args: Any, **kw: Any) -> Any:  # noqa: A002
+        return getattr(input if isinstance(input, Tensor) else Tensor(input), name)(*args, **kw)
+    method_as_function.__name__ = method_as_function.__qualname__ = name
+    method_as_function.__doc__ = (
+        f"tg.{name}(x, ...) is x.{name}(...) (see Tensor.{name}); x may be any data Tensor() takes.\n\n"
+        f"        >>> {example}\n        True\n")
+    return method_as_function
+
+
+_ONE = "tensor([[0.5, 2.0], [1.0, 4.0]])"
+_TWO = "tensor([[1.0, 3.0], [2.0, 5.0]])"
+_ARGS = {"reshape": "(4,)", "permute": "(1, 0)", "transpose": "0, 1", "unsqueeze": "0", "split": "1",
+         "chunk": "2", "clamp": "1.0, 2.0", "gather": "1, tensor([[1], [0]])", "max": "", "min": "",
+         "lerp": f"{_TWO}, 0.5", "flip": "0", "expand": "(2, 2, 2)", "repeat": "(2, 1)", "pad": "(1, 1)",
+         "unflatten": "1, (2, 1)"}
+
+
+def _values(x: Any) -> Any:
+    """What an example compares: tensors as (dtype, values), tuples of them item by item."""
+    if isinstance(x, Tensor):
+        return x.dtype, x.tolist()
+    return [_values(v) for v in x] if isinstance(x, (tuple, list)) else x
+
+
+def _same(name: str, args: str) -> str:
+    return f"_values({name}({_ONE}{', ' if args else ''}{args})) == _values({_ONE}.{name}({args}))"
+
+
+for _name in _UNARY:
+    globals()[_name] = _function_form(_name, _same(_name, ""))
+for _name in _BINARY:
+    globals()[_name] = _function_form(_name, _same(_name, _TWO))
+for _name in _OTHER:
+    globals()[_name] = _function_form(_name, _same(_name, _ARGS[_name]))
+del _name
+
+FUNCTION_FORMS = (*_UNARY, *_BINARY, *_OTHER)
+__all__ += FUNCTION_FORMS
