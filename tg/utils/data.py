@@ -1,0 +1,840 @@
+"""torch.utils.data's place in tg: datasets, samplers, ``default_collate`` and the one ``DataLoader``.
+
+    >>> import numpy as np
+    >>> from tg.utils.data import DataLoader, TensorDataset
+    >>> ds = TensorDataset(np.arange(10, dtype=np.float32), np.arange(10) % 2)
+    >>> len(ds), ds[3]
+    (10, (np.float32(3.0), np.int64(1)))
+    >>> [(x.tolist(), y.tolist()) for x, y in DataLoader(ds, batch_size=4)]
+    [([0.0, 1.0, 2.0, 3.0], [0, 1, 0, 1]), ([4.0, 5.0, 6.0, 7.0], [0, 1, 0, 1]), ([8.0, 9.0], [0, 1])]
+
+How a batch is made, for index array ``idx`` (a slice of the sampler's order, or one list from a
+``batch_sampler``):
+
+- fast path, with the default collate: a ``TensorDataset``, a numpy array or a ``Subset`` of them is
+  indexed once with the whole ``idx`` (``[a[idx] for a in columns]``), no per-item work;
+- otherwise the items ``dataset.__getitems__(idx)`` (torch's batched hook) or
+  ``[dataset[i] for i in idx]`` go through ``collate_fn`` (``default_collate`` by default).
+
+``num_workers > 0`` starts that many worker processes (a ``fork`` context: the dataset is inherited,
+never pickled). Batch ``i`` is loaded by worker ``i % num_workers``, at most ``prefetch_factor`` per
+worker ahead, and batches come back in the sampler's order. A worker sends its batch (numpy arrays,
+Python numbers, strings, and tuples/lists/dicts of them) over a pipe as a JSON header describing the
+structure, then each array's raw bytes; the main process makes the Tensors. Nothing is pickled, so
+items must be made of those types: others (tg Tensors included: use numpy in ``__getitem__``) raise a
+TypeError, and ``num_workers=0`` handles arbitrary objects. A worker's exception is raised again in the
+main process, of the same builtin type where it has one, naming the worker and the batch.
+``pin_memory`` is accepted and does nothing (batches are host arrays until a kernel reads them).
+"""
+from __future__ import annotations
+
+import bisect
+import builtins
+import json
+import math
+import multiprocessing as mp
+import numbers
+import traceback
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from typing import Any, ClassVar
+
+import numpy as np
+
+__all__ = [
+    "Dataset", "TensorDataset", "ConcatDataset", "Subset", "random_split", "Sampler", "SequentialSampler",
+    "RandomSampler", "BatchSampler", "DataLoader", "default_collate",
+]  # and DistributedSampler, loaded on first use (module __getattr__ below)
+
+
+def __getattr__(name: str) -> Any:
+    # lazy: tg.distributed.sampler builds on this module, so it cannot be imported at the top
+    if name == "DistributedSampler":
+        from tg.distributed.sampler import DistributedSampler
+        return DistributedSampler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _check_int(who: str, name: str, value: Any, minimum: int) -> int:
+    """``who`` carries the subsystem prefix, e.g. ``[data] DataLoader``."""
+    if not _is_int(value):
+        raise TypeError(f"{who}: {name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{who}: {name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------------------------- datasets
+
+class Dataset:
+    """A map-style dataset: subclasses define ``__getitem__(index)`` and usually ``__len__``.
+
+        >>> class Squares(Dataset):
+        ...     def __len__(self):
+        ...         return 4
+        ...     def __getitem__(self, i):
+        ...         return i * i
+        >>> ds = Squares() + Squares()
+        >>> len(ds), ds[5]
+        (8, 1)
+    """
+
+    def __getitem__(self, index: Any) -> Any:
+        raise NotImplementedError(f"[data] {type(self).__name__}: subclasses of Dataset define __getitem__")
+
+    def __add__(self, other: Dataset) -> ConcatDataset:
+        return ConcatDataset([self, other])
+
+
+class TensorDataset(Dataset):
+    """Rows of tensors (tg Tensors or numpy arrays) sharing their first dimension; item ``i`` is the
+    tuple ``(t[i] for t in tensors)``. A DataLoader fetches a whole batch of rows with one index array.
+
+        >>> import numpy as np
+        >>> ds = TensorDataset(np.arange(6).reshape(3, 2), np.array([7, 8, 9]))
+        >>> len(ds), [a.tolist() for a in ds[1]]
+        (3, [[2, 3], 8])
+    """
+
+    def __init__(self, *tensors: Any) -> None:
+        if not tensors:
+            raise ValueError("[data] TensorDataset: expected at least one tensor, got none")
+        arrays = [t if isinstance(t, np.ndarray) else _host(t, "TensorDataset") for t in tensors]
+        if any(a.ndim == 0 for a in arrays) or len({a.shape[0] for a in arrays}) > 1:
+            raise ValueError(f"[data] TensorDataset: tensors must share their first dimension, got shapes "
+                             f"{[a.shape for a in arrays]}; pass one row per example in each")
+        self.tensors = tensors
+        self._arrays = arrays  # host copies: the loader's batch fetch and its workers read these
+
+    def __getitem__(self, index: Any) -> tuple[Any, ...]:
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self) -> int:
+        return int(self._arrays[0].shape[0])
+
+    def _fetch_batch(self, indices: np.ndarray) -> list[np.ndarray]:
+        return [a[indices] for a in self._arrays]  # a list, as default_collate gives for tuples
+
+
+def _host(tensor: Any, who: str) -> np.ndarray:
+    if hasattr(tensor, "numpy") and hasattr(tensor, "lazydata"):
+        return tensor.numpy()
+    raise TypeError(f"[data] {who}: expected tg Tensors or numpy arrays, got {type(tensor).__name__}; "
+                    "wrap data with np.asarray or tg.Tensor")
+
+
+class ConcatDataset(Dataset):
+    """Datasets one after another: index ``len(a)`` is ``b[0]``.
+
+        >>> ds = ConcatDataset([[1, 2, 3], [4, 5]])
+        >>> len(ds), ds[3], ds[-1]
+        (5, 4, 5)
+    """
+
+    def __init__(self, datasets: Iterable[Any]) -> None:
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("[data] ConcatDataset: expected at least one dataset, got none")
+        self.cumulative_sizes = list(np.cumsum([len(d) for d in self.datasets]).tolist())
+
+    def __len__(self) -> int:
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, index: int) -> Any:
+        if index < 0:
+            if -index > len(self):
+                raise IndexError(f"[data] ConcatDataset: index {index} out of range for length {len(self)}")
+            index += len(self)
+        part = bisect.bisect_right(self.cumulative_sizes, index)
+        if part == len(self.datasets):
+            raise IndexError(f"[data] ConcatDataset: index {index} out of range for length {len(self)}")
+        return self.datasets[part][index - (self.cumulative_sizes[part - 1] if part else 0)]
+
+
+class Subset(Dataset):
+    """The items of ``dataset`` at ``indices``, in that order.
+
+        >>> ds = Subset([10, 11, 12, 13], [3, 0])
+        >>> len(ds), ds[0], ds[1]
+        (2, 13, 10)
+    """
+
+    def __init__(self, dataset: Any, indices: Sequence[int]) -> None:
+        self.dataset, self.indices = dataset, indices
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, list):
+            return self.dataset[[self.indices[i] for i in index]]
+        return self.dataset[self.indices[index]]
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+
+def random_split(dataset: Any, lengths: Sequence[int | float], generator: Any = None) -> list[Subset]:
+    """Split ``dataset`` into non-overlapping random Subsets of the given lengths, or of fractions that
+    sum to 1 (torch's rule: each ``floor(n * fraction)``, the remainder one by one from the first).
+    ``generator`` is as for ``RandomSampler`` (an int seed makes the split repeatable).
+
+        >>> a, b = random_split(range(10), [0.7, 0.3], generator=0)
+        >>> len(a), len(b), sorted(list(a) + list(b)) == list(range(10))
+        (7, 3, True)
+    """
+    n = len(dataset)
+    sizes = list(lengths)
+    if sizes and math.isclose(sum(sizes), 1) and sum(sizes) <= 1:
+        counts = [int(math.floor(n * f)) for f in sizes]
+        for i in range(n - sum(counts)):
+            counts[i % len(counts)] += 1
+    elif all(_is_int(s) and s >= 0 for s in sizes):
+        counts = [int(s) for s in sizes]
+    else:
+        raise ValueError(f"[data] random_split: lengths must be ints >= 0 or fractions summing to 1, "
+                         f"got {sizes}")
+    if sum(counts) != n:
+        raise ValueError(f"[data] random_split: lengths sum to {sum(counts)}, the dataset has {n} items; "
+                         "pass lengths that add up to len(dataset)")
+    order = _numpy_rng(generator, "random_split").permutation(n).tolist()
+    ends = np.cumsum(counts).tolist()
+    return [Subset(dataset, order[end - count:end]) for count, end in zip(counts, ends)]
+
+
+# ---------------------------------------------------------------------------------------------- samplers
+
+def _numpy_rng(generator: Any, who: str) -> np.random.Generator:
+    """None: fresh OS entropy; an int: that seed; a numpy Generator: itself; a tg/torch-like Generator:
+    seeded from its ``initial_seed()``."""
+    if generator is None:
+        return np.random.default_rng()
+    if _is_int(generator):
+        return np.random.default_rng(int(generator))
+    if isinstance(generator, np.random.Generator):
+        return generator
+    if callable(getattr(generator, "initial_seed", None)):
+        return np.random.default_rng(int(generator.initial_seed()))
+    raise TypeError(f"[data] {who}: generator must be None, an int seed, a numpy Generator or a "
+                    f"tg.Generator, got {type(generator).__name__}")
+
+
+class Sampler:
+    """Base class of samplers: an iterable of dataset indices with a length. A DataLoader also takes
+    any sized iterable of ints (a list, a range) as a sampler.
+
+        >>> class Backwards(Sampler):
+        ...     def __init__(self, n):
+        ...         self.n = n
+        ...     def __iter__(self):
+        ...         return iter(range(self.n - 1, -1, -1))
+        ...     def __len__(self):
+        ...         return self.n
+        >>> list(Backwards(3))
+        [2, 1, 0]
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError(f"[data] {type(self).__name__}: subclasses of Sampler define __iter__")
+
+    def __len__(self) -> int:
+        raise NotImplementedError(f"[data] {type(self).__name__}: subclasses of Sampler define __len__")
+
+
+class SequentialSampler(Sampler):
+    """``0, 1, ..., len(data_source) - 1``.
+
+        >>> list(SequentialSampler("abc"))
+        [0, 1, 2]
+    """
+
+    def __init__(self, data_source: Sized) -> None:
+        self.data_source = data_source
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(range(len(self.data_source)))
+
+    def __len__(self) -> int:
+        return len(self.data_source)
+
+
+class RandomSampler(Sampler):
+    """A new random order of ``data_source``'s indices each pass (each epoch). ``generator``: None
+    (fresh entropy), an int seed, a numpy Generator or a tg.Generator; a seeded one makes the sequence of
+    epochs repeatable. ``replacement=True`` draws ``num_samples`` indices independently.
+
+        >>> s = RandomSampler(range(5), generator=0)
+        >>> first, second = list(s), list(s)
+        >>> sorted(first), first != second, first == list(RandomSampler(range(5), generator=0))
+        ([0, 1, 2, 3, 4], True, True)
+    """
+
+    def __init__(self, data_source: Sized, replacement: bool = False, num_samples: int | None = None,
+                 generator: Any = None) -> None:
+        self.data_source, self.replacement, self.generator = data_source, bool(replacement), generator
+        self._num_samples = None if num_samples is None else _check_int(
+            "[data] RandomSampler", "num_samples", num_samples, 1)
+        self._rng = _numpy_rng(generator, "RandomSampler")
+
+    @property
+    def num_samples(self) -> int:
+        return len(self.data_source) if self._num_samples is None else self._num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        n, count = len(self.data_source), self.num_samples
+        if self.replacement:
+            return iter(self._rng.integers(0, n, count).tolist())
+        if n == 0:
+            return iter([])
+        # torch's rule for num_samples > n: whole permutations, then part of one more
+        whole = [self._rng.permutation(n) for _ in range(count // n)]
+        return iter(np.concatenate([*whole, self._rng.permutation(n)[:count % n]]).tolist())
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+
+class BatchSampler(Sampler):
+    """Lists of ``batch_size`` indices from ``sampler``; the last one shorter unless ``drop_last``.
+
+        >>> list(BatchSampler(range(7), 3, drop_last=False)), len(BatchSampler(range(7), 3, True))
+        ([[0, 1, 2], [3, 4, 5], [6]], 2)
+    """
+
+    def __init__(self, sampler: Iterable[int], batch_size: int, drop_last: bool) -> None:
+        self.sampler = sampler
+        self.batch_size = _check_int("[data] BatchSampler", "batch_size", batch_size, 1)
+        self.drop_last = bool(drop_last)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        batch: list[int] = []
+        for index in self.sampler:
+            batch.append(index)
+            if len(batch) == self.batch_size:
+                yield batch
+                batch = []
+        if batch and not self.drop_last:
+            yield batch
+
+    def __len__(self) -> int:
+        n = len(self.sampler)  # type: ignore[arg-type]
+        return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+
+class _EpochPosition:
+    """Epoch number plus how far the running iterator got into that epoch, shared by samplers
+    (counting indices) and loaders (counting batches) so both save and resume the same way."""
+
+    _COUNT_KEY: ClassVar[str]
+    _PREFIX: ClassVar[str] = "[data]"
+
+    def __init__(self) -> None:
+        self.epoch = 0
+        self._done = 0  # items yielded so far in this epoch by the running iterator
+        self._skip = 0  # items the next iterator skips (set by load_state_dict, used once)
+
+    def _count_limit(self) -> int:
+        raise NotImplementedError
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch whose order the next iteration uses (the shuffle seed is ``seed + epoch``).
+
+        A position loaded by ``load_state_dict`` is kept only if ``epoch`` is the loaded epoch.
+        """
+        epoch = _check_int(f"{self._PREFIX} {type(self).__name__}.set_epoch", "epoch", epoch, 0)
+        if epoch != self.epoch:
+            self._done = self._skip = 0
+        self.epoch = epoch
+
+    def state_dict(self) -> dict[str, int]:
+        """The epoch and how many items of it were yielded so far; give it to ``load_state_dict`` to
+        resume."""
+        return {"epoch": self.epoch, self._COUNT_KEY: self._done}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Set the epoch and make the next iteration (only the next) skip the items already yielded."""
+        who = f"{self._PREFIX} {type(self).__name__}.load_state_dict"
+        keys = {"epoch", self._COUNT_KEY}
+        if not isinstance(state, dict):
+            raise ValueError(f"{who}: expected a dict with keys {sorted(keys)}, "
+                             f"got {type(state).__name__}; pass what state_dict() returned")
+        missing, unexpected = sorted(keys - state.keys()), sorted(set(state) - keys)
+        if missing or unexpected:
+            raise ValueError(
+                f"{who}: expected keys {sorted(keys)}, missing {missing}, "
+                f"unexpected {unexpected}; pass what {type(self).__name__}.state_dict() returned"
+            )
+        wrong = [
+            f"{k}={state[k]!r} ({type(state[k]).__name__})" for k in sorted(keys) if not _is_int(state[k])
+        ]
+        if wrong:
+            raise ValueError(f"{who}: expected int values, got {', '.join(wrong)}")
+        epoch, count, limit = int(state["epoch"]), int(state[self._COUNT_KEY]), self._count_limit()
+        if epoch < 0 or not 0 <= count <= limit:
+            raise ValueError(
+                f"{who}: expected epoch >= 0 and {self._COUNT_KEY} in 0..{limit}, "
+                f"got epoch={epoch}, {self._COUNT_KEY}={count}; was the state saved with another "
+                "dataset size, world size or batch size?"
+            )
+        self.set_epoch(epoch)
+        self._done = self._skip = count
+
+    def _begin(self) -> int:
+        """Start a pass over the epoch: return how many items to skip, and forget the skip for later
+        passes."""
+        start, self._skip = self._skip, 0
+        self._done = start
+        return start
+
+
+# ---------------------------------------------------------------------------------------------- collate
+
+# torch's default_collate: bools -> bool, ints -> int64, floats -> float64 (not the default dtype)
+_NUMBER_DTYPES: tuple[tuple[type, type], ...] = (
+    (bool, np.bool_), (numbers.Integral, np.int64), (float, np.float64),
+)
+
+
+def _collate_numpy(batch: Sequence[Any]) -> Any:
+    """default_collate's rules with numpy arrays where torch makes tensors (workers run this)."""
+    elem = batch[0]
+    if hasattr(elem, "lazydata") and hasattr(elem, "numpy"):  # a tg Tensor
+        return _stack([t.numpy() for t in batch])
+    if isinstance(elem, (np.ndarray, np.generic)) and not isinstance(elem, (np.str_, np.bytes_)):
+        if elem.dtype.kind in "OSUV":
+            raise TypeError(f"[data] default_collate: numpy arrays of dtype {elem.dtype} cannot become "
+                            "Tensors; pass a collate_fn")
+        return _stack([np.asarray(a) for a in batch])
+    for kind, dtype in _NUMBER_DTYPES:
+        if isinstance(elem, kind):
+            return np.array(batch, dtype=dtype)
+    if isinstance(elem, (str, bytes)):
+        return list(batch)
+    if isinstance(elem, (Mapping, Sequence)):
+        return _collate_fields(elem, batch)
+    raise TypeError(f"[data] default_collate: a batch must hold Tensors, numpy arrays, numbers, strings, "
+                    f"dicts or lists/tuples of them, got {type(elem).__name__}; pass a collate_fn")
+
+
+def _collate_fields(elem: Any, batch: Sequence[Any]) -> Any:
+    """Dicts per key, namedtuples per field, other sequences per position (a tuple gives a list)."""
+    kind: Any = type(elem)
+    if isinstance(elem, Mapping):
+        merged = {key: _collate_numpy([d[key] for d in batch]) for key in elem}
+        try:
+            return kind(merged)
+        except TypeError:
+            return merged
+    if isinstance(elem, tuple) and hasattr(elem, "_fields"):
+        return kind(*(_collate_numpy(list(field)) for field in zip(*batch)))
+    if len({len(item) for item in batch}) > 1:
+        raise ValueError(f"[data] default_collate: items of the batch have lengths "
+                         f"{[len(item) for item in batch]}; each element in the batch should be of "
+                         "equal size (pad them, or pass a collate_fn)")
+    fields = [_collate_numpy(list(field)) for field in zip(*batch)]
+    if isinstance(elem, tuple):
+        return fields  # torch gives a list for tuples too
+    try:
+        return kind(fields)
+    except TypeError:
+        return fields
+
+
+def _stack(arrays: list[np.ndarray]) -> np.ndarray:
+    if len({a.shape for a in arrays}) > 1:
+        raise ValueError(f"[data] default_collate: items have shapes {sorted({a.shape for a in arrays})}; "
+                         "stacking needs one shape (pad or crop them, or pass a collate_fn)")
+    return np.stack(arrays)
+
+
+def _to_tensors(tree: Any) -> Any:
+    from tg.core.tensor import Tensor  # lazy: importing tg.utils.data (or tg.distributed) loads no core
+
+    def convert(node: Any) -> Any:
+        if isinstance(node, np.ndarray):
+            return Tensor(node)
+        if isinstance(node, Mapping):
+            mapping: Any = type(node)
+            return mapping({k: convert(v) for k, v in node.items()})
+        if isinstance(node, tuple) and hasattr(node, "_fields"):
+            return type(node)(*(convert(v) for v in node))
+        if isinstance(node, (list, tuple)):
+            return type(node)(convert(v) for v in node)
+        return node
+
+    return convert(tree)
+
+
+def default_collate(batch: Sequence[Any]) -> Any:
+    """Merge a list of items into a batch, following torch's documented ``default_collate``: Tensors
+    and numpy arrays are stacked into a Tensor (a new first dimension), Python ints become an int64
+    Tensor, floats a float64 Tensor (torch's choice, not the default dtype), bools a bool Tensor;
+    strings stay a list; dicts are collated per key, namedtuples per field, and tuples/lists are
+    transposed and collated per position (a tuple gives a list, as in torch).
+
+        >>> b = default_collate([(1, 0.5, "a"), (2, 1.5, "b")])
+        >>> [b[0].dtype.name, b[1].dtype.name], b[0].tolist(), b[1].tolist(), b[2]
+        (['int64', 'float64'], [1, 2], [0.5, 1.5], ['a', 'b'])
+        >>> d = default_collate([{"x": [1.0, 2.0]}, {"x": [3.0, 4.0]}])
+        >>> [t.tolist() for t in d["x"]]
+        [[1.0, 3.0], [2.0, 4.0]]
+    """
+    return _to_tensors(_collate_numpy(batch))
+
+
+# ---------------------------------------------------------------------------------------------- worker wire
+
+_NOT_SENDABLE = ("cannot send {kind} from a DataLoader worker without pickle; items must be numpy "
+                 "arrays, numbers, strings or tuples/lists/dicts of them (convert tg Tensors with .numpy() "
+                 "in __getitem__), or use num_workers=0, which handles arbitrary objects")
+
+
+def _encode(node: Any, arrays: list[np.ndarray]) -> Any:
+    """A JSON-able description of ``node`` whose arrays are appended to ``arrays`` (sent as raw bytes)."""
+    if isinstance(node, (np.ndarray, np.generic)):
+        array = np.ascontiguousarray(node)
+        if array.dtype.kind in "OV":
+            raise TypeError("[data] " + _NOT_SENDABLE.format(kind=f"a numpy array of dtype {array.dtype}"))
+        arrays.append(array)
+        return {"a": len(arrays) - 1, "scalar": isinstance(node, np.generic)}
+    if node is None or isinstance(node, (bool, int, float, str)):
+        return {"v": node}
+    if isinstance(node, tuple):
+        return {"t": [_encode(v, arrays) for v in node]}
+    if isinstance(node, list):
+        return {"l": [_encode(v, arrays) for v in node]}
+    if isinstance(node, dict):
+        if not all(k is None or isinstance(k, (bool, int, float, str)) for k in node):
+            keys = "a dict with keys other than str/int/float"
+            raise TypeError("[data] " + _NOT_SENDABLE.format(kind=keys))
+        return {"k": list(node), "d": [_encode(v, arrays) for v in node.values()]}
+    raise TypeError("[data] " + _NOT_SENDABLE.format(kind=f"a value of type {type(node).__name__}"))
+
+
+def _decode(spec: dict[str, Any], arrays: list[np.ndarray]) -> Any:
+    if "a" in spec:
+        array = arrays[spec["a"]]
+        return array[()] if spec["scalar"] else array
+    if "v" in spec:
+        return spec["v"]
+    if "t" in spec:
+        return tuple(_decode(s, arrays) for s in spec["t"])
+    if "l" in spec:
+        return [_decode(s, arrays) for s in spec["l"]]
+    return {k: _decode(s, arrays) for k, s in zip(spec["k"], spec["d"])}
+
+
+def _send(conn: Any, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
+    header["arrays"] = [[a.dtype.str, list(a.shape)] for a in arrays]
+    conn.send_bytes(json.dumps(header).encode())
+    for array in arrays:
+        conn.send_bytes(array.reshape(-1).view(np.uint8))
+
+
+def _worker_loop(loader: DataLoader, worker_id: int, conn: Any, inherited: list[Any]) -> None:
+    """A worker process: receive ``batch number + int64 indices``, send the loaded batch back."""
+    for other in inherited:  # the parent's pipe ends, closed here so that only the parent holds them
+        other.close()
+    init_error = None
+    try:
+        if loader.worker_init_fn is not None:
+            loader.worker_init_fn(worker_id)
+    except Exception as e:  # reported with the first batch, as the batch's error
+        init_error = (e, traceback.format_exc())
+    while True:
+        try:
+            task = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        if not task:
+            return
+        batch_no = int(np.frombuffer(task, np.int64, count=1)[0])
+        arrays: list[np.ndarray] = []
+        try:
+            if init_error is not None:
+                raise init_error[0]
+            header: dict[str, Any] = {"batch": batch_no,
+                                      "tree": _encode(loader._load(np.frombuffer(task, np.int64, offset=8)),
+                                                      arrays)}
+        except Exception as e:
+            trace = init_error[1] if init_error is not None else traceback.format_exc()
+            header, arrays = {"batch": batch_no, "error": type(e).__name__, "message": str(e),
+                              "traceback": trace}, []
+        try:
+            _send(conn, header, arrays)
+        except (BrokenPipeError, OSError):
+            return
+
+
+class _Message(str):
+    """KeyError shows its argument's repr; this one reads as the plain text (newlines kept)."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+class _WorkerPool:
+    """``num_workers`` forked processes, each with a duplex pipe; tasks go to worker ``batch % n``."""
+
+    def __init__(self, loader: DataLoader) -> None:
+        context = mp.get_context("fork")  # fork: the dataset is inherited, so nothing is pickled
+        self.timeout = loader.timeout
+        self.conns: list[Any] = []
+        self.procs: list[Any] = []
+        for worker_id in range(loader.num_workers):
+            mine, theirs = context.Pipe(duplex=True)
+            proc = context.Process(target=_worker_loop, args=(loader, worker_id, theirs, [*self.conns, mine]),
+                                   daemon=True, name=f"tg-data-worker-{worker_id}")
+            proc.start()
+            theirs.close()  # only the worker holds its end, so its death is an EOF here
+            self.conns.append(mine)
+            self.procs.append(proc)
+
+    def submit(self, batch_no: int, indices: np.ndarray) -> None:
+        task = np.concatenate([np.array([batch_no], np.int64), np.asarray(indices, np.int64)])
+        self.conns[batch_no % len(self.conns)].send_bytes(task.view(np.uint8))
+
+    def receive(self, batch_no: int) -> Any:
+        worker = batch_no % len(self.conns)
+        conn, proc = self.conns[worker], self.procs[worker]
+        if self.timeout > 0 and not conn.poll(self.timeout):
+            raise RuntimeError(f"[data] DataLoader: worker {worker} (pid {proc.pid}) gave no batch "
+                               f"{batch_no} within timeout={self.timeout}s; raise timeout= or make "
+                               "loading faster")
+        try:
+            header = json.loads(conn.recv_bytes())
+            arrays = []
+            for dtype, shape in header["arrays"]:
+                array = np.empty(shape, np.dtype(dtype))
+                conn.recv_bytes_into(array.reshape(-1).view(np.uint8))
+                arrays.append(array)
+        except (EOFError, ConnectionError):
+            proc.join(1.0)
+            raise RuntimeError(f"[data] DataLoader: worker {worker} (pid {proc.pid}) exited unexpectedly "
+                               f"(exit code {proc.exitcode}) while loading batch {batch_no}; was it killed "
+                               "(out of memory)? Try num_workers=0 to see the error directly") from None
+        if "error" in header:
+            message = (f"[data] DataLoader worker {worker} raised {header['error']} while loading batch "
+                       f"{batch_no}: {header['message']}\n\nWorker traceback:\n{header['traceback']}")
+            kind = getattr(builtins, header["error"], None)
+            if not (isinstance(kind, type) and issubclass(kind, Exception)):
+                kind = RuntimeError
+            try:
+                error = kind(_Message(message) if kind is KeyError else message)
+            except Exception:
+                error = RuntimeError(message)
+            raise error
+        return _decode(header["tree"], arrays)
+
+    def close(self) -> None:
+        """Stop every worker: a stop message for an idle one, a closed pipe for one blocked sending."""
+        for conn in self.conns:
+            try:
+                conn.send_bytes(b"")
+            except OSError:
+                pass
+            conn.close()
+        for proc in self.procs:
+            proc.join(2.0)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(1.0)
+        self.conns, self.procs = [], []
+
+    def __del__(self) -> None:
+        if self.conns:
+            self.close()
+
+
+# ---------------------------------------------------------------------------------------------- loader
+
+class DataLoader(_EpochPosition):
+    """Batches of a dataset in the order of a sampler, with torch's ``DataLoader`` arguments.
+
+    ``dataset`` is map-style: ``__getitem__`` and ``__len__`` (a list, a numpy array, a Dataset).
+    The order is ``sampler`` (any sized iterable of indices), else a ``RandomSampler(dataset,
+    generator=generator)`` with ``shuffle`` (a new order each epoch, repeatable with a seeded
+    ``generator``), else ``0..len-1``; cut into ``batch_size`` pieces (dropping a short last one with
+    ``drop_last``), or given as lists by ``batch_sampler``. Each batch is
+    ``collate_fn([dataset[i] for i in batch])``, with ``default_collate`` making Tensors when
+    ``collate_fn`` is None; see the module docstring for the whole-batch fast path and for
+    ``num_workers`` (real worker processes, ``prefetch_factor`` batches ahead each, kept between
+    epochs with ``persistent_workers``; ``worker_init_fn(worker_id)`` runs first in each; ``timeout``
+    seconds to wait for a batch, 0 for ever). ``pin_memory`` is accepted and does nothing.
+
+        >>> import numpy as np
+        >>> loader = DataLoader(list(range(10)), batch_size=4, drop_last=True)
+        >>> [b.tolist() for b in loader], len(loader), len(loader.dataset)
+        ([[0, 1, 2, 3], [4, 5, 6, 7]], 2, 10)
+        >>> batches = DataLoader(np.arange(10), batch_size=5, shuffle=True, generator=0)
+        >>> sorted(sum((b.tolist() for b in batches), []))
+        [0, 1, 2, 3, 4, 5, 6, 7, 8, 9]
+
+    ``state_dict()`` counts the batches yielded in this epoch; after ``load_state_dict`` the next
+    iteration skips them without reading them (resuming the same order needs a sampler whose order
+    depends only on the epoch, like DistributedSampler: call ``set_epoch`` before each epoch).
+    """
+
+    _COUNT_KEY = "batches"
+
+    def __init__(self, dataset: Any, batch_size: int = 1, shuffle: bool = False, sampler: Any = None,
+                 batch_sampler: Any = None, num_workers: int = 0, collate_fn: Callable | None = None,
+                 pin_memory: bool = False, drop_last: bool = False, timeout: float = 0,
+                 worker_init_fn: Callable[[int], None] | None = None, generator: Any = None,
+                 persistent_workers: bool = False, prefetch_factor: int | None = None) -> None:
+        super().__init__()
+        who = f"{self._PREFIX} DataLoader"
+        if not hasattr(dataset, "__getitem__"):
+            raise TypeError(f"{who}: expected a map-style dataset with __len__ and __getitem__, got "
+                            f"{type(dataset).__name__} (iterable-style datasets are not supported)")
+        self.dataset = dataset
+        self.batch_size = _check_int(who, "batch_size", batch_size, 1)
+        self.drop_last = bool(drop_last)
+        if batch_sampler is not None:
+            if batch_size != 1 or shuffle or sampler is not None or drop_last:
+                raise ValueError(f"{who}: batch_sampler is mutually exclusive with batch_size, shuffle, "
+                                 "sampler and drop_last; leave those at their defaults")
+            if not isinstance(batch_sampler, Sized):
+                raise TypeError(f"{who}: the batch_sampler must have __len__, got "
+                                f"{type(batch_sampler).__name__}")
+        if sampler is None:
+            if not isinstance(dataset, Sized):
+                raise TypeError(f"{who}: expected a dataset with __len__ and __getitem__, got "
+                                f"{type(dataset).__name__}; give it __len__ or pass a sampler")
+            sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        elif shuffle:
+            raise ValueError(f"{who}: got both a sampler and shuffle=True; shuffle in the sampler "
+                             "(DistributedSampler(..., shuffle=True)) and leave shuffle=False here")
+        elif not isinstance(sampler, Sized):
+            raise TypeError(f"{who}: the sampler must have __len__, got {type(sampler).__name__}")
+        self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
+        self._set_worker_args(num_workers, prefetch_factor, persistent_workers, timeout)
+        self.worker_init_fn, self.pin_memory = worker_init_fn, bool(pin_memory)
+        self._custom_collate = collate_fn is not None
+        self.collate_fn: Callable = default_collate if collate_fn is None else collate_fn
+        self._batch_fetch = None if self._custom_collate else self._batch_fetcher(dataset)
+        self._pool: _WorkerPool | None = None
+
+    def _set_worker_args(self, num_workers: int, prefetch_factor: int | None, persistent_workers: bool,
+                         timeout: float) -> None:
+        who = f"{self._PREFIX} DataLoader"
+        self.num_workers = _check_int(who, "num_workers", num_workers, 0)
+        if self.num_workers == 0 and (prefetch_factor is not None or persistent_workers):
+            raise ValueError(f"{who}: prefetch_factor and persistent_workers need num_workers > 0, got "
+                             f"num_workers=0; drop them or start workers")
+        self.prefetch_factor = _check_int(who, "prefetch_factor", 2 if prefetch_factor is None
+                                          else prefetch_factor, 1)
+        if not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ValueError(f"{who}: timeout must be a number of seconds >= 0, got {timeout!r}")
+        self.timeout, self.persistent_workers = float(timeout), bool(persistent_workers)
+
+    def _batch_fetcher(self, dataset: Any) -> Callable[[np.ndarray], Any] | None:
+        """The whole-batch fetch for ``dataset`` (its items already collated, as numpy), or None."""
+        if isinstance(dataset, TensorDataset):
+            return dataset._fetch_batch
+        if isinstance(dataset, np.ndarray) and dataset.ndim >= 1 and dataset.dtype.kind not in "OSUV":
+            return dataset.__getitem__
+        if isinstance(dataset, Subset):
+            inner = self._batch_fetcher(dataset.dataset)
+            if inner is not None:
+                positions = np.asarray(dataset.indices, np.int64)
+                return lambda idx: inner(positions[idx])
+        return None
+
+    def __len__(self) -> int:
+        if self.batch_sampler is not None:
+            return len(self.batch_sampler)
+        count = len(self.sampler)
+        return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
+
+    def _count_limit(self) -> int:
+        return len(self)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the epoch for this loader and its sampler (a DistributedSampler reshuffles with
+        ``seed + epoch``)."""
+        super().set_epoch(epoch)
+        for sampler in (self.sampler, getattr(self.batch_sampler, "sampler", None)):
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.epoch)
+
+    def _index_batches(self, start: int) -> Iterator[np.ndarray]:
+        """The epoch's batches of indices from batch ``start`` on (skipped ones are never read)."""
+        if self.batch_sampler is not None:
+            lists = iter(self.batch_sampler)
+            for _ in range(start):
+                next(lists, None)
+            return (np.asarray(b, np.int64) for b in lists)
+        if callable(getattr(self.sampler, "indices", None)):
+            order = self.sampler.indices()  # not iter(): the loader, not the sampler, tracks the position
+        else:
+            order = np.fromiter(self.sampler, dtype=np.int64)
+        size = self.batch_size
+        return (order[b * size:(b + 1) * size] for b in range(start, len(self)))
+
+    def _load(self, indices: np.ndarray) -> Any:
+        """What a worker (or the main process) reads for one batch: the numpy-collated batch, or the
+        raw items when a custom collate_fn will merge them in the main process."""
+        if self._batch_fetch is not None:
+            return self._batch_fetch(indices)
+        getitems = getattr(self.dataset, "__getitems__", None)
+        items = getitems(indices.tolist()) if getitems else [self.dataset[i] for i in indices.tolist()]
+        return items if self._custom_collate else _collate_numpy(items)
+
+    def _finish(self, loaded: Any) -> Any:
+        """The main process's part: a custom collate_fn, or making the caller's Tensors."""
+        return self.collate_fn(loaded) if self._custom_collate else self._output(loaded)
+
+    def _output(self, batch: Any) -> Any:
+        """The numpy batch as the caller gets it: Tensors."""
+        return _to_tensors(batch)
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = self._index_batches(self._begin())
+        return self._serial(batches) if self.num_workers == 0 else self._parallel(batches)
+
+    def _serial(self, batches: Iterator[np.ndarray]) -> Iterator[Any]:
+        for indices in batches:
+            batch = self._finish(self._load(indices))
+            self._done += 1
+            yield batch
+
+    def _parallel(self, batches: Iterator[np.ndarray]) -> Iterator[Any]:
+        pool = self._pool if self._pool is not None else _WorkerPool(self)
+        if self.persistent_workers:
+            self._pool = pool
+        sent = received = 0
+
+        def submit_next() -> bool:
+            nonlocal sent
+            indices = next(batches, None)
+            if indices is None:
+                return False
+            pool.submit(sent, indices)
+            sent += 1
+            return True
+
+        try:
+            while sent < self.prefetch_factor * self.num_workers and submit_next():
+                pass
+            while received < sent:
+                loaded = pool.receive(received)
+                received += 1
+                submit_next()
+                batch = self._finish(loaded)
+                self._done += 1
+                yield batch
+        finally:
+            if pool is not self._pool:
+                pool.close()  # the iterator ended, failed or was dropped: its workers go with it
+            else:
+                for batch_no in range(received, sent):  # a persistent pool must not keep stale batches
+                    try:
+                        pool.receive(batch_no)
+                    except Exception:
+                        pass
+
+    def __del__(self) -> None:
+        if getattr(self, "_pool", None) is not None:
+            self._pool.close()  # type: ignore[union-attr]
