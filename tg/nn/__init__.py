@@ -2,7 +2,7 @@
 
     >>> from tg import Tensor, nn
     >>> model = nn.Sequential(nn.Linear(4, 8), Tensor.relu, nn.Linear(8, 2))
-    >>> opt = nn.optim.Adam(nn.state.get_parameters(model), lr=1e-3)
+    >>> opt = nn.optim.Adam(model.parameters(), lr=1e-3)
     >>> model(Tensor.ones(3, 4)).shape
     (3, 2)
 """
@@ -19,6 +19,8 @@ from tg.nn.layers import (
     RMSNorm,
     Sequential,
 )
+from tg.nn.module import Module, ModuleDict, ModuleList, Parameter
 
-__all__ = ["functional", "optim", "state", "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm",
-           "RMSNorm", "GroupNorm", "Embedding", "Dropout", "Sequential"]
+__all__ = ["functional", "optim", "state", "Module", "Parameter", "ModuleList", "ModuleDict", "Linear",
+           "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "GroupNorm", "Embedding",
+           "Dropout", "Sequential"]

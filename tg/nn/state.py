@@ -1,7 +1,8 @@
 """State dicts and safetensors files: name a model's tensors, save them, load them back.
 
 A model is any Python object; its tensors are found through attributes, lists, tuples and dicts
-and named torch-style (`layers.0.weight`). Files are in the safetensors format, written
+and named torch-style (`layers.0.weight`). An nn.Module met on the way names its own: its
+state_dict(), torch's keys (`0.weight` in a Sequential). Files are in the safetensors format, written
 atomically, and read without pickle.
 
     >>> import os, tempfile
@@ -48,6 +49,7 @@ from tg.core.dtype import DType, dtypes, f32_to_bf16
 from tg.core.realize import from_numpy
 from tg.core.shape import prod
 from tg.core.tensor import Tensor
+from tg.nn.module import Module
 
 __all__ = [
     "get_parameters",
@@ -92,6 +94,7 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
     Attributes give `name`, list and tuple items `name.0`, dict items `name.key`. Each object is
     visited once, under the first name that reaches it (as torch's named_parameters does), so a
     tied weight appears once and reference cycles are harmless. `prefix` is put before every name.
+    An nn.Module gives its state_dict(): obj itself a Module, get_state_dict(obj) == obj.state_dict().
 
         >>> import numpy as np
         >>> from tg import Tensor
@@ -102,6 +105,13 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
         >>> list(get_state_dict(Model(), prefix="model"))
         ['model.blocks.0.weight', 'model.blocks.1.weight', 'model.head.weight']
     """
+    return _walk(obj, prefix, parameters_only=False)
+
+
+def _walk(obj: Any, prefix: str, parameters_only: bool) -> dict[str, Tensor]:
+    """get_state_dict's walk; parameters_only takes a Module's parameters() instead of its state."""
+    if isinstance(obj, Module) and not parameters_only:
+        return obj.state_dict(prefix=prefix if not prefix or prefix.endswith(".") else prefix + ".")
     if prefix and not prefix.endswith("."):
         prefix += "."
     out: dict[str, Tensor] = {}
@@ -112,16 +122,24 @@ def get_state_dict(obj: Any, prefix: str = "") -> dict[str, Tensor]:
         if id(value) in seen or isinstance(value, _LEAVES):
             continue
         seen[id(value)] = value
+        base = f"{name}." if name else ""
         if isinstance(value, Tensor):
             out[name] = value
             continue
-        base = f"{name}." if name else ""
+        if isinstance(value, Module):
+            found = dict(value.named_parameters(prefix=name)) if parameters_only else value.state_dict(base)
+            # the module's own names; a tensor already reached outside it is not repeated
+            out.update({key: tensor for key, tensor in found.items() if id(tensor) not in seen})
+            for tensor in found.values():
+                seen[id(tensor)] = tensor
+            continue
         stack.extend(reversed([(base + key, child) for key, child in _children(value)]))
     return out
 
 
 def get_parameters(obj: Any) -> list[Tensor]:
-    """Every Tensor reachable from obj, each once, in get_state_dict's order.
+    """Every Tensor reachable from obj, each once, in get_state_dict's order; of an nn.Module met on
+    the way only its parameters() (so get_parameters(module) == list(module.parameters())).
 
         >>> import numpy as np
         >>> from tg import Tensor
@@ -129,7 +147,7 @@ def get_parameters(obj: Any) -> list[Tensor]:
         >>> len(get_parameters({"encoder": [w], "decoder": {"tied": w}}))
         1
     """
-    return list(get_state_dict(obj).values())
+    return list(_walk(obj, "", parameters_only=True).values())
 
 
 # ---------------------------------------------------------------- loading a state dict
@@ -337,7 +355,9 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
     _atomic_write(os.fspath(path), write)
 
 
-def safe_save(tensors: Mapping[str, Tensor | np.ndarray], path: str | os.PathLike,
+# Complexity: one check per way a name, tensor or metadata value can be unwritable, each with its own
+# message, then the write.
+def safe_save(tensors: Mapping[str, Tensor | np.ndarray], path: str | os.PathLike,  # noqa: C901
               metadata: Mapping[str, str] | None = None) -> None:
     """Write tensors to a safetensors file, atomically, in the dict's order.
 
@@ -408,7 +428,9 @@ class _Entry(NamedTuple):
     end: int
 
 
-def _read_header(f: BinaryIO, path: str) -> tuple[list[_Entry], dict[str, str], int]:
+# Complexity: a validating parser: one check per field of the untrusted header, each naming what is wrong,
+# before anything is allocated.
+def _read_header(f: BinaryIO, path: str) -> tuple[list[_Entry], dict[str, str], int]:  # noqa: C901
     """Parse and check a safetensors header: (entries in header order, metadata, data start)."""
     def bad(msg: str, name: str | None = None) -> SafetensorsError:
         where = f"{path}: tensor {name!r}" if name is not None else path
