@@ -275,8 +275,9 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
     bases = _toposort(outs)
     snapshots = _protect_outside_readers(bases)
     if snapshots:
-        bases = _toposort(outs + snapshots)
-    store = _plan(bases, outs + snapshots)
+        outs += snapshots   # kept in `outs`, so that a planning again below still computes them
+        bases = _toposort(outs)
+    store = _plan(bases, outs)
     items: list[ScheduleItem] = []
     for b in bases:
         if id(b) not in store or b.realized is not None:
@@ -295,7 +296,15 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
                 b.srcs = (b.srcs[0], LazyBuffer.empty(b.shape, b.dtype, b.device).assign(b.srcs[1]))
                 return create_schedule(outs)
             items.append(ScheduleItem("kernel", b, kernel=kernel, inputs=builder.inputs))
-    return _order(items)
+    order, cycle = _order(items)
+    if cycle is not None:
+        # some kernel needs this buffer's old contents after an assign that needs it to have run
+        # (a swap, or old and new contents read together): those readers read a copy made first
+        in_schedule = {id(b) for b in bases}
+        same = _same_memory(cycle)
+        readers = {id(r): r for x in same for r in list(x.readers) if id(r) in in_schedule}
+        return create_schedule(outs + [_snapshot(cycle, list(readers.values()))])
+    return order
 
 
 def _same_memory(b: LazyBuffer) -> list[LazyBuffer]:
@@ -317,59 +326,90 @@ def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
         if b.op is not BufferOps.ASSIGN:
             continue
         target = b.srcs[0].base
-        same = _same_memory(target)
-        same_ids = {id(x) for x in same}
-        outside = {id(r): r for x in same for r in list(x.readers)
+        outside = {id(r): r for x in _same_memory(target) for r in list(x.readers)
                    if r.realized is None and r.srcs and id(r) not in in_schedule}
-        if not outside:
-            continue
-        snap = LazyBuffer.empty(target.shape, target.dtype, target.device).assign(target)
-        for r in outside.values():
-            r.srcs = tuple(LazyBuffer(s.device, s.st, s.dtype, base=snap) if id(s.base) in same_ids else s
-                           for s in r.srcs)
-            snap.readers.add(r)
+        if outside:
+            snapshots.append(_snapshot(target, list(outside.values())))
+    return snapshots
+
+
+def _snapshot(target: LazyBuffer, readers: list[LazyBuffer]) -> LazyBuffer:
+    """A copy of target's current contents (an ASSIGN into a fresh buffer), which `readers` read from
+    now on instead of target's memory. An assign among them still writes target's memory."""
+    same = _same_memory(target)
+    same_ids = {id(x) for x in same}
+    snap = LazyBuffer.empty(target.shape, target.dtype, target.device).assign(target)
+    for r in readers:
+        keep = 1 if r.op is BufferOps.ASSIGN else 0   # an assign's destination stays where it is
+        r.srcs = r.srcs[:keep] + tuple(
+            LazyBuffer(s.device, s.st, s.dtype, base=snap) if id(s.base) in same_ids else s
+            for s in r.srcs[keep:]
+        )
+        snap.readers.add(r)
+        if not any(id(s.base) in same_ids for s in r.srcs):
             for x in same:
                 x.readers.discard(r)
-        snapshots.append(snap)
-    return snapshots
+    return snap
 
 
 # Complexity: builds the dependency graph (producers, readers before an ASSIGN) and sorts it in one place so
 # the ordering rule reads whole.
-def _order(items: list[ScheduleItem]) -> list[ScheduleItem]:  # noqa: C901
-    """Topological order (stable): producers first, and readers of a buffer before its ASSIGN."""
+def _order(items: list[ScheduleItem]) -> tuple[list[ScheduleItem], LazyBuffer | None]:  # noqa: C901
+    """Topological order (stable): producers first, and readers of a buffer before its ASSIGN.
+
+    When no order exists (an assign must wait for a kernel that reads the old contents, which itself
+    needs that assign or another one waiting on it), returns no items and the target of an assign on
+    such a cycle: the buffer whose old contents the readers should read from a copy."""
     producer = {id(it.out): i for i, it in enumerate(items)}
     deps: list[set[int]] = [set() for _ in items]
     readers_of: dict[int, list[int]] = {}   # by memory: aliases of one buffer are one key
     for i, it in enumerate(items):
-        srcs: list[LazyBuffer] = []
-        if it.kernel is not None:
-            srcs = list(it.inputs)
-            if it.out.op is BufferOps.ASSIGN:
-                srcs.append(it.out.srcs[0].base)
-        elif it.src is not None:
-            srcs = [it.src]
+        srcs: list[LazyBuffer] = list(it.inputs) if it.kernel is not None else []
+        if it.src is not None:
+            srcs.append(it.src)
+        for b in srcs:
+            readers_of.setdefault(_storage(b), []).append(i)
+        if it.kernel is not None and it.out.op is BufferOps.ASSIGN:
+            srcs.append(it.out.srcs[0].base)   # written in place: after whatever computes it
         for b in srcs:
             if id(b) in producer and producer[id(b)] != i:
                 deps[i].add(producer[id(b)])
-            readers_of.setdefault(_storage(b), []).append(i)
+    waits_for_reader: set[tuple[int, int]] = set()
     for i, it in enumerate(items):
         if it.kernel is not None and it.out.op is BufferOps.ASSIGN:
-            target = it.out.srcs[0].base
-            for r in readers_of.get(_storage(target), []):
-                if r != i and i not in deps[r]:
+            for r in readers_of.get(_storage(it.out.srcs[0].base), []):
+                if r != i:
                     deps[i].add(r)
+                    waits_for_reader.add((i, r))
     done: set[int] = set()
     order: list[ScheduleItem] = []
     while len(order) < len(items):
         ready = [i for i in range(len(items)) if i not in done and deps[i] <= done]
         if not ready:
-            raise RuntimeError("[schedule] a cycle between in-place assigns and their readers; "
-                               "call .realize() on the value before assigning it")
+            return [], _cycle_target(items, deps, done, waits_for_reader)
         for i in ready:
             done.add(i)
             order.append(items[i])
-    return order
+    return order, None
+
+
+def _cycle_target(items: list[ScheduleItem], deps: list[set[int]], done: set[int],
+                  waits_for_reader: set[tuple[int, int]]) -> LazyBuffer:
+    """The smallest target of an assign on a dependency cycle among the items not `done`."""
+    # every item left waits for another one left: following those waits must come back round
+    path: list[int] = []
+    at: dict[int, int] = {}
+    i = min(j for j in range(len(items)) if j not in done)
+    while i not in at:
+        at[i] = len(path)
+        path.append(i)
+        i = min(d for d in deps[i] if d not in done)
+    cycle = path[at[i]:]
+    targets = [items[a].out.srcs[0].base for a, r in zip(cycle, cycle[1:] + cycle[:1])
+               if (a, r) in waits_for_reader]
+    if not targets:   # producers alone are a DAG: cannot happen
+        raise RuntimeError("[schedule] a dependency cycle without an in-place assign")
+    return min(targets, key=lambda t: prod(t.shape))
 
 
 __all__ = ["ScheduleItem", "create_schedule", "BinaryOps", "dtypes"]
