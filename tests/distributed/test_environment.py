@@ -64,7 +64,7 @@ def test_multi_rank_without_master_is_a_clear_error(monkeypatch):
 
 def test_unknown_backend_and_init_method():
     with pytest.raises(ValueError, match="backend"):
-        dist.init_process_group(backend="nccl")
+        dist.init_process_group(backend="nccl2")   # torch's "nccl" means tcp; a typo still raises
     with pytest.raises(ValueError, match="init_method"):
         dist.init_process_group(init_method="file:///tmp/x", rank=0, world_size=2)
 

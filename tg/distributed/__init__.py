@@ -203,23 +203,40 @@ def _port(value: int, what: str) -> int:
 
 
 BACKENDS = ("tcp", "mpi", "ucx")
+# torch's backend names -> (tg's backend, why); a "cpu:gloo,cuda:nccl" string maps each of its parts
+TORCH_BACKENDS = {
+    "gloo": ("tcp", "sockets, shared memory between ranks on one host"),
+    "nccl": ("tcp", "GPU tensors staged through (pinned) host memory; TG_BACKEND=ucx when ucxx is installed"),
+}
+_MAPPED: set[str] = set()
 
 
 def _choose_backend(asked: str | None) -> str:
     """The argument, else TG_BACKEND, else mpi under mpiexec (unless a torchrun-style launcher set RANK),
-    else tcp (with shared memory between ranks on one host)."""
+    else tcp (with shared memory between ranks on one host). torch's names are accepted, in any case:
+    'gloo' and 'nccl' mean tcp, 'mpi' mpi, and 'cpu:gloo,cuda:nccl' each part's."""
     from tg.distributed.mpi import under_mpiexec
-    backend = (asked or config.TG_BACKEND or "").lower()
-    if not backend:
-        backend = "mpi" if under_mpiexec() and config.RANK < 0 else "tcp"
-    if backend not in BACKENDS:
-        raise ValueError(f"[distributed] unknown backend {backend!r}; choose one of {', '.join(BACKENDS)} "
-                         f"(argument or TG_BACKEND)")
+    name = (asked or config.TG_BACKEND or "").strip().lower()
+    if not name:
+        return "mpi" if under_mpiexec() and config.RANK < 0 else "tcp"
+    parts = [part.rpartition(":")[2].strip() for part in name.split(",")]
+    unknown = [part for part in parts if part not in BACKENDS and part not in TORCH_BACKENDS]
+    chosen = {TORCH_BACKENDS[part][0] if part in TORCH_BACKENDS else part for part in parts}
+    if unknown or len(chosen) != 1:
+        raise ValueError(f"[distributed] unknown backend {asked or config.TG_BACKEND!r}; choose one of "
+                         f"{', '.join(BACKENDS)} or torch's {', '.join(TORCH_BACKENDS)} (also 'cpu:gloo,"
+                         f"cuda:nccl'), as the argument or TG_BACKEND")
+    backend = chosen.pop()
+    if name != backend and name not in _MAPPED and config.DEBUG >= 1:
+        _MAPPED.add(name)
+        why = "; ".join(TORCH_BACKENDS[part][1] for part in dict.fromkeys(parts) if part in TORCH_BACKENDS)
+        print(f"[distributed] backend {name!r} -> tg's {backend}" + (f" ({why})" if why else ""))
     return backend
 
 
 def get_backend(group: Any = None) -> str:
-    """The backend the job runs on: 'tcp', 'mpi' or 'ucx' (torch.distributed.get_backend).
+    """The backend the job runs on: 'tcp', 'mpi' or 'ucx' (torch.distributed.get_backend). It is
+    tg's name even when init_process_group was given torch's ('nccl' gives 'tcp').
 
     >>> import tg.distributed as dist
     >>> dist.init_process_group(backend="tcp")
@@ -261,7 +278,8 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
     Rank and world size come from the launcher's environment (tglaunch or torchrun, Open MPI, MPICH,
     Slurm) unless `rank` and `world_size` are given; with none, this is a one-rank job whose
     collectives are identities. `backend`: 'tcp' (default), 'mpi' (picked under mpiexec) or 'ucx',
-    else TG_BACKEND. `init_method`: 'env://' (MASTER_ADDR, MASTER_PORT) or 'tcp://host:port', where
+    else TG_BACKEND; torch's 'gloo' and 'nccl' mean 'tcp' (DEBUG=1 prints the mapping once).
+    `init_method`: 'env://' (MASTER_ADDR, MASTER_PORT) or 'tcp://host:port', where
     rank 0 hosts the rendezvous store. `timeout` (seconds or a timedelta; default TG_DIST_TIMEOUT)
     bounds set-up and every later call.
 

@@ -204,7 +204,7 @@ def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimiz
         files += [_shard_name(r, size) for r in range(size)]
         meta = {"index": json.dumps(optimizer.shard_index()), "rank": str(rank), "world_size": str(size),
                 "params": json.dumps([list(p.shape) for p in optimizer.params])}
-        safe_save(optimizer.state_dict(), partial / _shard_name(rank, size), metadata=meta)
+        safe_save(optimizer.shard_state_dict(), partial / _shard_name(rank, size), metadata=meta)
     elif optimizer is not None:
         files.append("optim.safetensors")
         if rank == 0:
@@ -336,7 +336,7 @@ def load_zero_shards(opt: Any, paths: list[str]) -> None:  # noqa: C901
         if f not in loaded:
             loaded[f] = safe_load(old[f][0], device=opt.device)
         return loaded[f]
-    state = opt.state_dict()
+    state = opt.shard_state_dict()
     keys = sorted({k.split(".", 2)[2] for k in state if k.startswith("state.")})
     targets = {key: [np.zeros(m.numel(), np.float64) for m in opt.masters] for key in [*keys, "master"]}
     host: dict[tuple[int, str, int], np.ndarray] = {}

@@ -23,6 +23,7 @@ contributes zeros and is given the mean of the others.
 from __future__ import annotations
 
 import contextlib
+import warnings
 import weakref
 from collections.abc import Iterator
 from typing import Any
@@ -62,6 +63,27 @@ def watch_backward(owner: Any, method: str) -> Any:
     return remove
 
 
+_WARNED: set[str] = set()
+
+
+def warn_once(key: str, message: str) -> None:
+    """Warn with message the first time key is seen in this process (torch arguments tg accepts
+    but has no use for, work done twice): a training loop says it once, not every step."""
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, stacklevel=3)
+
+
+# id(parameter) -> the DistributedDataParallel averaging its gradients (it holds the parameter, so the
+# id stays valid while the entry lives); a ZeroOptimizer asks it whether a gradient is averaged already
+_OWNERS: weakref.WeakValueDictionary[int, DistributedDataParallel] = weakref.WeakValueDictionary()
+
+
+def ddp_owner(p: Tensor) -> DistributedDataParallel | None:
+    """The live DistributedDataParallel that averages p's gradient, if any."""
+    return _OWNERS.get(id(p))
+
+
 def new_gradients(params: list[Tensor], synced: list[Tensor | None]) -> bool:
     """Whether a backward gave some parameter a gradient since the last synchronisation."""
     return any(p.grad is not None and p.grad is not s for p, s in zip(params, synced))
@@ -99,6 +121,15 @@ class DistributedDataParallel:
         self.require_sync = True
         self._synced: list[Tensor | None] = [None] * len(self.params)   # each .grad as left by the last sync
         self._hook = watch_backward(self, "_after_backward")
+        self._index = {id(p): i for i, p in enumerate(self.params)}
+        for p in self.params:
+            _OWNERS[id(p)] = self
+
+    def averaged(self, p: Tensor) -> bool:
+        """Whether p.grad is the gradient this wrapper's last synchronisation averaged over the group
+        (and nothing has replaced it since)."""
+        i = self._index.get(id(p))
+        return i is not None and p.grad is not None and self._synced[i] is p.grad
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.module(*args, **kwargs)

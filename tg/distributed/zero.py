@@ -35,7 +35,7 @@ import numpy as np
 from tg.core.capture import host_step
 from tg.core.dtype import dtypes
 from tg.core.tensor import Tensor
-from tg.distributed.ddp import _world, new_gradients, watch_backward
+from tg.distributed.ddp import _world, ddp_owner, new_gradients, warn_once, watch_backward
 from tg.distributed.flat import Bucket, HostView, make_buckets, own_memory
 from tg.nn.optim import Optimizer
 
@@ -45,6 +45,11 @@ class _Done:
         return True
 
 
+def _same_group(a: Any, b: Any) -> bool:
+    import tg.distributed as dist
+    return a is b or (dist.is_initialized() and dist._group(a) is dist._group(b))
+
+
 class ZeroOptimizer(Optimizer):
     """ZeRO-2 around any tg optimizer class: `ZeroOptimizer(params, nn.optim.Adam, lr=1e-3)`.
 
@@ -52,6 +57,8 @@ class ZeroOptimizer(Optimizer):
     `state_dict()` is this rank's shard (see `shard_index()` for what it covers). torch's nearest is
     FSDP with SHARD_GRAD_OP; ZeroRedundancyOptimizer shards optimizer state only (ZeRO-1).
     Extra keyword arguments go to `optimizer_class`; `bucket_mb` as in DistributedDataParallel.
+    Under a DistributedDataParallel wrapper over the same group, the gradients its backward averaged
+    are not reduced again: each rank keeps its part of them (no communication).
 
     >>> from tg import Tensor, nn
     >>> import tg.distributed as dist
@@ -66,6 +73,9 @@ class ZeroOptimizer(Optimizer):
     -0.4
     >>> dist.destroy_process_group()
     """
+
+    # 2: gradients reduced after each backward, the full ones dropped; 1: kept, reduced in step()
+    stage = 2
 
     def __init__(self, params: Iterable[Tensor], optimizer_class: type[Optimizer], group: Any = None,
                  bucket_mb: float = 25.0, **kwargs: Any):
@@ -147,16 +157,39 @@ class ZeroOptimizer(Optimizer):
             return dist.reduce_scatter_tensor(out, inp, op=dist.ReduceOp.AVG, group=self.group, async_op=True)
         return dist.all_gather_into_tensor(out, inp, group=self.group, async_op=True)
 
+    def _averaged_by_ddp(self) -> bool:
+        """Whether every gradient is one a DistributedDataParallel over this group has just averaged
+        (so reducing it again would give the same values); warns once when a stage-1 step would
+        reduce a second time gradients such a wrapper reduced already."""
+        with_grad = [p for p in self.params if p.grad is not None]
+        if not with_grad or self.world_size == 1:
+            return False
+        owners = [ddp_owner(p) for p in with_grad]
+        ddp = [o for o in owners if o is not None and o.world_size > 1 and _same_group(o.group, self.group)]
+        if len(ddp) == len(with_grad) and all(o.averaged(p) for o, p in zip(ddp, with_grad)):
+            return True   # every rank decides alike: DDP's synchronisation ran on all of them
+        if self.stage == 1 and any(o.require_sync for o in ddp):
+            warn_once("zero-twice", f"[distributed] {type(self).__name__}: these gradients were averaged by "
+                      "DistributedDataParallel and are now reduced again (the result is the same, the "
+                      "communication is wasted) because a .grad was replaced after backward. Fix: change "
+                      "gradients in place (p.grad.assign(...)) between backward and step")
+        return False
+
     # ------------------------------------------------------------ backward: reduce-scatter
     def _after_backward(self, root: Tensor) -> None:
+        if self.stage == 1:
+            return   # stage 1 keeps the full gradients and reduces them in step()
         if not new_gradients(self.params, self._synced):
             return   # this backward did not reach these parameters
         self.reduce_gradients()
 
     def reduce_gradients(self) -> None:
-        """Reduce-scatter every bucket's gradients into this rank's shard (mean over ranks) and drop
-        the full gradients. Called after each backward; several backwards before step() accumulate."""
+        """Reduce-scatter every bucket's gradients into this rank's shard (mean over ranks) and, at
+        stage 2, drop the full gradients. Called after each backward (stage 2; several backwards
+        before step() accumulate) or by step() (stage 1). Gradients a DistributedDataParallel has
+        averaged already are only sliced."""
         accumulate = self._has_grad
+        averaged = self._averaged_by_ddp()
         targets = [Tensor.empty(*g.shape, dtype=g.dtype, device=g.device).realize() if accumulate else g
                    for g in self.grads]
         works: list[Any] = []
@@ -170,10 +203,16 @@ class ZeroOptimizer(Optimizer):
                 bucket: Bucket = bucket, views: list[HostView | None] = views, out: HostView = out
             ) -> None:
                 recv = out.read() if out.zero_copy else np.empty(out.numel, out.np_dtype)
-                works.append((self._collective("reduce_scatter", recv, bucket.pack(views)), out, recv))
+                flat = bucket.pack(views)
+                if averaged:      # ZeRO-1 under DDP: the mean is there already, keep this rank's part
+                    recv[...] = flat[self._part(bucket)]
+                    works.append((_Done(), out, recv))
+                else:
+                    works.append((self._collective("reduce_scatter", recv, flat), out, recv))
             host_step(start)
-            for p in bucket.params:
-                p.grad = None        # ZeRO-2: the full gradient is not kept
+            if self.stage == 2:
+                for p in bucket.params:
+                    p.grad = None        # ZeRO-2: the full gradient is not kept
 
         def finish() -> None:
             for work, out, recv in works:
@@ -196,8 +235,16 @@ class ZeroOptimizer(Optimizer):
         self._synced = [None] * len(self.params)
 
     # ------------------------------------------------------------ step: update the shard, all-gather
+    def _reduce_kept_gradients(self) -> None:
+        # stage 1: the full gradients hold every backward's sum since zero_grad, so reduce them afresh
+        self._has_grad = False
+        if any(p.grad is not None for p in self.params):
+            self.reduce_gradients()
+
     def step(self) -> None:
         """Step the wrapped optimizer on this rank's shard, then all-gather the parameters."""
+        if self.stage == 1:
+            self._reduce_kept_gradients()
         if not self._has_grad:
             return
         items = [(m, g, self.optimizer._state(i)) for i, (m, g) in enumerate(zip(self.masters, self.grads))]
@@ -226,6 +273,10 @@ class ZeroOptimizer(Optimizer):
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Tensor | np.ndarray]:
         """This rank's shard: the wrapped optimizer's state of each bucket part and the masters."""
+        return self.shard_state_dict()
+
+    def shard_state_dict(self) -> dict[str, Tensor | np.ndarray]:
+        """This rank's shard, whatever state_dict() returns (tg.distributed.save_checkpoint's form)."""
         # the flat names load_zero_shards reshards: "t", "lr", "state.<part>.<buffer>", "master.<part>"
         out: dict[str, Tensor | np.ndarray] = {"t": self.optimizer.t, "lr": self.optimizer.lr_tensor}
         for b in range(len(self.masters)):

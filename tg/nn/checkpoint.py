@@ -36,11 +36,14 @@ from tg.core.lazy import LazyBuffer
 from tg.core.tensor import Tensor
 
 
-def checkpoint(fn: Callable[..., Any], *args: Any, preserve_rng_state: bool = True, **kwargs: Any) -> Any:
+def checkpoint(fn: Callable[..., Any], *args: Any, preserve_rng_state: bool = True,
+               use_reentrant: bool | None = None, **kwargs: Any) -> Any:
     """fn(*args, **kwargs), with its activations recomputed in backward instead of kept.
 
     fn returns a Tensor or a tuple / list of them (other values pass through untouched); the same
-    structure comes back. See the module docstring for the contract.
+    structure comes back. See the module docstring for the contract. `use_reentrant` is torch's
+    choice between two implementations; tg has one (it behaves like torch's non-reentrant one), so
+    every value gives the same result.
 
         >>> from tg import Tensor
         >>> w = Tensor([[2.0]], requires_grad=True)
@@ -75,10 +78,11 @@ def checkpoint(fn: Callable[..., Any], *args: Any, preserve_rng_state: bool = Tr
 
 
 def checkpoint_sequential(layers: Sequence[Callable[[Tensor], Tensor]], segments: int, x: Tensor,
-                          preserve_rng_state: bool = True) -> Tensor:
+                          preserve_rng_state: bool = True, use_reentrant: bool | None = None) -> Tensor:
     """Run callables in order on x as `segments` chunks (torch's contract): every chunk but the
     last is checkpointed; the last runs normally (its activations are needed first in backward).
-    Chunks hold len(layers) // segments layers; the last also takes the remainder.
+    Chunks hold len(layers) // segments layers; the last also takes the remainder. `layers` may be
+    an nn.Sequential; `use_reentrant` as in checkpoint().
 
         >>> from tg import Tensor, nn
         >>> layers = [nn.Linear(3, 3), Tensor.relu, nn.Linear(3, 1)]
