@@ -199,6 +199,22 @@ class Max(Function):
         return is_max.e(BinaryOps.MUL, grad.e(BinaryOps.MUL, count.e(UnaryOps.RECIP)).expand(self.x.shape))
 
 
+class Local(Function):
+    """A value computed elsewhere (with no graph) and the local derivative of it by each input:
+    backward is grad * derivative. For composites whose composed gradient would meet 0 * inf or
+    cancellation where the true derivative is plain: pow at 0, sigmoid far from 0, log1p near 0,
+    and the zero gradient of piecewise-constant functions (sign, round)."""
+
+    def forward(self, *inputs: LazyBuffer, value: LazyBuffer,
+                derivatives: tuple[LazyBuffer, ...] = ()) -> LazyBuffer:
+        self.derivatives = derivatives
+        return value
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        return tuple(grad.e(BinaryOps.MUL, d) if need else None
+                     for d, need in zip(self.derivatives, self.needs_input_grad))
+
+
 # ---------------------------------------------------------------- movement
 class Reshape(Function):
     def forward(self, x: LazyBuffer, shape: tuple[int, ...]) -> LazyBuffer:

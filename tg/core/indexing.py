@@ -205,7 +205,11 @@ def advanced(x: Tensor, y: Tensor, plan: Plan) -> Tensor:
         .cast(y.dtype)
     )  # (*rest, *bshape)
     # torch: adjacent advanced dims stay in place, otherwise they go first
-    adjacent = dims_adv == list(range(dims_adv[0], dims_adv[0] + len(dims_adv)))
+    # adjacent in the index itself: a None or a slice between them separates them (ints are
+    # applied first, as torch selects, so they do not)
+    entries = [nd for nd in plan.out if nd != "drop"]
+    where_adv = [i for i, nd in enumerate(entries) if nd is not None and nd[0] == "adv"]
+    adjacent = where_adv == list(range(where_adv[0], where_adv[0] + len(where_adv)))
     nb = len([d for d in rest if d < dims_adv[0]]) if adjacent else 0
     order = list(range(nb)) + list(range(len(rest), len(rest) + k)) + list(range(nb, len(rest)))
     y = picked.permute(order)

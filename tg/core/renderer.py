@@ -269,8 +269,12 @@ def _lit(value, dtype: DType, d: Dialect) -> str:
         return f"({s})" if value < 0 else s
     value = int(value)
     suffix = {"int64": "ll", "uint64": "ull", "uint32": "u"}.get(dtype.name, "")
+    # the literal 2**(bits-1) does not fit the type, so -2**(bits-1) would be a wider type (a long
+    # in OpenCL, which then will not mix with int vectors)
     if dtype.name == "int64" and value == -(2 ** 63):
         return "(-9223372036854775807ll-1)"
+    if dtype.name == "int32" and value == -(2 ** 31):
+        return "(-2147483647-1)"
     body = f"{value}{suffix}"
     return f"({body})" if value < 0 else body
 

@@ -19,7 +19,15 @@ import numpy as np
 from tg.core import autograd, indexing, random
 from tg.core import function as F
 from tg.core.device import Device
-from tg.core.dtype import DType, dtype_of_scalar, dtypes, max_value, promote_types, scalar_result_type
+from tg.core.dtype import (
+    DType,
+    dtype_of_scalar,
+    dtypes,
+    max_value,
+    min_value,
+    promote_types,
+    scalar_result_type,
+)
 from tg.core.indexing import TgIndexError
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, BufferOps, UnaryOps
@@ -469,6 +477,9 @@ class Tensor:
             ((2, 3), dtypes.float32, True)
         """
         dt = dtypes.from_any(dtype) if dtype is not None else dtypes.default_float
+        if not dt.is_float:
+            raise TypeError(f"[core] rand: uniform samples in [0, 1) need a float dtype, got {dt.name} "
+                            f"(torch raises too); pass dtype=float (e.g. dtype='float32'), or use randint")
         mantissa = {"float16": 11, "bfloat16": 8}.get(dt.name, 24)
         out = Tensor._uniform01(_shape(shape), device, mantissa).cast(dt)
         return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
@@ -490,15 +501,19 @@ class Tensor:
         return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
-    def randint(low: int, high: int | None = None, size: Any = (), dtype: DType | str | None = None,
+    def randint(low: int, high: Any = None, size: Any = (), dtype: DType | str | None = None,
                 device: str | None = None, **kw: Any) -> Tensor:
-        """Integers drawn uniformly from [low, high), int64 unless dtype is given; randint(high, size=...)
-        means low=0. Unlike torch.randint(high, size), size must then be given by keyword.
+        """Integers drawn uniformly from [low, high), int64 unless dtype is given; as in torch,
+        randint(high, size) means low=0.
 
             >>> x = Tensor.randint(3, 7, size=(100,))
             >>> x.dtype, x.min().item() >= 3, x.max().item() < 7
             (dtypes.int64, True, True)
+            >>> Tensor.randint(5, (2, 3)).shape
+            (2, 3)
         """
+        if isinstance(high, (tuple, list)):
+            high, size = None, high
         if high is None:
             low, high = 0, low
         if high <= low:
@@ -1216,13 +1231,15 @@ class Tensor:
             ([0.5, 1.5], [-4, 3])
             >>> Tensor([-7.0, 7.0]).div(2, rounding_mode="trunc").tolist()
             [-3.0, 3.0]
+            >>> Tensor([-7, 7]).div(2, rounding_mode="trunc").tolist()
+            [-3, 3]
         """
         if rounding_mode == "floor":
             return self.floordiv(y, reverse)
-        if rounding_mode == "trunc":
-            q = self.div(y, reverse)
-            return q.trunc() if q.dtype.is_float else q
         a, b = self._broadcasted(y, reverse)
+        if rounding_mode == "trunc":
+            # ints: C division truncates, exactly and in the int dtype (torch keeps it too)
+            return (a / b).trunc() if a.dtype.is_float else a._nograd_op(BinaryOps.IDIV, b)
         a, b = a._float_like(), b._float_like()
         return apply(F.Mul, a, apply(F.Reciprocal, b))
 
@@ -1263,42 +1280,109 @@ class Tensor:
         return a._nograd_op(BinaryOps.MOD, b) if not a.dtype.is_float else a - (a / b).trunc() * b
 
     def pow(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        """self ** y, broadcasting. A scalar whole-number exponent with |y| <= 16 is an exact repeated
-        product (an int tensor raised to a positive one stays int); other exponents go through exp2/log2
-        in float, and a negative base gives nan unless the exponent is whole. reverse=True is y ** self.
+        """self ** y, broadcasting, with torch's dtypes: int ** int stays int (the promoted int dtype)
+        and is exact, wrapping on overflow as torch does; a float on either side gives float. A scalar
+        whole-number float exponent with |y| <= 16 is an exact repeated product; other float exponents
+        go through exp2/log2, and a negative base gives nan unless the exponent is whole. An int
+        tensor to a negative int scalar raises, as in torch. reverse=True is y ** self.
 
             >>> Tensor([1, 2, 3]).pow(2).tolist(), Tensor([2.0, 4.0]).pow(-1).tolist()
             ([1, 4, 9], [0.5, 0.25])
             >>> Tensor([4.0, 9.0]).pow(0.5).tolist(), Tensor([-2.0, 2.0]).pow(3.0).tolist()
             ([2.0, 3.0], [-8.0, 8.0])
+            >>> Tensor([2, 3]).pow(20).tolist(), (2 ** Tensor([1, 2, 3])).tolist()
+            ([1048576, 3486784401], [2, 4, 8])
         """
         if not reverse and isinstance(y, (int, float)) and not isinstance(y, bool):
-            if y == 0:
-                return self.ones_like()
-            if y == 0.5:
-                return self.sqrt()
-            if y == -0.5:
-                return self.rsqrt()
-            if float(y).is_integer() and abs(y) <= 16:
-                n, acc, base = abs(int(y)), None, self
-                while n:
-                    if n & 1:
-                        acc = base if acc is None else acc * base
-                    n >>= 1
-                    if n:
-                        base = base * base
-                assert acc is not None
-                return acc.reciprocal() if y < 0 else acc
+            x = self.cast(scalar_result_type(self.dtype, y))
+            if not x.dtype.is_float:
+                if y < 0:
+                    raise ValueError(f"[core] pow: Integers to negative integer powers are not allowed "
+                                     f"(as in torch), got {x.dtype.name} ** {y}; use a float tensor")
+                return x._pow_by_squaring(int(y))
+            with _NoGrad():
+                value = x.detach()._pow_scalar_value(y)
+            return x._local(value, (x, lambda: 0 if y == 0 else y * x.detach()._pow_scalar_value(y - 1)))
         a, b = self._broadcasted(y, reverse)
-        a, b = a._float_like(), b._float_like()
+        if a.dtype == dtypes.bool:
+            a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
+        if not a.dtype.is_float:
+            return a._int_pow(b)
+        ad, bd = a.detach(), b.detach()
+        with _NoGrad():
+            value = ad._pow_value(bd)
+        # torch's derivatives: b * a**(b-1) (0 where b == 0) and a**b * log(a) (0 where a == 0 <= b)
+        return a._local(value, (a, lambda: (bd == 0).where(0.0, bd * ad._pow_value(bd - 1))),
+                        (b, lambda: ((ad == 0) & (bd >= 0)).where(0.0, value * ad.log())))
+
+    def _pow_by_squaring(self, n: builtins.int) -> Tensor:
+        """self ** n for a whole n >= 0 by repeated squaring: exact in integer arithmetic."""
+        acc, base = None, self
+        while n:
+            if n & 1:
+                acc = base if acc is None else acc * base
+            n >>= 1
+            if n:
+                base = base * base
+        return self.ones_like() if acc is None else acc
+
+    def _pow_scalar_value(self, y: builtins.int | builtins.float) -> Tensor:
+        if y == 0.5:
+            return self.sqrt()
+        if y == -0.5:
+            return self.rsqrt()
+        if float(y).is_integer() and abs(y) <= 16:
+            acc = self._pow_by_squaring(abs(int(y)))
+            return acc.reciprocal() if y < 0 else acc
+        return self._pow_value(Tensor(LazyBuffer.const(y, self.dtype, self.device, ()), device=self.device)
+                               ._broadcast_to(self.shape))
+
+    def _pow_value(self, b: Tensor) -> Tensor:
+        """a ** b for float tensors of one shape, with no gradient rule of its own (pow() gives one)."""
+        a = self
         mag = (b == 0).where(1.0, (b * a.abs().log2()).exp2())   # 0**0 is 1
         # negative bases: real only for integer exponents; sign flips for odd ones
         is_int = b == b.trunc()
         odd = (b.abs() % 2) == 1
         neg = a < 0
         sign = (neg & odd).where(-1.0, 1.0)
-        nan = Tensor.full(a.shape, float("nan"), dtype=a.dtype, device=a.device)
-        return (neg & is_int.logical_not()).where(nan, mag * sign)
+        return (neg & is_int.logical_not()).where(float("nan"), mag * sign)
+
+    def _int_pow(self, e: Tensor) -> Tensor:
+        """self ** e for int tensors of one shape and dtype: square-and-multiply over every bit of the
+        exponent, so exact (wrapping as the dtype does). A negative exponent gives what torch's
+        integer pow gives: 1 for base 1, +-1 for base -1, else 0."""
+        bits = self.dtype.itemsize * 8 - (0 if self.dtype.is_unsigned else 1)
+        if e.lazydata.base.realized is not None and e.numel():   # host data: only the bits in use
+            bits = min(bits, max(int(e.numpy().max()).bit_length(), 1))
+        acc, base = self.ones_like(), self
+        for bit in range(bits):
+            acc = acc * ((e >> bit) & 1).bool().where(base, 1)
+            if bit + 1 < bits:
+                base = base * base
+            if bit % 6 == 5:
+                # each square reads base twice, and kernels inline it as a tree: cut the chain
+                acc, base = acc.realize(), base.realize()
+        if self.dtype.is_unsigned:
+            return acc
+        odd = (e & 1) == 1
+        neg_pow = (self == 1).where(1, (self == -1).where(odd.where(-1, 1), 0))
+        return (e < 0).where(neg_pow.cast(self.dtype), acc)
+
+    def _local(self, value: Tensor, *inputs: tuple[Tensor, Callable[[], Any]]) -> Tensor:
+        """value (computed with no graph) joined to the graph of the given inputs, each with a callable
+        giving d(value)/d(input) (a scalar or a tensor of value's shape), called only when a gradient is
+        wanted. The inputs have value's shape and dtype."""
+        if Tensor.no_grad or not any(t.requires_grad for t, _ in inputs):
+            return value
+        derivatives = []
+        for _, fn in inputs:
+            with _NoGrad():
+                d = fn()
+                d = d.cast(value.dtype) if isinstance(d, Tensor) else \
+                    Tensor(LazyBuffer.const(d, value.dtype, value.device, ()), device=value.device)
+                derivatives.append(d._broadcast_to(value.shape).lazydata)
+        return apply(F.Local, *(t for t, _ in inputs), value=value.lazydata, derivatives=tuple(derivatives))
 
     def __add__(self, y: Any) -> Tensor: return self.add(y)
     def __radd__(self, y: Any) -> Tensor: return self.add(y, True)
@@ -1498,22 +1582,40 @@ class Tensor:
         return self.log2() * math.log10(2)
 
     def log1p(self) -> Tensor:
-        """log(1 + self), elementwise. It is computed as written, so unlike torch's it keeps no extra
-        precision for tiny inputs.
+        """log(1 + self), elementwise, accurate for tiny inputs as torch's is: for |x| < 0.5,
+        x * log(u) / (u - 1) with u = 1 + x rounded (its rounding error cancels in the ratio; x where
+        u is 1), else log(u).
 
             >>> [round(v, 4) for v in Tensor([0.0, 1.0]).log1p().tolist()]
             [0.0, 0.6931]
+            >>> Tensor([1e-8]).log1p().item() == Tensor([1e-8]).item()
+            True
         """
-        return (self + 1).log()
+        x = self._float_like()
+        with _NoGrad():
+            xd = x.detach()
+            u = xd + 1
+            log_u = u.log()
+            den = (u == 1).where(1.0, u - 1)
+            out = (xd.abs() < 0.5).where((u == 1).where(xd, xd * (log_u / den)), log_u)
+        return x._local(out, (x, lambda: u.reciprocal()))
 
     def expm1(self) -> Tensor:
-        """exp(self) - 1, elementwise. It is computed as written, so unlike torch's it keeps no extra
-        precision for tiny inputs.
+        """exp(self) - 1, elementwise, accurate for tiny inputs as torch's is: for |x| < 0.5,
+        (u - 1) * x / log(u) with u = exp(x) rounded (x where u is 1), else u - 1.
 
             >>> [round(v, 4) for v in Tensor([0.0, 1.0]).expm1().tolist()]
             [0.0, 1.7183]
+            >>> Tensor([1e-8]).expm1().item() == Tensor([1e-8]).item()
+            True
         """
-        return self.exp() - 1
+        x = self._float_like()
+        with _NoGrad():
+            xd = x.detach()
+            u = xd.exp()
+            log_u = (u == 1).where(1.0, u.log())
+            out = (xd.abs() < 0.5).where((u == 1).where(xd, (u - 1) * (xd / log_u)), u - 1)
+        return x._local(out, (x, lambda: u))
 
     def sqrt(self) -> Tensor:
         """The square root, elementwise: nan for negative inputs (int inputs give float32).
@@ -1595,7 +1697,9 @@ class Tensor:
             >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist(), Tensor([-7, 0, 3]).sign().tolist()
             ([-1.0, 0.0, 1.0], [-1, 0, 1])
         """
-        return (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+        with _NoGrad():
+            out = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
+        return self._local(out, (self, lambda: 0)) if self.dtype.is_float else out   # torch: gradient 0
 
     def sigmoid(self) -> Tensor:
         """1 / (1 + exp(-self)), elementwise.
@@ -1603,7 +1707,11 @@ class Tensor:
             >>> [round(v, 4) for v in Tensor([-2.0, 0.0, 2.0]).sigmoid().tolist()]
             [0.1192, 0.5, 0.8808]
         """
-        return (1 + (-self._float_like()).exp()).reciprocal()
+        x = self._float_like()
+        with _NoGrad():
+            out = (1 + (-x.detach()).exp()).reciprocal()
+        # s * (1 - s) is 0, not 0 * inf = nan, where exp(-x) overflows
+        return x._local(out, (x, lambda: out * (1 - out)))
 
     def tanh(self) -> Tensor:
         """The hyperbolic tangent, elementwise.
@@ -1611,7 +1719,10 @@ class Tensor:
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).tanh().tolist()]
             [-0.7616, 0.0, 0.7616]
         """
-        return 2.0 * (2.0 * self._float_like()).sigmoid() - 1.0
+        x = self._float_like()
+        with _NoGrad():
+            out = 2.0 * (2.0 * x.detach()).sigmoid() - 1.0
+        return x._local(out, (x, lambda: 1 - out * out))
 
     def leaky_relu(self, negative_slope: builtins.float = 0.01) -> Tensor:
         """self where positive, else self * negative_slope (0.01 by default, as in torch).
@@ -1720,8 +1831,8 @@ class Tensor:
             ([1, 2, 3], [1, 2, 2])
         """
         a, b = self._broadcasted(y)
-        if a.dtype == dtypes.bool:
-            return a & b
+        if not a.dtype.is_float:
+            return (a < b).where(a, b) if a.dtype != dtypes.bool else a & b   # -a wraps at INT_MIN
         return -apply(F.Maximum, -a, -b)
 
     def trunc(self) -> Tensor:
@@ -1733,9 +1844,11 @@ class Tensor:
         if not self.dtype.is_float:
             return self
         # values beyond 2**23 have no fraction in float32; casting them would overflow ints
-        big = self.abs() >= 2.0 ** 52
-        t = self.detach().cast(dtypes.int64).cast(self.dtype)
-        return big.where(self.detach(), t)
+        with _NoGrad():
+            big = self.abs() >= 2.0 ** 52
+            t = self.detach().cast(dtypes.int64).cast(self.dtype)
+            out = big.where(self.detach(), t)
+        return self._local(out, (self, lambda: 0))   # torch: gradient 0 (floor, ceil, round too)
 
     def floor(self) -> Tensor:
         """Round down to a whole number, elementwise (int tensors are returned as they are).
@@ -1756,11 +1869,13 @@ class Tensor:
         return (t < self).where(t + 1, t)
 
     def round(self) -> Tensor:
-        """Round half to even, like torch.round.
+        """Round half to even, like torch.round (int tensors are returned as they are).
 
-            >>> Tensor([0.5, 1.5, 2.5, -1.5, 2.7]).round().tolist()
-            [0.0, 2.0, 2.0, -2.0, 3.0]
+            >>> Tensor([0.5, 1.5, 2.5, -1.5, 2.7]).round().tolist(), Tensor([3]).round().dtype
+            ([0.0, 2.0, 2.0, -2.0, 3.0], dtypes.int64)
         """
+        if not self.dtype.is_float:
+            return self
         f = (self + 0.5).floor()
         tie = (f - self) == 0.5
         odd = (f % 2) == 1
@@ -1848,30 +1963,36 @@ class Tensor:
         if self.dtype.is_unsigned:
             top = int(max_value(self.dtype))
             return top - (top - self).max(axis, keepdim)
-        return -((-self).max(axis, keepdim))
+        out = -((-self).max(axis, keepdim))
+        if self.dtype.is_float:
+            return out
+        # -x wraps at the dtype's minimum (-INT_MIN is INT_MIN, which then never wins the max), so
+        # it is looked for on its own. (~x, which has no such case, OpenCL's pocl miscompiles in a max.)
+        low = int(min_value(self.dtype))
+        return (self == low).any(axis, keepdim).where(low, out)
 
     def _check_nonempty(self, axis: Any, name: str) -> None:
         axes = self._axes(axis)
         if any(self.shape[a] == 0 for a in axes) or (self.numel() == 0 and axis is None):
             raise ValueError(f"[core] {name}: reduction over an empty dimension of shape {self.shape}")
 
-    def amax(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+    def amax(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """max() over one dim or a tuple of dims (torch.amax).
 
             >>> x = Tensor([[1, 5], [3, 4]])
             >>> x.amax(0).tolist(), x.amax((0, 1)).item()
             ([3, 5], 5)
         """
-        return self.max(axis, keepdim)
+        return self.max(dim if dim is not None else axis, keepdim)
 
-    def amin(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+    def amin(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """min() over one dim or a tuple of dims (torch.amin).
 
             >>> x = Tensor([[1, 5], [3, 4]])
             >>> x.amin(1).tolist(), x.amin((0, 1)).item()
             ([1, 3], 1)
         """
-        return self.min(axis, keepdim)
+        return self.min(dim if dim is not None else axis, keepdim)
 
     def mean(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """The average over `axis` (None for all dims), dropping it unless keepdim. Int and bool tensors
@@ -1917,14 +2038,16 @@ class Tensor:
         return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
 
     def prod(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """The product over `axis`, via logs of magnitudes with the sign and zeros tracked separately.
-        Int tensors give int64, rounded from a float64 result.
+        """The product over `axis`. Floats go via logs of magnitudes with the sign and zeros tracked
+        separately; ints (and bool) give int64, an exact product (wrapping on overflow, as in torch).
 
             >>> x = Tensor([[1, 2], [3, 4]])
             >>> x.prod().item(), x.prod(0).tolist(), Tensor([-2.0, 0.5, 3.0]).prod().item()
             (24, [3, 8], -3.0)
         """
         axis = dim if dim is not None else axis
+        if not self.dtype.is_float:
+            return self._int_prod(axis, keepdim)
         x = self.cast(dtypes.float64)      # logs summed in float64: exact for ordinary products
         mag = x.abs()
         logs = (mag == 0).where(0.0, mag.log()).sum(axis, keepdim)
@@ -1932,9 +2055,35 @@ class Tensor:
         negs = (x < 0).sum(axis, keepdim)
         sign = ((negs % 2) == 1).where(-1.0, 1.0)
         out = (zeros > 0).where(0.0, logs.exp() * sign)
-        if self.dtype.is_float:
-            return out.cast(self.dtype)
-        return out.round().cast(dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
+        return out.cast(self.dtype)
+
+    def _int_prod(self, axis: Any, keepdim: builtins.bool) -> Tensor:
+        """The exact product of an int tensor: the reduced dims flattened to one, then multiplied in
+        groups of 8 (padded with ones) until one is left."""
+        x = self.cast(dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
+        axes = self._axes(axis)
+        if self.ndim == 0:
+            return x
+        kept = [i for i in range(self.ndim) if i not in axes]
+        kept_shape = tuple(self.shape[i] for i in kept)
+        x = x.permute(kept + list(axes)).reshape(kept_shape + (prod(self.shape[a] for a in axes),))
+        if x.shape[-1] == 0:
+            x = Tensor.ones(*kept_shape, 1, dtype=x.dtype, device=x.device)
+        while x.shape[-1] > 1:
+            m = x.shape[-1]
+            groups = math.ceil(m / 8)
+            x = x.pad(((0, 0),) * len(kept_shape) + ((0, groups * 8 - m),), value=1)
+            x = x.reshape(kept_shape + (groups, 8))
+            parts = [x[..., j] for j in range(8)]
+            x = parts[0]
+            for part in parts[1:]:
+                x = x * part
+            if x.shape[-1] > 1:
+                x = x.realize()   # each level reads the last 8 times: inlined, kernels would grow 8x a level
+        out = x.reshape(kept_shape)
+        if keepdim:
+            out = out.reshape(tuple(1 if i in axes else s for i, s in enumerate(self.shape)))
+        return out
 
     def _arg_extreme(
         self, axis: builtins.int | None, keepdim: builtins.bool, largest: builtins.bool
@@ -1946,11 +2095,10 @@ class Tensor:
         n = self.shape[d]
         if n == 0:
             raise ValueError(f"[core] argmax/argmin over an empty dim of shape {self.shape}")
-        x = self if largest else -self if self.dtype != dtypes.bool else self.logical_not()
-        best = x.max(d, keepdim=True)
+        best = self.max(d, keepdim=True) if largest else self.min(d, keepdim=True)
         # the first index wins: count down from n so the max picks the lowest index
         rev = (n - index_range(n, self.device)).reshape(tuple(n if i == d else 1 for i in range(self.ndim)))
-        idx = n - (x == best).where(rev, 0).max(d, keepdim=keepdim)
+        idx = n - (self == best).where(rev, 0).max(d, keepdim=keepdim)
         return idx.cast(dtypes.int64)
 
     def argmax(self, axis: builtins.int | None = None, keepdim: builtins.bool = False, *,
@@ -1975,23 +2123,23 @@ class Tensor:
         """
         return self._arg_extreme(dim if dim is not None else axis, keepdim, False)
 
-    def any(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+    def any(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """True where any element over `axis` (None for all dims) is nonzero, as a bool tensor.
 
             >>> x = Tensor([[0, 0], [0, 3]])
             >>> x.any().item(), x.any(1).tolist()
             (True, [False, True])
         """
-        return self.bool()._reduce(F.Max, axis, keepdim)
+        return self.bool()._reduce(F.Max, dim if dim is not None else axis, keepdim)
 
-    def all(self, axis: Any = None, keepdim: builtins.bool = False) -> Tensor:
+    def all(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """True where every element over `axis` (None for all dims) is nonzero, as a bool tensor.
 
             >>> x = Tensor([[1, 2], [0, 3]])
             >>> x.all().item(), x.all(1).tolist()
             (False, [True, False])
         """
-        return self.logical_not().any(axis, keepdim).logical_not()
+        return self.logical_not().any(dim if dim is not None else axis, keepdim).logical_not()
 
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """log(sum(exp(self))) over `axis`, shifted by the max so that large inputs do not overflow.
@@ -2234,7 +2382,7 @@ class Tensor:
         self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0, dilation: Any = 1
     ) -> Tensor:
         """The max over kernel_size windows of the last two dims (torch F.max_pool2d): stride defaults to
-        the kernel size, and padding adds -inf.
+        the kernel size, and padding adds -inf (ints keep their dtype: the dtype's minimum).
 
             >>> Tensor.arange(16).reshape(1, 1, 4, 4).max_pool2d(2).tolist()
             [[[[5, 7], [13, 15]]]]
@@ -2243,7 +2391,7 @@ class Tensor:
         st = _pair(stride) if stride is not None else k
         ph, pw = _pair(padding)
         x = (
-            self.pad(((0, 0),) * (self.ndim - 2) + ((ph, ph), (pw, pw)), value=float("-inf"))
+            self.pad(((0, 0),) * (self.ndim - 2) + ((ph, ph), (pw, pw)), value=min_value(self.dtype))
             if ph or pw
             else self
         )
