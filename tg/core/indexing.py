@@ -97,7 +97,9 @@ class Plan:
         self.out.append(out)
 
 
-def _plan(x: Tensor, idx: tuple) -> Plan:
+# Complexity: one branch per kind of index item (None, Ellipsis, int, slice, tensor, bool mask) in one walk,
+# as numpy documents them.
+def _plan(x: Tensor, idx: tuple) -> Plan:  # noqa: C901
     plan, dim = Plan(), 0
     for i in idx:
         if i is None:
