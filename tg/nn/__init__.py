@@ -6,21 +6,49 @@
     >>> model(Tensor.ones(3, 4)).shape
     (3, 2)
 """
-from tg.nn import functional, optim, state
+from tg.nn import functional, init, optim, state
 from tg.nn.layers import (
+    ELU,
+    GELU,
+    AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
+    BCELoss,
+    BCEWithLogitsLoss,
     Conv2d,
+    CrossEntropyLoss,
     Dropout,
+    Dropout2d,
     Embedding,
+    Flatten,
     GroupNorm,
+    HuberLoss,
+    Identity,
+    L1Loss,
     LayerNorm,
+    LeakyReLU,
     Linear,
+    LogSoftmax,
+    MaxPool2d,
+    MSELoss,
+    NLLLoss,
+    ReLU,
     RMSNorm,
     Sequential,
+    Sigmoid,
+    SiLU,
+    SmoothL1Loss,
+    Softmax,
+    Softplus,
+    Tanh,
+    Unflatten,
 )
 from tg.nn.module import Module, ModuleDict, ModuleList, Parameter
 
-__all__ = ["functional", "optim", "state", "Module", "Parameter", "ModuleList", "ModuleDict", "Linear",
-           "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "GroupNorm", "Embedding",
-           "Dropout", "Sequential"]
+__all__ = ["functional", "init", "optim", "state", "Module", "Parameter", "ModuleList", "ModuleDict",
+           "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "GroupNorm", "Embedding",
+           "Dropout", "Dropout2d", "Sequential", "Identity", "ReLU", "LeakyReLU", "ELU", "GELU", "SiLU",
+           "Tanh", "Sigmoid", "Softplus", "Softmax", "LogSoftmax", "Flatten", "Unflatten", "MaxPool2d",
+           "AvgPool2d",
+           "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss", "NLLLoss",
+           "CrossEntropyLoss"]

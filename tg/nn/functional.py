@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from tg.core.dtype import DType, dtypes
+from tg.core.dtype import DType, dtypes, min_value
 from tg.core.indexing import as_index
 from tg.core.shape import broadcast_shape
 from tg.core.tensor import Tensor, index_range
@@ -127,6 +127,51 @@ def silu(x: Tensor) -> Tensor:
     return x.silu()
 
 
+def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+    """x where positive, else x * negative_slope, as torch.nn.functional.leaky_relu.
+
+        >>> leaky_relu(Tensor([-2.0, 3.0]), 0.5).tolist()
+        [-1.0, 3.0]
+    """
+    return x.leaky_relu(negative_slope)
+
+
+def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """x where positive, else alpha * (exp(x) - 1), as torch.nn.functional.elu.
+
+        >>> [round(v, 4) for v in elu(Tensor([-1.0, 2.0])).tolist()]
+        [-0.6321, 2.0]
+    """
+    return x.elu(alpha)
+
+
+def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
+    """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as torch.
+
+        >>> [round(v, 4) for v in softplus(Tensor([0.0, 30.0])).tolist()]
+        [0.6931, 30.0]
+    """
+    return x.softplus(beta, threshold)
+
+
+def sigmoid(x: Tensor) -> Tensor:
+    """1 / (1 + exp(-x)) elementwise, as torch.sigmoid.
+
+        >>> sigmoid(Tensor([0.0])).tolist()
+        [0.5]
+    """
+    return x.sigmoid()
+
+
+def tanh(x: Tensor) -> Tensor:
+    """The hyperbolic tangent elementwise, as torch.tanh.
+
+        >>> tanh(Tensor([0.0])).tolist()
+        [0.0]
+    """
+    return x.tanh()
+
+
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along dim (default the last; torch has no default).
 
@@ -173,6 +218,223 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     keep = Tensor.rand(*x.shape, device=x.device) >= p       # never true when p == 1: all zeros
     kept = keep.where(x, 0)
     return kept if p == 1.0 else kept * (1.0 / (1.0 - p))
+
+
+def dropout2d(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+    """Zero whole channels of (N, C, H, W) or (C, H, W) with probability p and scale the kept ones by
+    1/(1-p); the identity if not training, as torch.nn.functional.dropout2d.
+
+        >>> y = dropout2d(Tensor.ones(2, 8, 3, 3), p=0.5).reshape(16, 9)     # a row per channel
+        >>> bool((y.max(1) == y.min(1)).all()), set(y.reshape(-1).tolist()) <= {0.0, 2.0}
+        (True, True)
+    """
+    _check_p("dropout2d", p)
+    if x.ndim not in (3, 4):
+        raise ValueError(f"[nn] dropout2d: expected input of shape (N, C, H, W) or (C, H, W), got {x.shape}")
+    if not training or p == 0.0:
+        return x
+    keep = Tensor.rand(*x.shape[:-2], 1, 1, device=x.device) >= p         # one draw per channel
+    kept = keep.where(x, 0)
+    return kept if p == 1.0 else kept * (1.0 / (1.0 - p))
+
+
+def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
+    """x / max(||x||_p, eps) along dim, as torch.nn.functional.normalize.
+
+        >>> [round(v, 4) for v in normalize(Tensor([[3.0, 4.0]]))[0].tolist()]
+        [0.6, 0.8]
+    """
+    _check_float("normalize", x)
+    if p == float("inf"):
+        norm = x.abs().max(dim, keepdim=True)
+    elif p == 2.0:
+        norm = (x * x).sum(dim, keepdim=True).sqrt()
+    else:
+        norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1.0 / p)
+    return x / norm.clamp(min=eps)
+
+
+def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
+    """Class indices (*) -> int64 (*, num_classes) with a 1 at each index; num_classes=-1 takes the largest
+    index + 1 (which reads the indices back to the host), as torch.nn.functional.one_hot.
+
+        >>> one_hot(Tensor([0, 2])).tolist()
+        [[1, 0, 0], [0, 0, 1]]
+        >>> one_hot(Tensor([1]), num_classes=4).tolist()
+        [[0, 1, 0, 0]]
+    """
+    if not isinstance(x, Tensor) or not x.dtype.is_int:
+        got = x.dtype.name if isinstance(x, Tensor) else type(x).__name__
+        raise TypeError(f"[nn] one_hot: expected an integer index Tensor, got {got}; fix: .long()")
+    if num_classes == -1:
+        num_classes = int(x.max().item()) + 1 if x.numel() else 0
+    if num_classes < 0:
+        raise ValueError(f"[nn] one_hot: expected num_classes >= 0 or -1 (inferred), got {num_classes}")
+    _check_known_range("one_hot", x, num_classes, None)
+    return (as_index(x).unsqueeze(-1) == index_range(num_classes, x.device)).cast(dtypes.int64)
+
+
+# ---------------------------------------------------------------- padding, convolution and pooling
+
+def _pair(op: str, name: str, value: int | Sequence[int]) -> tuple[int, int]:
+    pair = (value, value) if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) for v in pair):
+        raise ValueError(f"[nn] {op}: expected {name} to be an int or a pair of ints, got {value!r}")
+    return (int(pair[0]), int(pair[1]))
+
+
+def _check_image(op: str, x: Tensor) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"[nn] {op}: expected input to be a Tensor, got {type(x).__name__}")
+    if x.ndim not in (3, 4):
+        raise ValueError(f"[nn] {op}: expected input of shape (N, C, H, W) or (C, H, W), got {x.shape}")
+
+
+def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Tensor:
+    """Pad the last len(pad) // 2 dims, last dim first: (left, right, top, bottom, ...), as torch F.pad.
+    Negative sizes cut. Only mode='constant' is supported.
+
+        >>> pad(Tensor([[1, 2]]), (1, 0, 0, 1), value=7).tolist()
+        [[7, 1, 2], [7, 7, 7]]
+    """
+    if mode != "constant":
+        raise NotImplementedError(f"[nn] pad: mode={mode!r} is not supported, only 'constant'; fix: build "
+                                  f"reflect/replicate padding from slices and Tensor.cat")
+    flat = [int(v) for v in pad]
+    if len(flat) % 2 or len(flat) // 2 > x.ndim:
+        raise ValueError(f"[nn] pad: expected (before, after) pairs for at most {x.ndim} dims, last dim "
+                         f"first, got {tuple(pad)}")
+    return x.pad(flat, value=0.0 if value is None else value)
+
+
+def _conv_pads(op: str, padding: int | Sequence[int] | str, kernel: tuple[int, int], stride: tuple[int, int],
+               dilation: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(before, after) padding of H and W; 'same' puts the odd pixel after, as torch."""
+    if isinstance(padding, str):
+        if padding not in ("valid", "same"):
+            raise ValueError(f"[nn] {op}: expected padding 'valid', 'same' or ints, got {padding!r}")
+        if padding == "valid":
+            return (0, 0), (0, 0)
+        if stride != (1, 1):
+            raise ValueError(f"[nn] {op}: padding='same' needs stride 1, got stride={stride}; "
+                             f"fix: give the padding as ints")
+        th, tw = (d * (k - 1) for d, k in zip(dilation, kernel))
+        return (th // 2, th - th // 2), (tw // 2, tw - tw // 2)
+    ph, pw = _pair(op, "padding", padding)
+    return (ph, ph), (pw, pw)
+
+
+def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+           padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
+           groups: int = 1) -> Tensor:
+    """2-d cross-correlation of (N, C_in, H, W) or (C_in, H, W) with weight (C_out, C_in/groups, kh, kw), as
+    torch.nn.functional.conv2d; padding is ints, 'valid' or 'same' (stride 1).
+
+        >>> x = Tensor.arange(9).reshape(1, 1, 3, 3).float()
+        >>> conv2d(x, Tensor.ones(1, 1, 2, 2)).tolist()
+        [[[[8.0, 12.0], [20.0, 24.0]]]]
+        >>> conv2d(x[0], Tensor.ones(2, 1, 3, 3), padding="same").shape
+        (2, 3, 3)
+    """
+    op = "conv2d"
+    _check_image(op, x)
+    if weight.ndim != 4 or x.shape[-3] != weight.shape[1] * groups:
+        raise ValueError(f"[nn] {op}: expected weight (C_out, C_in/groups, kh, kw) with C_in={x.shape[-3]} "
+                         f"and groups={groups}, got weight {weight.shape}")
+    kernel = (weight.shape[2], weight.shape[3])
+    stride_, dilation_ = _pair(op, "stride", stride), _pair(op, "dilation", dilation)
+    pad_h, pad_w = _conv_pads(op, padding, kernel, stride_, dilation_)
+    for size, (lo, hi), k, d, axis in zip(x.shape[-2:], (pad_h, pad_w), kernel, dilation_, "HW"):
+        span = d * (k - 1) + 1
+        if size + lo + hi < span:
+            raise ValueError(f"[nn] {op}: expected input {axis} of at least {span - lo - hi} for "
+                             f"kernel {k} (dilation {d}, padding {lo}+{hi}), got {size}")
+    batched = x if x.ndim == 4 else x.unsqueeze(0)                        # (N, C_in, H, W)
+    batched = batched.pad(((0, 0), (0, 0), pad_h, pad_w))
+    out = batched.conv2d(weight, bias, stride_, 0, dilation_, groups)
+    return out if x.ndim == 4 else out.squeeze(0)                         # (N, C_out, H', W')
+
+
+def _pool_pads(op: str, x: Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
+               dilation: tuple[int, int], ceil_mode: bool) -> tuple[tuple[int, int], tuple[int, int]]:
+    """(before, after) padding of H and W: padding on both sides, plus what ceil_mode's last window reads
+    past it. As torch, a ceil_mode window must start inside the input or the left padding."""
+    pads = []
+    for size, k, s, p, d, axis in zip(x.shape[-2:], kernel, stride, padding, dilation, "HW"):
+        span = d * (k - 1) + 1
+        if p < 0 or p > span // 2:
+            raise ValueError(f"[nn] {op}: expected padding in [0, {span // 2}] (half the kernel) for kernel "
+                             f"{k}, got {p} along {axis}")
+        if size + 2 * p < span:
+            raise ValueError(f"[nn] {op}: expected input {axis} of at least {span - 2 * p} for kernel {k} "
+                             f"(dilation {d}, padding {p}), got {size}")
+        room = size + 2 * p - span
+        out = (-(-room // s) if ceil_mode else room // s) + 1
+        if ceil_mode and (out - 1) * s >= size + p:
+            out -= 1
+        pads.append((p, p + max(0, (out - 1) * s + span - size - 2 * p)))
+    return pads[0], pads[1]
+
+
+def max_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
+    """The max over kernel_size windows of (N, C, H, W) or (C, H, W), as torch.nn.functional.max_pool2d:
+    stride defaults to kernel_size, padding reads as -inf, ceil_mode keeps a last partial window.
+
+        >>> x = Tensor.arange(25).reshape(1, 5, 5).float()
+        >>> max_pool2d(x, 2).tolist()
+        [[[6.0, 8.0], [16.0, 18.0]]]
+        >>> max_pool2d(x, 2, ceil_mode=True).tolist()
+        [[[6.0, 8.0, 9.0], [16.0, 18.0, 19.0], [21.0, 23.0, 24.0]]]
+    """
+    if return_indices:
+        raise NotImplementedError("[nn] max_pool2d: return_indices=True is not supported; fix: compare the "
+                                  "input with the pooled max to locate it")
+    _check_image("max_pool2d", x)
+    kernel = _pair("max_pool2d", "kernel_size", kernel_size)
+    stride_ = kernel if stride is None or stride == [] else _pair("max_pool2d", "stride", stride)
+    dilation_ = _pair("max_pool2d", "dilation", dilation)
+    pad_h, pad_w = _pool_pads("max_pool2d", x, kernel, stride_, _pair("max_pool2d", "padding", padding),
+                              dilation_, ceil_mode)
+    padded = x.pad(((0, 0),) * (x.ndim - 2) + (pad_h, pad_w), value=min_value(x.dtype))
+    return padded.max_pool2d(kernel, stride_, 0, dilation_)
+
+
+def avg_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
+    """The mean over kernel_size windows of (N, C, H, W) or (C, H, W), as torch.nn.functional.avg_pool2d.
+    Padding adds zeros, counted in the divisor when count_include_pad; a ceil_mode window's part past the
+    padding is never counted; divisor_override replaces the divisor.
+
+        >>> x = Tensor.arange(9).reshape(1, 3, 3).float()
+        >>> avg_pool2d(x, 2, stride=1).tolist()
+        [[[2.0, 3.0], [5.0, 6.0]]]
+        >>> avg_pool2d(x, 2, ceil_mode=True).tolist()                   # the last windows average 2 and 1
+        [[[2.0, 3.5], [6.5, 8.0]]]
+    """
+    _check_image("avg_pool2d", x)
+    _check_float("avg_pool2d", x)
+    kernel = _pair("avg_pool2d", "kernel_size", kernel_size)
+    stride_ = kernel if stride is None or stride == [] else _pair("avg_pool2d", "stride", stride)
+    padding_ = _pair("avg_pool2d", "padding", padding)
+    pad_h, pad_w = _pool_pads("avg_pool2d", x, kernel, stride_, padding_, (1, 1), ceil_mode)
+    mean = x.pad(((0, 0),) * (x.ndim - 2) + (pad_h, pad_w)).avg_pool2d(kernel, stride_)   # sum / kh*kw
+    if divisor_override is not None:
+        if divisor_override <= 0:
+            raise ValueError(f"[nn] avg_pool2d: expected a positive divisor_override, got {divisor_override}")
+        return mean * (kernel[0] * kernel[1] / divisor_override)
+    extra = pad_h[1] > pad_h[0] or pad_w[1] > pad_w[0]
+    if not extra and (count_include_pad or padding_ == (0, 0)):
+        return mean
+    # the share of each window that counts: ones over what is counted, zeros elsewhere (H', W')
+    if count_include_pad:
+        counted = Tensor.ones(x.shape[-2] + 2 * padding_[0], x.shape[-1] + 2 * padding_[1], device=x.device)
+        counted = counted.pad(((0, pad_h[1] - pad_h[0]), (0, pad_w[1] - pad_w[0])))
+    else:
+        counted = Tensor.ones(*x.shape[-2:], device=x.device).pad((pad_h, pad_w))
+    return mean / counted.cast(x.dtype).avg_pool2d(kernel, stride_)
 
 
 # ---------------------------------------------------------------- normalization
@@ -361,6 +623,47 @@ def mse_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(diff * diff, reduction)
 
 
+def l1_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
+    """|x - target|, reduced by 'mean', 'sum' or 'none'; shapes must be equal.
+
+        >>> l1_loss(Tensor([1.0, 2.0]), Tensor([3.0, 2.0])).item()
+        1.0
+    """
+    _check_reduction("l1_loss", reduction)
+    _check_same_shape("l1_loss", x, target)
+    return _reduce((x - target).abs(), reduction)
+
+
+def _smooth_abs(op: str, x: Tensor, target: Tensor, reduction: str, limit: float) -> Tensor:
+    """0.5 d^2 where |d| < limit, else limit * (|d| - 0.5 limit): huber_loss; smooth_l1 is it / limit."""
+    _check_reduction(op, reduction)
+    _check_same_shape(op, x, target)
+    if limit < 0:
+        raise ValueError(f"[nn] {op}: expected a non-negative beta/delta, got {limit}")
+    diff = (x - target).abs()
+    return _reduce((diff < limit).where(0.5 * diff * diff, limit * (diff - 0.5 * limit)), reduction)
+
+
+def smooth_l1_loss(x: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, with d = x - target; beta=0 is l1_loss.
+
+        >>> smooth_l1_loss(Tensor([0.5, 3.0]), Tensor([0.0, 0.0]), reduction="none").tolist()
+        [0.125, 2.5]
+    """
+    if beta == 0:
+        return l1_loss(x, target, reduction)
+    return _smooth_abs("smooth_l1_loss", x, target, reduction, beta) / beta
+
+
+def huber_loss(x: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
+    """0.5 d^2 where |d| < delta, else delta * (|d| - 0.5 delta), with d = x - target.
+
+        >>> huber_loss(Tensor([0.5, 3.0]), Tensor([0.0, 0.0]), reduction="none", delta=2.0).tolist()
+        [0.125, 4.0]
+    """
+    return _smooth_abs("huber_loss", x, target, reduction, delta)
+
+
 def binary_cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None,
                          reduction: str = "mean") -> Tensor:
     """-(t log p + (1 - t) log(1 - p)) for probabilities p; each log is clamped at -100 as in torch.
@@ -424,7 +727,8 @@ def _class_loss(op: str, logp: Tensor, target: Tensor, weight: Tensor | None, ig
     if not isinstance(target, Tensor) or not target.dtype.is_int:
         got = target.dtype.name if isinstance(target, Tensor) else type(target).__name__
         raise TypeError(f"[nn] {op}: expected target of class indices as an integer Tensor, got {got}; "
-                        f"fix: .long() (probability targets are not supported)")
+                        f"fix: .long() (cross_entropy also takes class probabilities as a float target "
+                        f"of the input's shape)")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"[nn] {op}: expected label_smoothing in [0, 1], got {label_smoothing}")
     if logp.ndim == 0 or target.shape != (logp.shape[:1] + logp.shape[2:] if logp.ndim > 1 else ()):
@@ -467,20 +771,44 @@ def nll_loss(logp: Tensor, target: Tensor, weight: Tensor | None = None, ignore_
     return _class_loss("nll_loss", logp, target, weight, ignore_index, reduction, 0.0)
 
 
+def _probability_loss(logp: Tensor, target: Tensor, class_dim: int, weight: Tensor | None, reduction: str,
+                      label_smoothing: float) -> Tensor:
+    """cross_entropy against class probabilities of logp's shape, torch's formula (ignore_index unused)."""
+    op = "cross_entropy"
+    _check_reduction(op, reduction)
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"[nn] {op}: expected label_smoothing in [0, 1], got {label_smoothing}")
+    classes = logp.shape[class_dim]
+    _check_param(op, "weight", weight, (classes,))
+    target = target.cast(logp.dtype)
+    if label_smoothing > 0:
+        target = (1 - label_smoothing) * target + label_smoothing / classes
+    per_class = target * logp
+    if weight is not None:
+        per_class = per_class * weight.reshape((classes,) + (1,) * (logp.ndim - 1 - class_dim))
+    return _reduce(-per_class.sum(class_dim), reduction)                 # (N, *) or () before reducing
+
+
 def cross_entropy(logits: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """log_softmax over the class dim + nll_loss, with torch's label smoothing: logits (N, C, *) or (C,),
     target class indices (N, *) or (). Targets equal to ignore_index add nothing and leave the mean's
-    denominator.
+    denominator. A float target of the logits' shape holds class probabilities instead: the loss is
+    -sum_c weight_c t_c log p_c (t smoothed to (1 - s) t + s / C), and the mean divides by N * (*).
 
         >>> round(cross_entropy(Tensor([[0.0, 0.0]]), Tensor([1])).item(), 4)
         0.6931
         >>> logits = Tensor([[2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
         >>> round(cross_entropy(logits, Tensor([0, -100])).item(), 4)      # the second row is ignored
         0.2395
+        >>> round(cross_entropy(Tensor([[0.0, 0.0]]), Tensor([[0.25, 0.75]])).item(), 4)   # soft target
+        0.6931
     """
     _check_float("cross_entropy", logits)
     if logits.ndim == 0:
         raise ValueError("[nn] cross_entropy: expected logits of shape (N, C, *) or (C,), got a 0-d tensor")
-    logp = logits.log_softmax(0 if logits.ndim == 1 else 1)
+    class_dim = 0 if logits.ndim == 1 else 1
+    logp = logits.log_softmax(class_dim)
+    if isinstance(target, Tensor) and target.dtype.is_float and target.shape == logits.shape:
+        return _probability_loss(logp, target, class_dim, weight, reduction, label_smoothing)
     return _class_loss("cross_entropy", logp, target, weight, ignore_index, reduction, label_smoothing)

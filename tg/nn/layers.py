@@ -123,31 +123,11 @@ class Conv2d(Module):
         self.weight = _uniform((out_channels, in_channels // groups, kh, kw), bound, device, dtype)
         self.bias = _uniform((out_channels,), bound, device, dtype) if bias else None
 
-    def _pads(self) -> tuple[tuple[int, int], tuple[int, int]]:
-        """(before, after) padding of H and W; 'same' puts the odd pixel after, as torch."""
-        if self.padding == "valid":
-            return (0, 0), (0, 0)
-        if self.padding == "same":
-            totals = [d * (k - 1) for d, k in zip(self.dilation, self.kernel_size)]
-            return (totals[0] // 2, totals[0] - totals[0] // 2), (totals[1] // 2, totals[1] - totals[1] // 2)
-        assert not isinstance(self.padding, str)
-        return (self.padding[0], self.padding[0]), (self.padding[1], self.padding[1])
-
     def forward(self, x: Tensor) -> Tensor:
         if x.ndim not in (3, 4) or x.shape[-3] != self.in_channels:
             raise ValueError(f"[nn] Conv2d: expected input of shape (N, {self.in_channels}, H, W) or "
                              f"({self.in_channels}, H, W) (in_channels), got {x.shape}")
-        pad_h, pad_w = self._pads()
-        for size, (lo, hi), k, d, axis in zip(x.shape[-2:], (pad_h, pad_w), self.kernel_size, self.dilation,
-                                              "HW"):
-            span = d * (k - 1) + 1
-            if size + lo + hi < span:
-                raise ValueError(f"[nn] Conv2d: expected input {axis} of at least {span - lo - hi} for "
-                                 f"kernel {k} (dilation {d}, padding {lo}+{hi}), got {size}")
-        batched = x if x.ndim == 4 else x.unsqueeze(0)                    # (N, C_in, H, W)
-        batched = batched.pad(((0, 0), (0, 0), pad_h, pad_w))
-        out = batched.conv2d(self.weight, self.bias, self.stride, 0, self.dilation, self.groups)
-        return out if x.ndim == 4 else out.squeeze(0)                     # (N, C_out, H', W')
+        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
 class _BatchNorm(Module):
@@ -343,6 +323,447 @@ class Dropout(Module):
 
     def forward(self, x: Tensor) -> Tensor:
         return F.dropout(x, self.p, self.training)
+
+
+class Dropout2d(Module):
+    """Zero whole channels of (N, C, H, W) or (C, H, W) with probability p while self.training, scaling the
+    kept ones by 1/(1-p); the identity otherwise.
+
+        >>> y = Dropout2d(0.5).train()(Tensor.ones(4, 6, 3, 3)).reshape(24, 9)
+        >>> bool((y.max(1) == y.min(1)).all())                            # each channel kept or dropped
+        True
+    """
+
+    def __init__(self, p: float = 0.5, inplace: bool = False):
+        super().__init__()
+        F._check_p("Dropout2d", p)
+        self.p = p
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.dropout2d(x, self.p, self.training)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"
+
+
+# ---------------------------------------------------------------- activations and reshapes
+
+class Identity(Module):
+    """Returns its input; takes and ignores any constructor arguments, as torch.
+
+        >>> Identity(54, unused="x")(Tensor([1.0])).tolist()
+        [1.0]
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
+class ReLU(Module):
+    """max(x, 0) elementwise (inplace is accepted and ignored: tg tensors are values).
+
+        >>> ReLU()(Tensor([-1.0, 2.0])).tolist()
+        [0.0, 2.0]
+    """
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu(x)
+
+
+class LeakyReLU(Module):
+    """x where positive, else negative_slope * x.
+
+        >>> LeakyReLU(0.5)(Tensor([-1.0, 2.0])).tolist()
+        [-0.5, 2.0]
+    """
+
+    def __init__(self, negative_slope: float = 0.01, inplace: bool = False):
+        super().__init__()
+        self.negative_slope = negative_slope
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.leaky_relu(x, self.negative_slope)
+
+    def extra_repr(self) -> str:
+        return f"negative_slope={self.negative_slope}"
+
+
+class ELU(Module):
+    """x where positive, else alpha * (exp(x) - 1).
+
+        >>> [round(v, 4) for v in ELU()(Tensor([-1.0, 2.0])).tolist()]
+        [-0.6321, 2.0]
+    """
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.elu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class GELU(Module):
+    """x * Phi(x) with erf (approximate='none') or torch's tanh approximation ('tanh').
+
+        >>> [round(v, 4) for v in GELU(approximate="tanh")(Tensor([1.0])).tolist()]
+        [0.8412]
+    """
+
+    def __init__(self, approximate: str = "none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise ValueError(f"[nn] GELU: expected approximate 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.gelu(x, self.approximate)
+
+    def extra_repr(self) -> str:
+        return f"approximate={self.approximate!r}"
+
+
+class SiLU(Module):
+    """x * sigmoid(x).
+
+        >>> [round(v, 4) for v in SiLU()(Tensor([1.0])).tolist()]
+        [0.7311]
+    """
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.silu(x)
+
+
+class Tanh(Module):
+    """tanh(x) elementwise.
+
+        >>> Tanh()(Tensor([0.0])).tolist()
+        [0.0]
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.tanh(x)
+
+
+class Sigmoid(Module):
+    """1 / (1 + exp(-x)) elementwise.
+
+        >>> Sigmoid()(Tensor([0.0])).tolist()
+        [0.5]
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.sigmoid(x)
+
+
+class Softplus(Module):
+    """log(1 + exp(beta * x)) / beta, and x where beta * x > threshold.
+
+        >>> [round(v, 4) for v in Softplus()(Tensor([0.0])).tolist()]
+        [0.6931]
+    """
+
+    def __init__(self, beta: float = 1.0, threshold: float = 20.0):
+        super().__init__()
+        self.beta, self.threshold = beta, threshold
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softplus(x, self.beta, self.threshold)
+
+    def extra_repr(self) -> str:
+        return f"beta={self.beta}, threshold={self.threshold}"
+
+
+def _softmax_dim(dim: int | None, x: Tensor) -> int:
+    """torch's implicit dim for dim=None (deprecated there): 0 for 0-, 1- and 3-d inputs, else 1."""
+    if dim is not None:
+        return dim
+    return 0 if x.ndim in (0, 1, 3) else 1
+
+
+class Softmax(Module):
+    """exp(x) / sum(exp(x)) along dim. Give dim: dim=None takes torch's legacy rule (0 for 0-, 1- and 3-d
+    inputs, else 1), which is rarely the class dim you mean.
+
+        >>> [round(v, 4) for v in Softmax(dim=-1)(Tensor([[0.0, 1.0]]))[0].tolist()]
+        [0.2689, 0.7311]
+    """
+
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softmax(x, _softmax_dim(self.dim, x))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class LogSoftmax(Module):
+    """x - logsumexp(x) along dim (dim=None: torch's legacy rule, as Softmax).
+
+        >>> [round(v, 4) for v in LogSoftmax(dim=1)(Tensor([[0.0, 0.0]]))[0].tolist()]
+        [-0.6931, -0.6931]
+    """
+
+    def __init__(self, dim: int | None = None):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.log_softmax(x, _softmax_dim(self.dim, x))
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
+class Flatten(Module):
+    """Merge dims start_dim..end_dim into one (by default all but the batch dim).
+
+        >>> Flatten()(Tensor.ones(2, 3, 4, 5)).shape
+        (2, 60)
+    """
+
+    def __init__(self, start_dim: int = 1, end_dim: int = -1):
+        super().__init__()
+        self.start_dim, self.end_dim = start_dim, end_dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.flatten(self.start_dim, self.end_dim)
+
+    def extra_repr(self) -> str:
+        return f"start_dim={self.start_dim}, end_dim={self.end_dim}"
+
+
+class Unflatten(Module):
+    """Split dim into unflattened_size (one entry may be -1).
+
+        >>> Unflatten(1, (3, 4))(Tensor.ones(2, 12)).shape
+        (2, 3, 4)
+    """
+
+    def __init__(self, dim: int, unflattened_size: Sequence[int]):
+        super().__init__()
+        self.dim, self.unflattened_size = dim, tuple(unflattened_size)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.unflatten(self.dim, self.unflattened_size)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, unflattened_size={self.unflattened_size}"
+
+
+# ---------------------------------------------------------------- pooling
+
+class MaxPool2d(Module):
+    """The max over kernel_size windows of (N, C, H, W) or (C, H, W); stride defaults to kernel_size, padding
+    reads as -inf, ceil_mode keeps a last partial window. return_indices is not supported.
+
+        >>> MaxPool2d(2)(Tensor.arange(16).reshape(1, 1, 4, 4).float()).tolist()
+        [[[[5.0, 7.0], [13.0, 15.0]]]]
+        >>> MaxPool2d(3, stride=2, padding=1)(Tensor.ones(2, 3, 7, 7)).shape
+        (2, 3, 4, 4)
+    """
+
+    def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                 padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                 return_indices: bool = False, ceil_mode: bool = False):
+        super().__init__()
+        if return_indices:
+            raise NotImplementedError("[nn] MaxPool2d: return_indices=True is not supported; fix: compare "
+                                      "the input with the pooled max to locate it")
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.ceil_mode = dilation, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class AvgPool2d(Module):
+    """The mean over kernel_size windows of (N, C, H, W) or (C, H, W), torch's divisor rules (see
+    tg.nn.functional.avg_pool2d).
+
+        >>> AvgPool2d(2)(Tensor.arange(16).reshape(1, 1, 4, 4).float()).tolist()
+        [[[[2.5, 4.5], [10.5, 12.5]]]]
+    """
+
+    def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
+        self.divisor_override = divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad, self.divisor_override)
+
+    def extra_repr(self) -> str:
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+# ---------------------------------------------------------------- losses
+
+class _Loss(Module):
+    """Holds reduction ('mean', 'sum' or 'none'), checked when the loss is built."""
+
+    def __init__(self, reduction: str = "mean"):
+        super().__init__()
+        F._check_reduction(type(self).__name__, reduction)
+        self.reduction = reduction
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}"
+
+
+class MSELoss(_Loss):
+    """mean((input - target)^2) (reduction 'mean', 'sum' or 'none').
+
+        >>> MSELoss()(Tensor([1.0, 2.0]), Tensor([3.0, 2.0])).item()
+        2.0
+    """
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.mse_loss(x, target, self.reduction)
+
+
+class L1Loss(_Loss):
+    """mean(|input - target|) (reduction 'mean', 'sum' or 'none').
+
+        >>> L1Loss(reduction="sum")(Tensor([1.0, 2.0]), Tensor([3.0, 2.0])).item()
+        2.0
+    """
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.l1_loss(x, target, self.reduction)
+
+
+class SmoothL1Loss(_Loss):
+    """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, d = input - target.
+
+        >>> SmoothL1Loss(reduction="none")(Tensor([0.5, 3.0]), Tensor([0.0, 0.0])).tolist()
+        [0.125, 2.5]
+    """
+
+    def __init__(self, reduction: str = "mean", beta: float = 1.0):
+        super().__init__(reduction)
+        self.beta = beta
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.smooth_l1_loss(x, target, self.reduction, self.beta)
+
+
+class HuberLoss(_Loss):
+    """0.5 d^2 where |d| < delta, else delta * (|d| - 0.5 delta), d = input - target.
+
+        >>> HuberLoss(reduction="none", delta=2.0)(Tensor([0.5, 3.0]), Tensor([0.0, 0.0])).tolist()
+        [0.125, 4.0]
+    """
+
+    def __init__(self, reduction: str = "mean", delta: float = 1.0):
+        super().__init__(reduction)
+        self.delta = delta
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.huber_loss(x, target, self.reduction, self.delta)
+
+
+class _WeightedLoss(_Loss):
+    """A loss whose optional weight is a buffer named 'weight', as torch's state dicts have it."""
+    weight: Tensor | None
+
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.register_buffer("weight", weight)
+
+
+class BCELoss(_WeightedLoss):
+    """Binary cross entropy of probabilities, weight broadcast over the elements.
+
+        >>> round(BCELoss()(Tensor([0.5]), Tensor([1.0])).item(), 4)
+        0.6931
+    """
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.binary_cross_entropy(x, target, self.weight, self.reduction)
+
+
+class BCEWithLogitsLoss(_WeightedLoss):
+    """Sigmoid + binary cross entropy, computed stably; pos_weight (a buffer) scales the positive term per
+    class (the last dim).
+
+        >>> round(BCEWithLogitsLoss(pos_weight=Tensor([2.0]))(Tensor([0.0]), Tensor([1.0])).item(), 4)
+        1.3863
+        >>> list(BCEWithLogitsLoss(weight=Tensor([1.0]), pos_weight=Tensor([2.0])).state_dict())
+        ['weight', 'pos_weight']
+    """
+    pos_weight: Tensor | None
+
+    def __init__(self, weight: Tensor | None = None, reduction: str = "mean",
+                 pos_weight: Tensor | None = None):
+        super().__init__(weight, reduction)
+        self.register_buffer("pos_weight", pos_weight)
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.binary_cross_entropy_with_logits(x, target, self.weight, self.pos_weight, self.reduction)
+
+
+class NLLLoss(_WeightedLoss):
+    """Negative log-likelihood of log-probabilities (N, C, *) for class indices (N, *); weight (C,) per class,
+    targets equal to ignore_index skipped; the mean divides by the targets' summed weights.
+
+        >>> NLLLoss()(Tensor([[-1.0, -2.0], [-0.5, -3.0]]), Tensor([1, 0])).item()
+        1.25
+    """
+
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean"):
+        super().__init__(weight, reduction)
+        self.ignore_index = ignore_index
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.nll_loss(x, target, self.weight, self.ignore_index, self.reduction)
+
+
+class CrossEntropyLoss(_WeightedLoss):
+    """log_softmax over the class dim + NLLLoss, for class indices (N, *) or class probabilities (a float
+    target of the input's shape), with torch's label_smoothing and per-class weight.
+
+        >>> loss = CrossEntropyLoss(label_smoothing=0.1)
+        >>> round(loss(Tensor([[0.0, 0.0]]), Tensor([1])).item(), 4)
+        0.6931
+        >>> round(CrossEntropyLoss()(Tensor([[0.0, 0.0]]), Tensor([[0.3, 0.7]])).item(), 4)
+        0.6931
+    """
+
+    def __init__(self, weight: Tensor | None = None, ignore_index: int = -100, reduction: str = "mean",
+                 label_smoothing: float = 0.0):
+        super().__init__(weight, reduction)
+        if not 0.0 <= label_smoothing <= 1.0:
+            raise ValueError(f"[nn] CrossEntropyLoss: expected label_smoothing in [0, 1], "
+                             f"got {label_smoothing}")
+        self.ignore_index, self.label_smoothing = ignore_index, label_smoothing
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.cross_entropy(x, target, self.weight, self.ignore_index, self.reduction,
+                               self.label_smoothing)
 
 
 class Sequential(Module):
