@@ -36,7 +36,12 @@ _NAMESPACE_NAMES = frozenset({"Generator", "dtype", "abs", "add", "all", "amax",
                               "randn_like", "relu", "repeat", "reshape", "round", "rsqrt", "seed",
                               "set_rng_state", "sigmoid", "sign", "sin", "softmax", "split", "sqrt",
                               "square", "squeeze", "stack", "std", "sub", "sum", "tanh", "tensor",
-                              "transpose", "unflatten", "unsqueeze", "var", "where", "zeros", "zeros_like"})
+                              "transpose", "unflatten", "unsqueeze", "var", "where", "zeros", "zeros_like",
+                              "atan", "asinh", "sinh", "cosh", "asin", "acos", "atanh", "acosh", "tril",
+                              "triu", "diag", "diagonal", "trace", "argsort", "sort", "bitwise_not", "t",
+                              "hardtanh", "hardsigmoid", "hardswish", "celu", "selu", "mish", "atan2",
+                              "copysign", "bitwise_and", "bitwise_or", "bitwise_xor", "topk", "cumprod",
+                              "cummax", "cummin", "masked_fill"})
 
 # torch's subpackage paths: tg.nn, tg.optim, tg.utils (data, checkpoint), tg.distributed
 _SUBPACKAGES = ("nn", "optim", "utils", "distributed")

@@ -480,11 +480,14 @@ def where(condition: Tensor, input: Any, other: Any) -> Tensor:  # noqa: A002
 _UNARY = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu", "abs", "neg", "sign",
           "square", "floor", "ceil", "round", "sum", "mean", "prod", "amax", "amin", "argmax", "argmin",
           "var", "std", "softmax", "log_softmax", "cumsum", "logsumexp", "isnan", "isinf", "squeeze",
-          "clone", "detach", "numel", "all", "any")
+          "clone", "detach", "numel", "all", "any", "atan", "asinh", "sinh", "cosh", "asin", "acos", "atanh",
+          "acosh", "tril", "triu", "diag", "diagonal", "trace", "argsort", "sort", "bitwise_not", "t",
+          "hardtanh", "hardsigmoid", "hardswish", "celu", "selu", "mish")
 _BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "matmul", "eq", "ne", "lt", "le",
-           "gt", "ge", "dot")
+           "gt", "ge", "dot", "atan2", "copysign", "bitwise_and", "bitwise_or", "bitwise_xor")
 _OTHER = ("reshape", "permute", "transpose", "unsqueeze", "split", "chunk", "clamp", "gather", "max",
-          "min", "lerp", "flip", "expand", "repeat", "pad", "unflatten")
+          "min", "lerp", "flip", "expand", "repeat", "pad", "unflatten", "topk", "cumprod", "cummax",
+          "cummin", "masked_fill")
 
 
 def _function_form(name: str, example: str) -> Callable[..., Any]:
@@ -502,7 +505,14 @@ _TWO = "tensor([[1.0, 3.0], [2.0, 5.0]])"
 _ARGS = {"reshape": "(4,)", "permute": "(1, 0)", "transpose": "0, 1", "unsqueeze": "0", "split": "1",
          "chunk": "2", "clamp": "1.0, 2.0", "gather": "1, tensor([[1], [0]])", "max": "", "min": "",
          "lerp": f"{_TWO}, 0.5", "flip": "0", "expand": "(2, 2, 2)", "repeat": "(2, 1)", "pad": "(1, 1)",
-         "unflatten": "1, (2, 1)"}
+         "unflatten": "1, (2, 1)", "topk": "1", "cumprod": "1", "cummax": "0", "cummin": "0",
+         "masked_fill": "tensor([True, False]), 0.0"}
+# inputs inside the functions' domains, and ints for the bit functions
+_INPUT = {"asin": "tensor([[0.5, -0.25], [0.0, 0.75]])", "acos": "tensor([[0.5, -0.25], [0.0, 0.75]])",
+          "atanh": "tensor([[0.5, -0.25], [0.0, 0.75]])", "acosh": "tensor([[1.5, 2.0], [1.0, 4.0]])",
+          "bitwise_not": "tensor([[5, -2], [0, 7]])", "bitwise_and": "tensor([[5, -2], [0, 7]])",
+          "bitwise_or": "tensor([[5, -2], [0, 7]])", "bitwise_xor": "tensor([[5, -2], [0, 7]])"}
+_INT_TWO = "tensor([[3, 6], [1, 2]])"
 
 
 def _values(x: Any) -> Any:
@@ -513,7 +523,10 @@ def _values(x: Any) -> Any:
 
 
 def _same(name: str, args: str) -> str:
-    return f"_values({name}({_ONE}{', ' if args else ''}{args})) == _values({_ONE}.{name}({args}))"
+    x = _INPUT.get(name, _ONE)
+    if args == _TWO and name.startswith("bitwise"):
+        args = _INT_TWO
+    return f"_values({name}({x}{', ' if args else ''}{args})) == _values({x}.{name}({args}))"
 
 
 for _name in _UNARY:

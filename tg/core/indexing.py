@@ -6,6 +6,10 @@
 3. `advanced`: integer tensors (lists, arrays) as one-hot masks summed in one reduce, with torch's
    placement of the indexed dims (in place when adjacent, else first).
 
+`setitem_value` is the way back for `x[index] = value`: value placed at the positions `basic` selects
+(pads, strides and flips undone), or under one bool mask, chosen over x by a mask; Tensor.__setitem__
+assigns the result into x's memory.
+
 Functions take the tensor being indexed and build new tensors with its type, so this module sits
 below tensor.py and imports it only for type checking.
 
@@ -240,3 +244,56 @@ def getitem(x: Tensor, index: Any) -> Tensor:
         return advanced(x, y, plan)
     final = [1 if nd is None else y.shape[nd[1]] for nd in plan.out if nd != "drop"]
     return y.reshape(tuple(final))
+
+
+def _scatter_basic(v: Tensor, plan: Plan, shape: tuple[int, ...]) -> Tensor:
+    """The inverse of `basic`: v (shaped as the view the plan selects, one entry per input dim) placed
+    back at its positions in a tensor of `shape` by strides (pad + reshape), flips and pads; the
+    padding is zeros."""
+    for d, s in enumerate(plan.steps):
+        n = v.shape[d]
+        if s == 1 or n == 0:
+            continue
+        lo, hi = plan.shrink[d]
+        v = v.unsqueeze(d + 1).pad(tuple((0, s - 1) if j == d + 1 else (0, 0) for j in range(v.ndim + 1)))
+        v = v.reshape(v.shape[:d] + (n * s,) + v.shape[d + 2:])
+        v = v._shrink(tuple((0, hi - lo) if j == d else (0, k) for j, k in enumerate(v.shape)))
+    if any(plan.flips):
+        v = v.flip(tuple(i for i, f in enumerate(plan.flips) if f))
+    return v.pad(tuple((lo, size - hi) for (lo, hi), size in zip(plan.shrink, shape)))
+
+
+def setitem_value(x: Tensor, index: Any, value: Any) -> Tensor:
+    """What x holds after `x[index] = value` (see Tensor.__setitem__), as a new tensor: a mask of the
+    written positions selects value placed there, else x."""
+    idx = index if isinstance(index, tuple) else (index,)
+    masks = [i for i in idx if isinstance(i, (type(x), np.ndarray, list)) and
+             (i.dtype == dtypes.bool if isinstance(i, type(x)) else np.asarray(i).dtype == np.bool_)]
+    if masks:
+        mask = masks[0] if isinstance(masks[0], type(x)) else type(x)(np.asarray(masks[0]), device=x.device)
+        if len(idx) != 1 or mask.shape != x.shape[:mask.ndim]:
+            raise TgIndexError(f"[core] setitem: a bool mask must be the only index and match the leading "
+                               f"dims of the tensor: mask {mask.shape}, tensor {x.shape}")
+        v = value if isinstance(value, type(x)) else type(x)(value, device=x.device, dtype=x.dtype)
+        if v.numel() != 1:
+            raise ValueError(f"[core] setitem: x[mask] = value needs a scalar or a one-element value, got "
+                             f"shape {v.shape} (its target's shape depends on the data); use where() instead")
+        m = mask.reshape(mask.shape + (1,) * (x.ndim - mask.ndim))
+        return m.where(v.reshape(()).cast(x.dtype), x)
+    norm = normalize(index, x.ndim)
+    view, plan = basic(x, norm)
+    if plan.adv:
+        raise TypeError("[core] setitem: integer-tensor (advanced) indices are not supported; use ints, "
+                        "slices, None, ... or one bool mask")
+    v = value if isinstance(value, type(x)) else type(x)(value, device=x.device, dtype=x.dtype)
+    target = tuple(1 if nd is None else view.shape[nd[1]] for nd in plan.out if nd != "drop")
+    error = f"[core] setitem: value of shape {v.shape} cannot fill x[index] of shape {target}"
+    try:
+        v = v.cast(x.dtype)._broadcast_to(broadcast_shape(v.shape, target))
+    except ValueError:
+        raise ValueError(error) from None
+    if v.shape != target:
+        raise ValueError(error)
+    v = v.reshape(view.shape)   # new axes dropped, int-indexed dims back as size 1
+    ones = type(x).ones(*view.shape, dtype=dtypes.bool, device=x.device)
+    return _scatter_basic(ones, plan, x.shape).where(_scatter_basic(v, plan, x.shape), x)

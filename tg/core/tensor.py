@@ -141,6 +141,14 @@ class Tensor:
         """
         return len(self.shape)
 
+    def dim(self) -> int:
+        """The number of dimensions (torch's name for ndim).
+
+            >>> Tensor([[1, 2]]).dim()
+            2
+        """
+        return self.ndim
+
     def numel(self) -> int:
         """The number of elements, the product of the shape (1 for a scalar tensor).
 
@@ -608,6 +616,48 @@ class Tensor:
         """
         return Tensor.randn(*self.shape, **self._like_kw(kw))
 
+    def new_full(self, size: Any, fill_value: Any, **kw: Any) -> Tensor:
+        """fill_value in shape `size`, with this tensor's dtype and device unless dtype=/device= are given.
+
+            >>> Tensor([1.0]).new_full((2, 2), 3).tolist()
+            [[3.0, 3.0], [3.0, 3.0]]
+        """
+        return Tensor.full(size, fill_value, **self._like_kw(kw))
+
+    def new_zeros(self, *size: Any, **kw: Any) -> Tensor:
+        """Zeros of shape `size` with this tensor's dtype and device (dtype=/device= override them).
+
+            >>> Tensor([1, 2]).new_zeros(2, 3).tolist()
+            [[0, 0, 0], [0, 0, 0]]
+        """
+        return Tensor.zeros(*size, **self._like_kw(kw))
+
+    def new_ones(self, *size: Any, **kw: Any) -> Tensor:
+        """Ones of shape `size` with this tensor's dtype and device (dtype=/device= override them).
+
+            >>> Tensor([1.5]).new_ones(3).tolist()
+            [1.0, 1.0, 1.0]
+        """
+        return Tensor.ones(*size, **self._like_kw(kw))
+
+    def new_empty(self, *size: Any, **kw: Any) -> Tensor:
+        """An unset tensor of shape `size` with this tensor's dtype and device (see empty()).
+
+            >>> Tensor([1], dtype="int32").new_empty(2, 2).dtype
+            dtypes.int32
+        """
+        return Tensor.empty(*size, **self._like_kw(kw))
+
+    def new_tensor(self, data: Any, **kw: Any) -> Tensor:
+        """A new tensor of `data` (copied, cut from any graph) with this tensor's dtype and device.
+
+            >>> Tensor([1.0]).new_tensor([1, 2]).tolist()
+            [1.0, 2.0]
+        """
+        kw = self._like_kw(kw)
+        data = data.detach() if isinstance(data, Tensor) else data
+        return Tensor(data, device=kw["device"], dtype=kw["dtype"], requires_grad=kw.get("requires_grad"))
+
     def requires_grad_(self, requires_grad: bool | None = True) -> Tensor:
         """Set, in place, whether backward() computes a gradient for this tensor; returns self.
 
@@ -817,6 +867,25 @@ class Tensor:
         a, b = self._axis(dim0), self._axis(dim1)
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
+
+    def t(self) -> Tensor:
+        """The transpose of a tensor of at most 2 dims (0-d and 1-d come back as they are), as torch.t.
+
+            >>> Tensor([[1, 2, 3]]).t().shape, Tensor([1, 2]).t().shape
+            ((3, 1), (2,))
+        """
+        if self.ndim > 2:
+            raise ValueError(f"[core] t: expects a tensor of at most 2 dims, got shape {self.shape}; use "
+                             f"transpose")
+        return self if self.ndim < 2 else self.transpose(0, 1)
+
+    def view_as(self, other: Tensor) -> Tensor:
+        """This tensor reshaped to other's shape.
+
+            >>> Tensor([1, 2, 3, 4]).view_as(Tensor.zeros(2, 2)).tolist()
+            [[1, 2], [3, 4]]
+        """
+        return self.reshape(other.shape)
 
     def expand(self, *shape: Any) -> Tensor:
         """Broadcast dims of size 1 to a larger size without copying; -1 keeps a dim's size and new dims
@@ -1092,6 +1161,141 @@ class Tensor:
         xs = x.unsqueeze(-1).transpose(d, -1)                                 # (..., 1 at d, ..., n)
         return onehot.where(xs.expand(*index.shape, n), 0).sum(-1)
 
+    def __setitem__(self, index: Any, value: Any) -> None:
+        """x[index] = value, written in place into x's memory as a lazy assign: ints, slices (any step), None
+        and ... (value broadcast to x[index]'s shape and cast to x's dtype), or one bool mask of x's leading
+        dims with a scalar value. Tensors read x before the write keep the old values. As torch does for
+        a leaf, a tensor that requires grad cannot be written outside no_grad(). As with assign(), a view
+        (x = y[0]) first gets memory of its own: unlike torch, y is not written.
+
+            >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
+            >>> x[:, 0] = Tensor([7, 8])
+            >>> x[x > 5] = 0
+            >>> x.tolist()
+            [[0, 2, 3], [0, 5, 0]]
+        """
+        self._check_inplace("setitem", value)
+        self.assign(indexing.setitem_value(self, index, value))
+
+    def _check_inplace(self, name: str, value: Any = None) -> None:
+        if Tensor.no_grad:
+            return
+        if self.requires_grad:
+            raise RuntimeError(
+                f"[core] {name}: in-place write into a tensor that requires grad (torch raises for a leaf "
+                f"too); wrap it in `with tg.no_grad():`, or build a new tensor with where() or masked_fill()")
+        if isinstance(value, Tensor) and value.requires_grad:
+            raise RuntimeError(f"[core] {name}: the value requires grad, but an in-place write is not "
+                               f"recorded for autograd; use where() or masked_fill() to build a new tensor")
+
+    def copy_(self, src: Any) -> Tensor:
+        """Write src (broadcast to self's shape, cast to its dtype, moved to its device) into self's memory,
+        in place; returns self. Same rules as __setitem__ for tensors that require grad.
+
+            >>> x = Tensor.zeros(2, 2)
+            >>> x.copy_(Tensor([1, 2])).tolist()
+            [[1.0, 2.0], [1.0, 2.0]]
+        """
+        self._check_inplace("copy_", src)
+        src = src if isinstance(src, Tensor) else Tensor(src, device=self.device, dtype=self.dtype)
+        return self.assign(src.to(self.device).cast(self.dtype)._broadcast_to(self.shape))
+
+    def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
+        """value where mask is true, else self (a new tensor; mask broadcasts to self's shape and value is
+        cast to self's dtype, as in torch).
+
+            >>> Tensor([[1.0, 2.0], [3.0, 4.0]]).masked_fill(Tensor([True, False]), -1).tolist()
+            [[-1.0, 2.0], [-1.0, 4.0]]
+        """
+        mask = mask if isinstance(mask, Tensor) else Tensor(mask, device=self.device)
+        if mask.dtype != dtypes.bool:
+            raise TypeError(f"[core] masked_fill: mask must be a bool tensor, got {mask.dtype.name}")
+        if broadcast_shape(mask.shape, self.shape) != self.shape:
+            raise ValueError(f"[core] masked_fill: mask of shape {mask.shape} does not broadcast to "
+                             f"{self.shape}")
+        v = value.cast(self.dtype) if isinstance(value, Tensor) else \
+            Tensor(LazyBuffer.const(value, self.dtype, self.device, ()), device=self.device)
+        if v.numel() != 1:
+            raise ValueError(f"[core] masked_fill: value must be a scalar or a 0-d tensor, got shape "
+                             f"{v.shape}")
+        return mask._broadcast_to(self.shape).where(v.reshape(()), self)
+
+    def _tri(self, diagonal: builtins.int, lower: builtins.bool) -> Tensor:
+        if self.ndim < 2:
+            raise ValueError(f"[core] tril/triu: need a tensor of at least 2 dims, got shape {self.shape}")
+        n, m = self.shape[-2:]
+        col_minus_row = index_range(m, self.device).reshape(1, m) - index_range(n, self.device).reshape(n, 1)
+        keep = (col_minus_row <= diagonal) if lower else (col_minus_row >= diagonal)
+        return keep._broadcast_to(self.shape).where(self, Tensor(0, device=self.device, dtype=self.dtype))
+
+    def tril(self, diagonal: builtins.int = 0) -> Tensor:
+        """The lower triangle of the last two dims (elements with col - row <= diagonal), zeros elsewhere.
+
+            >>> Tensor([[1, 2, 3], [4, 5, 6]]).tril().tolist(), Tensor([[1, 2], [3, 4]]).tril(-1).tolist()
+            ([[1, 0, 0], [4, 5, 0]], [[0, 0], [3, 0]])
+        """
+        return self._tri(diagonal, True)
+
+    def triu(self, diagonal: builtins.int = 0) -> Tensor:
+        """The upper triangle of the last two dims (elements with col - row >= diagonal), zeros elsewhere.
+
+            >>> Tensor([[1, 2, 3], [4, 5, 6]]).triu().tolist(), Tensor([[1, 2], [3, 4]]).triu(1).tolist()
+            ([[1, 2, 3], [0, 5, 6]], [[0, 2], [0, 0]])
+        """
+        return self._tri(diagonal, False)
+
+    def diagonal(self, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1) -> Tensor:
+        """The diagonal of the (dim1, dim2) planes, `offset` above the main one (below when negative), as a
+        new last dim (a view, as in torch).
+
+            >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
+            >>> x.diagonal().tolist(), x.diagonal(1).tolist(), x.diagonal(-1).tolist()
+            ([1, 5], [2, 6], [4])
+        """
+        d1, d2 = self._axis(dim1), self._axis(dim2)
+        if d1 == d2:
+            raise ValueError(f"[core] diagonal: dim1 and dim2 are the same dim ({dim1})")
+        rest = [i for i in range(self.ndim) if i not in (d1, d2)]
+        x = self.permute(rest + [d1, d2])
+        n, m = x.shape[-2:]
+        rows, cols = (0, n), (0, m)
+        rows = (min(-offset, n), n) if offset < 0 else rows
+        cols = (min(offset, m), m) if offset > 0 else cols
+        k = max(0, min(rows[1] - rows[0], cols[1] - cols[0]))
+        lead = x.shape[:-2]
+        x = x._shrink(tuple((0, s) for s in lead) + ((rows[0], rows[0] + k), (cols[0], cols[0] + k)))
+        # element (i, i) of the k x k block sits at i * (k + 1) of its flattened form
+        x = x.reshape(lead + (k * k,)).pad(((0, 0),) * len(lead) + ((0, k),)).reshape(lead + (k, k + 1))
+        return x[..., 0]
+
+    def diag(self, diagonal: builtins.int = 0) -> Tensor:
+        """torch.diag: a 1-d tensor becomes a square matrix with it on the `diagonal`-th diagonal; a 2-d
+        tensor gives that diagonal.
+
+            >>> Tensor([1, 2]).diag().tolist(), Tensor([[1, 2], [3, 4]]).diag().tolist()
+            ([[1, 0], [0, 2]], [1, 4])
+            >>> Tensor([5]).diag(1).tolist()
+            [[0, 5], [0, 0]]
+        """
+        if self.ndim == 2:
+            return self.diagonal(diagonal)
+        if self.ndim != 1:
+            raise ValueError(f"[core] diag: expected a 1-d or 2-d tensor, got shape {self.shape}")
+        n, k = self.shape[0], abs(diagonal)
+        # (n, 1) padded to rows of n + 1 and flattened: the values land n + 1 apart, on the diagonal
+        x = self.reshape(n, 1).pad(((0, 0), (0, n))).reshape(n * (n + 1))._shrink(((0, n * n),)).reshape(n, n)
+        return x.pad(((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
+
+    def trace(self) -> Tensor:
+        """The sum of the main diagonal of a 2-d tensor (int tensors give int64, as sum does).
+
+            >>> Tensor([[1, 2], [3, 4]]).trace().item()
+            5
+        """
+        if self.ndim != 2:
+            raise ValueError(f"[core] trace: expected a 2-d tensor, got shape {self.shape}")
+        return self.diagonal().sum()
+
     # ------------------------------------------------------------ casts
     def cast(self, dtype: DType | str) -> Tensor:
         """The values converted to `dtype` (a DType or its name); float to int rounds toward zero. Returns
@@ -1114,6 +1318,14 @@ class Tensor:
             raise TypeError(f"[core] bitcast from {self.dtype.name} to {dt.name}: sizes differ "
                             f"({self.dtype.itemsize} vs {dt.itemsize} bytes)")
         return self if dt == self.dtype else apply(F.Cast, self, dtype=dt, bitcast=True)
+
+    def type_as(self, other: Tensor) -> Tensor:
+        """This tensor cast to other's dtype.
+
+            >>> Tensor([1.7, 2.2]).type_as(Tensor([0])).tolist()
+            [1, 2]
+        """
+        return self.cast(other.dtype)
 
     def float(self) -> Tensor:
         """cast() to float32.
@@ -1906,6 +2118,231 @@ class Tensor:
         """
         return self + (end - self) * weight
 
+    # inverse trigonometric and hyperbolic functions: values computed without a graph, the derivative
+    # given in closed form (so it is exact where the value's rounding would not let a composition be)
+    def atan(self) -> Tensor:
+        """The arctangent, elementwise, in (-pi/2, pi/2) (Cephes' atanf: about 1 ulp in float32).
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0, float("inf")]).atan().tolist()]
+            [-0.7854, 0.0, 0.7854, 1.5708]
+        """
+        x = self._float_like()
+        with _NoGrad():
+            a = x.detach().abs()
+            big, mid = a > 2.414213562373095, a > 0.4142135623730951   # tan(3 pi / 8), tan(pi / 8)
+            r = big.where(-1 / a, mid.where((a - 1) / (a + 1), a))
+            base = big.where(math.pi / 2, mid.where(math.pi / 4, 0.0))
+            z = r * r
+            poly = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1)
+            out = (base + poly * z * r + r) * x.detach().sign()
+            out = x.detach().isnan().where(x.detach(), out)
+        return x._local(out, (x, lambda: 1 / (1 + x.detach() * x.detach())))
+
+    def asin(self) -> Tensor:
+        """The arcsine, elementwise, in [-pi/2, pi/2]; NaN outside [-1, 1].
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 0.5]).asin().tolist()]
+            [-1.5708, 0.0, 0.5236]
+        """
+        x = self._float_like()
+        with _NoGrad():
+            xd = x.detach()
+            out = (xd / ((1 - xd) * (1 + xd)).sqrt()).atan()
+        return x._local(out, (x, lambda: ((1 - xd) * (1 + xd)).rsqrt()))
+
+    def acos(self) -> Tensor:
+        """The arccosine, elementwise, in [0, pi]; NaN outside [-1, 1].
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).acos().tolist()]
+            [3.1416, 1.5708, 0.0]
+        """
+        x = self._float_like()
+        with _NoGrad():
+            xd = x.detach()
+            out = math.pi / 2 - xd.asin()
+        return x._local(out, (x, lambda: -((1 - xd) * (1 + xd)).rsqrt()))
+
+    def atan2(self, other: Any) -> Tensor:
+        """The angle of the point (other, self) (self is y, other is x), elementwise, in [-pi, pi], with
+        the quadrant from both signs (a signed zero x picks 0 or pi, as in torch), broadcasting.
+
+            >>> y, x = Tensor([1.0, 1.0, -1.0, 0.0]), Tensor([1.0, -1.0, -1.0, -1.0])
+            >>> [round(v, 4) for v in y.atan2(x).tolist()]
+            [0.7854, 2.3562, -2.3562, 3.1416]
+        """
+        y, x = self._float_like()._broadcasted(other)
+        if not y.dtype.is_float:
+            y, x = y.cast(dtypes.default_float), x.cast(dtypes.default_float)
+        with _NoGrad():
+            yd, xd = y.detach(), x.detach()
+            x_neg = (xd < 0) | ((xd == 0) & (1 / xd < 0))    # -0.0 counts as negative, as in C's atan2
+            y_neg = (yd < 0) | ((yd == 0) & (1 / yd < 0))
+            both_zero = (xd == 0) & (yd == 0)
+            ratio = both_zero.where(0.0, yd / xd)
+            base = ratio.atan()
+            out = x_neg.where(y_neg.where(base - math.pi, base + math.pi), base)
+            out = both_zero.where(x_neg.where(y_neg.where(-math.pi, math.pi), y_neg.where(-0.0, 0.0)), out)
+            r2 = both_zero.where(1.0, xd * xd + yd * yd)
+        return y._local(out, (y, lambda: both_zero.where(0.0, xd / r2)),
+                        (x, lambda: both_zero.where(0.0, -yd / r2)))
+
+    def sinh(self) -> Tensor:
+        """The hyperbolic sine, elementwise, (expm1(x) - expm1(-x)) / 2 (accurate near 0).
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).sinh().tolist()]
+            [-1.1752, 0.0, 3.6269]
+        """
+        x = self._float_like()
+        return (x.expm1() - (-x).expm1()) * 0.5
+
+    def cosh(self) -> Tensor:
+        """The hyperbolic cosine, elementwise.
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).cosh().tolist()]
+            [1.5431, 1.0, 3.7622]
+        """
+        x = self._float_like()
+        return (x.exp() + (-x).exp()) * 0.5
+
+    def asinh(self) -> Tensor:
+        """The inverse hyperbolic sine, elementwise (log1p form near 0, log|x| + log 2 for huge |x|).
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).asinh().tolist()]
+            [-0.8814, 0.0, 1.4436]
+        """
+        x = self._float_like()
+        with _NoGrad():
+            xd = x.detach()
+            a = xd.abs()
+            huge = a > 1e15
+            a_ok = huge.where(1.0, a)
+            small = (a_ok + a_ok * a_ok / (1 + (a_ok * a_ok + 1).sqrt())).log1p()
+            out = huge.where(a.log() + math.log(2), small) * xd.sign()
+            out = xd.isnan().where(xd, out)
+        return x._local(out, (x, lambda: (xd * xd + 1).rsqrt()))
+
+    def acosh(self) -> Tensor:
+        """The inverse hyperbolic cosine, elementwise; NaN below 1.
+
+            >>> [round(v, 4) for v in Tensor([1.0, 2.0, 10.0]).acosh().tolist()]
+            [0.0, 1.317, 2.9932]
+        """
+        x = self._float_like()
+        with _NoGrad():
+            xd = x.detach()
+            huge = xd > 1e15
+            xs = huge.where(2.0, xd)
+            out = huge.where(xd.log() + math.log(2), ((xs - 1) + ((xs - 1) * (xs + 1)).sqrt()).log1p())
+        return x._local(out, (x, lambda: ((xd - 1) * (xd + 1)).rsqrt()))
+
+    def atanh(self) -> Tensor:
+        """The inverse hyperbolic tangent, elementwise: +-inf at +-1, NaN outside [-1, 1].
+
+            >>> [round(v, 4) for v in Tensor([-0.5, 0.0, 0.5]).atanh().tolist()]
+            [-0.5493, 0.0, 0.5493]
+        """
+        x = self._float_like()
+        with _NoGrad():
+            xd = x.detach()
+            out = (2 * xd / (1 - xd)).log1p() * 0.5
+        return x._local(out, (x, lambda: 1 / ((1 - xd) * (1 + xd))))
+
+    def copysign(self, other: Any) -> Tensor:
+        """|self| with the sign of other, elementwise (-0.0 counts as negative), as float.
+
+            >>> Tensor([1.0, -2.0, 3.0]).copysign(Tensor([-1.0, 1.0, -0.0])).tolist()
+            [-1.0, 2.0, -3.0]
+        """
+        x, y = self._float_like()._broadcasted(other)
+        if not x.dtype.is_float:
+            x, y = x.cast(dtypes.default_float), y.cast(dtypes.default_float)
+        negative = (y < 0) | ((y == 0) & (1 / y < 0))
+        return negative.where(-x.abs(), x.abs())
+
+    def hardtanh(self, min_val: builtins.float = -1.0, max_val: builtins.float = 1.0) -> Tensor:
+        """self clamped to [min_val, max_val] (-1 and 1 by default).
+
+            >>> Tensor([-2.0, 0.5, 3.0]).hardtanh().tolist()
+            [-1.0, 0.5, 1.0]
+        """
+        return self.clamp(min_val, max_val)
+
+    def hardsigmoid(self) -> Tensor:
+        """clamp(self / 6 + 1 / 2, 0, 1), elementwise: 0 below -3, 1 above 3.
+
+            >>> Tensor([-4.0, 0.0, 4.0]).hardsigmoid().tolist()
+            [0.0, 0.5, 1.0]
+        """
+        return (self._float_like() / 6 + 0.5).clamp(0.0, 1.0)
+
+    def hardswish(self) -> Tensor:
+        """self * hardsigmoid(self), elementwise.
+
+            >>> Tensor([-4.0, 0.0, 1.0, 4.0]).hardswish().tolist()
+            [-0.0, 0.0, 0.6666666865348816, 4.0]
+        """
+        return self._float_like() * self.hardsigmoid()
+
+    def celu(self, alpha: builtins.float = 1.0) -> Tensor:
+        """max(0, x) + min(0, alpha * (exp(x / alpha) - 1)), elementwise.
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).celu(2.0).tolist()]
+            [-0.7869, 0.0, 2.0]
+        """
+        x = self._float_like()
+        return (x > 0).where(x, (x / alpha).expm1() * alpha)
+
+    def selu(self) -> Tensor:
+        """scale * elu(self, alpha) with torch's constants (alpha 1.6733, scale 1.0507).
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).selu().tolist()]
+            [-1.1113, 0.0, 2.1014]
+        """
+        alpha, scale = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+        x = self._float_like()
+        return (x > 0).where(x * scale, x.expm1() * (alpha * scale))
+
+    def mish(self) -> Tensor:
+        """self * tanh(softplus(self)), elementwise.
+
+            >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 2.0]).mish().tolist()]
+            [-0.3034, 0.0, 1.944]
+        """
+        x = self._float_like()
+        return x * x.softplus().tanh()
+
+    def bitwise_and(self, other: Any) -> Tensor:
+        """self & other, elementwise, for int and bool tensors.
+
+            >>> Tensor([12, 10]).bitwise_and(6).tolist()
+            [4, 2]
+        """
+        return self._bitwise(BinaryOps.AND, other)
+
+    def bitwise_or(self, other: Any) -> Tensor:
+        """self | other, elementwise, for int and bool tensors.
+
+            >>> Tensor([12, 10]).bitwise_or(1).tolist()
+            [13, 11]
+        """
+        return self._bitwise(BinaryOps.OR, other)
+
+    def bitwise_xor(self, other: Any) -> Tensor:
+        """self ^ other, elementwise, for int and bool tensors.
+
+            >>> Tensor([12, 10]).bitwise_xor(6).tolist()
+            [10, 12]
+        """
+        return self._bitwise(BinaryOps.XOR, other)
+
+    def bitwise_not(self) -> Tensor:
+        """~self, elementwise, for int and bool tensors.
+
+            >>> Tensor([0, 5]).bitwise_not().tolist(), Tensor([True]).bitwise_not().tolist()
+            ([-1, -6], [False])
+        """
+        return ~self
+
     # ------------------------------------------------------------ reductions
     def _reduce(self, fn: type[F.Function], axis: Any, keepdim: builtins.bool) -> Tensor:
         axes = self._axes(axis)
@@ -1994,16 +2431,19 @@ class Tensor:
         """
         return self.min(dim if dim is not None else axis, keepdim)
 
-    def mean(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
+    def mean(self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None, *,
+             dim: Any = None) -> Tensor:
         """The average over `axis` (None for all dims), dropping it unless keepdim. Int and bool tensors
-        give float32 (torch raises for them).
+        give float32 (torch raises for them); dtype= sets the type to average in.
 
             >>> x = Tensor([[1, 2], [3, 4]])
             >>> x.mean().item(), x.mean(0).tolist(), x.mean(dim=1, keepdim=True).tolist()
             (2.5, [2.0, 3.0], [[1.5], [3.5]])
+            >>> x.mean(dtype="float64").dtype
+            dtypes.float64
         """
         axis = dim if dim is not None else axis
-        x = self._float_like()
+        x = self.cast(dtype) if dtype is not None else self._float_like()
         axes = self._axes(axis)
         count = prod(self.shape[a] for a in axes)
         s = x.sum(axis, keepdim)
@@ -2202,6 +2642,177 @@ class Tensor:
         out = tri.where(x.unsqueeze(-2), 0).sum(-1, dtype=x.dtype if x.dtype.is_float else None)
         out = out if d == self.ndim - 1 else out.transpose(d, -1)
         return out
+
+    # sorting without a sort primitive: each element's rank is counted by comparing it with every other
+    # element of its row (O(n^2) work and memory per row), then the values are picked by a one-hot gather
+    _SORT_LIMIT = 4096
+
+    def _last_dim(self, dim: builtins.int, name: str) -> tuple[builtins.int, Tensor]:
+        """(dim, self with that dim moved last); 0-d tensors become 1-element rows."""
+        x = self.reshape(1) if self.ndim == 0 else self
+        d = x._axis(dim)
+        if x.shape[d] > Tensor._SORT_LIMIT:
+            raise ValueError(f"[core] {name}: {x.shape[d]} elements along dim {dim}, above the limit of "
+                             f"{Tensor._SORT_LIMIT} (sorting compares every pair, n^2 memory per row); sort "
+                             f"on the host (.numpy()) or in smaller pieces")
+        return d, x.transpose(d, -1) if d != x.ndim - 1 else x
+
+    def _sort_last(self, k: builtins.int, descending: builtins.bool) -> tuple[Tensor, Tensor]:
+        """The first k of the sorted last dim: (values, int64 indices); NaN sorts as the largest value and
+        equal values keep their order."""
+        n = self.shape[-1]
+        with _NoGrad():
+            x = self.detach() if self.dtype != dtypes.bool else self.detach().cast(dtypes.int32)
+            a, b = x.unsqueeze(-1), x.unsqueeze(-2)          # a: element i, b: element j; (..., i, j)
+            before = (b > a) if descending else (b < a)     # j goes before i
+            ties = a == b
+            if x.dtype.is_float:
+                nan_a, nan_b = a.isnan(), b.isnan()
+                nan_first = (nan_b & nan_a.logical_not()) if descending else (nan_a & nan_b.logical_not())
+                before = before | nan_first
+                ties = ties | (nan_a & nan_b)
+            ar = index_range(n, self.device)
+            earlier = ar.reshape(1, n) < ar.reshape(n, 1)    # [i, j]: j < i
+            rank = (before | (ties & earlier)).sum(-1).cast(dtypes.int32)                      # (..., n)
+            onehot = rank.unsqueeze(-2) == index_range(k, self.device).reshape(k, 1)           # (..., k, n)
+            indices = onehot.where(ar.reshape(1, n), 0).sum(-1).cast(dtypes.int32)             # (..., k)
+        return self.gather(-1, indices).cast(self.dtype), indices.cast(dtypes.int64)
+
+    def sort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> tuple[Tensor, Tensor]:
+        """(values, int64 indices) sorted along `dim`, ascending unless descending=True; NaN sorts as the
+        largest value and equal values keep their order. The gradient flows to the picked positions.
+        O(n^2) in the dim's size n (at most 4096).
+
+            >>> values, indices = Tensor([3.0, 1.0, 2.0, 1.0]).sort()
+            >>> values.tolist(), indices.tolist()
+            ([1.0, 1.0, 2.0, 3.0], [1, 3, 2, 0])
+        """
+        d, x = self._last_dim(dim, "sort")
+        values, indices = x._sort_last(x.shape[-1], descending)
+        if d != x.ndim - 1:
+            values, indices = values.transpose(d, -1), indices.transpose(d, -1)
+        return values.reshape(self.shape), indices.reshape(self.shape)
+
+    def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> Tensor:
+        """The int64 indices that sort(dim, descending) picks.
+
+            >>> Tensor([[3, 1, 2]]).argsort(descending=True).tolist()
+            [[0, 2, 1]]
+        """
+        return self.sort(dim, descending)[1]
+
+    def topk(self, k: builtins.int, dim: builtins.int = -1, largest: builtins.bool = True,
+             sorted: builtins.bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002  (torch's name)
+        """The k largest (or smallest) values along `dim` and their int64 indices, always in sorted order
+        (so sorted=False gives the same). O(n * (n + k)) in the dim's size n (at most 4096).
+
+            >>> values, indices = Tensor([[1, 5, 3, 4]]).topk(2)
+            >>> values.tolist(), indices.tolist()
+            ([[5, 4]], [[1, 3]])
+        """
+        d, x = self._last_dim(dim, "topk")
+        if not 0 <= k <= x.shape[-1]:
+            raise ValueError(f"[core] topk: k={k} is out of range for a dim of size {x.shape[-1]}")
+        values, indices = x._sort_last(k, largest)
+        if d != x.ndim - 1:
+            values, indices = values.transpose(d, -1), indices.transpose(d, -1)
+        if self.ndim == 0:
+            values, indices = values.reshape(()), indices.reshape(())
+        return values, indices
+
+    def multinomial(self, num_samples: builtins.int = 1, replacement: builtins.bool = False) -> Tensor:
+        """int64 indices drawn from the categories whose (unnormalised) probabilities are this 1-d tensor
+        or each row of this 2-d one, from tg's RNG (manual_seed makes them repeatable). With replacement
+        by the inverse CDF, without by the Gumbel top-k trick.
+
+            >>> Tensor.manual_seed(0)
+            >>> Tensor([0.0, 1.0, 0.0]).multinomial(2, replacement=True).tolist()
+            [1, 1]
+            >>> sorted(Tensor([1.0, 1.0, 1.0]).multinomial(3).tolist())
+            [0, 1, 2]
+        """
+        if self.ndim not in (1, 2):
+            raise ValueError(f"[core] multinomial: expected a 1-d or 2-d tensor of probabilities, got "
+                             f"{self.shape}")
+        p = self.detach()._float_like()
+        p = p.unsqueeze(0) if self.ndim == 1 else p
+        rows, n = p.shape
+        if num_samples <= 0 or (not replacement and num_samples > n):
+            raise ValueError(f"[core] multinomial: cannot draw {num_samples} samples from {n} categories "
+                             f"{'with' if replacement else 'without'} replacement")
+        with _NoGrad():
+            if replacement:
+                cdf = p.cumsum(1)
+                cdf = cdf / cdf[:, -1:]
+                u = Tensor.rand(rows, num_samples, device=self.device)
+                out = (cdf.unsqueeze(1) <= u.unsqueeze(2)).sum(2).clamp(max=n - 1)
+            else:
+                gumbel = -(-Tensor.rand(rows, n, device=self.device).log()).log()
+                out = (p.log() + gumbel).topk(num_samples, 1)[1]
+        return out.reshape(num_samples) if self.ndim == 1 else out
+
+    def cumprod(self, dim: builtins.int) -> Tensor:
+        """The running product along `dim` (int and bool tensors give int64, as prod does); O(n^2) in the
+        dim's size.
+
+            >>> Tensor([1, 2, 3, 4]).cumprod(0).tolist()
+            [1, 2, 6, 24]
+        """
+        d = self._axis(dim)
+        if self.ndim == 0 or self.shape[d] == 0:
+            return self if self.dtype.is_float else self.cast(dtypes.int64)
+        n = self.shape[d]
+        x = self.transpose(d, -1) if d != self.ndim - 1 else self
+        ar = index_range(n, self.device)
+        tri = ar.reshape(1, n) <= ar.reshape(n, 1)    # [i, j]: j <= i
+        out = tri.where(x.unsqueeze(-2), Tensor(1, device=self.device, dtype=x.dtype)).prod(-1)
+        return out if d == self.ndim - 1 else out.transpose(d, -1)
+
+    def _cum_extreme(self, dim: builtins.int, largest: builtins.bool) -> tuple[Tensor, Tensor]:
+        d = self._axis(dim)
+        if self.ndim == 0 or self.shape[d] == 0:
+            return self, Tensor.zeros(*self.shape, dtype=dtypes.int64, device=self.device)
+        n = self.shape[d]
+        x = self.transpose(d, -1) if d != self.ndim - 1 else self
+        with _NoGrad():
+            xd = x.detach() if x.dtype != dtypes.bool else x.detach().cast(dtypes.int32)
+            ar = index_range(n, self.device)
+            tri = ar.reshape(1, n) <= ar.reshape(n, 1)    # [i, j]: j <= i
+            if xd.dtype.is_float:
+                fill = -math.inf if largest else math.inf
+            else:
+                fill = int(min_value(xd.dtype)) if largest else int(max_value(xd.dtype))
+            a = tri.where(xd.unsqueeze(-2), Tensor(fill, device=self.device, dtype=xd.dtype))
+            best = (a.max(-1) if largest else a.min(-1)).unsqueeze(-1)
+            hit = xd.unsqueeze(-2) == best
+            if xd.dtype.is_float:
+                hit = hit | (xd.unsqueeze(-2).isnan() & best.isnan())
+            # the last position holding the running extreme, as torch's cummax/cummin give
+            idx = (tri & hit).where(ar.reshape(1, n), -1).max(-1)
+        values = x.gather(-1, idx).cast(self.dtype)
+        idx = idx.cast(dtypes.int64)
+        if d != self.ndim - 1:
+            values, idx = values.transpose(d, -1), idx.transpose(d, -1)
+        return values, idx
+
+    def cummax(self, dim: builtins.int) -> tuple[Tensor, Tensor]:
+        """(running max, int64 index of it) along `dim`; a tie or NaN takes the latest index, as in torch.
+        The gradient flows to the picked positions. O(n^2) in the dim's size.
+
+            >>> values, indices = Tensor([1, 3, 2, 3]).cummax(0)
+            >>> values.tolist(), indices.tolist()
+            ([1, 3, 3, 3], [0, 1, 1, 3])
+        """
+        return self._cum_extreme(dim, True)
+
+    def cummin(self, dim: builtins.int) -> tuple[Tensor, Tensor]:
+        """(running min, int64 index of it) along `dim`; a tie or NaN takes the latest index, as in torch.
+
+            >>> values, indices = Tensor([3.0, 1.0, 2.0, 1.0]).cummin(0)
+            >>> values.tolist(), indices.tolist()
+            ([3.0, 1.0, 1.0, 1.0], [0, 1, 1, 3])
+        """
+        return self._cum_extreme(dim, False)
 
     # ------------------------------------------------------------ linear algebra and nn
     def dot(self, w: Tensor) -> Tensor:
