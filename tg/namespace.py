@@ -27,12 +27,13 @@ import numpy as np
 from tg.core.device import Device, split_device
 from tg.core.dtype import DType, dtypes  # noqa: F401  (the examples use dtypes)
 from tg.core.tensor import Tensor
+from tg.nn.functional import einsum  # noqa: F401  (torch.einsum)
 
 __all__ = [
     "device", "dtype", "Generator", "tensor", "from_numpy", "is_tensor", "zeros", "ones", "full", "empty",
     "arange", "linspace", "eye", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "rand",
     "randn", "randint", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "cat",
-    "concat", "stack", "flatten", "where",
+    "concat", "stack", "flatten", "where", "einsum",
 ]
 
 

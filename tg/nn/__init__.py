@@ -6,16 +6,19 @@
     >>> model(Tensor.ones(3, 4)).shape
     (3, 2)
 """
-from tg.nn import functional, init, optim, state
+from tg.nn import functional, init, optim, state, utils
 from tg.nn.layers import (
     ELU,
     GELU,
+    AdaptiveAvgPool2d,
     AvgPool2d,
     BatchNorm1d,
     BatchNorm2d,
     BCELoss,
     BCEWithLogitsLoss,
+    Conv1d,
     Conv2d,
+    ConvTranspose2d,
     CrossEntropyLoss,
     Dropout,
     Dropout2d,
@@ -42,13 +45,23 @@ from tg.nn.layers import (
     Softplus,
     Tanh,
     Unflatten,
+    Upsample,
 )
 from tg.nn.module import Module, ModuleDict, ModuleList, Parameter
 
-__all__ = ["functional", "init", "optim", "state", "Module", "Parameter", "ModuleList", "ModuleDict",
-           "Linear", "Conv2d", "BatchNorm1d", "BatchNorm2d", "LayerNorm", "RMSNorm", "GroupNorm", "Embedding",
+__all__ = ["functional", "init", "optim", "state", "utils", "Module", "Parameter", "ModuleList",
+           "ModuleDict", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d", "BatchNorm1d", "BatchNorm2d",
+           "LayerNorm", "RMSNorm", "GroupNorm", "Embedding",
            "Dropout", "Dropout2d", "Sequential", "Identity", "ReLU", "LeakyReLU", "ELU", "GELU", "SiLU",
            "Tanh", "Sigmoid", "Softplus", "Softmax", "LogSoftmax", "Flatten", "Unflatten", "MaxPool2d",
-           "AvgPool2d",
+           "AvgPool2d", "AdaptiveAvgPool2d", "Upsample",
            "MSELoss", "L1Loss", "SmoothL1Loss", "HuberLoss", "BCELoss", "BCEWithLogitsLoss", "NLLLoss",
            "CrossEntropyLoss"]
+
+
+def __getattr__(name: str) -> object:
+    """tg.nn.parallel loads on first use: it sits on tg.distributed, which tg.nn does not import."""
+    if name == "parallel":
+        import importlib
+        return importlib.import_module("tg.nn.parallel")
+    raise AttributeError(f"module 'tg.nn' has no attribute {name!r}")

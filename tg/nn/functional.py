@@ -1,4 +1,5 @@
-"""Functional nn ops with torch.nn.functional names: activations, norms, attention and losses.
+"""Functional nn ops with torch.nn.functional names: activations, convolutions, pooling, resizing,
+norms, attention, einsum and losses.
 
 Every op is a composition of Tensor methods, so autograd differentiates it with no gradient
 written here. Inputs are checked at the call, before any kernel is built.
@@ -203,6 +204,104 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     return x.linear(weight, bias)
 
 
+def _einsum_labels(equation: str, term: str) -> list[str]:
+    head, dots, tail = term.partition("...")
+    if not all(c.isalpha() for c in head + tail):
+        raise ValueError(f"[nn] einsum: expected letters and at most one '...' per term, got {term!r} in "
+                         f"{equation!r}")
+    return list(head) + (["..."] if dots else []) + list(tail)
+
+
+def _einsum_parse(equation: str, operands: tuple[Tensor, ...]) -> tuple[list[list[str]], list[str]]:
+    """Each operand's labels and the output's, with '...' spread into labels of its own ('...0', ...),
+    aligned from the right so those dims broadcast as in numpy."""
+    lhs, arrow, rhs = equation.replace(" ", "").partition("->")
+    terms = [_einsum_labels(equation, t) for t in lhs.split(",")]
+    if len(terms) != len(operands):
+        raise ValueError(f"[nn] einsum: {equation!r} has {len(terms)} terms, got {len(operands)} operands")
+    widths = []
+    for labels, t in zip(terms, operands):
+        width = t.ndim - len(labels) + ("..." in labels)
+        if width < 0 or (width and "..." not in labels):
+            raise ValueError(f"[nn] einsum: term {''.join(labels)!r} of {equation!r} does not fit an operand "
+                             f"of shape {t.shape}")
+        widths.append(width)
+    dots = [f"...{i}" for i in range(max(widths, default=0))]
+
+    def spread(labels: list[str], width: int) -> list[str]:
+        if "..." not in labels:
+            return labels
+        at = labels.index("...")
+        return labels[:at] + dots[len(dots) - width:] + labels[at + 1:]
+
+    terms = [spread(labels, w) for labels, w in zip(terms, widths)]
+    seen = [label for labels in terms for label in labels]
+    if not arrow:
+        return terms, dots + sorted(c for c in set(seen) if seen.count(c) == 1 and not c.startswith("..."))
+    out = spread(_einsum_labels(equation, rhs), len(dots))
+    if len(set(out)) != len(out) or not set(out) <= set(seen):
+        raise ValueError(f"[nn] einsum: expected output labels that are distinct and appear in an input, "
+                         f"got {rhs!r} in {equation!r}")
+    return terms, out
+
+
+def _einsum_reduce(equation: str, labels: list[str], t: Tensor, keep: set[str]) -> tuple[list[str], Tensor]:
+    """Take the diagonal of each label repeated in one operand, then sum the labels not in `keep`."""
+    while len(set(labels)) < len(labels):
+        dup = next(c for c in labels if labels.count(c) > 1)
+        a = labels.index(dup)
+        b = labels.index(dup, a + 1)
+        if t.shape[a] != t.shape[b]:
+            raise ValueError(f"[nn] einsum: label {dup!r} of {equation!r} has sizes {t.shape[a]} and "
+                             f"{t.shape[b]} in one operand")
+        t = t.diagonal(0, a, b)
+        labels = [c for k, c in enumerate(labels) if k not in (a, b)] + [dup]
+    alone = tuple(k for k, c in enumerate(labels) if c not in keep)
+    if alone:
+        t = t.sum(alone, dtype=t.dtype)
+        labels = [c for c in labels if c in keep]
+    return labels, t
+
+
+def einsum(equation: str, *operands: Tensor) -> Tensor:
+    """Sum of products over the labelled dims, as torch.einsum: 'ij,jk->ik' is a matmul; without '->' the
+    output is '...' and then the labels seen once, in alphabetical order. A label repeated in one operand
+    takes its diagonal ('ii->i', 'ii->' the trace); '...' stands for broadcast dims.
+
+        >>> a, b = Tensor([[1, 2], [3, 4]]), Tensor([[5, 6], [7, 8]])
+        >>> einsum("ij,jk->ik", a, b).tolist(), einsum("ii", a).item(), einsum("ij->ji", a).tolist()
+        ([[19, 22], [43, 50]], 5, [[1, 3], [2, 4]])
+        >>> einsum("...ij,j", Tensor.ones(2, 3, 4), Tensor.ones(4)).shape
+        (2, 3)
+    """
+    if len(operands) == 1 and isinstance(operands[0], (list, tuple)):
+        operands = tuple(operands[0])
+    if not all(isinstance(t, Tensor) for t in operands):
+        raise TypeError(f"[nn] einsum: expected Tensor operands, got {[type(t).__name__ for t in operands]}")
+    terms, out = _einsum_parse(equation, operands)
+    xs = []
+    for i, (labels, t) in enumerate(zip(terms, operands)):
+        # a label no other operand has and the output lacks is summed before any product
+        keep = set(out).union(*(ls for j, ls in enumerate(terms) if j != i))
+        xs.append(_einsum_reduce(equation, labels, t, keep))
+    order = out + sorted({c for labels, _ in xs for c in labels} - set(out))
+    sizes: dict[str, int] = {}
+    for labels, t in xs:
+        for c, s in zip(labels, t.shape):
+            if sizes.get(c, 1) not in (1, s) and s != 1:
+                raise ValueError(f"[nn] einsum: label {c!r} of {equation!r} has sizes {sizes[c]} and {s}")
+            sizes[c] = max(sizes.get(c, 1), s)
+    product: Tensor | None = None
+    for labels, t in xs:                           # each operand laid out in `order`, 1 for a missing label
+        ranked = sorted(labels, key=order.index)
+        t = t.permute(tuple(labels.index(c) for c in ranked)) if labels else t
+        t = t.reshape(tuple(t.shape[ranked.index(c)] if c in ranked else 1 for c in order))
+        product = t if product is None else product * t
+    assert product is not None
+    if len(order) > len(out):
+        product = product.sum(tuple(range(len(out), len(order))), dtype=product.dtype)
+    return product.expand(tuple(sizes.get(c, 1) for c in out))
+
 def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     """Zero each element with probability p and scale the rest by 1/(1-p); the identity if not training.
     training defaults to True, as torch's.
@@ -355,6 +454,161 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | 
     return out if x.ndim == 4 else out.squeeze(0)                         # (N, C_out, H', W')
 
 
+def _one(op: str, name: str, value: int | Sequence[int]) -> int:
+    one = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(one) != 1 or not isinstance(one[0], (int, np.integer)):
+        raise ValueError(f"[nn] {op}: expected {name} to be an int or a 1-tuple of ints, got {value!r}")
+    return int(one[0])
+
+
+def _check_signal(op: str, x: Tensor) -> None:
+    if not isinstance(x, Tensor):
+        raise TypeError(f"[nn] {op}: expected input to be a Tensor, got {type(x).__name__}")
+    if x.ndim not in (2, 3):
+        raise ValueError(f"[nn] {op}: expected input of shape (N, C, L) or (C, L), got {x.shape}")
+
+
+def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+           padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
+           groups: int = 1) -> Tensor:
+    """1-d cross-correlation of (N, C_in, L) or (C_in, L) with weight (C_out, C_in/groups, k), as
+    torch.nn.functional.conv1d: conv2d over a height of 1.
+
+        >>> conv1d(Tensor([[[1.0, 2.0, 3.0, 4.0]]]), Tensor([[[1.0, -1.0]]])).tolist()
+        [[[-1.0, -1.0, -1.0]]]
+    """
+    op = "conv1d"
+    _check_signal(op, x)
+    if weight.ndim != 3 or x.shape[-2] != weight.shape[1] * groups:
+        raise ValueError(f"[nn] {op}: expected weight (C_out, C_in/groups, k) with C_in={x.shape[-2]} and "
+                         f"groups={groups}, got weight {weight.shape}")
+    padding_ = padding if isinstance(padding, str) else (0, _one(op, "padding", padding))
+    out = conv2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias, (1, _one(op, "stride", stride)), padding_,
+                 (1, _one(op, "dilation", dilation)), groups)
+    return out.squeeze(-2)
+
+
+def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+                     padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
+                     groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:
+    """The transpose (gradient) of conv2d, as torch.nn.functional.conv_transpose2d: input (N, C_in, H, W) or
+    (C_in, H, W), weight (C_in, C_out/groups, kh, kw); the output is
+    (H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1 high, and as wide.
+
+        >>> conv_transpose2d(Tensor([[[[1.0, 2.0]]]]), Tensor.ones(1, 1, 1, 2), stride=2).tolist()
+        [[[[1.0, 1.0, 2.0, 2.0]]]]
+        >>> conv_transpose2d(Tensor.ones(2, 3, 5, 5), Tensor.ones(3, 4, 3, 3), stride=2, padding=1,
+        ...                  output_padding=1).shape
+        (2, 4, 10, 10)
+    """
+    op = "conv_transpose2d"
+    _check_image(op, x)
+    if weight.ndim != 4 or x.shape[-3] != weight.shape[0] or groups < 1 or weight.shape[0] % groups:
+        raise ValueError(f"[nn] {op}: expected weight (C_in, C_out/groups, kh, kw) with C_in={x.shape[-3]} "
+                         f"divisible by groups={groups}, got weight {weight.shape}")
+    stride_, dilation_ = _pair(op, "stride", stride), _pair(op, "dilation", dilation)
+    padding_, out_pad = _pair(op, "padding", padding), _pair(op, "output_padding", output_padding)
+    kernel = (weight.shape[2], weight.shape[3])
+    if min(stride_) < 1 or min(dilation_) < 1 or min(padding_) < 0:
+        raise ValueError(f"[nn] {op}: expected positive stride and dilation and padding >= 0, got stride="
+                         f"{stride_}, dilation={dilation_}, padding={padding_}")
+    batched = x if x.ndim == 4 else x.unsqueeze(0)                        # (N, C_in, H, W)
+    n, cin, h, w = batched.shape
+    # the zeros conv2d's stride skipped: each pixel becomes an s x s block, itself at the top left
+    sh, sw = stride_
+    up = batched.reshape(n, cin, h, 1, w, 1).pad(((0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)))
+    up = up.reshape(n, cin, h * sh, w * sw).shrink((None, None, (0, (h - 1) * sh + 1), (0, (w - 1) * sw + 1)))
+    # a full correlation pads k - 1 dilated taps on each side; padding takes from both, output_padding adds
+    grow, cut = [(0, 0), (0, 0)], [(0, n), (0, cin)]
+    for size, k, s, p, o, d, axis in zip((h, w), kernel, stride_, padding_, out_pad, dilation_, "HW"):
+        if not 0 <= o < max(s, d):
+            raise ValueError(f"[nn] {op}: expected output_padding in [0, max(stride, dilation)) = "
+                             f"[0, {max(s, d)}) along {axis}, got {o}")
+        out_size = (size - 1) * s - 2 * p + d * (k - 1) + o + 1
+        if out_size < 1:
+            raise ValueError(f"[nn] {op}: padding {p} leaves no output along {axis} (input {size}, "
+                             f"kernel {k}, stride {s}); fix: lower the padding")
+        lo, hi = d * (k - 1) - p, d * (k - 1) - p + o
+        grow.append((max(0, lo), max(0, hi)))
+        padded = (size - 1) * s + 1 + max(0, lo) + max(0, hi)
+        cut.append((max(0, -lo), padded - max(0, -hi)))
+    up = up.pad(tuple(grow)).shrink(tuple(cut))
+    # (C_in, C_out/g, kh, kw) -> (C_out, C_in/g, kh, kw) per group, taps reversed
+    g, cout_g = groups, weight.shape[1]
+    flipped = weight.reshape(g, cin // g, cout_g, *kernel).permute(0, 2, 1, 3, 4)
+    flipped = flipped.reshape(g * cout_g, cin // g, *kernel).flip(2, 3)
+    out = up.conv2d(flipped, bias, 1, 0, dilation_, groups)
+    return out if x.ndim == 4 else out.squeeze(0)                         # (N, C_out, H', W')
+
+
+def conv_transpose1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+                     padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
+                     groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:
+    """The transpose of conv1d, as torch.nn.functional.conv_transpose1d: input (N, C_in, L) or (C_in, L),
+    weight (C_in, C_out/groups, k); conv_transpose2d over a height of 1.
+
+        >>> conv_transpose1d(Tensor([[[1.0, 2.0]]]), Tensor([[[1.0, 1.0, 1.0]]]), stride=2).tolist()
+        [[[1.0, 1.0, 3.0, 2.0, 2.0]]]
+    """
+    op = "conv_transpose1d"
+    _check_signal(op, x)
+    if weight.ndim != 3:
+        raise ValueError(f"[nn] {op}: expected weight (C_in, C_out/groups, k), got weight {weight.shape}")
+    out = conv_transpose2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias, (1, _one(op, "stride", stride)),
+                           (0, _one(op, "padding", padding)), (0, _one(op, "output_padding", output_padding)),
+                           groups, (1, _one(op, "dilation", dilation)))
+    return out.squeeze(-2)
+
+
+def _triple(op: str, name: str, value: int | Sequence[int]) -> tuple[int, int, int]:
+    triple = (value,) * 3 if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(triple) != 3 or not all(isinstance(v, (int, np.integer)) for v in triple):
+        raise ValueError(f"[nn] {op}: expected {name} to be an int or 3 ints, got {value!r}")
+    return (int(triple[0]), int(triple[1]), int(triple[2]))
+
+
+def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
+    """3-d cross-correlation of (N, C_in, D, H, W) or (C_in, D, H, W) with weight (C_out, C_in/groups, kd, kh,
+    kw), as torch.nn.functional.conv3d with int padding: a sum of conv2d over the kd depth taps.
+
+        >>> conv3d(Tensor.ones(1, 1, 3, 4, 4), Tensor.ones(2, 1, 2, 2, 2)).shape
+        (1, 2, 2, 3, 3)
+    """
+    op = "conv3d"
+    if not isinstance(x, Tensor) or x.ndim not in (4, 5):
+        raise ValueError(f"[nn] {op}: expected input of shape (N, C, D, H, W) or (C, D, H, W), "
+                         f"got {getattr(x, 'shape', type(x).__name__)}")
+    if weight.ndim != 5 or x.shape[-4] != weight.shape[1] * groups:
+        raise ValueError(f"[nn] {op}: expected weight (C_out, C_in/groups, kd, kh, kw) with "
+                         f"C_in={x.shape[-4]} and groups={groups}, got weight {weight.shape}")
+    if isinstance(padding, str):
+        raise ValueError(f"[nn] {op}: string padding is not supported, got {padding!r}; fix: give ints")
+    (sd, *st), (pd, ph, pw) = _triple(op, "stride", stride), _triple(op, "padding", padding)
+    (dd, *dl) = _triple(op, "dilation", dilation)
+    batched = x if x.ndim == 5 else x.unsqueeze(0)
+    xp = batched.pad(((0, 0), (0, 0), (pd, pd), (ph, ph), (pw, pw)))     # (N, C_in, D, H, W)
+    n, cin, depth, h, w = xp.shape
+    kd = weight.shape[2]
+    out_d = (depth - dd * (kd - 1) - 1) // sd + 1
+    if out_d < 1:
+        raise ValueError(f"[nn] {op}: expected input D of at least {dd * (kd - 1) + 1 - 2 * pd} for kernel "
+                         f"{kd} (dilation {dd}, padding {pd}), got {x.shape[-3]}")
+    out: Tensor | None = None
+    for z in range(kd):
+        start = z * dd
+        taps = xp[:, :, start:start + (out_d - 1) * sd + 1:sd]                 # (N, C_in, D', H, W)
+        frames = taps.permute(0, 2, 1, 3, 4).reshape(n * out_d, cin, h, w)
+        part = frames.conv2d(weight[:, :, z], None, tuple(st), 0, tuple(dl), groups)   # (N*D', C_out, H', W')
+        out = part if out is None else out + part
+    assert out is not None
+    cout, oh, ow = out.shape[1:]
+    out = out.reshape(n, out_d, cout, oh, ow).permute(0, 2, 1, 3, 4)
+    if bias is not None:
+        out = out + bias.reshape(1, cout, 1, 1, 1)
+    return out if x.ndim == 5 else out.squeeze(0)
+
+
 def _pool_pads(op: str, x: Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
                dilation: tuple[int, int], ceil_mode: bool) -> tuple[tuple[int, int], tuple[int, int]]:
     """(before, after) padding of H and W: padding on both sides, plus what ceil_mode's last window reads
@@ -435,6 +689,195 @@ def avg_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequen
     else:
         counted = Tensor.ones(*x.shape[-2:], device=x.device).pad((pad_h, pad_w))
     return mean / counted.cast(x.dtype).avg_pool2d(kernel, stride_)
+
+
+def max_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor:
+    """The max over kernel_size windows of (N, C, L) or (C, L), as torch.nn.functional.max_pool1d (max_pool2d
+    over a height of 1).
+
+        >>> max_pool1d(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]]), 2).tolist()
+        [[5.0, 4.0]]
+    """
+    op = "max_pool1d"
+    _check_signal(op, x)
+    kernel = _one(op, "kernel_size", kernel_size)
+    stride_ = kernel if stride is None or stride == [] else _one(op, "stride", stride)
+    out = max_pool2d(x.unsqueeze(-2), (1, kernel), (1, stride_), (0, _one(op, "padding", padding)),
+                     (1, _one(op, "dilation", dilation)), ceil_mode, return_indices)
+    return out.squeeze(-2)
+
+
+def avg_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    """The mean over kernel_size windows of (N, C, L) or (C, L), as torch.nn.functional.avg_pool1d (avg_pool2d
+    over a height of 1).
+
+        >>> avg_pool1d(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]]), 2, stride=1).tolist()
+        [[3.0, 3.5, 3.0, 3.5]]
+    """
+    op = "avg_pool1d"
+    _check_signal(op, x)
+    kernel = _one(op, "kernel_size", kernel_size)
+    stride_ = kernel if stride is None or stride == [] else _one(op, "stride", stride)
+    out = avg_pool2d(x.unsqueeze(-2), (1, kernel), (1, stride_), (0, _one(op, "padding", padding)), ceil_mode,
+                     count_include_pad)
+    return out.squeeze(-2)
+
+
+def _along(x: Tensor, axis: int, weights: np.ndarray) -> Tensor:
+    """Mix dim `axis` (size n) of x by an (m, n) matrix: out[.., i, ..] = sum_j weights[i, j] * x[.., j, ..].
+    A 0/1 matrix selects (a where, so inf and nan pass through as they are)."""
+    m, n = weights.shape
+    if m == n and np.array_equal(weights, np.eye(n)):
+        return x
+    moved = x.transpose(axis, -1).unsqueeze(-2)                          # (..., 1, n)
+    if np.isin(weights, (0.0, 1.0)).all():
+        mixed = Tensor(weights.astype(bool), device=x.device).where(moved, 0)
+    else:
+        mixed = moved * Tensor(weights, device=x.device).cast(x.dtype)   # (..., m, n)
+    return mixed.sum(-1, dtype=x.dtype).transpose(axis, -1)
+
+
+def _output_sizes(op: str, x: Tensor, size: int | None | Sequence[int | None], nsp: int) -> tuple[int, ...]:
+    sizes = (size,) * nsp if size is None or isinstance(size, (int, np.integer)) else tuple(size)
+    if len(sizes) != nsp or not all(s is None or (isinstance(s, (int, np.integer)) and s > 0) for s in sizes):
+        raise ValueError(f"[nn] {op}: expected output_size to be a positive int or {nsp} of them (None keeps "
+                         f"the input size), got {size!r}")
+    return tuple(int(s) if s is not None else i for s, i in zip(sizes, x.shape[-nsp:]))
+
+
+def _adaptive_mean(x: Tensor, axis: int, n_out: int) -> Tensor:
+    """Output i of dim `axis` averages inputs [floor(i * n / n_out), ceil((i + 1) * n / n_out)), as torch."""
+    n_in = x.shape[axis]
+    window = np.zeros((n_out, n_in))
+    for i in range(n_out):
+        window[i, i * n_in // n_out:-(-(i + 1) * n_in // n_out)] = 1.0
+    counts = window.sum(1).reshape((n_out,) + (1,) * (x.ndim - 1 - axis))
+    return _along(x, axis, window) / Tensor(counts, device=x.device).cast(x.dtype)
+
+
+def adaptive_avg_pool2d(x: Tensor, output_size: int | None | Sequence[int | None]) -> Tensor:
+    """The mean over windows of (N, C, H, W) or (C, H, W) chosen to give output_size (None keeps that dim), as
+    torch.nn.functional.adaptive_avg_pool2d: output row i averages rows floor(i*H/h) to ceil((i+1)*H/h).
+
+        >>> x = Tensor.arange(15).reshape(1, 3, 5).float()
+        >>> adaptive_avg_pool2d(x, (1, 2)).tolist()                      # columns 0-2 and 2-4
+        [[[6.0, 8.0]]]
+        >>> adaptive_avg_pool2d(Tensor.ones(2, 8, 7, 7), 1).shape
+        (2, 8, 1, 1)
+    """
+    op = "adaptive_avg_pool2d"
+    _check_image(op, x)
+    _check_float(op, x)
+    out_h, out_w = _output_sizes(op, x, output_size, 2)
+    return _adaptive_mean(_adaptive_mean(x, x.ndim - 2, out_h), x.ndim - 1, out_w)
+
+
+def adaptive_avg_pool1d(x: Tensor, output_size: int | Sequence[int]) -> Tensor:
+    """adaptive_avg_pool2d's rule along the last dim of (N, C, L) or (C, L), as
+    torch.nn.functional.adaptive_avg_pool1d.
+
+        >>> adaptive_avg_pool1d(Tensor([[1.0, 2.0, 3.0, 4.0, 5.0]]), 2).tolist()
+        [[2.0, 4.0]]
+    """
+    op = "adaptive_avg_pool1d"
+    _check_signal(op, x)
+    _check_float(op, x)
+    (out_l,) = _output_sizes(op, x, output_size, 1)
+    return _adaptive_mean(x, x.ndim - 1, out_l)
+
+
+_INTERPOLATE_DIMS = {"nearest": (1, 2, 3), "linear": (1,), "bilinear": (2,), "trilinear": (3,)}
+
+
+def _interpolate_weights(mode: str, n_in: int, n_out: int, scale: float, align_corners: bool) -> np.ndarray:
+    """The (n_out, n_in) matrix of one spatial dim, by torch's index rules; `scale` is in/out, or
+    1/scale_factor when that was given."""
+    weights = np.zeros((n_out, n_in))
+    dst = np.arange(n_out)
+    if mode == "nearest":
+        # torch's float32 arithmetic (so its indices, also where in/out is not exact), and its two shortcuts
+        if n_out == n_in:
+            src = dst
+        elif n_out == 2 * n_in:
+            src = dst // 2
+        else:
+            src = np.minimum(np.floor(dst.astype(np.float32) * np.float32(scale)).astype(np.int64), n_in - 1)
+        weights[dst, src] = 1.0
+        return weights
+    if align_corners:
+        src_f = dst * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
+    else:
+        src_f = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
+    lo = np.minimum(np.floor(src_f).astype(np.int64), n_in - 1)
+    hi = np.minimum(lo + 1, n_in - 1)
+    frac = src_f - lo
+    np.add.at(weights, (dst, lo), 1.0 - frac)
+    np.add.at(weights, (dst, hi), frac)
+    return weights
+
+
+def _interpolate_sizes(op: str, x: Tensor, size: int | Sequence[int] | None,
+                       scale_factor: float | Sequence[float] | None,
+                       recompute_scale_factor: bool | None) -> tuple[tuple[int, ...], list[float]]:
+    """Each spatial dim's output size, and the scale its source indices use."""
+    nsp = x.ndim - 2
+    if (size is None) == (scale_factor is None):
+        raise ValueError(f"[nn] {op}: expected exactly one of size and scale_factor, got size={size!r}, "
+                         f"scale_factor={scale_factor!r}")
+    in_sizes = x.shape[2:]
+    if size is not None:
+        out_sizes = _output_sizes(op, x, size, nsp)
+        scales = [i / o for i, o in zip(in_sizes, out_sizes)]
+    elif scale_factor is not None:
+        factors = tuple(scale_factor) if isinstance(scale_factor, Sequence) else (scale_factor,) * nsp
+        if len(factors) != nsp or not all(isinstance(f, (int, float)) and f > 0 for f in factors):
+            raise ValueError(f"[nn] {op}: expected scale_factor to be a positive number or {nsp} of them, "
+                             f"got {scale_factor!r}")
+        out_sizes = tuple(math.floor(i * f) for i, f in zip(in_sizes, factors))
+        if min(out_sizes) < 1:
+            raise ValueError(f"[nn] {op}: scale_factor {scale_factor!r} leaves no output for input {x.shape}")
+        scales = [i / o if recompute_scale_factor else 1.0 / f
+                  for i, o, f in zip(in_sizes, out_sizes, factors)]
+    return out_sizes, scales
+
+
+def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
+                scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
+                align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> Tensor:
+    """Resize the spatial dims of (N, C, *spatial) to `size` or floor(in * scale_factor), as
+    torch.nn.functional.interpolate with mode 'nearest' (1-3 spatial dims: out i reads
+    floor(i * in/out)), 'linear' (1), 'bilinear' (2) or 'trilinear' (3). Linear modes with align_corners
+    False read at (i + 0.5) * in/out - 0.5 (clamped at 0), with True at i * (in - 1)/(out - 1). Given a
+    scale_factor, 1/scale_factor replaces in/out unless recompute_scale_factor, as torch.
+
+        >>> x = Tensor([[[1.0, 2.0, 4.0]]])
+        >>> interpolate(x, scale_factor=2).tolist()
+        [[[1.0, 1.0, 2.0, 2.0, 4.0, 4.0]]]
+        >>> interpolate(x, size=5, mode="linear", align_corners=True).tolist()
+        [[[1.0, 1.5, 2.0, 3.0, 4.0]]]
+    """
+    op = "interpolate"
+    if mode not in _INTERPOLATE_DIMS:
+        raise NotImplementedError(f"[nn] {op}: mode={mode!r} is not supported; expected one of "
+                                  f"{sorted(_INTERPOLATE_DIMS)}")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"[nn] {op}: expected input to be a Tensor, got {type(x).__name__}")
+    nsp = x.ndim - 2
+    if nsp not in _INTERPOLATE_DIMS[mode]:
+        raise ValueError(f"[nn] {op}: mode={mode!r} expects (N, C, *spatial) with "
+                         f"{' or '.join(map(str, _INTERPOLATE_DIMS[mode]))} spatial dims, got {x.shape}")
+    if mode == "nearest" and align_corners is not None:
+        raise ValueError(f"[nn] {op}: align_corners is only for the linear modes, got it with mode='nearest'")
+    _check_float(op, x)
+    in_sizes = x.shape[2:]
+    out_sizes, scales = _interpolate_sizes(op, x, size, scale_factor, recompute_scale_factor)
+    for axis, (n_in, n_out, scale) in enumerate(zip(in_sizes, out_sizes, scales)):
+        x = _along(x, 2 + axis, _interpolate_weights(mode, n_in, n_out, scale, bool(align_corners)))
+    return x
 
 
 # ---------------------------------------------------------------- normalization

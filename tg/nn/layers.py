@@ -130,6 +130,82 @@ class Conv2d(Module):
         return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
 
 
+class Conv1d(Module):
+    """1-d convolution over (N, C_in, L) or (C_in, L); weight (C_out, C_in/groups, k). padding is an int,
+    'valid' or 'same' (stride 1). Weight and bias start from U(-b, b), b = 1/sqrt(C_in/groups * k), as torch.
+
+        >>> conv = Conv1d(3, 8, 5, padding=2)
+        >>> conv(Tensor.ones(2, 3, 9)).shape, conv.weight.shape
+        ((2, 8, 9), (8, 3, 5))
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
+                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
+                 device: str | None = None, dtype: DType | str | None = None):
+        super().__init__()
+        _positive("Conv1d", in_channels=in_channels, out_channels=out_channels, groups=groups)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"[nn] Conv1d: expected in_channels ({in_channels}) and out_channels "
+                             f"({out_channels}) divisible by groups, got groups={groups}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = F._one("Conv1d", "kernel_size", kernel_size)
+        self.stride = F._one("Conv1d", "stride", stride)
+        self.dilation = F._one("Conv1d", "dilation", dilation)
+        _positive("Conv1d", kernel_size=self.kernel_size, stride=self.stride, dilation=self.dilation)
+        self.padding = padding if isinstance(padding, str) else F._one("Conv1d", "padding", padding)
+        bound = _fan_in_bound(in_channels // groups * self.kernel_size)
+        self.weight = _uniform((out_channels, in_channels // groups, self.kernel_size), bound, device, dtype)
+        self.bias = _uniform((out_channels,), bound, device, dtype) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
+
+
+class ConvTranspose2d(Module):
+    """The transpose of Conv2d over (N, C_in, H, W) or (C_in, H, W), as torch: weight (C_in, C_out/groups, kh,
+    kw), output (H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1 high. Weight and
+    bias start from U(-b, b), b = 1/sqrt(C_out/groups * kh * kw).
+
+        >>> up = ConvTranspose2d(8, 4, 3, stride=2, padding=1, output_padding=1)
+        >>> up(Tensor.ones(2, 8, 5, 5)).shape, up.weight.shape
+        ((2, 4, 10, 10), (8, 4, 3, 3))
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 output_padding: int | Sequence[int] = 0, groups: int = 1, bias: bool = True,
+                 dilation: int | Sequence[int] = 1, device: str | None = None,
+                 dtype: DType | str | None = None):
+        super().__init__()
+        _positive("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels, groups=groups)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"[nn] ConvTranspose2d: expected in_channels ({in_channels}) and out_channels "
+                             f"({out_channels}) divisible by groups, got groups={groups}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = _pair(kernel_size, "kernel_size", "ConvTranspose2d")
+        self.stride = _pair(stride, "stride", "ConvTranspose2d")
+        self.padding = _pair(padding, "padding", "ConvTranspose2d")
+        self.output_padding = _pair(output_padding, "output_padding", "ConvTranspose2d")
+        self.dilation = _pair(dilation, "dilation", "ConvTranspose2d")
+        kh, kw = self.kernel_size
+        bound = _fan_in_bound(out_channels // groups * kh * kw)          # torch's fan_in of this layout
+        self.weight = _uniform((in_channels, out_channels // groups, kh, kw), bound, device, dtype)
+        self.bias = _uniform((out_channels,), bound, device, dtype) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
+                                  self.groups, self.dilation)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}, output_padding={self.output_padding}")
+
+
 class _BatchNorm(Module):
     """Shared by BatchNorm1d / BatchNorm2d, which differ only in the input ranks they take."""
     ranks: tuple[int, ...] = ()
@@ -618,6 +694,49 @@ class AvgPool2d(Module):
 
     def extra_repr(self) -> str:
         return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+
+
+class AdaptiveAvgPool2d(Module):
+    """The mean over windows of (N, C, H, W) or (C, H, W) sized to give output_size (None keeps that dim), as
+    torch (see tg.nn.functional.adaptive_avg_pool2d).
+
+        >>> AdaptiveAvgPool2d((1, 1))(Tensor.ones(2, 3, 7, 5)).shape
+        (2, 3, 1, 1)
+    """
+
+    def __init__(self, output_size: int | None | Sequence[int | None]):
+        super().__init__()
+        self.output_size = output_size
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.adaptive_avg_pool2d(x, self.output_size)
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+class Upsample(Module):
+    """Resize the spatial dims of (N, C, *spatial) to size or floor(in * scale_factor), with mode 'nearest',
+    'linear', 'bilinear' or 'trilinear' (see tg.nn.functional.interpolate).
+
+        >>> Upsample(scale_factor=2)(Tensor([[[1.0, 2.0]]])).tolist()
+        [[[1.0, 1.0, 2.0, 2.0]]]
+    """
+
+    def __init__(self, size: int | Sequence[int] | None = None,
+                 scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
+                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None):
+        super().__init__()
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.interpolate(x, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)
+
+    def extra_repr(self) -> str:
+        what = f"size={self.size}" if self.size is not None else f"scale_factor={self.scale_factor}"
+        return f"{what}, mode={self.mode!r}"
 
 
 # ---------------------------------------------------------------- losses
