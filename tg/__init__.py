@@ -24,7 +24,8 @@ _DTYPES = {"bool": "bool", "int8": "int8", "uint8": "uint8", "int16": "int16", "
            "double": "float64"}
 # the rest of the torch namespace (tg.zeros, tg.cat, tg.device, tg.Generator, tg.exp, ...): tg.namespace's
 # __all__, written out here so that looking a name up needs no import (a test keeps the two equal)
-_NAMESPACE_NAMES = frozenset({"Generator", "dtype", "einsum", "abs", "add", "all", "amax", "amin", "any",
+_NAMESPACE_NAMES = frozenset({"Generator", "dtype", "einsum", "multinomial", "randperm", "abs", "add", "all",
+                              "amax", "amin", "any",
                               "arange", "argmax", "argmin", "cat", "ceil", "chunk", "clamp", "clone",
                               "concat", "cos", "cumsum", "detach", "device", "div", "dot", "empty", "eq",
                               "exp", "expand", "eye", "flatten", "flip", "floor", "from_numpy", "full",

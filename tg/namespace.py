@@ -33,7 +33,7 @@ __all__ = [
     "device", "dtype", "Generator", "tensor", "from_numpy", "is_tensor", "zeros", "ones", "full", "empty",
     "arange", "linspace", "eye", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "rand",
     "randn", "randint", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "cat",
-    "concat", "stack", "flatten", "where", "einsum",
+    "concat", "stack", "flatten", "where", "einsum", "multinomial", "randperm",
 ]
 
 
@@ -210,6 +210,31 @@ def randn(*size: Any, generator: Generator | None = None, **kw: Any) -> Tensor:
         (4,)
     """
     return _sample(generator, lambda: Tensor.randn(*size, **kw))
+
+
+def multinomial(input: Any, num_samples: int, replacement: bool = False, *,  # noqa: A002
+                generator: Generator | None = None) -> Tensor:
+    """Draw category indices from each row of probabilities (Tensor.multinomial), from `generator`
+    when given.
+
+        >>> multinomial(tensor([0.0, 1.0, 0.0]), 2, replacement=True).tolist()
+        [1, 1]
+    """
+    x = input if isinstance(input, Tensor) else Tensor(input)
+    return _sample(generator, lambda: x.multinomial(num_samples, replacement))
+
+
+def randperm(n: int, *, generator: Generator | None = None, dtype: Any = None, device: Any = None) -> Tensor:
+    """A random permutation of 0..n-1, int64 unless dtype is given (torch.randperm). The order comes
+    from n uniform draws of tg's random stream, ranked on the host.
+
+        >>> sorted(randperm(5, generator=Generator().manual_seed(0)).tolist())
+        [0, 1, 2, 3, 4]
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"[core] randperm: n must be an int >= 0, got {n!r}")
+    keys = _sample(generator, lambda: Tensor.rand(n)).numpy() if n else np.zeros(0, np.float32)
+    return Tensor(np.argsort(keys, kind="stable"), dtype=dtype or dtypes.int64, device=device)
 
 
 def randint(*args: Any, size: Any = None, generator: Generator | None = None, **kw: Any) -> Tensor:

@@ -852,8 +852,10 @@ def clip_grad_norm_(params: Tensor | Iterable[Tensor], max_norm: float, norm_typ
     """Scale all gradients together so their total `norm_type`-norm is at most `max_norm`; returns the
     total norm (before clipping) as a 0-d tensor. torch's rule: grads *= min(1, max_norm / (norm + 1e-6)).
 
-    Lazy: each `.grad` is replaced by the scaled expression, so the norm, the scaling and the optimizer
-    step that follows all run in one schedule — nothing is read back to the host.
+    In place, as torch's: each `.grad` stays the same Tensor and is assigned the scaled value (so a
+    DistributedDataParallel / ZeroRedundancyOptimizer still sees the gradients it averaged). Lazy: the
+    norm, the scaling and the optimizer step that follows all run in one schedule — nothing is read
+    back to the host.
 
         >>> from tg import Tensor
         >>> w = Tensor([0.0, 0.0]); w.grad = Tensor([3.0, 4.0])
@@ -883,5 +885,5 @@ def clip_grad_norm_(params: Tensor | Iterable[Tensor], max_norm: float, norm_typ
         coef = (max_norm / (total + 1e-6)).minimum(1.0)
         for p in with_grad:
             assert p.grad is not None
-            p.grad = (p.grad.detach() * coef).cast(p.grad.dtype)
+            p.grad.assign((p.grad.detach() * coef).cast(p.grad.dtype))
     return total

@@ -34,7 +34,9 @@ import json
 import math
 import multiprocessing as mp
 import numbers
+import sys
 import traceback
+import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
 from typing import Any, ClassVar
 
@@ -52,6 +54,20 @@ def __getattr__(name: str) -> Any:
         from tg.distributed.sampler import DistributedSampler
         return DistributedSampler
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _distributed_getattr(name: str) -> Any:
+    if name == "DistributedSampler":
+        return __getattr__(name)
+    raise AttributeError(f"module {__name__ + '.distributed'!r} has no attribute {name!r}")
+
+
+# torch's other path to the sampler, `from torch.utils.data.distributed import DistributedSampler` (the
+# DDP tutorials' line): a submodule object registered here, as this module is a file, not a package
+distributed = types.ModuleType(__name__ + ".distributed", "torch.utils.data.distributed's path: "
+                               "DistributedSampler (tg.distributed.sampler), loaded on first use.")
+distributed.__getattr__ = _distributed_getattr  # type: ignore[method-assign]
+sys.modules.setdefault(distributed.__name__, distributed)
 
 
 def _is_int(value: Any) -> bool:
