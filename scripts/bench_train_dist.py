@@ -77,9 +77,8 @@ def worker(args: argparse.Namespace) -> None:
         start = time.perf_counter()
         jit_step(x, y).item()
         times.append(time.perf_counter() - start)
-    state = sum(t.nbytes for k, t in opt.state_dict().items() if k.startswith("state."))
-    if args.mode == "zero":
-        state = sum(t.nbytes for k, t in opt.optimizer.state_dict().items() if k.startswith("state."))
+    plain = opt.optimizer if args.mode == "zero" else opt
+    state = sum(t.nbytes for k, t in plain.flat_state_dict().items() if k.startswith("state."))
     mine = {"step_s": float(np.median(times)), "peak": GlobalCounters.mem_peak, "activation": activation,
             "state": state, "params": sum(p.numel() for p in params)}
     every = [None] * world

@@ -55,7 +55,18 @@ def zero1_train(rank: int, world: int, wrap_ddp: bool, replace_grads: bool, step
     return {"params": numpy_params(model), "grads_kept": grads_kept,
             "reduce_scatters": scatters.count("reduce_scatter"),
             "warnings": [str(w.message) for w in caught],
-            "state": {k: v.numpy() if isinstance(v, Tensor) else np.asarray(v) for k, v in state.items()}}
+            "state": numpy_state(state)}
+
+
+def numpy_state(sd: dict) -> dict:
+    """An optimizer state dict as flat dotted names of numpy arrays: torch's nested shape (a plain
+    optimizer's, or ZeroRedundancyOptimizer's once consolidated) or a shard's flat names."""
+    if isinstance(sd.get("state"), dict):
+        flat = {f"state.{i}.{k}": v for i, st in sd["state"].items() for k, v in st.items()}
+        flat.update({f"param_groups.{g}.{k}": v for g, group in enumerate(sd["param_groups"])
+                     for k, v in group.items()})
+        sd = flat
+    return {k: v.numpy() if isinstance(v, Tensor) else np.asarray(v) for k, v in sd.items()}
 
 
 def plain_adamw_state(steps: int) -> dict:
@@ -66,7 +77,7 @@ def plain_adamw_state(steps: int) -> dict:
         opt.zero_grad()
         mse(model, Tensor(batch[0]), Tensor(batch[1])).backward()
         opt.step()
-    return {k: v.numpy() if isinstance(v, Tensor) else np.asarray(v) for k, v in opt.state_dict().items()}
+    return numpy_state(opt.state_dict())
 
 
 @pytest.mark.parametrize("wrap_ddp,replace_grads", [(True, False), (False, False), (True, True)])
@@ -103,7 +114,9 @@ def test_consolidated_state_loads_back_on_one_rank():
         assert opt.state_dict().keys() == shard.keys()         # before consolidating: the shard
         opt.consolidate_state_dict()
         whole = opt.state_dict()
-        assert "step" in whole and "state.3.exp_avg_sq" in whole
+        assert list(whole) == ["state", "param_groups"]                  # torch's shape
+        assert list(whole["state"][3]) == ["exp_avg", "exp_avg_sq", "step"]
+        assert whole["param_groups"][0]["params"] == list(range(len(opt.params)))
         again = ZeroRedundancyOptimizer(get_parameters(model), nn.optim.Adam, lr=0.5)
         again.load_state_dict(whole)
         for k, v in again.shard_state_dict().items():

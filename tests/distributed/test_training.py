@@ -300,7 +300,7 @@ def zero_state_bytes(rank: int, world: int, bucket_mb: float) -> dict:
     plain = nn.optim.Adam(params, lr=LR)
 
     def state_bytes(opt) -> int:
-        return sum(v.nbytes for k, v in opt.state_dict().items() if k.startswith("state."))
+        return sum(v.nbytes for k, v in opt.flat_state_dict().items() if k.startswith("state."))
     return {"zero": state_bytes(zero), "plain": state_bytes(plain), "buckets": len(zero.buckets)}
 
 

@@ -10,6 +10,7 @@ import tempfile
 import numpy as np
 import pytest
 
+import tg
 from tg import Tensor
 from tg.core.jit import TinyJit
 from tg.nn.optim import SGD, Adadelta, Adagrad, Adam, AdamW, Optimizer, RMSprop
@@ -304,10 +305,23 @@ def test_zero_grad_set_to_none_false_gives_zeros_true_gives_none():
 
 
 # ---------------------------------------------------------------- state_dict
-def test_state_dict_has_torch_names_per_group():
+def test_state_dict_has_torch_shape_per_group():
     a, b, c = Tensor.zeros(3), Tensor.zeros(2), Tensor.zeros(4)
     opt = Adam([{"params": [a, b], "weight_decay": 0.1}, {"params": [c], "lr": 0.5, "name": "head"}], lr=0.01)
     sd = opt.state_dict()
+    assert list(sd) == ["state", "param_groups"] and list(sd["state"]) == [0, 1, 2]
+    assert all(list(st) == ["exp_avg", "exp_avg_sq", "step"] for st in sd["state"].values())
+    assert sd["state"][0]["step"] is opt.t and sd["state"][2]["exp_avg"].shape == (4,)
+    assert sd["state"][1]["exp_avg_sq"] is opt.state[1]["exp_avg_sq"]       # type: ignore[index]
+    assert sd["param_groups"] == [
+        {"lr": 0.01, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.1, "params": [0, 1]},
+        {"lr": 0.5, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.0, "name": "head", "params": [2]}]
+
+
+def test_flat_state_dict_has_torch_names_per_group():
+    a, b, c = Tensor.zeros(3), Tensor.zeros(2), Tensor.zeros(4)
+    opt = Adam([{"params": [a, b], "weight_decay": 0.1}, {"params": [c], "lr": 0.5, "name": "head"}], lr=0.01)
+    sd = opt.flat_state_dict()
     assert list(sd) == ["step", *[f"state.{i}.{k}" for i in range(3) for k in ("exp_avg", "exp_avg_sq")],
                         *[f"param_groups.0.{k}" for k in ("lr", "betas", "eps", "weight_decay", "params")],
                         *[f"param_groups.1.{k}" for k in ("lr", "betas", "eps", "weight_decay", "params")]]
@@ -315,6 +329,12 @@ def test_state_dict_has_torch_names_per_group():
     assert sd["param_groups.0.params"].tolist() == [0, 1] and sd["param_groups.1.params"].tolist() == [2]
     np.testing.assert_allclose(sd["param_groups.1.betas"], [0.9, 0.999])
     assert sd["state.2.exp_avg"].shape == (4,)
+
+
+def _snapshot(sd: dict) -> dict:
+    """The nested state dict with every tensor copied to numpy (what the optimizer holds now)."""
+    return {"state": {i: {k: v.numpy() for k, v in st.items()} for i, st in sd["state"].items()},
+            "param_groups": [dict(g) for g in sd["param_groups"]]}
 
 
 def _make(opt_cls: type, kw: dict, groups: list[dict], params: list[Tensor]) -> Optimizer:
@@ -331,9 +351,9 @@ ROUND_TRIP = [
 ]
 
 
-@pytest.mark.parametrize("through_file", [False, True])
+@pytest.mark.parametrize("through", ["memory", "tg.save", "safetensors"])
 @pytest.mark.parametrize("opt_cls,kw,groups", ROUND_TRIP)
-def test_state_dict_round_trip_gives_the_same_next_step(opt_cls, kw, groups, through_file):
+def test_state_dict_round_trip_gives_the_same_next_step(opt_cls, kw, groups, through):
     data = [_random((7,), 4, seed=30), _random((2, 3), 4, seed=31)]
     params = [Tensor(p0, requires_grad=True) for p0, _ in data]
     opt = _make(opt_cls, kw, groups, params)
@@ -342,19 +362,25 @@ def test_state_dict_round_trip_gives_the_same_next_step(opt_cls, kw, groups, thr
             p.grad = Tensor(grads[step])
         opt.step()
     opt.param_groups[1]["lr"] = 0.007                     # a changed lr is part of the state
-    saved = opt.state_dict()
-    if through_file:
-        with tempfile.TemporaryDirectory() as tmp:
-            safe_save(saved, os.path.join(tmp, "optim.safetensors"))
-            saved = safe_load(os.path.join(tmp, "optim.safetensors"))
-    else:
-        saved = {k: v.numpy() if isinstance(v, Tensor) else v for k, v in saved.items()}    # a snapshot
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "optim.safetensors")
+        if through == "tg.save":                          # torch's shape, int keys and Python options
+            tg.save(opt.state_dict(), path)
+            saved = tg.load(path)
+            assert list(saved["state"]) == [0, 1] and isinstance(saved["param_groups"][0]["lr"], float)
+        elif through == "safetensors":                    # the flat form, for safe_save
+            safe_save(opt.flat_state_dict(), path)
+            saved = safe_load(path)
+        else:
+            saved = _snapshot(opt.state_dict())
     copies = [Tensor(p.numpy(), requires_grad=True) for p in params]
     fresh = _make(opt_cls, {**kw, "lr": 0.5}, [{k: v for k, v in g.items() if k != "lr"} for g in groups],
                   copies)
     fresh.load_state_dict(saved)
-    assert [g["lr"] for g in fresh.param_groups] == pytest.approx([opt.param_groups[0]["lr"], 0.007])
-    assert fresh.t.item() == 3
+    assert [g["lr"] for g in fresh.param_groups] == [opt.param_groups[0]["lr"], 0.007]
+    options = [[dict(g, params=None) for g in o.param_groups] for o in (opt, fresh)]
+    assert options[0] == options[1]
+    assert fresh.t.item() == 3 and fresh.state_dict()["state"][1]["step"].item() == 3
     for o in (opt, fresh):
         for p, (_, grads) in zip(o.params, data):
             p.grad = Tensor(grads[3])

@@ -74,6 +74,9 @@ def main():
     optimizer.consolidate_state_dict(to=0)
     if rank == 0:
         state = optimizer.state_dict()
+        first = next(iter(model.parameters()))
+        assert state["param_groups"][0]["lr"] == 3e-3 and state["state"][0]["exp_avg"].shape == first.shape
+        print(f"saving {len(state['state'])} parameters' state at step {int(state['state'][0]['step'].item())}")
         torch.save(state, "optimizer.pt")
         torch.save(ddp.module.state_dict(), "model.pt")
         # the consolidated state is a whole AdamW state: a plain AdamW over the same parameters loads it

@@ -208,7 +208,7 @@ def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimiz
     elif optimizer is not None:
         files.append("optim.safetensors")
         if rank == 0:
-            safe_save(optimizer.state_dict(), partial / "optim.safetensors")
+            safe_save(optimizer.flat_state_dict(), partial / "optim.safetensors")
     rng = _gather_json(Tensor.get_rng_state(), group)
     _barrier(group)   # every rank's files are on disk
     if rank == 0:

@@ -6,7 +6,7 @@
     opt = ZeroRedundancyOptimizer(model.parameters(), optimizer_class=nn.optim.AdamW, lr=1e-3)
     loss.backward(); opt.step()           # DDP averaged .grad; each rank steps its part, then all-gather
     opt.consolidate_state_dict(to=0)
-    if rank == 0: safe_save(opt.state_dict(), "optim.safetensors")   # every parameter's state
+    if rank == 0: tg.save(opt.state_dict(), "optim.safetensors")   # every parameter's state
 
 Stage 1 as in torch: the full gradients stay in `.grad` until `zero_grad()` (so clipping them between
 backward and step works) and only the optimizer state is split. What tg adds: without a DDP wrapper
@@ -46,8 +46,9 @@ class ZeroRedundancyOptimizer(ZeroOptimizer):
     >>> _ = model(Tensor.ones(4, 3)).sum().backward()
     >>> opt.step()
     >>> opt.consolidate_state_dict(to=0)
-    >>> sorted(k for k in opt.state_dict() if k.startswith("state."))
-    ['state.0.exp_avg', 'state.0.exp_avg_sq', 'state.1.exp_avg', 'state.1.exp_avg_sq']
+    >>> whole = opt.state_dict()
+    >>> list(whole["state"]), list(whole["state"][0]), whole["param_groups"][0]["params"]
+    ([0, 1], ['exp_avg', 'exp_avg_sq', 'step'], [0, 1])
     >>> dist.destroy_process_group()
     """
 
@@ -93,15 +94,13 @@ class ZeroRedundancyOptimizer(ZeroOptimizer):
         if self.rank != to:
             self._consolidated = None
             return
-        out: dict[str, Any] = {"step": self.optimizer.t}
-        for i, state in full.items():
-            out.update({f"state.{i}.{k}": Tensor(v, device=self.device) for k, v in state.items()})
-        for k, v in self.optimizer.state_dict().items():
-            if k.startswith("param_groups."):
-                out[k] = np.arange(len(self.params), dtype=np.int32) if k.endswith(".params") else v
-        self._consolidated = out
+        state = {i: {**{k: Tensor(v, device=self.device) for k, v in part.items()}, "step": self.optimizer.t}
+                 for i, part in full.items()}
+        groups = [{**g, "params": list(range(len(self.params)))}
+                  for g in self.optimizer.state_dict()["param_groups"]]
+        self._consolidated = {"state": state, "param_groups": groups}
 
-    def state_dict(self) -> dict[str, Tensor | np.ndarray]:
+    def state_dict(self) -> dict[str, Any]:
         """The whole state on rank `to` after consolidate_state_dict(to) (until the next step), else
         this rank's shard."""
         return self._consolidated if self._consolidated is not None else self.shard_state_dict()

@@ -275,6 +275,10 @@ class ZeroOptimizer(Optimizer):
         """This rank's shard: the wrapped optimizer's state of each bucket part and the masters."""
         return self.shard_state_dict()
 
+    def flat_state_dict(self) -> dict[str, Tensor | np.ndarray]:
+        """This rank's shard, a flat dict of tensors already (what shard_state_dict() returns)."""
+        return self.shard_state_dict()
+
     def shard_state_dict(self) -> dict[str, Tensor | np.ndarray]:
         """This rank's shard, whatever state_dict() returns (tg.distributed.save_checkpoint's form)."""
         # the flat names load_zero_shards reshards: "t", "lr", "state.<part>.<buffer>", "master.<part>"

@@ -65,8 +65,12 @@ def _option_array(value: Any) -> np.ndarray | None:
 
 
 def _option_value(saved: Any, current: Any) -> Any:
-    """A saved option back in the type the option has now; a float32-stored float comes back as the
-    shortest decimal that rounds to it (1e-08, not 9.99999993922529e-09)."""
+    """A saved option back in the type the option has now: a Python value (torch's nested form) as it
+    is; a float32-stored float as the shortest decimal that rounds to it (1e-08, not 9.99999993922529e-09)."""
+    if isinstance(saved, (bool, int, float)) and not isinstance(current, (tuple, list)):
+        return type(current)(saved)
+    if isinstance(saved, (tuple, list)) and all(isinstance(v, (bool, int, float)) for v in saved):
+        return type(current)(float(v) for v in saved) if isinstance(current, (tuple, list)) else saved
     arr = _host(saved).astype(np.float32)
     if isinstance(current, bool):
         return bool(arr.reshape(()))
@@ -306,14 +310,38 @@ class Optimizer:
                 self._current = None
         return state
 
-    def state_dict(self) -> dict[str, Tensor | np.ndarray]:
-        """torch's optimizer state by its dotted names, as one flat dict of tensors (ready for safe_save):
+    def state_dict(self) -> dict[str, Any]:
+        """The optimizer state in torch's shape: `{"state": {i: {buffer: Tensor, ..., "step": Tensor}},
+        "param_groups": [{option: value, ..., "params": [i, ...]}]}`, parameters numbered in order across
+        the groups. The buffers are the live ones (as in torch, not copies); "step" is the optimizer's
+        step count `t` (0-d float32), the same Tensor for every parameter as tg counts steps per
+        optimizer. The options are the groups' Python values. `tg.save` writes it as it is; for one flat
+        dict of tensors (safe_save) use `flat_state_dict()`.
+
+            >>> from tg import Tensor
+            >>> sd = Adam([Tensor.zeros(2)], lr=0.01).state_dict()
+            >>> list(sd["state"][0]), sd["state"][0]["step"].item()
+            (['exp_avg', 'exp_avg_sq', 'step'], 0.0)
+            >>> sd["param_groups"]
+            [{'lr': 0.01, 'betas': (0.9, 0.999), 'eps': 1e-08, 'weight_decay': 0.0, 'params': [0]}]
+        """
+        state = {i: {**self._state(i), "step": self.t} for i in range(len(self.params))}
+        groups: list[dict[str, Any]] = []
+        first = 0
+        for group in self.param_groups:
+            options = {k: v for k, v in group.items() if k != "params"}
+            groups.append({**options, "params": list(range(first, first + len(group["params"])))})
+            first += len(group["params"])
+        return {"state": state, "param_groups": groups}
+
+    def flat_state_dict(self) -> dict[str, Tensor | np.ndarray]:
+        """The same state as one flat dict of tensors by torch's dotted names (ready for safe_save):
         `state.<i>.<buffer>` for parameter i, `param_groups.<g>.<option>` for each numeric option of
         group g and `param_groups.<g>.params` (the indices of its parameters). The step count is one
         entry, `step`, as tg counts steps per optimizer (torch keeps `state.<i>.step` per parameter).
 
             >>> from tg import Tensor
-            >>> list(Adam([Tensor.zeros(2)], lr=0.01).state_dict())   # doctest: +NORMALIZE_WHITESPACE
+            >>> list(Adam([Tensor.zeros(2)], lr=0.01).flat_state_dict())   # doctest: +NORMALIZE_WHITESPACE
             ['step', 'state.0.exp_avg', 'state.0.exp_avg_sq', 'param_groups.0.lr', 'param_groups.0.betas',
              'param_groups.0.eps', 'param_groups.0.weight_decay', 'param_groups.0.params']
         """
@@ -331,9 +359,10 @@ class Optimizer:
         return out
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        """Restore a state_dict() in place: this flat form, torch's nested form ({"state": {i: {...}},
-        "param_groups": [{...}]}) or tg's older one ("t", "lr", "state.<i>.<buffer>"). Every parameter's
-        buffers must be there (strict); group options are set from the saved ones that this optimizer has.
+        """Restore a state_dict() in place: torch's nested form ({"state": {i: {...}}, "param_groups":
+        [{...}]}, what state_dict() returns), the flat one of flat_state_dict() or tg's older one ("t",
+        "lr", "state.<i>.<buffer>"). Every parameter's buffers must be there (strict); group options are
+        set from the saved ones that this optimizer has.
 
             >>> from tg import Tensor
             >>> saved = SGD([Tensor.zeros(1)], lr=0.5, momentum=0.9).state_dict()
@@ -358,10 +387,11 @@ class Optimizer:
             flat.update({f"param_groups.{g}.lr": lr for g in range(len(self.param_groups))})
         steps = [k for k in flat if k.startswith("state.") and k.endswith(".step")]   # torch: one per param
         if steps and "step" not in flat:
-            flat["step"] = max(float(_host(flat[k])) for k in steps)
+            unique = {id(flat[k]): flat[k] for k in steps}.values()    # tg's state_dict: one t, many times
+            flat["step"] = np.array(max(float(_host(v)) for v in unique), np.float32)
         for k in steps:
             del flat[k]
-        mine = self.state_dict()
+        mine = self.flat_state_dict()
         wanted = [k for k in mine if not k.startswith("param_groups.")]
         missing = [k for k in wanted if k not in flat]
         unexpected = [k for k in flat if k not in mine and not k.startswith("param_groups.")]
