@@ -322,7 +322,8 @@ def setup(args: argparse.Namespace) -> Run:
     else:
         opt = nn.optim.AdamW(params, lr=args.lr, weight_decay=0.01)
         net = dist.DistributedDataParallel(model, bucket_mb=args.bucket_mb)
-    sched = nn.optim.CosineWithWarmup(opt, args.warmup, args.steps, min_lr=args.lr * 0.1)
+    # a run shorter than the warmup (--steps 1 to look at the kernels) warms up over all of it
+    sched = nn.optim.CosineWithWarmup(opt, min(args.warmup, args.steps), args.steps, min_lr=args.lr * 0.1)
     return Run(args, rank, world, out, tokens, loader, val_loader, model, opt, net, sched)
 
 

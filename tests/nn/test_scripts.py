@@ -89,6 +89,15 @@ def test_train_gpt_learns_checkpoints_and_resumes(tmp_path, mode):
     assert resumed["last_loss"] == pytest.approx(out["last_loss"], abs=1e-5)
 
 
+def test_a_run_shorter_than_the_warmup_runs(tmp_path):
+    """README: `python3 scripts/train.py --steps 1` shows the kernels; the default warmup is 30 steps."""
+    train = load("train")
+    args = gpt_args(tmp_path, steps=1)
+    args[args.index("--warmup") + 1] = "30"
+    out = train.main(args)
+    assert np.isfinite(out["last_loss"])
+
+
 def test_a_new_run_moves_earlier_checkpoints_aside(tmp_path):
     train = load("train")
     args = gpt_args(tmp_path, steps=10)
