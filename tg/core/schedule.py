@@ -301,8 +301,7 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
         # some kernel needs this buffer's old contents after an assign that needs it to have run
         # (a swap, or old and new contents read together): those readers read a copy made first
         in_schedule = {id(b) for b in bases}
-        same = _same_memory(cycle)
-        readers = {id(r): r for x in same for r in list(x.readers) if id(r) in in_schedule}
+        readers = {id(r): r for x in _same_memory(cycle) for r in list(x.readers) if id(r) in in_schedule}
         return create_schedule(outs + [_snapshot(cycle, list(readers.values()))])
     return order
 

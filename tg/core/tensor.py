@@ -2170,13 +2170,10 @@ class Tensor:
             >>> [round(v, 4) for v in y.atan2(x).tolist()]
             [0.7854, 2.3562, -2.3562, 3.1416]
         """
-        y, x = self._float_like()._broadcasted(other)
-        if not y.dtype.is_float:
-            y, x = y.cast(dtypes.default_float), x.cast(dtypes.default_float)
+        y, x = self._float_like()._broadcasted(other)   # a float operand makes both float
         with _NoGrad():
             yd, xd = y.detach(), x.detach()
-            x_neg = (xd < 0) | ((xd == 0) & (1 / xd < 0))    # -0.0 counts as negative, as in C's atan2
-            y_neg = (yd < 0) | ((yd == 0) & (1 / yd < 0))
+            x_neg, y_neg = xd._sign_negative(), yd._sign_negative()
             both_zero = (xd == 0) & (yd == 0)
             ratio = both_zero.where(0.0, yd / xd)
             base = ratio.atan()
@@ -2253,11 +2250,12 @@ class Tensor:
             >>> Tensor([1.0, -2.0, 3.0]).copysign(Tensor([-1.0, 1.0, -0.0])).tolist()
             [-1.0, 2.0, -3.0]
         """
-        x, y = self._float_like()._broadcasted(other)
-        if not x.dtype.is_float:
-            x, y = x.cast(dtypes.default_float), y.cast(dtypes.default_float)
-        negative = (y < 0) | ((y == 0) & (1 / y < 0))
-        return negative.where(-x.abs(), x.abs())
+        x, y = self._float_like()._broadcasted(other)   # a float operand makes both float
+        return y._sign_negative().where(-x.abs(), x.abs())
+
+    def _sign_negative(self) -> Tensor:
+        """Whether a float tensor's sign bit is set: x < 0, and -0.0 (C's signbit; NaN gives False)."""
+        return (self < 0) | ((self == 0) & (1 / self < 0))
 
     def hardtanh(self, min_val: builtins.float = -1.0, max_val: builtins.float = 1.0) -> Tensor:
         """self clamped to [min_val, max_val] (-1 and 1 by default).

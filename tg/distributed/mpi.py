@@ -173,6 +173,7 @@ class _Watchdog:
             except (ValueError, KeyError, TypeError):
                 continue
             seq, last = self.entered.get(group, (0, "")) if isinstance(group, str) else (0, "")
+            last = last.removesuffix(f" (group {group})")      # stripped here, not on every call
             now = [g.what[:200] for g in list(self.calls.values())][:4]
             reply = np.zeros(_REPLY_BYTES, np.uint8)
             body = json.dumps({"seq": seq, "last": last[:200], "now": now}).encode()[:_REPLY_BYTES]
@@ -265,7 +266,7 @@ class _Guard:
         self.key = threading.get_ident()
         self.deadline = time.monotonic() + self.timeout
         if self.group is not None:
-            self.watchdog.entered[self.group] = (self.seq, self.what.removesuffix(f" (group {self.group})"))
+            self.watchdog.entered[self.group] = (self.seq, self.what)
         self.watchdog.calls[self.key] = self
 
     def __exit__(self, *exc: Any) -> None:
@@ -335,9 +336,8 @@ class _Agreed:
 
     def __enter__(self) -> None:
         g = self.group
-        peers = [r for i, r in enumerate(g.ranks) if i != g.rank]
         assert _watchdog is not None
-        self.guard = _watchdog.guard(f"{self.op} #{self.seq} (group {g.name})", g.timeout, peers, g.name,
+        self.guard = _watchdog.guard(f"{self.op} #{self.seq} (group {g.name})", g.timeout, g.peers, g.name,
                                      self.seq)
         self.guard.__enter__()
         pair = g.pair
@@ -382,6 +382,7 @@ class MpiGroup(ProcessGroup):
         super().__init__(comms.rank, comms.world, ranks, comms, name)
         self.mpi, self.comm, self.timeout = mpi, comm, timeout
         self.pair = np.zeros(2, np.int64)     # the agreement's buffer: one collective at a time per group
+        self.peers = [r for i, r in enumerate(ranks) if i != self.rank]    # the ranks a collective waits on
         if _watchdog is not None:
             _watchdog.entered.pop(name, None)  # a new group of an old name (after a re-init) starts at #1
 

@@ -184,8 +184,6 @@ class DataLoader(_data.DataLoader):
 
     def _batch_fetcher(self, dataset: Any) -> Any:
         """Every dataset here is fetched a whole index array at a time."""
-        if isinstance(dataset, np.ndarray):
-            return dataset.__getitem__
         if isinstance(dataset, (tuple, list)):
             return lambda idx: tuple(a[idx] for a in dataset)
         return dataset.__getitem__

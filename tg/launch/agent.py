@@ -183,6 +183,7 @@ class Agent:
         failure: Failure | None = None
         next_store_check = 0.0
         echo_since: float | None = None
+        failed: dict[int, Failure] = {}     # rank -> its failure, read once: an exited rank's record is final
         try:
             while True:
                 for key, _ in sel.select(POLL):
@@ -190,7 +191,10 @@ class Agent:
                 if self.stop_signal:
                     break
                 exited = [w for w in workers if w.proc.poll() is not None]
-                found = [self._failure(w, errors) for w in exited if w.proc.returncode != 0]
+                for w in exited:
+                    if w.proc.returncode != 0 and w.rank not in failed:
+                        failed[w.rank] = self._failure(w, errors)
+                found = list(failed.values())
                 local = bool(found)
                 if not found and self.store is not None and time.monotonic() >= next_store_check:
                     next_store_check = time.monotonic() + 0.1

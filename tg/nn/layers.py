@@ -38,13 +38,6 @@ def _fan_in_bound(fan_in: int) -> float:
     return 1.0 / math.sqrt(fan_in) if fan_in > 0 else 0.0
 
 
-def _pair(value: int | Sequence[int], name: str, layer: str) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, int) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, int) for v in pair):
-        raise ValueError(f"[nn] {layer}: expected {name} to be an int or a pair of ints, got {value!r}")
-    return (int(pair[0]), int(pair[1]))
-
-
 def _positive(layer: str, **sizes: int) -> None:
     for name, size in sizes.items():
         if not isinstance(size, int) or size <= 0:
@@ -104,9 +97,9 @@ class Conv2d(Module):
             raise ValueError(f"[nn] Conv2d: expected in_channels ({in_channels}) and out_channels "
                              f"({out_channels}) divisible by groups, got groups={groups}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = _pair(kernel_size, "kernel_size", "Conv2d")
-        self.stride = _pair(stride, "stride", "Conv2d")
-        self.dilation = _pair(dilation, "dilation", "Conv2d")
+        self.kernel_size = F._pair("Conv2d", "kernel_size", kernel_size)
+        self.stride = F._pair("Conv2d", "stride", stride)
+        self.dilation = F._pair("Conv2d", "dilation", dilation)
         _positive("Conv2d", kernel_size=min(self.kernel_size), stride=min(self.stride),
                   dilation=min(self.dilation))
         if isinstance(padding, str):
@@ -117,7 +110,7 @@ class Conv2d(Module):
                                  f"fix: give the padding as ints")
             self.padding: tuple[int, int] | str = padding
         else:
-            self.padding = _pair(padding, "padding", "Conv2d")
+            self.padding = F._pair("Conv2d", "padding", padding)
         kh, kw = self.kernel_size
         bound = _fan_in_bound(in_channels // groups * kh * kw)
         self.weight = _uniform((out_channels, in_channels // groups, kh, kw), bound, device, dtype)
@@ -187,11 +180,11 @@ class ConvTranspose2d(Module):
             raise ValueError(f"[nn] ConvTranspose2d: expected in_channels ({in_channels}) and out_channels "
                              f"({out_channels}) divisible by groups, got groups={groups}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = _pair(kernel_size, "kernel_size", "ConvTranspose2d")
-        self.stride = _pair(stride, "stride", "ConvTranspose2d")
-        self.padding = _pair(padding, "padding", "ConvTranspose2d")
-        self.output_padding = _pair(output_padding, "output_padding", "ConvTranspose2d")
-        self.dilation = _pair(dilation, "dilation", "ConvTranspose2d")
+        self.kernel_size = F._pair("ConvTranspose2d", "kernel_size", kernel_size)
+        self.stride = F._pair("ConvTranspose2d", "stride", stride)
+        self.padding = F._pair("ConvTranspose2d", "padding", padding)
+        self.output_padding = F._pair("ConvTranspose2d", "output_padding", output_padding)
+        self.dilation = F._pair("ConvTranspose2d", "dilation", dilation)
         kh, kw = self.kernel_size
         bound = _fan_in_bound(out_channels // groups * kh * kw)          # torch's fan_in of this layout
         self.weight = _uniform((in_channels, out_channels // groups, kh, kw), bound, device, dtype)

@@ -143,6 +143,16 @@ class Module:
         self.__dict__.pop(name, None)   # a plain attribute of that name would hide the registered value
         registry[name] = value
 
+    def _register_checked(self, name: str, value: Any, kind: str, expected: type) -> None:
+        # the shared body of register_parameter / register_buffer / add_module
+        registry = self._registries(name, value)[("parameter", "buffer", "module").index(kind)]
+        self._check_name(name, kind)
+        if value is not None and not isinstance(value, expected):
+            label = "submodule" if kind == "module" else kind
+            raise TypeError(f"[nn] {type(self).__name__}: {label} {name!r} must be a {expected.__name__} or "
+                            f"None, got {type(value).__name__}")
+        self._register(registry, name, value)
+
     def register_parameter(self, name: str, param: Tensor | None) -> None:
         """Register param (a Tensor, or None for an absent optional one such as a bias) as name.
 
@@ -152,12 +162,7 @@ class Module:
             >>> list(m.state_dict()), m.w.shape
             (['w'], (2,))
         """
-        self._registries(name, param)
-        self._check_name(name, "parameter")
-        if param is not None and not isinstance(param, Tensor):
-            raise TypeError(f"[nn] {type(self).__name__}: parameter {name!r} must be a Tensor or None, got "
-                            f"{type(param).__name__}")
-        self._register(self._parameters, name, param)
+        self._register_checked(name, param, "parameter", Tensor)
 
     def register_buffer(self, name: str, tensor: Tensor | None, persistent: bool = True) -> None:
         """Register a Tensor that is state but not a parameter (running statistics, a step count).
@@ -170,12 +175,7 @@ class Module:
             >>> list(m.state_dict()), [name for name, _ in m.named_buffers()]
             (['mean'], ['mean', 'cache'])
         """
-        self._registries(name, tensor)
-        self._check_name(name, "buffer")
-        if tensor is not None and not isinstance(tensor, Tensor):
-            raise TypeError(f"[nn] {type(self).__name__}: buffer {name!r} must be a Tensor or None, got "
-                            f"{type(tensor).__name__}")
-        self._register(self._buffers, name, tensor)
+        self._register_checked(name, tensor, "buffer", Tensor)
         if persistent:
             self._non_persistent.discard(name)
         else:
@@ -190,18 +190,11 @@ class Module:
             >>> list(m.state_dict())
             ['proj.weight', 'proj.bias']
         """
-        self._registries(name, module)
-        self._check_name(name, "module")
-        if module is not None and not isinstance(module, Module):
-            raise TypeError(f"[nn] {type(self).__name__}: submodule {name!r} must be a Module or None, got "
-                            f"{type(module).__name__}")
-        self._register(self._modules, name, module)
+        self._register_checked(name, module, "module", Module)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, Module):
-            self._registries(name, value)
-            self._check_name(name, "module")
-            self._register(self._modules, name, value)
+            self._register_checked(name, value, "module", Module)
         elif isinstance(value, Tensor):
             params, buffers, _ = self._registries(name, value)
             if name in buffers:
