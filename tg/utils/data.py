@@ -25,6 +25,14 @@ items must be made of those types: others (tg Tensors included: use numpy in ``_
 TypeError, and ``num_workers=0`` handles arbitrary objects. A worker's exception is raised again in the
 main process, of the same builtin type where it has one, naming the worker and the batch.
 ``pin_memory`` is accepted and does nothing (batches are host arrays until a kernel reads them).
+
+An ``IterableDataset`` is iterated instead (no sampler: ``shuffle=True``, ``sampler`` and
+``batch_sampler`` raise ValueError): ``batch_size`` items at a time are collated (``drop_last`` drops a
+short last batch), or each item is given as it is with ``batch_size=None``. With workers, each forked
+worker iterates its own copy of the dataset (``get_worker_info()`` tells it its id, the number of
+workers, its seed and that copy, to split the work), and their batches come round-robin, a finished
+worker dropping out, as in torch; the same pipes carry them. ``len(loader)`` needs the dataset's
+``__len__`` (TypeError otherwise).
 """
 from __future__ import annotations
 
@@ -34,17 +42,20 @@ import json
 import math
 import multiprocessing as mp
 import numbers
+import random
 import sys
 import traceback
 import types
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence, Sized
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence, Sized
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
 __all__ = [
-    "Dataset", "TensorDataset", "ConcatDataset", "Subset", "random_split", "Sampler", "SequentialSampler",
-    "RandomSampler", "BatchSampler", "DataLoader", "default_collate",
+    "Dataset", "IterableDataset", "TensorDataset", "ConcatDataset", "ChainDataset", "Subset", "random_split",
+    "Sampler", "SequentialSampler", "RandomSampler", "BatchSampler", "DataLoader", "default_collate",
+    "get_worker_info",
 ]  # and DistributedSampler, loaded on first use (module __getattr__ below)
 
 
@@ -105,6 +116,85 @@ class Dataset:
         return ConcatDataset([self, other])
 
 
+class IterableDataset(Dataset):
+    """An iterable-style dataset: subclasses define ``__iter__``. A DataLoader iterates it (no sampler),
+    batching what it yields; with ``num_workers > 0`` every worker iterates its own copy, so a dataset
+    that should not repeat its items splits the work with ``get_worker_info()``:
+
+        >>> class Range(IterableDataset):
+        ...     def __init__(self, n):
+        ...         self.n = n
+        ...     def __iter__(self):
+        ...         info = get_worker_info()    # None in the main process
+        ...         start, step = (0, 1) if info is None else (info.id, info.num_workers)
+        ...         return iter(range(start, self.n, step))
+        >>> [b.tolist() for b in DataLoader(Range(5), batch_size=2)]
+        [[0, 1], [2, 3], [4]]
+        >>> list(Range(2) + Range(3))
+        [0, 1, 0, 1, 2]
+    """
+
+    def __iter__(self) -> Iterator[Any]:
+        raise NotImplementedError(f"[data] {type(self).__name__}: subclasses of IterableDataset define "
+                                  "__iter__")
+
+    def __getitem__(self, index: Any) -> Any:
+        raise TypeError(f"[data] {type(self).__name__} is an IterableDataset: iterate it, it has no "
+                        "__getitem__")
+
+    def __add__(self, other: Dataset) -> ChainDataset:  # type: ignore[override]
+        return ChainDataset([self, other])
+
+
+class ChainDataset(IterableDataset):
+    """Iterable datasets one after another (torch's ChainDataset); its length is the sum of theirs,
+    when they all have one.
+
+        >>> list(ChainDataset([range(2), "ab"])), len(ChainDataset([range(2), "ab"]))
+        ([0, 1, 'a', 'b'], 4)
+    """
+
+    def __init__(self, datasets: Iterable[Any]) -> None:
+        self.datasets = list(datasets)
+
+    def __iter__(self) -> Iterator[Any]:
+        for dataset in self.datasets:
+            yield from dataset
+
+    def __len__(self) -> int:
+        sizes = []
+        for dataset in self.datasets:
+            if not isinstance(dataset, Sized):
+                raise TypeError(f"[data] ChainDataset: len() needs every dataset's __len__, "
+                                f"{type(dataset).__name__} has none")
+            sizes.append(len(dataset))
+        return sum(sizes)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What ``get_worker_info()`` returns inside a DataLoader worker: its ``id`` (0..num_workers-1), the
+    number of workers, its ``seed`` (the loader's base seed + id; Python's ``random`` is seeded with it)
+    and the worker's own copy of the ``dataset``."""
+    id: int
+    num_workers: int
+    seed: int
+    dataset: Any
+
+
+_WORKER_INFO: WorkerInfo | None = None
+
+
+def get_worker_info() -> WorkerInfo | None:
+    """In a DataLoader worker process, its ``WorkerInfo`` (id, num_workers, seed, dataset); None in the
+    main process. An IterableDataset's ``__iter__`` uses it to give each worker its share.
+
+        >>> get_worker_info() is None
+        True
+    """
+    return _WORKER_INFO
+
+
 class TensorDataset(Dataset):
     """Rows of tensors (tg Tensors or numpy arrays) sharing their first dimension; item ``i`` is the
     tuple ``(t[i] for t in tensors)``. A DataLoader fetches a whole batch of rows with one index array.
@@ -154,6 +244,9 @@ class ConcatDataset(Dataset):
         self.datasets = list(datasets)
         if not self.datasets:
             raise ValueError("[data] ConcatDataset: expected at least one dataset, got none")
+        if any(isinstance(d, IterableDataset) for d in self.datasets):
+            raise TypeError("[data] ConcatDataset: IterableDatasets have no index; chain them with "
+                            "ChainDataset instead")
         self.cumulative_sizes = list(np.cumsum([len(d) for d in self.datasets]).tolist())
 
     def __len__(self) -> int:
@@ -456,6 +549,18 @@ def _collate_fields(elem: Any, batch: Sequence[Any]) -> Any:
         return fields
 
 
+def _convert_numpy(item: Any) -> Any:
+    """An unbatched item (``batch_size=None``) as torch's default_convert leaves it: numpy scalars become
+    0-d arrays (then Tensors), containers are walked, everything else stays as it is."""
+    if isinstance(item, np.generic) and not isinstance(item, (np.str_, np.bytes_)):
+        return np.asarray(item)
+    if isinstance(item, Mapping):
+        return {key: _convert_numpy(value) for key, value in item.items()}
+    if isinstance(item, (list, tuple)) and not hasattr(item, "_fields"):
+        return type(item)(_convert_numpy(value) for value in item)
+    return item
+
+
 def _stack(arrays: list[np.ndarray]) -> np.ndarray:
     if len({a.shape for a in arrays}) > 1:
         raise ValueError(f"[data] default_collate: items have shapes {sorted({a.shape for a in arrays})}; "
@@ -508,7 +613,7 @@ _NOT_SENDABLE = ("cannot send {kind} from a DataLoader worker without pickle; it
 def _encode(node: Any, arrays: list[np.ndarray]) -> Any:
     """A JSON-able description of ``node`` whose arrays are appended to ``arrays`` (sent as raw bytes)."""
     if isinstance(node, (np.ndarray, np.generic)):
-        array = np.ascontiguousarray(node)
+        array = np.ascontiguousarray(node).reshape(np.shape(node))  # ascontiguousarray makes 0-d 1-d
         if array.dtype.kind in "OV":
             raise TypeError("[data] " + _NOT_SENDABLE.format(kind=f"a numpy array of dtype {array.dtype}"))
         arrays.append(array)
@@ -547,16 +652,42 @@ def _send(conn: Any, header: dict[str, Any], arrays: list[np.ndarray]) -> None:
         conn.send_bytes(array.reshape(-1).view(np.uint8))
 
 
-def _worker_loop(loader: DataLoader, worker_id: int, conn: Any, inherited: list[Any]) -> None:
-    """A worker process: receive ``batch number + int64 indices``, send the loaded batch back."""
-    for other in inherited:  # the parent's pipe ends, closed here so that only the parent holds them
-        other.close()
-    init_error = None
+# a task for an iterable dataset's worker: [batch number, one of these]
+_NEXT, _RESTART = -1, -2
+_END = object()  # what receive() gives when a worker's iterable dataset is exhausted
+
+
+def _worker_fetch(loader: DataLoader, payload: np.ndarray, stream: list[Iterator[Any]]) -> Any:
+    """One task's batch: the indices' items, or the next batch of ``stream`` (restarted when asked)."""
+    if not loader._iterable:
+        return loader._load(payload)
+    if not stream or payload[0] == _RESTART:
+        stream[:] = [iter(loader.dataset)]
+    return loader._load_next(stream[0])
+
+
+def _worker_start(loader: DataLoader, worker_id: int, base_seed: int) -> tuple[Exception, str] | None:
+    """Set what get_worker_info() returns and seed Python's random (as torch does), then run
+    worker_init_fn; its exception, if any, is reported with the first batch, as the batch's error."""
+    global _WORKER_INFO
+    _WORKER_INFO = WorkerInfo(worker_id, loader.num_workers, base_seed + worker_id, loader.dataset)
+    random.seed(base_seed + worker_id)
     try:
         if loader.worker_init_fn is not None:
             loader.worker_init_fn(worker_id)
-    except Exception as e:  # reported with the first batch, as the batch's error
-        init_error = (e, traceback.format_exc())
+    except Exception as e:
+        return e, traceback.format_exc()
+    return None
+
+
+def _worker_loop(loader: DataLoader, worker_id: int, conn: Any, inherited: list[Any], base_seed: int) -> None:
+    """A worker process: receive ``batch number + int64 indices`` (map-style) or ``batch number + _NEXT or
+    _RESTART`` (iterable: the next batch of this worker's own pass over its copy of the dataset), send the
+    loaded batch back."""
+    for other in inherited:  # the parent's pipe ends, closed here so that only the parent holds them
+        other.close()
+    init_error = _worker_start(loader, worker_id, base_seed)
+    stream: list[Iterator[Any]] = []  # this worker's pass over an iterable dataset
     while True:
         try:
             task = conn.recv_bytes()
@@ -565,13 +696,15 @@ def _worker_loop(loader: DataLoader, worker_id: int, conn: Any, inherited: list[
         if not task:
             return
         batch_no = int(np.frombuffer(task, np.int64, count=1)[0])
+        payload = np.frombuffer(task, np.int64, offset=8)
         arrays: list[np.ndarray] = []
         try:
             if init_error is not None:
                 raise init_error[0]
             header: dict[str, Any] = {"batch": batch_no,
-                                      "tree": _encode(loader._load(np.frombuffer(task, np.int64, offset=8)),
-                                                      arrays)}
+                                      "tree": _encode(_worker_fetch(loader, payload, stream), arrays)}
+        except StopIteration:
+            header = {"batch": batch_no, "end": True}
         except Exception as e:
             trace = init_error[1] if init_error is not None else traceback.format_exc()
             header, arrays = {"batch": batch_no, "error": type(e).__name__, "message": str(e),
@@ -597,21 +730,25 @@ class _WorkerPool:
         self.timeout = loader.timeout
         self.conns: list[Any] = []
         self.procs: list[Any] = []
+        base_seed = int(_numpy_rng(loader.generator, "DataLoader").integers(0, 2 ** 62))
         for worker_id in range(loader.num_workers):
             mine, theirs = context.Pipe(duplex=True)
-            proc = context.Process(target=_worker_loop, args=(loader, worker_id, theirs, [*self.conns, mine]),
+            proc = context.Process(target=_worker_loop,
+                                   args=(loader, worker_id, theirs, [*self.conns, mine], base_seed),
                                    daemon=True, name=f"tg-data-worker-{worker_id}")
             proc.start()
             theirs.close()  # only the worker holds its end, so its death is an EOF here
             self.conns.append(mine)
             self.procs.append(proc)
 
-    def submit(self, batch_no: int, indices: np.ndarray) -> None:
+    def submit(self, batch_no: int, indices: np.ndarray, worker: int | None = None) -> None:
+        """Send a task to ``worker`` (default ``batch_no % num_workers``)."""
         task = np.concatenate([np.array([batch_no], np.int64), np.asarray(indices, np.int64)])
-        self.conns[batch_no % len(self.conns)].send_bytes(task.view(np.uint8))
+        self.conns[batch_no % len(self.conns) if worker is None else worker].send_bytes(task.view(np.uint8))
 
-    def receive(self, batch_no: int) -> Any:
-        worker = batch_no % len(self.conns)
+    def receive(self, batch_no: int, worker: int | None = None) -> Any:
+        """The loaded batch from ``worker`` (default ``batch_no % num_workers``), or ``_END``."""
+        worker = batch_no % len(self.conns) if worker is None else worker
         conn, proc = self.conns[worker], self.procs[worker]
         if self.timeout > 0 and not conn.poll(self.timeout):
             raise RuntimeError(f"[data] DataLoader: worker {worker} (pid {proc.pid}) gave no batch "
@@ -640,7 +777,15 @@ class _WorkerPool:
             except Exception:
                 error = RuntimeError(message)
             raise error
-        return _decode(header["tree"], arrays)
+        return _END if header.get("end") else _decode(header["tree"], arrays)
+
+    def discard(self, batch_nos: Iterable[int], worker: int | None = None) -> None:
+        """Receive and drop answers nobody will read (a persistent pool's, at the end of a pass)."""
+        for batch_no in batch_nos:
+            try:
+                self.receive(batch_no, worker)
+            except Exception:
+                pass
 
     def close(self) -> None:
         """Stop every worker: a stop message for an idle one, a closed pipe for one blocked sending."""
@@ -667,7 +812,8 @@ class _WorkerPool:
 class DataLoader(_EpochPosition):
     """Batches of a dataset in the order of a sampler, with torch's ``DataLoader`` arguments.
 
-    ``dataset`` is map-style: ``__getitem__`` and ``__len__`` (a list, a numpy array, a Dataset).
+    ``dataset`` is map-style: ``__getitem__`` and ``__len__`` (a list, a numpy array, a Dataset), or an
+    ``IterableDataset`` (see the module docstring).
     The order is ``sampler`` (any sized iterable of indices), else a ``RandomSampler(dataset,
     generator=generator)`` with ``shuffle`` (a new order each epoch, repeatable with a seeded
     ``generator``), else ``0..len-1``; cut into ``batch_size`` pieces (dropping a short last one with
@@ -700,11 +846,15 @@ class DataLoader(_EpochPosition):
                  persistent_workers: bool = False, prefetch_factor: int | None = None) -> None:
         super().__init__()
         who = f"{self._PREFIX} DataLoader"
-        if not hasattr(dataset, "__getitem__"):
+        self._iterable = isinstance(dataset, IterableDataset)
+        if not self._iterable and not hasattr(dataset, "__getitem__"):
             raise TypeError(f"{who}: expected a map-style dataset with __len__ and __getitem__, got "
-                            f"{type(dataset).__name__} (iterable-style datasets are not supported)")
+                            f"{type(dataset).__name__}; for a stream of items subclass IterableDataset")
         self.dataset = dataset
-        self.batch_size = _check_int(who, "batch_size", batch_size, 1)
+        if self._iterable:
+            self._check_iterable_args(shuffle, sampler, batch_sampler)
+        self.batch_size = None if batch_size is None and self._iterable else \
+            _check_int(who, "batch_size", batch_size, 1)
         self.drop_last = bool(drop_last)
         if batch_sampler is not None:
             if batch_size != 1 or shuffle or sampler is not None or drop_last:
@@ -713,16 +863,8 @@ class DataLoader(_EpochPosition):
             if not isinstance(batch_sampler, Sized):
                 raise TypeError(f"{who}: the batch_sampler must have __len__, got "
                                 f"{type(batch_sampler).__name__}")
-        if sampler is None:
-            if not isinstance(dataset, Sized):
-                raise TypeError(f"{who}: expected a dataset with __len__ and __getitem__, got "
-                                f"{type(dataset).__name__}; give it __len__ or pass a sampler")
-            sampler = RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
-        elif shuffle:
-            raise ValueError(f"{who}: got both a sampler and shuffle=True; shuffle in the sampler "
-                             "(DistributedSampler(..., shuffle=True)) and leave shuffle=False here")
-        elif not isinstance(sampler, Sized):
-            raise TypeError(f"{who}: the sampler must have __len__, got {type(sampler).__name__}")
+        if not self._iterable:  # an iterable dataset has no sampler: its own order
+            sampler = self._map_sampler(dataset, shuffle, sampler, generator)
         self.sampler, self.batch_sampler, self.generator = sampler, batch_sampler, generator
         self._set_worker_args(num_workers, prefetch_factor, persistent_workers, timeout)
         self.worker_init_fn, self.pin_memory = worker_init_fn, bool(pin_memory)
@@ -730,6 +872,30 @@ class DataLoader(_EpochPosition):
         self.collate_fn: Callable = default_collate if collate_fn is None else collate_fn
         self._batch_fetch = None if self._custom_collate else self._batch_fetcher(dataset)
         self._pool: _WorkerPool | None = None
+
+    def _map_sampler(self, dataset: Any, shuffle: bool, sampler: Any, generator: Any) -> Any:
+        who = f"{self._PREFIX} DataLoader"
+        if sampler is None:
+            if not isinstance(dataset, Sized):
+                raise TypeError(f"{who}: expected a dataset with __len__ and __getitem__, got "
+                                f"{type(dataset).__name__}; give it __len__ or pass a sampler")
+            return RandomSampler(dataset, generator=generator) if shuffle else SequentialSampler(dataset)
+        if shuffle:
+            raise ValueError(f"{who}: got both a sampler and shuffle=True; shuffle in the sampler "
+                             "(DistributedSampler(..., shuffle=True)) and leave shuffle=False here")
+        if not isinstance(sampler, Sized):
+            raise TypeError(f"{who}: the sampler must have __len__, got {type(sampler).__name__}")
+        return sampler
+
+    def _check_iterable_args(self, shuffle: Any, sampler: Any, batch_sampler: Any) -> None:
+        """torch's rules for an IterableDataset: its own order, so no shuffle and no sampler."""
+        who = f"{self._PREFIX} DataLoader"
+        if shuffle:
+            raise ValueError(f"{who}: an IterableDataset gives its own order, got shuffle={shuffle!r}; "
+                             "shuffle inside the dataset's __iter__ and leave shuffle unset")
+        if sampler is not None or batch_sampler is not None:
+            raise ValueError(f"{who}: an IterableDataset takes no sampler or batch_sampler (it has no "
+                             "indices); split the work in __iter__ with get_worker_info() instead")
 
     def _set_worker_args(self, num_workers: int, prefetch_factor: int | None, persistent_workers: bool,
                          timeout: float) -> None:
@@ -746,6 +912,8 @@ class DataLoader(_EpochPosition):
 
     def _batch_fetcher(self, dataset: Any) -> Callable[[np.ndarray], Any] | None:
         """The whole-batch fetch for ``dataset`` (its items already collated, as numpy), or None."""
+        if self._iterable:
+            return None
         if isinstance(dataset, TensorDataset):
             return dataset._fetch_batch
         if isinstance(dataset, np.ndarray) and dataset.ndim >= 1 and dataset.dtype.kind not in "OSUV":
@@ -760,10 +928,17 @@ class DataLoader(_EpochPosition):
     def __len__(self) -> int:
         if self.batch_sampler is not None:
             return len(self.batch_sampler)
-        count = len(self.sampler)
+        if self._iterable and not isinstance(self.dataset, Sized):
+            raise TypeError(f"{self._PREFIX} DataLoader: len() over an IterableDataset needs the dataset's "
+                            f"__len__, and {type(self.dataset).__name__} has none")
+        count = len(self.dataset if self._iterable else self.sampler)
+        if self.batch_size is None:
+            return count
         return count // self.batch_size if self.drop_last else -(-count // self.batch_size)
 
     def _count_limit(self) -> int:
+        if self._iterable and not isinstance(self.dataset, Sized):
+            return sys.maxsize  # an unknown length: resuming reads and drops the batches to skip
         return len(self)
 
     def set_epoch(self, epoch: int) -> None:
@@ -798,6 +973,22 @@ class DataLoader(_EpochPosition):
         items = getitems(indices.tolist()) if getitems else [self.dataset[i] for i in indices.tolist()]
         return items if self._custom_collate else _collate_numpy(items)
 
+    def _load_next(self, items: Iterator[Any]) -> Any:
+        """The next batch of an iterable dataset from its iterator ``items`` (a worker's or the main
+        process's): ``batch_size`` items (fewer at the end, none with ``drop_last``) collated, or one
+        item as it is with ``batch_size=None``. Raises StopIteration at the end."""
+        if self.batch_size is None:
+            item = next(items)
+            return item if self._custom_collate else _convert_numpy(item)
+        batch = []
+        for item in items:
+            batch.append(item)
+            if len(batch) == self.batch_size:
+                break
+        if not batch or (self.drop_last and len(batch) < self.batch_size):
+            raise StopIteration
+        return batch if self._custom_collate else _collate_numpy(batch)
+
     def _finish(self, loaded: Any) -> Any:
         """The main process's part: a custom collate_fn, or making the caller's Tensors."""
         return self.collate_fn(loaded) if self._custom_collate else self._output(loaded)
@@ -807,8 +998,67 @@ class DataLoader(_EpochPosition):
         return _to_tensors(batch)
 
     def __iter__(self) -> Iterator[Any]:
+        if self._iterable:
+            return self._stream(self._begin())
         batches = self._index_batches(self._begin())
         return self._serial(batches) if self.num_workers == 0 else self._parallel(batches)
+
+    def _stream(self, skip: int) -> Iterator[Any]:
+        """An iterable dataset's batches, the first ``skip`` read and dropped (a resumed epoch)."""
+        loaded = self._stream_serial() if self.num_workers == 0 else self._stream_parallel()
+        try:
+            for count, batch in enumerate(loaded):
+                if count < skip:
+                    continue
+                batch = self._finish(batch)
+                self._done += 1
+                yield batch
+        finally:
+            loaded.close()
+
+    def _stream_serial(self) -> Generator[Any, None, None]:
+        items = iter(self.dataset)
+        while True:
+            try:
+                loaded = self._load_next(items)
+            except StopIteration:
+                return
+            yield loaded
+
+    def _stream_parallel(self) -> Generator[Any, None, None]:
+        """Every worker iterates its own copy of the dataset; their batches come round-robin (worker 0's
+        first, worker 1's first, ...), an exhausted worker dropping out, as in torch."""
+        pool = self._pool if self._pool is not None else _WorkerPool(self)
+        if self.persistent_workers:
+            self._pool = pool
+        asked = [0] * self.num_workers  # batches asked of each worker, per-worker numbers
+        got = [0] * self.num_workers
+
+        def ask(worker: int, restart: bool = False) -> None:
+            pool.submit(asked[worker], np.array([_RESTART if restart else _NEXT]), worker)
+            asked[worker] += 1
+
+        try:
+            for worker in range(self.num_workers):
+                for k in range(self.prefetch_factor):
+                    ask(worker, restart=k == 0)  # a persistent worker starts a new pass each epoch
+            active, turn = list(range(self.num_workers)), 0
+            while active:
+                worker = active[turn % len(active)]
+                loaded = pool.receive(got[worker], worker)
+                got[worker] += 1
+                if loaded is _END:
+                    active.remove(worker)  # the next worker moved into this turn
+                    continue
+                ask(worker)
+                turn += 1
+                yield loaded
+        finally:
+            if pool is not self._pool:
+                pool.close()
+            else:  # a persistent pool must not keep stale answers
+                for worker in range(self.num_workers):
+                    pool.discard(range(got[worker], asked[worker]), worker)
 
     def _serial(self, batches: Iterator[np.ndarray]) -> Iterator[Any]:
         for indices in batches:
@@ -845,11 +1095,7 @@ class DataLoader(_EpochPosition):
             if pool is not self._pool:
                 pool.close()  # the iterator ended, failed or was dropped: its workers go with it
             else:
-                for batch_no in range(received, sent):  # a persistent pool must not keep stale batches
-                    try:
-                        pool.receive(batch_no)
-                    except Exception:
-                        pass
+                pool.discard(range(received, sent))  # a persistent pool must not keep stale batches
 
     def __del__(self) -> None:
         if getattr(self, "_pool", None) is not None:
