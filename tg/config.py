@@ -74,6 +74,13 @@ KNOBS: dict[str, Knob] = {
         Knob("TG_CC", str, "cc", "C compiler the CPU device calls"),
         Knob("TG_CPU_THREADS", int, 0, "threads a CPU kernel may use (OpenMP); 0 means one per core"),
         Knob("TG_NOOPT", int, 0, "1 turns off the loop optimisations (upcast, vector lanes, unroll)"),
+        Knob(
+            "TG_SCHEDULE_CACHE",
+            int,
+            512,
+            "schedules kept for reuse by graph structure (a repeated training step skips scheduling "
+            "and lowering); 0 turns the cache off",
+        ),
         Knob("TG_NULL_DIALECT", str, "opencl", "dialect the NULL device renders: c | opencl | cuda"),
         # --- distributed: torchrun's contract, plus what mpirun and Slurm set
         Knob("RANK", int, -1, "this process's global rank (torchrun contract); -1 when unset"),

@@ -30,10 +30,14 @@ class GlobalCounters:
     global_ops: int = 0
     global_mem: int = 0
     time_sum_s: float = 0.0
+    schedules_built: int = 0     # graphs cut into kernels by create_schedule
+    schedules_reused: int = 0    # realizes that found their graph's schedule in the cache
+    kernels_lowered: int = 0     # kernel ASTs linearized and rendered (a program-cache miss)
 
     @staticmethod
     def reset() -> None:
         GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.global_mem = 0
+        GlobalCounters.schedules_built = GlobalCounters.schedules_reused = GlobalCounters.kernels_lowered = 0
         GlobalCounters.time_sum_s = 0.0
         GlobalCounters.mem_peak = GlobalCounters.mem_used
 
@@ -262,6 +266,7 @@ class Compiled:
             building: dict[Any, Any] = {}
             for key, k in todo.items():
                 name, src, info = self.lower(k)
+                GlobalCounters.kernels_lowered += 1
                 if src not in self._programs and src not in building:
                     if self.compiler is None:
                         building[src] = None
@@ -294,6 +299,7 @@ class _Registry:
 
     def __init__(self) -> None:
         self._opened: dict[str, Compiled] = {}
+        self._canonical: dict[str, str] = {}
 
     # Each cache holds self, which leaks nothing: Device is the only _Registry and lives as long as the
     # process.
@@ -339,6 +345,13 @@ class _Registry:
         device. A kind tg does not know, or an index past the last device, raises."""
         if name is None:
             return self.DEFAULT
+        known = self._canonical.get(name)   # every Tensor made asks: a lookup after the first time
+        if known is not None:
+            return known
+        self._canonical[name] = canonical = self._canonicalize(name)
+        return canonical
+
+    def _canonicalize(self, name: str) -> str:
         kind, index = split_device(name)
         if kind not in self.kinds():
             raise ValueError(f"[core] unknown device {name!r}; expected one of {', '.join(self.kinds())}, "

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, auto
-from functools import cached_property
 from typing import Any
 
 from tg.core.dtype import DType, dtypes
 from tg.core.ops import BinaryOps, BufferOps, Op, ReduceOps
+from tg.core.symbolic import cached_property
 
 
 class AstOps(Enum):
@@ -40,7 +40,11 @@ class KOp:
     @cached_property
     def key(self) -> tuple:
         arg = self.arg
-        if self.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST):
+        if self.op is BufferOps.CONST:
+            # by bits: -0.0 == 0.0 and nan != nan would make a wrong program hit and an endless miss
+            value = arg[0]
+            arg = (value.hex() if isinstance(value, float) else (type(value), value), arg[1].key)
+        elif self.op in (AstOps.LOAD, AstOps.STORE):
             arg = (arg[0], arg[1].key)
         return (self.op, self.dtype, arg, tuple(s.key for s in self.src))
 

@@ -12,7 +12,7 @@ This module builds graphs only: it imports no scheduler, device or runtime.
 from __future__ import annotations
 
 import weakref
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Iterator
 
 from tg.core.dtype import DType, dtypes, min_value
 from tg.core.ops import COMPARISON_OPS, BufferOps, Op, ReduceOps, TernaryOps, UnaryOps
@@ -30,6 +30,30 @@ COLUMN_SPLIT_OUTPUTS, COLUMN_SPLIT_MIN, COLUMN_SPLIT_SIZE = 1 << 14, 2048, 1 << 
 PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
 
 
+class Readers:
+    """The bases that read one base, held weakly (a dropped graph drops out). A list of weak
+    references, pruned as it doubles: adding a reader is one append, which matters because every
+    op adds one per source (a WeakSet costs a callback reference per edge)."""
+    __slots__ = ("refs", "_prune_at")
+
+    def __init__(self) -> None:
+        self.refs: list[weakref.ref[LazyBuffer]] = []
+        self._prune_at = 16
+
+    def add(self, lb: LazyBuffer) -> None:
+        self.refs.append(weakref.ref(lb))
+
+    def discard(self, lb: LazyBuffer) -> None:
+        self.refs = [r for r in self.refs if r() is not lb]
+
+    def __iter__(self) -> Iterator[LazyBuffer]:
+        live = [x for x in (r() for r in self.refs) if x is not None]
+        if len(self.refs) > self._prune_at:
+            self.refs = [weakref.ref(x) for x in dict.fromkeys(live)]
+            self._prune_at = 2 * len(self.refs) + 16
+        return iter(live)
+
+
 class LazyBuffer:
     def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Op | None = None,
                  srcs: tuple[LazyBuffer, ...] = (), arg: Any = None, base: LazyBuffer | None = None):
@@ -40,9 +64,11 @@ class LazyBuffer:
             self.op, self.srcs, self.arg = op, srcs, arg
             self.realized: Buffer | None = None
             # Unrealized computations that read this buffer; assign() realizes them first.
-            self.readers: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
-            for s in srcs:
-                s.base.readers.add(self)
+            self.readers = Readers()
+            if srcs:
+                me = weakref.ref(self)
+                for s in srcs:
+                    s.base.readers.refs.append(me)
 
     def __repr__(self) -> str:
         kind = "realized" if self.base.realized is not None else (self.base.op.name if self.base.op else "?")
@@ -91,17 +117,18 @@ class LazyBuffer:
 
     # ---- compute
     def e(self, op: Op, *srcs: LazyBuffer, arg: Any = None) -> LazyBuffer:
-        all_srcs = (self, *srcs)
-        assert all(s.shape == self.shape for s in all_srcs), f"{op} on shapes {[s.shape for s in all_srcs]}"
+        shape = self.shape
+        for s in srcs:
+            assert s.shape == shape, f"{op} on shapes {[shape] + [s.shape for s in srcs]}"
         if op in COMPARISON_OPS:
             out_dtype = dtypes.bool
-        elif op in (UnaryOps.CAST, UnaryOps.BITCAST):
+        elif op is UnaryOps.CAST or op is UnaryOps.BITCAST:
             out_dtype = arg
         elif op is TernaryOps.WHERE:
             out_dtype = srcs[0].dtype
         else:
             out_dtype = self.dtype
-        return LazyBuffer(self.device, ShapeTracker.from_shape(self.shape), out_dtype, op, all_srcs, arg)
+        return LazyBuffer(self.device, ShapeTracker.from_shape(shape), out_dtype, op, (self, *srcs), arg)
 
     def r(self, op: ReduceOps, axes: tuple[int, ...], split: bool = True) -> LazyBuffer:
         shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))

@@ -12,7 +12,7 @@ the graph and the devices.
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections import OrderedDict
 
 import numpy as np
 
@@ -22,7 +22,7 @@ from tg.core.device import Buffer, Device, GlobalCounters
 from tg.core.dtype import DType, bf16_to_f32, dtypes
 from tg.core.lazy import PENDING_ASSIGNS, LazyBuffer
 from tg.core.ops import BufferOps
-from tg.core.schedule import ScheduleItem, create_schedule
+from tg.core.schedule import ScheduleItem, Structure, create_schedule, structure
 from tg.core.shape import prod
 
 
@@ -57,9 +57,70 @@ def realize(outs: list[LazyBuffer]) -> None:
     todo = [o for o in outs if o.base.realized is None and o.base.op is not BufferOps.CONST]
     if not todo:
         return
-    items = create_schedule(todo)
+    items = _schedule(todo)
     capture.schedule_made(items)
     run_schedule(items)
+
+
+class _Reuse:
+    """A schedule kept for graphs of one structure: each item with its buffers as positions in
+    the graph (see schedule.Structure) and its compiled program."""
+
+    def __init__(self, steps: list[tuple]):
+        self.steps = steps
+
+    @staticmethod
+    def make(items: list[ScheduleItem], s: Structure) -> _Reuse | None:
+        """None when an item names a buffer that is not in the graph (the scheduler added a copy)."""
+        pos = s.position()
+        try:
+            return _Reuse([(it.kind, pos[id(it.out)], it.kernel, None if it.src is None else pos[id(it.src)],
+                            [pos[id(b)] for b in it.inputs], it.program) for it in items])
+        except KeyError:
+            return None
+
+    def bind(self, s: Structure) -> list[ScheduleItem]:
+        at = s.at
+        return [ScheduleItem(kind, at(out), kernel, None if src is None else at(src), [at(i) for i in inputs],
+                             program) for kind, out, kernel, src, inputs, program in self.steps]
+
+
+# Schedules by graph structure, least recently used first (config.TG_SCHEDULE_CACHE of them).
+_REUSE: OrderedDict[tuple, _Reuse] = OrderedDict()
+
+
+def _schedule(todo: list[LazyBuffer]) -> list[ScheduleItem]:
+    """The schedule for todo, compiled: reused when a graph of the same structure was scheduled
+    before (a training step's second and later realizes), else made, compiled and kept."""
+    limit = config.TG_SCHEDULE_CACHE
+    s = structure(todo) if limit > 0 else None
+    if s is not None:
+        reuse = _REUSE.get(s.key)
+        if reuse is not None:
+            _REUSE.move_to_end(s.key)
+            GlobalCounters.schedules_reused += 1
+            return reuse.bind(s)
+    items = create_schedule(todo, None if s is None else s.bases)
+    GlobalCounters.schedules_built += 1
+    _compile(items)
+    if s is not None:
+        made = _Reuse.make(items, s)
+        if made is not None:
+            _REUSE[s.key] = made
+            while len(_REUSE) > limit:
+                _REUSE.popitem(last=False)
+    return items
+
+
+def _compile(items: list[ScheduleItem]) -> None:
+    """Set each kernel item's program (new kernels are lowered and built, all of a device's at once)."""
+    by_device: dict[str, list[ScheduleItem]] = {}
+    for it in items:
+        if it.kind == "kernel" and it.program is None and prod(it.out.shape) > 0:
+            by_device.setdefault(it.out.device, []).append(it)
+    for dev, todo in by_device.items():
+        for it, prog in zip(todo, Device[dev].compile_many([it.kernel for it in todo])):
+            it.program = prog
 
 
 def run_schedule(items: list[ScheduleItem]) -> None:
@@ -69,14 +130,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     debug = config.DEBUG
     start = time.perf_counter()
     n_items = len(items)
-    by_device: dict[str, list[int]] = {}
-    for i in range(n_items):
-        if items[i].kind == "kernel" and prod(items[i].out.shape) > 0:
-            by_device.setdefault(items[i].out.device, []).append(i)
-    programs: list[Any] = [None] * n_items
-    for dev, idx in by_device.items():
-        for i, prog in zip(idx, Device[dev].compile_many([items[i].kernel for i in idx])):
-            programs[i] = prog
+    _compile(items)
     if debug >= 3:
         for i in range(n_items):
             print(f"[schedule] {i:3d} {items[i].kind:6s} {items[i].name} -> {items[i].out}")
@@ -84,15 +138,14 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     # launch order on a device, so memory freed here is only reused by kernels launched after it.
     items.reverse()
     n_kernels = 0
-    for i in range(n_items):
-        n_kernels += _run_item(items.pop(), programs[i], debug)
-        programs[i] = None   # a program may hold its kernel, and so its buffers (the NUMPY interpreter does)
+    for _ in range(n_items):
+        n_kernels += _run_item(items.pop(), debug)
     if debug >= 1:
         print(f"[realize] {n_kernels} kernels, {n_items} schedule items in "
               f"{(time.perf_counter() - start) * 1e3:.2f} ms")
 
 
-def _run_item(it: ScheduleItem, prog: Any, debug: int) -> int:
+def _run_item(it: ScheduleItem, debug: int) -> int:
     """Run one schedule item; returns the number of kernels launched. Its own function so that
     nothing of the item outlives the call (run_schedule's buffers die after their last reader)."""
     out = it.out
@@ -104,8 +157,7 @@ def _run_item(it: ScheduleItem, prog: Any, debug: int) -> int:
         out.realized = Buffer(out.device, prod(out.shape), out.dtype).copyin(it.src.realized.numpy())
         capture.record(None, [out.realized, it.src.realized], "copy")
     else:
-        kernel = it.kernel
-        assert kernel is not None
+        prog = it.program
         if out.op is BufferOps.ASSIGN:
             buf = out.srcs[0].base.realized
             assert buf is not None, "assign target must be realized first"

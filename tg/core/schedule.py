@@ -18,6 +18,7 @@ Rules (pinned by tests/core/test_fusion.py):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from tg.core.dtype import dtypes
 from tg.core.kernel import AstOps, Kernel, KOp
@@ -35,6 +36,7 @@ class ScheduleItem:
     kernel: Kernel | None = None
     src: LazyBuffer | None = None
     inputs: list[LazyBuffer] = field(default_factory=list)
+    program: Any = None          # set by realize once compiled (a reused schedule comes with them)
 
     @property
     def name(self) -> str:
@@ -268,11 +270,13 @@ def _carried_reduce(b: LazyBuffer, store: set[int]) -> LazyBuffer | None:
     return None
 
 
-def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
+def create_schedule(outs: list[LazyBuffer], bases: list[LazyBuffer] | None = None) -> list[ScheduleItem]:
     """Kernels (and copies) that realize `outs`, in an order that respects dependencies, and in
-    which every kernel reading a buffer's old contents runs before the ASSIGN overwriting it."""
+    which every kernel reading a buffer's old contents runs before the ASSIGN overwriting it.
+    `bases`, when given, is `_toposort(outs)` already computed (by `structure`)."""
     outs = list(outs)
-    bases = _toposort(outs)
+    if bases is None:
+        bases = _toposort(outs)
     snapshots = _protect_outside_readers(bases)
     if snapshots:
         outs += snapshots   # kept in `outs`, so that a planning again below still computes them
@@ -306,6 +310,83 @@ def create_schedule(outs: list[LazyBuffer]) -> list[ScheduleItem]:
     return order
 
 
+@dataclass
+class Structure:
+    """A graph to realize, reduced to what its schedule depends on. `key` is equal for two graphs
+    exactly when one schedule serves both: every unrealized base in topological order (op, arg,
+    dtype, shape, device, and each source as (position, view)), the realized leaves it reads
+    (dtype, shape, device, and which of them share memory) and which bases are the outputs.
+    `bases` and `leaves` are this graph's objects at those positions: position i >= 0 is
+    bases[i], position -1 - j is leaves[j]."""
+    key: tuple
+    bases: list[LazyBuffer]
+    leaves: list[LazyBuffer]
+
+    def position(self) -> dict[int, int]:
+        """id(lazy buffer) -> its position, for every base and leaf of the graph."""
+        pos = {id(b): i for i, b in enumerate(self.bases)}
+        pos.update((id(leaf), -1 - j) for j, leaf in enumerate(self.leaves))
+        return pos
+
+    def at(self, position: int) -> LazyBuffer:
+        return self.bases[position] if position >= 0 else self.leaves[-1 - position]
+
+
+def _arg_key(b: LazyBuffer) -> object:
+    """b's arg as a key: constants by value and type, with -0.0 apart from 0.0 (they compare equal)."""
+    arg = b.arg
+    if isinstance(arg, float):
+        return (float, arg.hex())
+    return (type(arg), arg)
+
+
+def structure(outs: list[LazyBuffer]) -> Structure | None:
+    """The structure of the graph realizing `outs`, or None when its schedule also depends on
+    something outside the graph (a pending computation reading memory an assign overwrites, which
+    needs a snapshot): such graphs are scheduled afresh every time."""
+    # One walk: the topological order of _toposort, each base's key made as it is placed (its
+    # sources are placed before it). Reads attributes, not the properties, on this hot path.
+    bases: list[LazyBuffer] = []
+    nodes: list[tuple] = []
+    leaves: list[LazyBuffer] = []
+    leaf_keys: list[tuple] = []
+    memory: dict[int, int] = {}
+    pos: dict[int, int] = {}
+    seen: set[int] = set()
+    stack: list[tuple[LazyBuffer, bool]] = [(o.base, False) for o in reversed(outs)]
+    while stack:
+        lb, placed = stack.pop()
+        if placed:
+            srcs = []
+            for src in lb.srcs:
+                sb = src._base or src
+                p = pos.get(id(sb))
+                if p is None:   # a realized leaf
+                    p = pos[id(sb)] = -1 - len(leaves)
+                    leaves.append(sb)
+                    mem = memory.setdefault(id(sb.__dict__["realized"]), len(memory))
+                    leaf_keys.append((sb.dtype, sb.shape, sb.device, mem))
+                srcs.append((p, src.st.key))
+            pos[id(lb)] = len(bases)
+            bases.append(lb)
+            nodes.append((lb.op, _arg_key(lb), lb.dtype, lb.shape, lb.device, tuple(srcs)))
+            continue
+        if id(lb) in seen:
+            continue
+        seen.add(id(lb))
+        if lb.__dict__["realized"] is not None:
+            continue
+        stack.append((lb, True))
+        for src in reversed(lb.srcs):
+            sb = src._base or src
+            if id(sb) not in seen:
+                stack.append((sb, False))
+    if _outside_readers(bases):
+        return None
+    key = (tuple(nodes), tuple(leaf_keys), tuple((pos[id(o.base)], o.st.key) for o in outs))
+    return Structure(key, bases, leaves)
+
+
 def _same_memory(b: LazyBuffer) -> list[LazyBuffer]:
     """b and every other lazy buffer whose value lives in the same memory."""
     return [b] + [a for a in list(b.realized.aliases) if a is not b] if b.realized is not None else [b]
@@ -315,12 +396,11 @@ def _storage(b: LazyBuffer) -> int:
     return id(b.realized) if b.realized is not None else id(b)
 
 
-def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
-    """Copy-on-write for in-place assigns: a computation that is still pending outside this
-    schedule and reads the old contents (say a loss, read after optimizer.step()) is rewired to a
-    snapshot of them, so it never sees the new values. Returns the snapshots to schedule."""
+def _outside_readers(bases: list[LazyBuffer]) -> list[tuple[LazyBuffer, list[LazyBuffer]]]:
+    """(target, readers) for each ASSIGN among bases whose target's old contents are read by a
+    computation that is still pending outside this schedule."""
     in_schedule = {id(b) for b in bases}
-    snapshots: list[LazyBuffer] = []
+    found: list[tuple[LazyBuffer, list[LazyBuffer]]] = []
     for b in bases:
         if b.op is not BufferOps.ASSIGN:
             continue
@@ -328,8 +408,15 @@ def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
         outside = {id(r): r for x in _same_memory(target) for r in list(x.readers)
                    if r.realized is None and r.srcs and id(r) not in in_schedule}
         if outside:
-            snapshots.append(_snapshot(target, list(outside.values())))
-    return snapshots
+            found.append((target, list(outside.values())))
+    return found
+
+
+def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
+    """Copy-on-write for in-place assigns: a computation that is still pending outside this
+    schedule and reads the old contents (say a loss, read after optimizer.step()) is rewired to a
+    snapshot of them, so it never sees the new values. Returns the snapshots to schedule."""
+    return [_snapshot(target, readers) for target, readers in _outside_readers(bases)]
 
 
 def _snapshot(target: LazyBuffer, readers: list[LazyBuffer]) -> LazyBuffer:
@@ -411,4 +498,4 @@ def _cycle_target(items: list[ScheduleItem], deps: list[set[int]], done: set[int
     return min(targets, key=lambda t: prod(t.shape))
 
 
-__all__ = ["ScheduleItem", "create_schedule", "BinaryOps", "dtypes"]
+__all__ = ["ScheduleItem", "Structure", "create_schedule", "structure", "BinaryOps", "dtypes"]

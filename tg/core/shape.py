@@ -12,10 +12,9 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Sequence
 
-from tg.core.symbolic import Ge, Lt, Node, Var, affine_coeffs, ands, ge, lt, num
+from tg.core.symbolic import Ge, Lt, Node, Var, affine_coeffs, ands, cached_property, ge, lt, num
 
 Shape = tuple[int, ...]
 
@@ -24,6 +23,7 @@ def prod(xs) -> int:
     return math.prod(xs)
 
 
+@functools.lru_cache(maxsize=1 << 14)
 def contiguous_strides(shape: Shape) -> tuple[int, ...]:
     strides, acc = [], 1
     for s in reversed(shape):
@@ -42,9 +42,11 @@ class View:
     @staticmethod
     def create(shape: Shape, strides: Sequence[int] | None = None, offset: int = 0,
                mask: tuple[tuple[int, int], ...] | None = None) -> View:
-        shape = tuple(int(s) for s in shape)
-        strides = contiguous_strides(shape) if strides is None else tuple(int(s) for s in strides)
-        strides = tuple(0 if s == 1 else st for s, st in zip(shape, strides))
+        shape = tuple(map(int, shape))
+        if strides is None:
+            strides = contiguous_strides(shape)
+        else:
+            strides = tuple([0 if s == 1 else int(st) for s, st in zip(shape, strides)])
         if mask is not None:
             if any(lo >= hi for lo, hi in mask):  # nothing valid: a view of zeros
                 return View(shape, (0,) * len(shape), 0, tuple((0, 0) for _ in shape))
@@ -190,7 +192,7 @@ class ShapeTracker:
 
     @staticmethod
     def from_shape(shape: Shape) -> ShapeTracker:
-        return ShapeTracker((View.create(tuple(shape)),))
+        return _from_shape(shape if type(shape) is tuple else tuple(shape))
 
     @property
     def shape(self) -> Shape:
@@ -303,3 +305,9 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
             raise ValueError(f"[core] shapes {a} and {b} cannot broadcast: {x} vs {y}")
         out.append(y if x == 1 else x)
     return tuple(out)
+
+
+@functools.lru_cache(maxsize=1 << 14)
+def _from_shape(shape: Shape) -> ShapeTracker:
+    # Trackers are immutable, so every base of one shape shares one (and its cached key).
+    return ShapeTracker((View.create(shape),))

@@ -12,10 +12,29 @@ views over views still render as clean code:
 from __future__ import annotations
 
 import math
-from functools import cached_property
-from typing import Any, Union
+from typing import Any, Callable, Generic, TypeVar, Union
 
 IntLike = Union["Node", int]
+T = TypeVar("T")
+
+
+class cached_property(Generic[T]):  # noqa: N801  (named after the functools one it replaces)
+    """functools.cached_property without its lock: Python 3.11 takes an RLock on every first read,
+    which made it the costliest line of building a graph (every view and kernel node reads its key
+    once). Computes on the first read and stores the value in the instance's __dict__, which later
+    reads find first."""
+
+    def __init__(self, fn: Callable[[Any], T]):
+        self.fn, self.name, self.__doc__ = fn, fn.__name__, fn.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> T:
+        if obj is None:
+            return self  # type: ignore[return-value]
+        value = obj.__dict__[self.name] = self.fn(obj)
+        return value
 
 
 class Node:
