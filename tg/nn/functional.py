@@ -375,52 +375,137 @@ def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
 
 # ---------------------------------------------------------------- padding, convolution and pooling
 
+_SPATIAL_NAMES = {1: ("L",), 2: ("H", "W"), 3: ("D", "H", "W")}
+
+
+def _ntuple(op: str, name: str, value: int | Sequence[int], n: int) -> tuple[int, ...]:
+    """An int for every one of n spatial dims: one int for all, or n of them."""
+    values = (value,) * n if isinstance(value, (int, np.integer)) else tuple(value)
+    if len(values) != n or not all(isinstance(v, (int, np.integer)) for v in values):
+        what = {1: "a 1-tuple of ints", 2: "a pair of ints"}.get(n, f"{n} ints")
+        raise ValueError(f"[nn] {op}: expected {name} to be an int or {what}, got {value!r}")
+    return tuple(int(v) for v in values)
+
+
+def _one(op: str, name: str, value: int | Sequence[int]) -> int:
+    return _ntuple(op, name, value, 1)[0]
+
+
 def _pair(op: str, name: str, value: int | Sequence[int]) -> tuple[int, int]:
-    pair = (value, value) if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(pair) != 2 or not all(isinstance(v, (int, np.integer)) for v in pair):
-        raise ValueError(f"[nn] {op}: expected {name} to be an int or a pair of ints, got {value!r}")
-    return (int(pair[0]), int(pair[1]))
+    first, second = _ntuple(op, name, value, 2)
+    return first, second
+
+
+def _triple(op: str, name: str, value: int | Sequence[int]) -> tuple[int, int, int]:
+    first, second, third = _ntuple(op, name, value, 3)
+    return first, second, third
+
+
+def _check_spatial(op: str, x: Tensor, nsp: int) -> None:
+    """x is (N, C, *spatial) or (C, *spatial) with nsp spatial dims."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"[nn] {op}: expected input to be a Tensor, got {type(x).__name__}")
+    if x.ndim not in (nsp + 1, nsp + 2):
+        dims = ", ".join(_SPATIAL_NAMES[nsp])
+        raise ValueError(f"[nn] {op}: expected input of shape (N, C, {dims}) or (C, {dims}), got {x.shape}")
 
 
 def _check_image(op: str, x: Tensor) -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"[nn] {op}: expected input to be a Tensor, got {type(x).__name__}")
-    if x.ndim not in (3, 4):
-        raise ValueError(f"[nn] {op}: expected input of shape (N, C, H, W) or (C, H, W), got {x.shape}")
+    _check_spatial(op, x, 2)
+
+
+def _check_signal(op: str, x: Tensor) -> None:
+    _check_spatial(op, x, 1)
+
+
+def _take(x: Tensor, axis: int, lo: int, hi: int) -> Tensor:
+    """x[..., lo:hi, ...] along `axis`, as a view."""
+    return x.shrink(tuple((lo, hi) if i == axis else None for i in range(x.ndim)))
+
+
+def _pad_axis(x: Tensor, axis: int, lo: int, hi: int, mode: str) -> Tensor:
+    """Pad dim `axis` by lo before and hi after with reflect, replicate or circular values, from slices, flips
+    and a cat (views, so gradients flow back to the elements copied). Negative sizes cut, as torch: after
+    the padding for reflect and replicate, before it for circular."""
+    n = x.shape[axis]
+    if mode == "circular":
+        x = _take(x, axis, max(0, -lo), n - max(0, -hi))
+        n = x.shape[axis]
+        if max(lo, hi) > n:
+            raise ValueError(f"[nn] pad: circular padding ({lo}, {hi}) wraps around dim {axis} of size {n} "
+                             f"more than once; fix: pad at most the dim size on each side")
+        parts = [_take(x, axis, n - lo, n)] if lo > 0 else []
+        parts += [x] + ([_take(x, axis, 0, hi)] if hi > 0 else [])
+        return parts[0].cat(*parts[1:], dim=axis)
+
+    def edge(at: int, width: int) -> Tensor:         # `width` copies of element `at`
+        shape = list(x.shape)
+        shape[axis] = width
+        return _take(x, axis, at, at + 1).expand(tuple(shape))
+    parts = []
+    if lo > 0:
+        parts.append(_take(x, axis, 1, lo + 1).flip(axis) if mode == "reflect" else edge(0, lo))
+    parts.append(x)
+    if hi > 0:
+        parts.append(_take(x, axis, n - 1 - hi, n - 1).flip(axis) if mode == "reflect" else edge(n - 1, hi))
+    out = parts[0].cat(*parts[1:], dim=axis)
+    return _take(out, axis, max(0, -lo), out.shape[axis] - max(0, -hi))
 
 
 def pad(x: Tensor, pad: Sequence[int], mode: str = "constant", value: float | None = None) -> Tensor:
     """Pad the last len(pad) // 2 dims, last dim first: (left, right, top, bottom, ...), as torch F.pad.
-    Negative sizes cut. Only mode='constant' is supported.
+    mode 'constant' fills with value (0 by default) for any number of dims; 'reflect' mirrors without
+    repeating the edge, 'replicate' repeats the edge and 'circular' wraps around, for the last 1, 2 or 3
+    dims of a (N, C, *spatial) or (C, *spatial) input. Negative sizes cut.
 
         >>> pad(Tensor([[1, 2]]), (1, 0, 0, 1), value=7).tolist()
         [[7, 1, 2], [7, 7, 7]]
+        >>> x = Tensor([[[1, 2, 3]]])
+        >>> [pad(x, (2, 1), mode).tolist()[0][0] for mode in ("reflect", "replicate", "circular")]
+        [[3, 2, 1, 2, 3, 2], [1, 1, 1, 2, 3, 3], [2, 3, 1, 2, 3, 1]]
     """
-    if mode != "constant":
-        raise NotImplementedError(f"[nn] pad: mode={mode!r} is not supported, only 'constant'; fix: build "
-                                  f"reflect/replicate padding from slices and Tensor.cat")
+    if mode not in ("constant", "reflect", "replicate", "circular"):
+        raise NotImplementedError(f"[nn] pad: mode={mode!r} is not supported; expected 'constant', "
+                                  f"'reflect', 'replicate' or 'circular'")
     flat = [int(v) for v in pad]
     if len(flat) % 2 or len(flat) // 2 > x.ndim:
         raise ValueError(f"[nn] pad: expected (before, after) pairs for at most {x.ndim} dims, last dim "
                          f"first, got {tuple(pad)}")
-    return x.pad(flat, value=0.0 if value is None else value)
+    if mode == "constant":
+        return x.pad(flat, value=0.0 if value is None else value)
+    if value is not None and value != 0:
+        raise ValueError(f"[nn] pad: mode={mode!r} takes no value, got value={value}; fix: drop it, or use "
+                         f"mode='constant'")
+    nsp = len(flat) // 2
+    if nsp not in (1, 2, 3) or x.ndim not in (nsp + 1, nsp + 2):
+        raise ValueError(f"[nn] pad: mode={mode!r} pads the last 1, 2 or 3 dims of a (N, C, *spatial) or "
+                         f"(C, *spatial) input, so {len(flat)} sizes need a {nsp + 1}-d or {nsp + 2}-d "
+                         f"input, got {x.shape}")
+    for i in range(nsp):
+        lo, hi, n = flat[2 * i], flat[2 * i + 1], x.shape[-1 - i]
+        if mode == "reflect" and max(lo, hi) >= n:
+            raise ValueError(f"[nn] pad: reflect padding ({lo}, {hi}) of dim {x.ndim - 1 - i} needs each "
+                             f"side less than the dim size {n} (input {x.shape}); fix: pad less, or use "
+                             f"mode='replicate'")
+    for i in range(nsp):
+        x = _pad_axis(x, x.ndim - 1 - i, flat[2 * i], flat[2 * i + 1], mode)
+    return x
 
 
-def _conv_pads(op: str, padding: int | Sequence[int] | str, kernel: tuple[int, int], stride: tuple[int, int],
-               dilation: tuple[int, int]) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(before, after) padding of H and W; 'same' puts the odd pixel after, as torch."""
+def _conv_pads(op: str, padding: int | Sequence[int] | str, kernel: tuple[int, ...], stride: tuple[int, ...],
+               dilation: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """(before, after) padding of each spatial dim; 'same' puts the odd pixel after, as torch."""
     if isinstance(padding, str):
         if padding not in ("valid", "same"):
             raise ValueError(f"[nn] {op}: expected padding 'valid', 'same' or ints, got {padding!r}")
         if padding == "valid":
-            return (0, 0), (0, 0)
-        if stride != (1, 1):
+            return ((0, 0),) * len(kernel)
+        if any(s != 1 for s in stride):
             raise ValueError(f"[nn] {op}: padding='same' needs stride 1, got stride={stride}; "
                              f"fix: give the padding as ints")
-        th, tw = (d * (k - 1) for d, k in zip(dilation, kernel))
-        return (th // 2, th - th // 2), (tw // 2, tw - tw // 2)
-    ph, pw = _pair(op, "padding", padding)
-    return (ph, ph), (pw, pw)
+        totals = [d * (k - 1) for d, k in zip(dilation, kernel)]
+        return tuple((t // 2, t - t // 2) for t in totals)
+    return tuple((p, p) for p in _ntuple(op, "padding", padding, len(kernel)))
 
 
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
@@ -454,20 +539,6 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | 
     return out if x.ndim == 4 else out.squeeze(0)                         # (N, C_out, H', W')
 
 
-def _one(op: str, name: str, value: int | Sequence[int]) -> int:
-    one = (value,) if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(one) != 1 or not isinstance(one[0], (int, np.integer)):
-        raise ValueError(f"[nn] {op}: expected {name} to be an int or a 1-tuple of ints, got {value!r}")
-    return int(one[0])
-
-
-def _check_signal(op: str, x: Tensor) -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"[nn] {op}: expected input to be a Tensor, got {type(x).__name__}")
-    if x.ndim not in (2, 3):
-        raise ValueError(f"[nn] {op}: expected input of shape (N, C, L) or (C, L), got {x.shape}")
-
-
 def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
            padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1) -> Tensor:
@@ -488,6 +559,57 @@ def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | 
     return out.squeeze(-2)
 
 
+def _conv_transpose(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, nsp: int,
+                    stride: int | Sequence[int], padding: int | Sequence[int],
+                    output_padding: int | Sequence[int], groups: int,
+                    dilation: int | Sequence[int]) -> Tensor:
+    """conv_transpose1d/2d/3d: zeros between the input pixels, padding for a full correlation, then the
+    forward convolution with the taps reversed."""
+    _check_spatial(op, x, nsp)
+    cin = x.shape[-nsp - 1]
+    if weight.ndim != nsp + 2 or cin != weight.shape[0] or groups < 1 or cin % groups:
+        taps = ", ".join(f"k{a.lower()}" for a in _SPATIAL_NAMES[nsp])
+        raise ValueError(f"[nn] {op}: expected weight (C_in, C_out/groups, {taps}) with C_in="
+                         f"{x.shape[-nsp - 1]} divisible by groups={groups}, got weight {weight.shape}")
+    stride_, dilation_ = _ntuple(op, "stride", stride, nsp), _ntuple(op, "dilation", dilation, nsp)
+    padding_ = _ntuple(op, "padding", padding, nsp)
+    out_pad = _ntuple(op, "output_padding", output_padding, nsp)
+    kernel = weight.shape[2:]
+    if min(stride_) < 1 or min(dilation_) < 1 or min(padding_) < 0:
+        raise ValueError(f"[nn] {op}: expected positive stride and dilation and padding >= 0, got stride="
+                         f"{stride_}, dilation={dilation_}, padding={padding_}")
+    batched = x if x.ndim == nsp + 2 else x.unsqueeze(0)                 # (N, C_in, *spatial)
+    n, cin, *spatial = batched.shape
+    # the zeros the forward stride skipped: each pixel becomes an s x s block, itself at the top left
+    up = batched.reshape(n, cin, *(v for i in spatial for v in (i, 1)))
+    up = up.pad(((0, 0), (0, 0)) + tuple(v for s in stride_ for v in ((0, 0), (0, s - 1))))
+    up = up.reshape(n, cin, *(i * s for i, s in zip(spatial, stride_)))
+    up = up.shrink((None, None) + tuple((0, (i - 1) * s + 1) for i, s in zip(spatial, stride_)))
+    # a full correlation pads k - 1 dilated taps on each side; padding takes from both, output_padding adds
+    grow, cut = [(0, 0), (0, 0)], [(0, n), (0, cin)]
+    for size, k, s, p, o, d, axis in zip(spatial, kernel, stride_, padding_, out_pad, dilation_,
+                                         _SPATIAL_NAMES[nsp]):
+        if not 0 <= o < max(s, d):
+            raise ValueError(f"[nn] {op}: expected output_padding in [0, max(stride, dilation)) = "
+                             f"[0, {max(s, d)}) along {axis}, got {o}")
+        out_size = (size - 1) * s - 2 * p + d * (k - 1) + o + 1
+        if out_size < 1:
+            raise ValueError(f"[nn] {op}: padding {p} leaves no output along {axis} (input {size}, "
+                             f"kernel {k}, stride {s}); fix: lower the padding")
+        lo, hi = d * (k - 1) - p, d * (k - 1) - p + o
+        grow.append((max(0, lo), max(0, hi)))
+        padded = (size - 1) * s + 1 + max(0, lo) + max(0, hi)
+        cut.append((max(0, -lo), padded - max(0, -hi)))
+    up = up.pad(tuple(grow)).shrink(tuple(cut))
+    # (C_in, C_out/g, *kernel) -> (C_out, C_in/g, *kernel) per group, taps reversed
+    g, cout_g = groups, weight.shape[1]
+    flipped = weight.reshape(g, cin // g, cout_g, *kernel).permute(0, 2, 1, *range(3, 3 + nsp))
+    flipped = flipped.reshape(g * cout_g, cin // g, *kernel).flip(*range(2, 2 + nsp))
+    forward = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
+    out = forward(up, flipped, bias, 1, 0, dilation_, groups)
+    return out if x.ndim == nsp + 2 else out.squeeze(0)                  # (N, C_out, *spatial')
+
+
 def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                      padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
                      groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:
@@ -501,99 +623,63 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
         ...                  output_padding=1).shape
         (2, 4, 10, 10)
     """
-    op = "conv_transpose2d"
-    _check_image(op, x)
-    if weight.ndim != 4 or x.shape[-3] != weight.shape[0] or groups < 1 or weight.shape[0] % groups:
-        raise ValueError(f"[nn] {op}: expected weight (C_in, C_out/groups, kh, kw) with C_in={x.shape[-3]} "
-                         f"divisible by groups={groups}, got weight {weight.shape}")
-    stride_, dilation_ = _pair(op, "stride", stride), _pair(op, "dilation", dilation)
-    padding_, out_pad = _pair(op, "padding", padding), _pair(op, "output_padding", output_padding)
-    kernel = (weight.shape[2], weight.shape[3])
-    if min(stride_) < 1 or min(dilation_) < 1 or min(padding_) < 0:
-        raise ValueError(f"[nn] {op}: expected positive stride and dilation and padding >= 0, got stride="
-                         f"{stride_}, dilation={dilation_}, padding={padding_}")
-    batched = x if x.ndim == 4 else x.unsqueeze(0)                        # (N, C_in, H, W)
-    n, cin, h, w = batched.shape
-    # the zeros conv2d's stride skipped: each pixel becomes an s x s block, itself at the top left
-    sh, sw = stride_
-    up = batched.reshape(n, cin, h, 1, w, 1).pad(((0, 0), (0, 0), (0, 0), (0, sh - 1), (0, 0), (0, sw - 1)))
-    up = up.reshape(n, cin, h * sh, w * sw).shrink((None, None, (0, (h - 1) * sh + 1), (0, (w - 1) * sw + 1)))
-    # a full correlation pads k - 1 dilated taps on each side; padding takes from both, output_padding adds
-    grow, cut = [(0, 0), (0, 0)], [(0, n), (0, cin)]
-    for size, k, s, p, o, d, axis in zip((h, w), kernel, stride_, padding_, out_pad, dilation_, "HW"):
-        if not 0 <= o < max(s, d):
-            raise ValueError(f"[nn] {op}: expected output_padding in [0, max(stride, dilation)) = "
-                             f"[0, {max(s, d)}) along {axis}, got {o}")
-        out_size = (size - 1) * s - 2 * p + d * (k - 1) + o + 1
-        if out_size < 1:
-            raise ValueError(f"[nn] {op}: padding {p} leaves no output along {axis} (input {size}, "
-                             f"kernel {k}, stride {s}); fix: lower the padding")
-        lo, hi = d * (k - 1) - p, d * (k - 1) - p + o
-        grow.append((max(0, lo), max(0, hi)))
-        padded = (size - 1) * s + 1 + max(0, lo) + max(0, hi)
-        cut.append((max(0, -lo), padded - max(0, -hi)))
-    up = up.pad(tuple(grow)).shrink(tuple(cut))
-    # (C_in, C_out/g, kh, kw) -> (C_out, C_in/g, kh, kw) per group, taps reversed
-    g, cout_g = groups, weight.shape[1]
-    flipped = weight.reshape(g, cin // g, cout_g, *kernel).permute(0, 2, 1, 3, 4)
-    flipped = flipped.reshape(g * cout_g, cin // g, *kernel).flip(2, 3)
-    out = up.conv2d(flipped, bias, 1, 0, dilation_, groups)
-    return out if x.ndim == 4 else out.squeeze(0)                         # (N, C_out, H', W')
+    return _conv_transpose("conv_transpose2d", x, weight, bias, 2, stride, padding, output_padding, groups,
+                           dilation)
 
 
 def conv_transpose1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                      padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
                      groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:
     """The transpose of conv1d, as torch.nn.functional.conv_transpose1d: input (N, C_in, L) or (C_in, L),
-    weight (C_in, C_out/groups, k); conv_transpose2d over a height of 1.
+    weight (C_in, C_out/groups, k).
 
         >>> conv_transpose1d(Tensor([[[1.0, 2.0]]]), Tensor([[[1.0, 1.0, 1.0]]]), stride=2).tolist()
         [[[1.0, 1.0, 3.0, 2.0, 2.0]]]
     """
-    op = "conv_transpose1d"
-    _check_signal(op, x)
-    if weight.ndim != 3:
-        raise ValueError(f"[nn] {op}: expected weight (C_in, C_out/groups, k), got weight {weight.shape}")
-    out = conv_transpose2d(x.unsqueeze(-2), weight.unsqueeze(-2), bias, (1, _one(op, "stride", stride)),
-                           (0, _one(op, "padding", padding)), (0, _one(op, "output_padding", output_padding)),
-                           groups, (1, _one(op, "dilation", dilation)))
-    return out.squeeze(-2)
+    return _conv_transpose("conv_transpose1d", x, weight, bias, 1, stride, padding, output_padding, groups,
+                           dilation)
 
 
-def _triple(op: str, name: str, value: int | Sequence[int]) -> tuple[int, int, int]:
-    triple = (value,) * 3 if isinstance(value, (int, np.integer)) else tuple(value)
-    if len(triple) != 3 or not all(isinstance(v, (int, np.integer)) for v in triple):
-        raise ValueError(f"[nn] {op}: expected {name} to be an int or 3 ints, got {value!r}")
-    return (int(triple[0]), int(triple[1]), int(triple[2]))
+def conv_transpose3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
+                     padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
+                     groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:
+    """The transpose of conv3d, as torch.nn.functional.conv_transpose3d: input (N, C_in, D, H, W) or
+    (C_in, D, H, W), weight (C_in, C_out/groups, kd, kh, kw); each output dim is
+    (in - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1.
+
+        >>> conv_transpose3d(Tensor.ones(1, 2, 2, 3, 3), Tensor.ones(2, 4, 2, 2, 2), stride=2).shape
+        (1, 4, 4, 6, 6)
+    """
+    return _conv_transpose("conv_transpose3d", x, weight, bias, 3, stride, padding, output_padding, groups,
+                           dilation)
 
 
 def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
-           padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, groups: int = 1) -> Tensor:
+           padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
+           groups: int = 1) -> Tensor:
     """3-d cross-correlation of (N, C_in, D, H, W) or (C_in, D, H, W) with weight (C_out, C_in/groups, kd, kh,
-    kw), as torch.nn.functional.conv3d with int padding: a sum of conv2d over the kd depth taps.
+    kw), as torch.nn.functional.conv3d (padding ints, 'valid' or 'same'): a sum of conv2d over the depth taps.
 
         >>> conv3d(Tensor.ones(1, 1, 3, 4, 4), Tensor.ones(2, 1, 2, 2, 2)).shape
         (1, 2, 2, 3, 3)
+        >>> conv3d(Tensor.ones(1, 3, 4, 4), Tensor.ones(2, 1, 3, 3, 2), padding="same").shape
+        (2, 3, 4, 4)
     """
     op = "conv3d"
-    if not isinstance(x, Tensor) or x.ndim not in (4, 5):
-        raise ValueError(f"[nn] {op}: expected input of shape (N, C, D, H, W) or (C, D, H, W), "
-                         f"got {getattr(x, 'shape', type(x).__name__)}")
+    _check_spatial(op, x, 3)
     if weight.ndim != 5 or x.shape[-4] != weight.shape[1] * groups:
         raise ValueError(f"[nn] {op}: expected weight (C_out, C_in/groups, kd, kh, kw) with "
                          f"C_in={x.shape[-4]} and groups={groups}, got weight {weight.shape}")
-    if isinstance(padding, str):
-        raise ValueError(f"[nn] {op}: string padding is not supported, got {padding!r}; fix: give ints")
-    (sd, *st), (pd, ph, pw) = _triple(op, "stride", stride), _triple(op, "padding", padding)
-    (dd, *dl) = _triple(op, "dilation", dilation)
+    (sd, *st), (dd, *dl) = _triple(op, "stride", stride), _triple(op, "dilation", dilation)
+    pads = _conv_pads(op, padding, weight.shape[2:], (sd, *st), (dd, *dl))
     batched = x if x.ndim == 5 else x.unsqueeze(0)
-    xp = batched.pad(((0, 0), (0, 0), (pd, pd), (ph, ph), (pw, pw)))     # (N, C_in, D, H, W)
+    xp = batched.pad(((0, 0), (0, 0)) + pads)                            # (N, C_in, D, H, W)
     n, cin, depth, h, w = xp.shape
     kd = weight.shape[2]
     out_d = (depth - dd * (kd - 1) - 1) // sd + 1
     if out_d < 1:
-        raise ValueError(f"[nn] {op}: expected input D of at least {dd * (kd - 1) + 1 - 2 * pd} for kernel "
-                         f"{kd} (dilation {dd}, padding {pd}), got {x.shape[-3]}")
+        raise ValueError(f"[nn] {op}: expected input D of at least {dd * (kd - 1) + 1 - sum(pads[0])} for "
+                         f"kernel {kd} (dilation {dd}, padding {pads[0]}), got {x.shape[-3]}")
     out: Tensor | None = None
     for z in range(kd):
         start = z * dd
@@ -609,12 +695,16 @@ def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | 
     return out if x.ndim == 5 else out.squeeze(0)
 
 
-def _pool_pads(op: str, x: Tensor, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
-               dilation: tuple[int, int], ceil_mode: bool) -> tuple[tuple[int, int], tuple[int, int]]:
-    """(before, after) padding of H and W: padding on both sides, plus what ceil_mode's last window reads
-    past it. As torch, a ceil_mode window must start inside the input or the left padding."""
+def _pool_pads(op: str, x: Tensor, kernel: tuple[int, ...], stride: tuple[int, ...], padding: tuple[int, ...],
+               dilation: tuple[int, ...], ceil_mode: bool) -> tuple[tuple[int, int], ...]:
+    """(before, after) padding of each spatial dim: padding on both sides, plus what ceil_mode's last window
+    reads past it. As torch, a ceil_mode window must start inside the input or the left padding."""
+    if min(kernel) < 1 or min(stride) < 1 or min(dilation) < 1:
+        raise ValueError(f"[nn] {op}: expected positive kernel_size, stride and dilation, got kernel_size="
+                         f"{kernel}, stride={stride}, dilation={dilation}")
     pads = []
-    for size, k, s, p, d, axis in zip(x.shape[-2:], kernel, stride, padding, dilation, "HW"):
+    nsp = len(kernel)
+    for size, k, s, p, d, axis in zip(x.shape[-nsp:], kernel, stride, padding, dilation, _SPATIAL_NAMES[nsp]):
         span = d * (k - 1) + 1
         if p < 0 or p > span // 2:
             raise ValueError(f"[nn] {op}: expected padding in [0, {span // 2}] (half the kernel) for kernel "
@@ -627,40 +717,136 @@ def _pool_pads(op: str, x: Tensor, kernel: tuple[int, int], stride: tuple[int, i
         if ceil_mode and (out - 1) * s >= size + p:
             out -= 1
         pads.append((p, p + max(0, (out - 1) * s + span - size - 2 * p)))
-    return pads[0], pads[1]
+    return tuple(pads)
+
+
+def _pool_args(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
+               stride: int | Sequence[int] | None,
+               padding: int | Sequence[int]) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
+    """kernel, stride (the kernel when None or [], as torch) and padding of an nsp-d pool, checked."""
+    _check_spatial(op, x, nsp)
+    kernel = _ntuple(op, "kernel_size", kernel_size, nsp)
+    stride_ = kernel if stride is None or stride == [] else _ntuple(op, "stride", stride, nsp)
+    return kernel, stride_, _ntuple(op, "padding", padding, nsp)
+
+
+def _first_index(hit: Tensor, candidates: Tensor) -> Tensor:
+    """candidates[first True of hit] along the last dim: torch's tie rule, the first max in scan order."""
+    n = hit.shape[-1]
+    first = hit.argmax(-1, keepdim=True)                                 # (..., 1)
+    return (first == index_range(n, hit.device)).where(candidates, 0).sum(-1).cast(dtypes.int64)
+
+
+def _max_pool(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
+              stride: int | Sequence[int] | None, padding: int | Sequence[int], dilation: int | Sequence[int],
+              ceil_mode: bool, return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
+    """max_pool1d/2d/3d: a window view (Tensor._pool) of the input padded with the dtype's minimum."""
+    kernel, stride_, padding_ = _pool_args(op, x, nsp, kernel_size, stride, padding)
+    dilation_ = _ntuple(op, "dilation", dilation, nsp)
+    pads = _pool_pads(op, x, kernel, stride_, padding_, dilation_, ceil_mode)
+    lead = ((0, 0),) * (x.ndim - nsp)
+    windows = x.pad(lead + pads, value=min_value(x.dtype))._pool(kernel, stride_, dilation_)  # (.., *out, *k)
+    if not return_indices:
+        return windows.max(tuple(range(-nsp, 0)))
+    # each position's flat index in its (N, C) plane, read through the same windows; padding reads -1
+    spatial = x.shape[-nsp:]
+    plane = index_range(math.prod(spatial), x.device).reshape(spatial).pad(pads, value=-1)
+    plane = plane._pool(kernel, stride_, dilation_)                      # (*out, *kernel)
+    outs, taps = plane.shape[:nsp], math.prod(kernel)
+    plane = plane.reshape(*outs, taps)
+    flat = windows.reshape(*windows.shape[:-nsp], taps)                  # (..., *out, K)
+    best = flat.max(-1, keepdim=True)
+    return best.squeeze(-1), _first_index((flat == best) & (plane >= 0), plane)
+
+
+def max_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """The max over kernel_size windows of (N, C, L) or (C, L), as torch.nn.functional.max_pool1d (see
+    max_pool2d).
+
+        >>> max_pool1d(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]]), 2).tolist()
+        [[5.0, 4.0]]
+    """
+    return _max_pool("max_pool1d", x, 1, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
 def max_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
                padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
-               return_indices: bool = False) -> Tensor:
+               return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """The max over kernel_size windows of (N, C, H, W) or (C, H, W), as torch.nn.functional.max_pool2d:
-    stride defaults to kernel_size, padding reads as -inf, ceil_mode keeps a last partial window.
+    stride defaults to kernel_size, padding (an int or one per dim) reads as -inf, ceil_mode keeps a last
+    partial window. return_indices=True also gives each max's int64 flat index into its (H, W) plane; a
+    tie goes to the first in the window, row by row, as torch.
 
         >>> x = Tensor.arange(25).reshape(1, 5, 5).float()
         >>> max_pool2d(x, 2).tolist()
         [[[6.0, 8.0], [16.0, 18.0]]]
         >>> max_pool2d(x, 2, ceil_mode=True).tolist()
         [[[6.0, 8.0, 9.0], [16.0, 18.0, 19.0], [21.0, 23.0, 24.0]]]
+        >>> max_pool2d(x, 3, stride=2, return_indices=True)[1].tolist()
+        [[[12, 14], [22, 24]]]
     """
-    if return_indices:
-        raise NotImplementedError("[nn] max_pool2d: return_indices=True is not supported; fix: compare the "
-                                  "input with the pooled max to locate it")
-    _check_image("max_pool2d", x)
-    kernel = _pair("max_pool2d", "kernel_size", kernel_size)
-    stride_ = kernel if stride is None or stride == [] else _pair("max_pool2d", "stride", stride)
-    dilation_ = _pair("max_pool2d", "dilation", dilation)
-    pad_h, pad_w = _pool_pads("max_pool2d", x, kernel, stride_, _pair("max_pool2d", "padding", padding),
-                              dilation_, ceil_mode)
-    padded = x.pad(((0, 0),) * (x.ndim - 2) + (pad_h, pad_w), value=min_value(x.dtype))
-    return padded.max_pool2d(kernel, stride_, 0, dilation_)
+    return _max_pool("max_pool2d", x, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def max_pool3d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
+               return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """The max over kernel_size windows of (N, C, D, H, W) or (C, D, H, W), as torch.nn.functional.max_pool3d
+    (see max_pool2d; indices are flat into each (D, H, W) volume).
+
+        >>> max_pool3d(Tensor.arange(27).reshape(1, 3, 3, 3).float(), 2, stride=1).tolist()[0][0]
+        [[13.0, 14.0], [16.0, 17.0]]
+    """
+    return _max_pool("max_pool3d", x, 3, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+
+
+def _avg_pool(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
+              stride: int | Sequence[int] | None, padding: int | Sequence[int], ceil_mode: bool,
+              count_include_pad: bool, divisor_override: int | None) -> Tensor:
+    """avg_pool1d/2d/3d: window sums of the zero-padded input over torch's divisor."""
+    kernel, stride_, padding_ = _pool_args(op, x, nsp, kernel_size, stride, padding)
+    _check_float(op, x)
+    ones = (1,) * nsp
+    pads = _pool_pads(op, x, kernel, stride_, padding_, ones, ceil_mode)
+    axes = tuple(range(-nsp, 0))
+    sums = x.pad(((0, 0),) * (x.ndim - nsp) + pads)._pool(kernel, stride_, ones).sum(axes)
+    if divisor_override is not None:
+        if not isinstance(divisor_override, (int, np.integer)) or divisor_override <= 0:
+            raise ValueError(f"[nn] {op}: expected a positive int divisor_override, got {divisor_override!r}")
+        return sums / int(divisor_override)
+    extra = any(hi > lo for lo, hi in pads)
+    if not extra and (count_include_pad or not any(padding_)):
+        return sums / math.prod(kernel)
+    # the count of each window: ones over what is counted, zeros elsewhere, summed by the same windows
+    spatial = x.shape[-nsp:]
+    if count_include_pad:
+        counted = Tensor.ones(*(s + 2 * p for s, p in zip(spatial, padding_)), device=x.device)
+        counted = counted.pad(tuple((0, hi - lo) for lo, hi in pads))
+    else:
+        counted = Tensor.ones(*spatial, device=x.device).pad(pads)
+    return sums / counted.cast(x.dtype)._pool(kernel, stride_, ones).sum(axes)
+
+
+def avg_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False,
+               count_include_pad: bool = True) -> Tensor:
+    """The mean over kernel_size windows of (N, C, L) or (C, L), as torch.nn.functional.avg_pool1d (see
+    avg_pool2d).
+
+        >>> avg_pool1d(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]]), 2, stride=1).tolist()
+        [[3.0, 3.5, 3.0, 3.5]]
+    """
+    return _avg_pool("avg_pool1d", x, 1, kernel_size, stride, padding, ceil_mode, count_include_pad, None)
 
 
 def avg_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
                padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
     """The mean over kernel_size windows of (N, C, H, W) or (C, H, W), as torch.nn.functional.avg_pool2d.
-    Padding adds zeros, counted in the divisor when count_include_pad; a ceil_mode window's part past the
-    padding is never counted; divisor_override replaces the divisor.
+    Padding (an int or one per dim) adds zeros, counted in the divisor when count_include_pad; a ceil_mode
+    window's part past the padding is never counted; divisor_override replaces the divisor.
 
         >>> x = Tensor.arange(9).reshape(1, 3, 3).float()
         >>> avg_pool2d(x, 2, stride=1).tolist()
@@ -668,63 +854,21 @@ def avg_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequen
         >>> avg_pool2d(x, 2, ceil_mode=True).tolist()                   # the last windows average 2 and 1
         [[[2.0, 3.5], [6.5, 8.0]]]
     """
-    _check_image("avg_pool2d", x)
-    _check_float("avg_pool2d", x)
-    kernel = _pair("avg_pool2d", "kernel_size", kernel_size)
-    stride_ = kernel if stride is None or stride == [] else _pair("avg_pool2d", "stride", stride)
-    padding_ = _pair("avg_pool2d", "padding", padding)
-    pad_h, pad_w = _pool_pads("avg_pool2d", x, kernel, stride_, padding_, (1, 1), ceil_mode)
-    mean = x.pad(((0, 0),) * (x.ndim - 2) + (pad_h, pad_w)).avg_pool2d(kernel, stride_)   # sum / kh*kw
-    if divisor_override is not None:
-        if divisor_override <= 0:
-            raise ValueError(f"[nn] avg_pool2d: expected a positive divisor_override, got {divisor_override}")
-        return mean * (kernel[0] * kernel[1] / divisor_override)
-    extra = pad_h[1] > pad_h[0] or pad_w[1] > pad_w[0]
-    if not extra and (count_include_pad or padding_ == (0, 0)):
-        return mean
-    # the share of each window that counts: ones over what is counted, zeros elsewhere (H', W')
-    if count_include_pad:
-        counted = Tensor.ones(x.shape[-2] + 2 * padding_[0], x.shape[-1] + 2 * padding_[1], device=x.device)
-        counted = counted.pad(((0, pad_h[1] - pad_h[0]), (0, pad_w[1] - pad_w[0])))
-    else:
-        counted = Tensor.ones(*x.shape[-2:], device=x.device).pad((pad_h, pad_w))
-    return mean / counted.cast(x.dtype).avg_pool2d(kernel, stride_)
+    return _avg_pool("avg_pool2d", x, 2, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
 
 
-def max_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-               padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
-               return_indices: bool = False) -> Tensor:
-    """The max over kernel_size windows of (N, C, L) or (C, L), as torch.nn.functional.max_pool1d (max_pool2d
-    over a height of 1).
+def avg_pool3d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+               padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+               divisor_override: int | None = None) -> Tensor:
+    """The mean over kernel_size windows of (N, C, D, H, W) or (C, D, H, W), as
+    torch.nn.functional.avg_pool3d (see avg_pool2d).
 
-        >>> max_pool1d(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]]), 2).tolist()
-        [[5.0, 4.0]]
+        >>> avg_pool3d(Tensor.arange(8).reshape(1, 2, 2, 2).float(), 2).tolist()
+        [[[[3.5]]]]
     """
-    op = "max_pool1d"
-    _check_signal(op, x)
-    kernel = _one(op, "kernel_size", kernel_size)
-    stride_ = kernel if stride is None or stride == [] else _one(op, "stride", stride)
-    out = max_pool2d(x.unsqueeze(-2), (1, kernel), (1, stride_), (0, _one(op, "padding", padding)),
-                     (1, _one(op, "dilation", dilation)), ceil_mode, return_indices)
-    return out.squeeze(-2)
-
-
-def avg_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-               padding: int | Sequence[int] = 0, ceil_mode: bool = False,
-               count_include_pad: bool = True) -> Tensor:
-    """The mean over kernel_size windows of (N, C, L) or (C, L), as torch.nn.functional.avg_pool1d (avg_pool2d
-    over a height of 1).
-
-        >>> avg_pool1d(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]]), 2, stride=1).tolist()
-        [[3.0, 3.5, 3.0, 3.5]]
-    """
-    op = "avg_pool1d"
-    _check_signal(op, x)
-    kernel = _one(op, "kernel_size", kernel_size)
-    stride_ = kernel if stride is None or stride == [] else _one(op, "stride", stride)
-    out = avg_pool2d(x.unsqueeze(-2), (1, kernel), (1, stride_), (0, _one(op, "padding", padding)), ceil_mode,
-                     count_include_pad)
-    return out.squeeze(-2)
+    return _avg_pool("avg_pool3d", x, 3, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                     divisor_override)
 
 
 def _along(x: Tensor, axis: int, weights: np.ndarray) -> Tensor:
@@ -749,14 +893,33 @@ def _output_sizes(op: str, x: Tensor, size: int | None | Sequence[int | None], n
     return tuple(int(s) if s is not None else i for s, i in zip(sizes, x.shape[-nsp:]))
 
 
-def _adaptive_mean(x: Tensor, axis: int, n_out: int) -> Tensor:
-    """Output i of dim `axis` averages inputs [floor(i * n / n_out), ceil((i + 1) * n / n_out)), as torch."""
-    n_in = x.shape[axis]
+def _adaptive_windows(n_in: int, n_out: int) -> np.ndarray:
+    """(n_out, n_in) 0/1: output i covers inputs [floor(i * n_in / n_out), ceil((i + 1) * n_in / n_out)),
+    as torch."""
     window = np.zeros((n_out, n_in))
     for i in range(n_out):
         window[i, i * n_in // n_out:-(-(i + 1) * n_in // n_out)] = 1.0
-    counts = window.sum(1).reshape((n_out,) + (1,) * (x.ndim - 1 - axis))
-    return _along(x, axis, window) / Tensor(counts, device=x.device).cast(x.dtype)
+    return window
+
+
+def _adaptive_avg(op: str, x: Tensor, nsp: int, output_size: int | None | Sequence[int | None]) -> Tensor:
+    _check_spatial(op, x, nsp)
+    _check_float(op, x)
+    for axis, n_out in zip(range(x.ndim - nsp, x.ndim), _output_sizes(op, x, output_size, nsp)):
+        window = _adaptive_windows(x.shape[axis], n_out)
+        counts = window.sum(1).reshape((n_out,) + (1,) * (x.ndim - 1 - axis))
+        x = _along(x, axis, window) / Tensor(counts, device=x.device).cast(x.dtype)
+    return x
+
+
+def adaptive_avg_pool1d(x: Tensor, output_size: int | Sequence[int]) -> Tensor:
+    """adaptive_avg_pool2d's rule along the last dim of (N, C, L) or (C, L), as
+    torch.nn.functional.adaptive_avg_pool1d.
+
+        >>> adaptive_avg_pool1d(Tensor([[1.0, 2.0, 3.0, 4.0, 5.0]]), 2).tolist()
+        [[2.0, 4.0]]
+    """
+    return _adaptive_avg("adaptive_avg_pool1d", x, 1, output_size)
 
 
 def adaptive_avg_pool2d(x: Tensor, output_size: int | None | Sequence[int | None]) -> Tensor:
@@ -769,28 +932,89 @@ def adaptive_avg_pool2d(x: Tensor, output_size: int | None | Sequence[int | None
         >>> adaptive_avg_pool2d(Tensor.ones(2, 8, 7, 7), 1).shape
         (2, 8, 1, 1)
     """
-    op = "adaptive_avg_pool2d"
-    _check_image(op, x)
-    _check_float(op, x)
-    out_h, out_w = _output_sizes(op, x, output_size, 2)
-    return _adaptive_mean(_adaptive_mean(x, x.ndim - 2, out_h), x.ndim - 1, out_w)
+    return _adaptive_avg("adaptive_avg_pool2d", x, 2, output_size)
 
 
-def adaptive_avg_pool1d(x: Tensor, output_size: int | Sequence[int]) -> Tensor:
-    """adaptive_avg_pool2d's rule along the last dim of (N, C, L) or (C, L), as
-    torch.nn.functional.adaptive_avg_pool1d.
+def adaptive_avg_pool3d(x: Tensor, output_size: int | None | Sequence[int | None]) -> Tensor:
+    """adaptive_avg_pool2d's rule over the last three dims of (N, C, D, H, W) or (C, D, H, W), as
+    torch.nn.functional.adaptive_avg_pool3d.
 
-        >>> adaptive_avg_pool1d(Tensor([[1.0, 2.0, 3.0, 4.0, 5.0]]), 2).tolist()
-        [[2.0, 4.0]]
+        >>> adaptive_avg_pool3d(Tensor.ones(2, 3, 5, 4, 7), (2, None, 3)).shape
+        (2, 3, 2, 4, 3)
     """
-    op = "adaptive_avg_pool1d"
-    _check_signal(op, x)
-    _check_float(op, x)
-    (out_l,) = _output_sizes(op, x, output_size, 1)
-    return _adaptive_mean(x, x.ndim - 1, out_l)
+    return _adaptive_avg("adaptive_avg_pool3d", x, 3, output_size)
 
 
-_INTERPOLATE_DIMS = {"nearest": (1, 2, 3), "linear": (1,), "bilinear": (2,), "trilinear": (3,)}
+def _adaptive_max(op: str, x: Tensor, nsp: int, output_size: int | None | Sequence[int | None],
+                  return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
+    """A box max is a max of maxes, so one spatial dim at a time, last first. With indices, each dim picks
+    the first input slice that holds its window's max, and keeps the inner dims' index of that slice:
+    together the first max of the box in row-major order, as torch."""
+    _check_spatial(op, x, nsp)
+    sizes = _output_sizes(op, x, output_size, nsp)
+    values, flat, inner = x, None, 1                    # flat: index into the dims already reduced
+    for axis in reversed(range(x.ndim - nsp, x.ndim)):
+        n_in, n_out = x.shape[axis], sizes[axis - x.ndim]
+        window = Tensor(_adaptive_windows(n_in, n_out).astype(bool), device=x.device)     # (n_out, n_in)
+        masked = window.where(values.transpose(axis, -1).unsqueeze(-2), min_value(x.dtype))  # (.., out, in)
+        best = masked.max(-1)                                                              # (.., out)
+        if return_indices:
+            positions = index_range(n_in, x.device).cast(dtypes.int64)
+            if flat is not None:                        # the position along this dim, then the inner index
+                positions = positions * inner + flat.transpose(axis, -1).unsqueeze(-2)
+            flat = _first_index(window & (masked == best.unsqueeze(-1)), positions).transpose(axis, -1)
+        values, inner = best.transpose(axis, -1), inner * n_in
+    return values if flat is None else (values, flat)
+
+
+def adaptive_max_pool1d(x: Tensor, output_size: int | Sequence[int],
+                        return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """The max over adaptive_avg_pool1d's windows of (N, C, L) or (C, L), as
+    torch.nn.functional.adaptive_max_pool1d; return_indices also gives the int64 index of each max.
+
+        >>> adaptive_max_pool1d(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]]), 2).tolist()
+        [[5.0, 4.0]]
+    """
+    return _adaptive_max("adaptive_max_pool1d", x, 1, output_size, return_indices)
+
+
+def adaptive_max_pool2d(x: Tensor, output_size: int | None | Sequence[int | None],
+                        return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """The max over adaptive_avg_pool2d's windows of (N, C, H, W) or (C, H, W), as
+    torch.nn.functional.adaptive_max_pool2d; return_indices also gives each max's int64 flat index into
+    its (H, W) plane (the first max in the window, row by row, on a tie).
+
+        >>> x = Tensor.arange(15).reshape(1, 3, 5).float()
+        >>> adaptive_max_pool2d(x, (1, 2), return_indices=True)[1].tolist()   # columns 0-2 and 2-4
+        [[[12, 14]]]
+    """
+    return _adaptive_max("adaptive_max_pool2d", x, 2, output_size, return_indices)
+
+
+def adaptive_max_pool3d(x: Tensor, output_size: int | None | Sequence[int | None],
+                        return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
+    """adaptive_max_pool2d over the last three dims of (N, C, D, H, W) or (C, D, H, W), as
+    torch.nn.functional.adaptive_max_pool3d (indices flat into each (D, H, W) volume).
+
+        >>> adaptive_max_pool3d(Tensor.arange(8).reshape(1, 2, 2, 2).float(), 1).tolist()
+        [[[[7.0]]]]
+    """
+    return _adaptive_max("adaptive_max_pool3d", x, 3, output_size, return_indices)
+
+
+_INTERPOLATE_DIMS = {"nearest": (1, 2, 3), "nearest-exact": (1, 2, 3), "linear": (1,), "bilinear": (2,),
+                     "bicubic": (2,), "trilinear": (3,), "area": (1, 2, 3)}
+_CUBIC_A = -0.75                                        # torch's cubic convolution coefficient
+
+
+def _cubic_taps(t: np.ndarray) -> list[np.ndarray]:
+    """Keys' cubic convolution weights of the 4 taps at offsets -1, 0, 1, 2 for a fraction t, as torch."""
+    def near(d: np.ndarray) -> np.ndarray:              # |d| <= 1
+        return ((_CUBIC_A + 2) * d - (_CUBIC_A + 3)) * d * d + 1
+
+    def far(d: np.ndarray) -> np.ndarray:               # 1 < |d| < 2
+        return ((_CUBIC_A * d - 5 * _CUBIC_A) * d + 8 * _CUBIC_A) * d - 4 * _CUBIC_A
+    return [far(t + 1), near(t), near(1 - t), far(2 - t)]
 
 
 def _interpolate_weights(mode: str, n_in: int, n_out: int, scale: float, align_corners: bool) -> np.ndarray:
@@ -798,25 +1022,33 @@ def _interpolate_weights(mode: str, n_in: int, n_out: int, scale: float, align_c
     1/scale_factor when that was given."""
     weights = np.zeros((n_out, n_in))
     dst = np.arange(n_out)
-    if mode == "nearest":
+    if mode in ("nearest", "nearest-exact"):
         # torch's float32 arithmetic (so its indices, also where in/out is not exact), and its two shortcuts
         if n_out == n_in:
             src = dst
         elif n_out == 2 * n_in:
             src = dst // 2
         else:
-            src = np.minimum(np.floor(dst.astype(np.float32) * np.float32(scale)).astype(np.int64), n_in - 1)
+            shift = np.float32(0.5 if mode == "nearest-exact" else 0.0)
+            picked = np.floor((dst.astype(np.float32) + shift) * np.float32(scale))
+            src = np.minimum(picked.astype(np.int64), n_in - 1)
         weights[dst, src] = 1.0
         return weights
     if align_corners:
         src_f = dst * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
     else:
-        src_f = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
-    lo = np.minimum(np.floor(src_f).astype(np.int64), n_in - 1)
-    hi = np.minimum(lo + 1, n_in - 1)
+        src_f = (dst + 0.5) * scale - 0.5
+        if mode != "bicubic":                           # torch clamps linear sources at 0, not cubic ones
+            src_f = np.maximum(src_f, 0.0)
+    lo = np.floor(src_f).astype(np.int64)
     frac = src_f - lo
+    if mode == "bicubic":                               # taps lo-1 .. lo+2, clamped to the border
+        for offset, tap in zip(range(-1, 3), _cubic_taps(frac)):
+            np.add.at(weights, (dst, np.clip(lo + offset, 0, n_in - 1)), tap)
+        return weights
+    lo = np.minimum(lo, n_in - 1)
     np.add.at(weights, (dst, lo), 1.0 - frac)
-    np.add.at(weights, (dst, hi), frac)
+    np.add.at(weights, (dst, np.minimum(lo + 1, n_in - 1)), frac)
     return weights
 
 
@@ -850,15 +1082,19 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> Tensor:
     """Resize the spatial dims of (N, C, *spatial) to `size` or floor(in * scale_factor), as
     torch.nn.functional.interpolate with mode 'nearest' (1-3 spatial dims: out i reads
-    floor(i * in/out)), 'linear' (1), 'bilinear' (2) or 'trilinear' (3). Linear modes with align_corners
-    False read at (i + 0.5) * in/out - 0.5 (clamped at 0), with True at i * (in - 1)/(out - 1). Given a
-    scale_factor, 1/scale_factor replaces in/out unless recompute_scale_factor, as torch.
+    floor(i * in/out)), 'nearest-exact' (floor((i + 0.5) * in/out)), 'area' (adaptive_avg_pool), 'linear'
+    (1), 'bilinear' (2), 'bicubic' (2: Keys' cubic with a = -0.75 over 4 taps, border taps clamped) or
+    'trilinear' (3). Linear and cubic modes with align_corners False read at (i + 0.5) * in/out - 0.5
+    (linear clamps it at 0), with True at i * (in - 1)/(out - 1). Given a scale_factor, 1/scale_factor
+    replaces in/out unless recompute_scale_factor, as torch.
 
         >>> x = Tensor([[[1.0, 2.0, 4.0]]])
         >>> interpolate(x, scale_factor=2).tolist()
         [[[1.0, 1.0, 2.0, 2.0, 4.0, 4.0]]]
         >>> interpolate(x, size=5, mode="linear", align_corners=True).tolist()
         [[[1.0, 1.5, 2.0, 3.0, 4.0]]]
+        >>> interpolate(x.reshape(1, 1, 1, 3), size=(1, 5), mode="bicubic", align_corners=True).tolist()
+        [[[[1.0, 1.3125, 2.0, 3.09375, 4.0]]]]
     """
     op = "interpolate"
     if mode not in _INTERPOLATE_DIMS:
@@ -870,11 +1106,14 @@ def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
     if nsp not in _INTERPOLATE_DIMS[mode]:
         raise ValueError(f"[nn] {op}: mode={mode!r} expects (N, C, *spatial) with "
                          f"{' or '.join(map(str, _INTERPOLATE_DIMS[mode]))} spatial dims, got {x.shape}")
-    if mode == "nearest" and align_corners is not None:
-        raise ValueError(f"[nn] {op}: align_corners is only for the linear modes, got it with mode='nearest'")
+    if mode in ("nearest", "nearest-exact", "area") and align_corners is not None:
+        raise ValueError(f"[nn] {op}: align_corners is only for the linear and cubic modes, got it with "
+                         f"mode={mode!r}; fix: leave it None")
     _check_float(op, x)
     in_sizes = x.shape[2:]
     out_sizes, scales = _interpolate_sizes(op, x, size, scale_factor, recompute_scale_factor)
+    if mode == "area":
+        return _adaptive_avg(op, x, nsp, out_sizes)
     for axis, (n_in, n_out, scale) in enumerate(zip(in_sizes, out_sizes, scales)):
         x = _along(x, 2 + axis, _interpolate_weights(mode, n_in, n_out, scale, bool(align_corners)))
     return x

@@ -73,7 +73,66 @@ class Linear(Module):
                 f"bias={self.bias is not None}")
 
 
-class Conv2d(Module):
+class _ConvNd(Module):
+    """Conv1d/2d/3d: weight (C_out, C_in/groups, *kernel) and bias from U(-b, b), b = 1/sqrt(fan_in),
+    fan_in = C_in/groups * prod(kernel), as torch; the math is F.conv1d/2d/3d."""
+
+    _nsp = 2
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
+                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
+                 device: str | None = None, dtype: DType | str | None = None):
+        super().__init__()
+        name, nsp = type(self).__name__, self._nsp
+        _positive(name, in_channels=in_channels, out_channels=out_channels, groups=groups)
+        if in_channels % groups or out_channels % groups:
+            raise ValueError(f"[nn] {name}: expected in_channels ({in_channels}) and out_channels "
+                             f"({out_channels}) divisible by groups, got groups={groups}")
+        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
+        self.kernel_size = F._ntuple(name, "kernel_size", kernel_size, nsp)
+        self.stride = F._ntuple(name, "stride", stride, nsp)
+        self.dilation = F._ntuple(name, "dilation", dilation, nsp)
+        _positive(name, kernel_size=min(self.kernel_size), stride=min(self.stride),
+                  dilation=min(self.dilation))
+        if isinstance(padding, str):
+            F._conv_pads(name, padding, self.kernel_size, self.stride, self.dilation)     # checks the string
+            self.padding: tuple[int, ...] | str = padding
+        else:
+            self.padding = F._ntuple(name, "padding", padding, nsp)
+        bound = _fan_in_bound(in_channels // groups * math.prod(self.kernel_size))
+        self.weight = _uniform((out_channels, in_channels // groups, *self.kernel_size), bound, device, dtype)
+        self.bias = _uniform((out_channels,), bound, device, dtype) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        nsp = self._nsp
+        shape = getattr(x, "shape", ())
+        if len(shape) not in (nsp + 1, nsp + 2) or shape[-nsp - 1] != self.in_channels:
+            dims = ", ".join(F._SPATIAL_NAMES[nsp])
+            raise ValueError(f"[nn] {type(self).__name__}: expected input of shape (N, {self.in_channels}, "
+                             f"{dims}) or ({self.in_channels}, {dims}) (in_channels), got "
+                             f"{shape if isinstance(x, Tensor) else type(x).__name__}")
+        conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[nsp]
+        return conv(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+
+    def extra_repr(self) -> str:
+        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
+                f"stride={self.stride}, padding={self.padding}")
+
+
+class Conv1d(_ConvNd):
+    """1-d convolution over (N, C_in, L) or (C_in, L); weight (C_out, C_in/groups, k). padding is an int,
+    'valid' or 'same' (stride 1). Weight and bias start from U(-b, b), b = 1/sqrt(C_in/groups * k), as torch.
+
+        >>> conv = Conv1d(3, 8, 5, padding=2)
+        >>> conv(Tensor.ones(2, 3, 9)).shape, conv.weight.shape
+        ((2, 8, 9), (8, 3, 5))
+    """
+
+    _nsp = 1
+
+
+class Conv2d(_ConvNd):
     """2-d convolution over (N, C_in, H, W) or (C_in, H, W); weight (C_out, C_in/groups, kh, kw). padding
     is an int, a pair, 'valid' or 'same' (stride 1). Weight and bias start from U(-b, b) with
     b = 1/sqrt(fan_in), fan_in = C_in/groups * kh * kw, as torch.
@@ -87,79 +146,75 @@ class Conv2d(Module):
         [[[12.0, 16.0]]]
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
-                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
-                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
-                 device: str | None = None, dtype: DType | str | None = None):
-        super().__init__()
-        _positive("Conv2d", in_channels=in_channels, out_channels=out_channels, groups=groups)
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(f"[nn] Conv2d: expected in_channels ({in_channels}) and out_channels "
-                             f"({out_channels}) divisible by groups, got groups={groups}")
-        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = F._pair("Conv2d", "kernel_size", kernel_size)
-        self.stride = F._pair("Conv2d", "stride", stride)
-        self.dilation = F._pair("Conv2d", "dilation", dilation)
-        _positive("Conv2d", kernel_size=min(self.kernel_size), stride=min(self.stride),
-                  dilation=min(self.dilation))
-        if isinstance(padding, str):
-            if padding not in ("valid", "same"):
-                raise ValueError(f"[nn] Conv2d: expected padding 'valid', 'same' or ints, got {padding!r}")
-            if padding == "same" and self.stride != (1, 1):
-                raise ValueError(f"[nn] Conv2d: padding='same' needs stride 1, got stride={self.stride}; "
-                                 f"fix: give the padding as ints")
-            self.padding: tuple[int, int] | str = padding
-        else:
-            self.padding = F._pair("Conv2d", "padding", padding)
-        kh, kw = self.kernel_size
-        bound = _fan_in_bound(in_channels // groups * kh * kw)
-        self.weight = _uniform((out_channels, in_channels // groups, kh, kw), bound, device, dtype)
-        self.bias = _uniform((out_channels,), bound, device, dtype) if bias else None
-
-    def forward(self, x: Tensor) -> Tensor:
-        if x.ndim not in (3, 4) or x.shape[-3] != self.in_channels:
-            raise ValueError(f"[nn] Conv2d: expected input of shape (N, {self.in_channels}, H, W) or "
-                             f"({self.in_channels}, H, W) (in_channels), got {x.shape}")
-        return F.conv2d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+    _nsp = 2
 
 
-class Conv1d(Module):
-    """1-d convolution over (N, C_in, L) or (C_in, L); weight (C_out, C_in/groups, k). padding is an int,
-    'valid' or 'same' (stride 1). Weight and bias start from U(-b, b), b = 1/sqrt(C_in/groups * k), as torch.
+class Conv3d(_ConvNd):
+    """3-d convolution over (N, C_in, D, H, W) or (C_in, D, H, W); weight (C_out, C_in/groups, kd, kh, kw).
+    padding is an int, 3 ints, 'valid' or 'same' (stride 1). Weight and bias start from U(-b, b),
+    b = 1/sqrt(C_in/groups * kd * kh * kw), as torch.
 
-        >>> conv = Conv1d(3, 8, 5, padding=2)
-        >>> conv(Tensor.ones(2, 3, 9)).shape, conv.weight.shape
-        ((2, 8, 9), (8, 3, 5))
+        >>> conv = Conv3d(2, 4, 3, padding=1)
+        >>> conv(Tensor.ones(1, 2, 5, 6, 7)).shape, conv.weight.shape
+        ((1, 4, 5, 6, 7), (4, 2, 3, 3, 3))
     """
 
+    _nsp = 3
+
+
+class _ConvTransposeNd(Module):
+    """ConvTranspose1d/2d/3d: weight (C_in, C_out/groups, *kernel) and bias from U(-b, b),
+    b = 1/sqrt(C_out/groups * prod(kernel)) (torch's fan_in of this layout); the math is
+    F.conv_transpose1d/2d/3d."""
+
+    _nsp = 2
+
     def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
-                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] | str = 0,
-                 dilation: int | Sequence[int] = 1, groups: int = 1, bias: bool = True,
-                 device: str | None = None, dtype: DType | str | None = None):
+                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
+                 output_padding: int | Sequence[int] = 0, groups: int = 1, bias: bool = True,
+                 dilation: int | Sequence[int] = 1, device: str | None = None,
+                 dtype: DType | str | None = None):
         super().__init__()
-        _positive("Conv1d", in_channels=in_channels, out_channels=out_channels, groups=groups)
+        name, nsp = type(self).__name__, self._nsp
+        _positive(name, in_channels=in_channels, out_channels=out_channels, groups=groups)
         if in_channels % groups or out_channels % groups:
-            raise ValueError(f"[nn] Conv1d: expected in_channels ({in_channels}) and out_channels "
+            raise ValueError(f"[nn] {name}: expected in_channels ({in_channels}) and out_channels "
                              f"({out_channels}) divisible by groups, got groups={groups}")
         self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = F._one("Conv1d", "kernel_size", kernel_size)
-        self.stride = F._one("Conv1d", "stride", stride)
-        self.dilation = F._one("Conv1d", "dilation", dilation)
-        _positive("Conv1d", kernel_size=self.kernel_size, stride=self.stride, dilation=self.dilation)
-        self.padding = padding if isinstance(padding, str) else F._one("Conv1d", "padding", padding)
-        bound = _fan_in_bound(in_channels // groups * self.kernel_size)
-        self.weight = _uniform((out_channels, in_channels // groups, self.kernel_size), bound, device, dtype)
+        self.kernel_size = F._ntuple(name, "kernel_size", kernel_size, nsp)
+        self.stride = F._ntuple(name, "stride", stride, nsp)
+        self.padding = F._ntuple(name, "padding", padding, nsp)
+        self.output_padding = F._ntuple(name, "output_padding", output_padding, nsp)
+        self.dilation = F._ntuple(name, "dilation", dilation, nsp)
+        _positive(name, kernel_size=min(self.kernel_size), stride=min(self.stride),
+                  dilation=min(self.dilation))
+        bound = _fan_in_bound(out_channels // groups * math.prod(self.kernel_size))
+        self.weight = _uniform((in_channels, out_channels // groups, *self.kernel_size), bound, device, dtype)
         self.bias = _uniform((out_channels,), bound, device, dtype) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.conv1d(x, self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
+        conv = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[self._nsp]
+        return conv(x, self.weight, self.bias, self.stride, self.padding, self.output_padding, self.groups,
+                    self.dilation)
 
     def extra_repr(self) -> str:
         return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}")
+                f"stride={self.stride}, padding={self.padding}, output_padding={self.output_padding}")
 
 
-class ConvTranspose2d(Module):
+class ConvTranspose1d(_ConvTransposeNd):
+    """The transpose of Conv1d over (N, C_in, L) or (C_in, L), as torch: weight (C_in, C_out/groups, k),
+    output (L - 1) * stride - 2 * padding + dilation * (k - 1) + output_padding + 1 long.
+
+        >>> up = ConvTranspose1d(4, 2, 4, stride=2, padding=1)
+        >>> up(Tensor.ones(3, 4, 5)).shape, up.weight.shape
+        ((3, 2, 10), (4, 2, 4))
+    """
+
+    _nsp = 1
+
+
+class ConvTranspose2d(_ConvTransposeNd):
     """The transpose of Conv2d over (N, C_in, H, W) or (C_in, H, W), as torch: weight (C_in, C_out/groups, kh,
     kw), output (H - 1) * stride - 2 * padding + dilation * (kh - 1) + output_padding + 1 high. Weight and
     bias start from U(-b, b), b = 1/sqrt(C_out/groups * kh * kw).
@@ -169,34 +224,20 @@ class ConvTranspose2d(Module):
         ((2, 4, 10, 10), (8, 4, 3, 3))
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int | Sequence[int],
-                 stride: int | Sequence[int] = 1, padding: int | Sequence[int] = 0,
-                 output_padding: int | Sequence[int] = 0, groups: int = 1, bias: bool = True,
-                 dilation: int | Sequence[int] = 1, device: str | None = None,
-                 dtype: DType | str | None = None):
-        super().__init__()
-        _positive("ConvTranspose2d", in_channels=in_channels, out_channels=out_channels, groups=groups)
-        if in_channels % groups or out_channels % groups:
-            raise ValueError(f"[nn] ConvTranspose2d: expected in_channels ({in_channels}) and out_channels "
-                             f"({out_channels}) divisible by groups, got groups={groups}")
-        self.in_channels, self.out_channels, self.groups = in_channels, out_channels, groups
-        self.kernel_size = F._pair("ConvTranspose2d", "kernel_size", kernel_size)
-        self.stride = F._pair("ConvTranspose2d", "stride", stride)
-        self.padding = F._pair("ConvTranspose2d", "padding", padding)
-        self.output_padding = F._pair("ConvTranspose2d", "output_padding", output_padding)
-        self.dilation = F._pair("ConvTranspose2d", "dilation", dilation)
-        kh, kw = self.kernel_size
-        bound = _fan_in_bound(out_channels // groups * kh * kw)          # torch's fan_in of this layout
-        self.weight = _uniform((in_channels, out_channels // groups, kh, kw), bound, device, dtype)
-        self.bias = _uniform((out_channels,), bound, device, dtype) if bias else None
+    _nsp = 2
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.conv_transpose2d(x, self.weight, self.bias, self.stride, self.padding, self.output_padding,
-                                  self.groups, self.dilation)
 
-    def extra_repr(self) -> str:
-        return (f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-                f"stride={self.stride}, padding={self.padding}, output_padding={self.output_padding}")
+class ConvTranspose3d(_ConvTransposeNd):
+    """The transpose of Conv3d over (N, C_in, D, H, W) or (C_in, D, H, W), as torch: weight (C_in,
+    C_out/groups, kd, kh, kw), each output dim (in - 1) * stride - 2 * padding + dilation * (k - 1) +
+    output_padding + 1.
+
+        >>> up = ConvTranspose3d(4, 2, 2, stride=2)
+        >>> up(Tensor.ones(1, 4, 2, 3, 3)).shape, up.weight.shape
+        ((1, 2, 4, 6, 6), (4, 2, 2, 2, 2))
+    """
+
+    _nsp = 3
 
 
 class _BatchNorm(Module):
@@ -637,9 +678,41 @@ class Unflatten(Module):
 
 # ---------------------------------------------------------------- pooling
 
-class MaxPool2d(Module):
+class _MaxPoolNd(Module):
+    """MaxPool1d/2d/3d: the settings of F.max_pool1d/2d/3d, checked at the first call."""
+
+    _pool: Callable[..., Any] = staticmethod(F.max_pool2d)
+
+    def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                 padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
+                 return_indices: bool = False, ceil_mode: bool = False):
+        super().__init__()
+        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
+        self.dilation, self.return_indices, self.ceil_mode = dilation, return_indices, ceil_mode
+
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        return self._pool(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode,
+                          self.return_indices)
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+
+
+class MaxPool1d(_MaxPoolNd):
+    """The max over kernel_size windows of (N, C, L) or (C, L) (see tg.nn.functional.max_pool1d).
+
+        >>> MaxPool1d(2)(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]])).tolist()
+        [[5.0, 4.0]]
+    """
+
+    _pool = staticmethod(F.max_pool1d)
+
+
+class MaxPool2d(_MaxPoolNd):
     """The max over kernel_size windows of (N, C, H, W) or (C, H, W); stride defaults to kernel_size, padding
-    reads as -inf, ceil_mode keeps a last partial window. return_indices is not supported.
+    reads as -inf, ceil_mode keeps a last partial window; return_indices=True also returns each max's flat
+    index into its (H, W) plane (see tg.nn.functional.max_pool2d).
 
         >>> MaxPool2d(2)(Tensor.arange(16).reshape(1, 1, 4, 4).float()).tolist()
         [[[[5.0, 7.0], [13.0, 15.0]]]]
@@ -647,25 +720,58 @@ class MaxPool2d(Module):
         (2, 3, 4, 4)
     """
 
+    _pool = staticmethod(F.max_pool2d)
+
+
+class MaxPool3d(_MaxPoolNd):
+    """The max over kernel_size windows of (N, C, D, H, W) or (C, D, H, W) (see
+    tg.nn.functional.max_pool3d).
+
+        >>> MaxPool3d(2, stride=1, padding=1)(Tensor.ones(2, 3, 4, 5, 6)).shape
+        (2, 3, 5, 6, 7)
+    """
+
+    _pool = staticmethod(F.max_pool3d)
+
+
+class AvgPool1d(Module):
+    """The mean over kernel_size windows of (N, C, L) or (C, L) (see tg.nn.functional.avg_pool1d).
+
+        >>> AvgPool1d(2, stride=1)(Tensor([[1.0, 5.0, 2.0]])).tolist()
+        [[3.0, 3.5]]
+    """
+
     def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-                 padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1,
-                 return_indices: bool = False, ceil_mode: bool = False):
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True):
         super().__init__()
-        if return_indices:
-            raise NotImplementedError("[nn] MaxPool2d: return_indices=True is not supported; fix: compare "
-                                      "the input with the pooled max to locate it")
         self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.dilation, self.ceil_mode = dilation, ceil_mode
+        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.max_pool2d(x, self.kernel_size, self.stride, self.padding, self.dilation, self.ceil_mode)
+        return F.avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                            self.count_include_pad)
 
     def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
-                f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
+        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
 
 
-class AvgPool2d(Module):
+class _AvgPoolNd(AvgPool1d):
+    """AvgPool2d/3d: AvgPool1d's settings and a divisor_override."""
+
+    _pool: Callable[..., Tensor] = staticmethod(F.avg_pool2d)
+
+    def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
+                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
+                 divisor_override: int | None = None):
+        super().__init__(kernel_size, stride, padding, ceil_mode, count_include_pad)
+        self.divisor_override = divisor_override
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self._pool(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
+                          self.count_include_pad, self.divisor_override)
+
+
+class AvgPool2d(_AvgPoolNd):
     """The mean over kernel_size windows of (N, C, H, W) or (C, H, W), torch's divisor rules (see
     tg.nn.functional.avg_pool2d).
 
@@ -673,23 +779,48 @@ class AvgPool2d(Module):
         [[[[2.5, 4.5], [10.5, 12.5]]]]
     """
 
-    def __init__(self, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
-                 padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
-                 divisor_override: int | None = None):
+    _pool = staticmethod(F.avg_pool2d)
+
+
+class AvgPool3d(_AvgPoolNd):
+    """The mean over kernel_size windows of (N, C, D, H, W) or (C, D, H, W), torch's divisor rules (see
+    tg.nn.functional.avg_pool3d).
+
+        >>> AvgPool3d(2)(Tensor.ones(1, 2, 4, 4, 5)).shape
+        (1, 2, 2, 2, 2)
+    """
+
+    _pool = staticmethod(F.avg_pool3d)
+
+
+class _AdaptivePoolNd(Module):
+    """Adaptive pools: the output_size (None keeps that dim) of an F.adaptive_* function."""
+
+    _pool: Callable[..., Any] = staticmethod(F.adaptive_avg_pool2d)
+
+    def __init__(self, output_size: int | None | Sequence[int | None]):
         super().__init__()
-        self.kernel_size, self.stride, self.padding = kernel_size, stride, padding
-        self.ceil_mode, self.count_include_pad = ceil_mode, count_include_pad
-        self.divisor_override = divisor_override
+        self.output_size = output_size
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.avg_pool2d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode,
-                            self.count_include_pad, self.divisor_override)
+        return self._pool(x, self.output_size)
 
     def extra_repr(self) -> str:
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        return f"output_size={self.output_size}"
 
 
-class AdaptiveAvgPool2d(Module):
+class AdaptiveAvgPool1d(_AdaptivePoolNd):
+    """The mean over windows of (N, C, L) or (C, L) sized to give output_size, as torch (see
+    tg.nn.functional.adaptive_avg_pool1d).
+
+        >>> AdaptiveAvgPool1d(2)(Tensor([[1.0, 2.0, 3.0, 4.0, 5.0]])).tolist()
+        [[2.0, 4.0]]
+    """
+
+    _pool = staticmethod(F.adaptive_avg_pool1d)
+
+
+class AdaptiveAvgPool2d(_AdaptivePoolNd):
     """The mean over windows of (N, C, H, W) or (C, H, W) sized to give output_size (None keeps that dim), as
     torch (see tg.nn.functional.adaptive_avg_pool2d).
 
@@ -697,15 +828,257 @@ class AdaptiveAvgPool2d(Module):
         (2, 3, 1, 1)
     """
 
-    def __init__(self, output_size: int | None | Sequence[int | None]):
+    _pool = staticmethod(F.adaptive_avg_pool2d)
+
+
+class AdaptiveAvgPool3d(_AdaptivePoolNd):
+    """The mean over windows of (N, C, D, H, W) or (C, D, H, W) sized to give output_size (None keeps that
+    dim), as torch (see tg.nn.functional.adaptive_avg_pool3d).
+
+        >>> AdaptiveAvgPool3d((1, 2, None))(Tensor.ones(2, 3, 5, 4, 7)).shape
+        (2, 3, 1, 2, 7)
+    """
+
+    _pool = staticmethod(F.adaptive_avg_pool3d)
+
+
+class _AdaptiveMaxPoolNd(_AdaptivePoolNd):
+    """Adaptive max pools: output_size and return_indices."""
+
+    def __init__(self, output_size: int | None | Sequence[int | None], return_indices: bool = False):
+        super().__init__(output_size)
+        self.return_indices = return_indices
+
+    def forward(self, x: Tensor) -> Tensor | tuple[Tensor, Tensor]:     # type: ignore[override]
+        return self._pool(x, self.output_size, self.return_indices)
+
+
+class AdaptiveMaxPool1d(_AdaptiveMaxPoolNd):
+    """The max over adaptive windows of (N, C, L) or (C, L) (see tg.nn.functional.adaptive_max_pool1d).
+
+        >>> AdaptiveMaxPool1d(2)(Tensor([[1.0, 5.0, 2.0, 4.0, 3.0]])).tolist()
+        [[5.0, 4.0]]
+    """
+
+    _pool = staticmethod(F.adaptive_max_pool1d)
+
+
+class AdaptiveMaxPool2d(_AdaptiveMaxPoolNd):
+    """The max over adaptive windows of (N, C, H, W) or (C, H, W); return_indices=True also returns each
+    max's flat index into its (H, W) plane (see tg.nn.functional.adaptive_max_pool2d).
+
+        >>> AdaptiveMaxPool2d(1)(Tensor.arange(12).reshape(1, 3, 4).float()).tolist()
+        [[[11.0]]]
+    """
+
+    _pool = staticmethod(F.adaptive_max_pool2d)
+
+
+class AdaptiveMaxPool3d(_AdaptiveMaxPoolNd):
+    """The max over adaptive windows of (N, C, D, H, W) or (C, D, H, W) (see
+    tg.nn.functional.adaptive_max_pool3d).
+
+        >>> AdaptiveMaxPool3d((1, 2, 2))(Tensor.ones(2, 3, 4, 5, 6)).shape
+        (2, 3, 1, 2, 2)
+    """
+
+    _pool = staticmethod(F.adaptive_max_pool3d)
+
+
+# ---------------------------------------------------------------- padding
+
+class _PadNd(Module):
+    """The padding layers: F.pad with a fixed mode over the last 1, 2 or 3 dims; padding is an int for every
+    side or (left, right[, top, bottom[, front, back]]), last dim first, as torch."""
+
+    _nsp = 1
+    _mode = "constant"
+
+    def __init__(self, padding: int | Sequence[int]):
         super().__init__()
-        self.output_size = output_size
+        self.padding = F._ntuple(type(self).__name__, "padding", padding, 2 * self._nsp)
+        self.value = 0.0
 
     def forward(self, x: Tensor) -> Tensor:
-        return F.adaptive_avg_pool2d(x, self.output_size)
+        if self._mode == "constant":
+            return F.pad(x, self.padding, value=self.value)
+        return F.pad(x, self.padding, self._mode)
 
     def extra_repr(self) -> str:
-        return f"output_size={self.output_size}"
+        return f"{self.padding}"
+
+
+class _ConstantPadNd(_PadNd):
+    def __init__(self, padding: int | Sequence[int], value: float):
+        super().__init__(padding)
+        self.value = value
+
+    def extra_repr(self) -> str:
+        return f"padding={self.padding}, value={self.value}"
+
+
+class ReflectionPad1d(_PadNd):
+    """Pad the last dim of (N, C, L) or (C, L):
+    mirrors the input without repeating the edge, as torch.nn.ReflectionPad1d.
+
+        >>> ReflectionPad1d((2, 1))(Tensor([[1.0, 2.0, 3.0]])).tolist()
+        [[3.0, 2.0, 1.0, 2.0, 3.0, 2.0]]
+    """
+
+    _nsp = 1
+    _mode = "reflect"
+
+
+class ReflectionPad2d(_PadNd):
+    """Pad the last 2 dims of (N, C, H, W) or (C, H, W):
+    mirrors the input without repeating the edge, as torch.nn.ReflectionPad2d.
+
+        >>> ReflectionPad2d(1)(Tensor.ones(1, 3, 4)).shape
+        (1, 5, 6)
+    """
+
+    _nsp = 2
+    _mode = "reflect"
+
+
+class ReflectionPad3d(_PadNd):
+    """Pad the last 3 dims of (N, C, D, H, W) or (C, D, H, W):
+    mirrors the input without repeating the edge, as torch.nn.ReflectionPad3d.
+
+        >>> ReflectionPad3d(1)(Tensor.ones(1, 2, 3, 4)).shape
+        (1, 4, 5, 6)
+    """
+
+    _nsp = 3
+    _mode = "reflect"
+
+
+class ReplicationPad1d(_PadNd):
+    """Pad the last dim of (N, C, L) or (C, L): repeats the edge values, as torch.nn.ReplicationPad1d.
+
+        >>> ReplicationPad1d((2, 1))(Tensor([[1.0, 2.0, 3.0]])).tolist()
+        [[1.0, 1.0, 1.0, 2.0, 3.0, 3.0]]
+    """
+
+    _nsp = 1
+    _mode = "replicate"
+
+
+class ReplicationPad2d(_PadNd):
+    """Pad the last 2 dims of (N, C, H, W) or (C, H, W):
+    repeats the edge values, as torch.nn.ReplicationPad2d.
+
+        >>> ReplicationPad2d(1)(Tensor.ones(1, 3, 4)).shape
+        (1, 5, 6)
+    """
+
+    _nsp = 2
+    _mode = "replicate"
+
+
+class ReplicationPad3d(_PadNd):
+    """Pad the last 3 dims of (N, C, D, H, W) or (C, D, H, W):
+    repeats the edge values, as torch.nn.ReplicationPad3d.
+
+        >>> ReplicationPad3d(1)(Tensor.ones(1, 2, 3, 4)).shape
+        (1, 4, 5, 6)
+    """
+
+    _nsp = 3
+    _mode = "replicate"
+
+
+class CircularPad1d(_PadNd):
+    """Pad the last dim of (N, C, L) or (C, L): wraps around, as torch.nn.CircularPad1d.
+
+        >>> CircularPad1d((2, 1))(Tensor([[1.0, 2.0, 3.0]])).tolist()
+        [[2.0, 3.0, 1.0, 2.0, 3.0, 1.0]]
+    """
+
+    _nsp = 1
+    _mode = "circular"
+
+
+class CircularPad2d(_PadNd):
+    """Pad the last 2 dims of (N, C, H, W) or (C, H, W): wraps around, as torch.nn.CircularPad2d.
+
+        >>> CircularPad2d(1)(Tensor.ones(1, 3, 4)).shape
+        (1, 5, 6)
+    """
+
+    _nsp = 2
+    _mode = "circular"
+
+
+class CircularPad3d(_PadNd):
+    """Pad the last 3 dims of (N, C, D, H, W) or (C, D, H, W): wraps around, as torch.nn.CircularPad3d.
+
+        >>> CircularPad3d(1)(Tensor.ones(1, 2, 3, 4)).shape
+        (1, 4, 5, 6)
+    """
+
+    _nsp = 3
+    _mode = "circular"
+
+
+class ZeroPad1d(_PadNd):
+    """Pad the last dim of a tensor: adds zeros, as torch.nn.ZeroPad1d.
+
+        >>> ZeroPad1d((2, 1))(Tensor([[1.0, 2.0, 3.0]])).tolist()
+        [[0.0, 0.0, 1.0, 2.0, 3.0, 0.0]]
+    """
+
+    _nsp = 1
+
+
+class ZeroPad2d(_PadNd):
+    """Pad the last 2 dims of a tensor: adds zeros, as torch.nn.ZeroPad2d.
+
+        >>> ZeroPad2d(1)(Tensor.ones(1, 3, 4)).shape
+        (1, 5, 6)
+    """
+
+    _nsp = 2
+
+
+class ZeroPad3d(_PadNd):
+    """Pad the last 3 dims of a tensor: adds zeros, as torch.nn.ZeroPad3d.
+
+        >>> ZeroPad3d(1)(Tensor.ones(1, 2, 3, 4)).shape
+        (1, 4, 5, 6)
+    """
+
+    _nsp = 3
+
+
+class ConstantPad1d(_ConstantPadNd):
+    """Pad the last dim of a tensor: adds `value`, as torch.nn.ConstantPad1d.
+
+        >>> ConstantPad1d((2, 1), 9.0)(Tensor([[1.0, 2.0, 3.0]])).tolist()
+        [[9.0, 9.0, 1.0, 2.0, 3.0, 9.0]]
+    """
+
+    _nsp = 1
+
+
+class ConstantPad2d(_ConstantPadNd):
+    """Pad the last 2 dims of a tensor: adds `value`, as torch.nn.ConstantPad2d.
+
+        >>> ConstantPad2d(1, 9.0)(Tensor.ones(1, 3, 4)).shape
+        (1, 5, 6)
+    """
+
+    _nsp = 2
+
+
+class ConstantPad3d(_ConstantPadNd):
+    """Pad the last 3 dims of a tensor: adds `value`, as torch.nn.ConstantPad3d.
+
+        >>> ConstantPad3d(1, 9.0)(Tensor.ones(1, 2, 3, 4)).shape
+        (1, 4, 5, 6)
+    """
+
+    _nsp = 3
 
 
 class Upsample(Module):
