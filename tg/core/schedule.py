@@ -332,14 +332,6 @@ class Structure:
         return self.bases[position] if position >= 0 else self.leaves[-1 - position]
 
 
-def _arg_key(b: LazyBuffer) -> object:
-    """b's arg as a key: constants by value and type, with -0.0 apart from 0.0 (they compare equal)."""
-    arg = b.arg
-    if isinstance(arg, float):
-        return (float, arg.hex())
-    return (type(arg), arg)
-
-
 def structure(outs: list[LazyBuffer]) -> Structure | None:
     """The structure of the graph realizing `outs`, or None when its schedule also depends on
     something outside the graph (a pending computation reading memory an assign overwrites, which
@@ -347,7 +339,7 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:
     # One walk: the topological order of _toposort, each base's key made as it is placed (its
     # sources are placed before it). Reads attributes, not the properties, on this hot path.
     bases: list[LazyBuffer] = []
-    nodes: list[tuple] = []
+    nodes: list = []   # flat: op, arg, dtype, shape, device, number of sources, (position, view) each
     leaves: list[LazyBuffer] = []
     leaf_keys: list[tuple] = []
     memory: dict[int, int] = {}
@@ -357,8 +349,10 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:
     while stack:
         lb, placed = stack.pop()
         if placed:
-            srcs = []
-            for src in lb.srcs:
+            arg = lb.arg
+            srcs = lb.srcs
+            nodes += (lb.op, arg.hex() if type(arg) is float else arg, lb.dtype, lb.shape, lb.device, len(srcs))
+            for src in srcs:
                 sb = src._base or src
                 p = pos.get(id(sb))
                 if p is None:   # a realized leaf
@@ -366,10 +360,9 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:
                     leaves.append(sb)
                     mem = memory.setdefault(id(sb.__dict__["realized"]), len(memory))
                     leaf_keys.append((sb.dtype, sb.shape, sb.device, mem))
-                srcs.append((p, src.st.key))
+                nodes += (p, src.st.key)
             pos[id(lb)] = len(bases)
             bases.append(lb)
-            nodes.append((lb.op, _arg_key(lb), lb.dtype, lb.shape, lb.device, tuple(srcs)))
             continue
         if id(lb) in seen:
             continue

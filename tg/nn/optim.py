@@ -170,6 +170,8 @@ class Optimizer:
         _check(len(everything) > 0, "optimizer got param groups without parameters; expected at least one "
                                     "Tensor. Fix: put model parameters in 'params'")
         self._check_params(everything, [])
+        # scalars shared by every parameter of a group within one step (see Adam._scalars)
+        self._per_step: dict[tuple[int, str], Any] = {}
         self.device: str = everything[0].device
         self.defaults: dict[str, Any] = {"lr": lr, **defaults}
         self.param_groups: list[ParamGroup] = []
@@ -417,18 +419,23 @@ class Optimizer:
         Advances `t` once. Nothing runs until the returned tensors are realized (together)."""
         if not items:
             return []
-        with _NoGrad():
-            self.t.assign(self.t + 1)
-            written = [self.t]
-            for p, g, state in items:
-                _check(g.shape == p.shape, f"gradient of shape {g.shape} for a parameter of shape {p.shape}; "
-                                           f"expected equal shapes. Fix: give .grad the parameter's shape")
-                self._current = self._group_for(p)
-                try:
-                    p.assign(self.apply_single(p, g.detach(), state))
-                finally:
-                    self._current = None
-                written += [p, *state.values()]
+        self._per_step = {}
+        try:
+            with _NoGrad():
+                self.t.assign(self.t + 1)
+                written = [self.t]
+                for p, g, state in items:
+                    _check(g.shape == p.shape, f"gradient of shape {g.shape} for a parameter of shape "
+                                               f"{p.shape}; expected equal shapes. Fix: give .grad the "
+                                               f"parameter's shape")
+                    self._current = self._group_for(p)
+                    try:
+                        p.assign(self.apply_single(p, g.detach(), state))
+                    finally:
+                        self._current = None
+                    written += [p, *state.values()]
+        finally:
+            self._per_step = {}
         return written
 
 
@@ -528,16 +535,30 @@ class Adam(Optimizer):
         group = self.param_group
         b1, b2 = (float(b) for b in group["betas"])
         weight_decay = group["weight_decay"]
+        decay, step_size, correction2 = self._scalars()
         if weight_decay and self.decoupled_weight_decay:
-            p = p * (1.0 - self.lr_tensor * weight_decay)
+            p = p * decay
         elif weight_decay:
             g = g + weight_decay * p
         m, v = state["exp_avg"], state["exp_avg_sq"]
         m.assign(b1 * m + (1.0 - b1) * g)
         v.assign(b2 * v + (1.0 - b2) * (g * g))
-        step_size = self.lr_tensor / (1.0 - _power(self.t, b1))
-        denom = v.sqrt() / (1.0 - _power(self.t, b2)).sqrt() + group["eps"]
+        denom = v.sqrt() / correction2 + group["eps"]
         return p - step_size * m / denom
+
+    def _scalars(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(1 - lr * weight_decay, lr / (1 - beta1^t), sqrt(1 - beta2^t)) of the group being stepped:
+        built once per group and step, not once per parameter (the kernels are the same: scalars
+        inline into each parameter's update)."""
+        group = self.param_group
+        key = (id(group), "adam")
+        found = self._per_step.get(key)
+        if found is None:
+            b1, b2 = (float(b) for b in group["betas"])
+            found = self._per_step[key] = (1.0 - self.lr_tensor * group["weight_decay"],
+                                           self.lr_tensor / (1.0 - _power(self.t, b1)),
+                                           (1.0 - _power(self.t, b2)).sqrt())
+        return found
 
 
 class AdamW(Adam):
