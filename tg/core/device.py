@@ -20,6 +20,7 @@ import numpy as np
 
 from tg import config
 from tg.core.dtype import DType
+from tg.core.lazy import Readers
 
 
 class GlobalCounters:
@@ -140,7 +141,7 @@ class Buffer:
         self.allocator = Device[device].allocator
         self._buf = self.allocator.alloc(self.nbytes)
         # every lazy buffer whose value lives in this memory (an assign's result shares its target's)
-        self.aliases: weakref.WeakSet = weakref.WeakSet()
+        self.aliases = Readers()
         GlobalCounters.mem_used += self.nbytes
         GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
 

@@ -31,9 +31,9 @@ PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
 
 
 class Readers:
-    """The bases that read one base, held weakly (a dropped graph drops out). A list of weak
-    references, pruned as it doubles: adding a reader is one append, which matters because every
-    op adds one per source (a WeakSet costs a callback reference per edge)."""
+    """The bases that read one base (or share one buffer's memory), held weakly: a dropped graph
+    drops out. A list of weak references, pruned as it doubles: adding one is an append, which
+    matters because every op adds one per source (a WeakSet costs a callback reference per edge)."""
     __slots__ = ("refs", "_prune_at")
 
     def __init__(self) -> None:
@@ -45,6 +45,9 @@ class Readers:
 
     def discard(self, lb: LazyBuffer) -> None:
         self.refs = [r for r in self.refs if r() is not lb]
+
+    def __len__(self) -> int:
+        return sum(1 for r in self.refs if r() is not None)
 
     def __iter__(self) -> Iterator[LazyBuffer]:
         live = [x for x in (r() for r in self.refs) if x is not None]
