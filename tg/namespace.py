@@ -18,6 +18,7 @@ a torch name "cpu", "cuda:1", or a tg.device), `requires_grad=`. Tensor methods 
 """
 from __future__ import annotations
 
+import builtins
 import secrets
 from collections.abc import Sequence
 from typing import Any, Callable
@@ -25,7 +26,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg.core.device import Device, split_device
-from tg.core.dtype import DType, dtypes  # noqa: F401  (the examples use dtypes)
+from tg.core.dtype import DType, dtypes, promote_types, scalar_result_type
 from tg.core.tensor import Tensor
 from tg.nn.functional import einsum  # noqa: F401  (torch.einsum)
 
@@ -33,7 +34,10 @@ __all__ = [
     "device", "dtype", "Generator", "tensor", "from_numpy", "is_tensor", "zeros", "ones", "full", "empty",
     "arange", "linspace", "eye", "zeros_like", "ones_like", "full_like", "rand_like", "randn_like", "rand",
     "randn", "randint", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "cat",
-    "concat", "stack", "flatten", "where", "einsum", "multinomial", "randperm",
+    "concat", "stack", "flatten", "where", "einsum", "multinomial", "randperm", "as_tensor", "empty_like",
+    "logspace", "tril_indices", "triu_indices", "concatenate", "hstack", "vstack", "row_stack", "dstack",
+    "column_stack", "meshgrid", "broadcast_tensors", "tensordot", "cdist", "var_mean", "std_mean",
+    "searchsorted", "bucketize", "result_type", "promote_types", "can_cast", "finfo", "iinfo", "linalg",
 ]
 
 
@@ -454,6 +458,63 @@ def randn_like(input: Tensor, **kw: Any) -> Tensor:  # noqa: A002
     return input.randn_like(**kw)
 
 
+def as_tensor(data: Any, dtype: DType | str | None = None, device: str | None = None) -> Tensor:
+    """data as a tensor: a Tensor already of that dtype and device is returned as it is, anything else is
+    copied (torch.as_tensor; tg never shares a numpy array's memory).
+
+        >>> t = tensor([1, 2])
+        >>> as_tensor(t) is t, as_tensor(np.zeros(2, np.float32)).dtype
+        (True, dtypes.float32)
+    """
+    if isinstance(data, Tensor):
+        return data.to(device=device, dtype=dtype)
+    return Tensor(data, device=device, dtype=dtype)
+
+
+def empty_like(input: Tensor, **kw: Any) -> Tensor:  # noqa: A002
+    """A tensor of input's shape, dtype and device (unless given) whose values are not set.
+
+        >>> empty_like(tensor([[1, 2]])).shape
+        (1, 2)
+    """
+    return input.empty_like(**kw)
+
+
+def logspace(start: float, end: float, steps: int, base: float = 10.0, **kw: Any) -> Tensor:
+    """base ** linspace(start, end, steps) (torch.logspace).
+
+        >>> logspace(0, 2, 3).tolist()
+        [1.0, 10.0, 100.0]
+    """
+    exponents = Tensor.linspace(start, end, steps, dtype=dtypes.float64, device=kw.get("device"))
+    return (float(base) ** exponents).cast(kw.get("dtype") or dtypes.default_float)
+
+
+def _tri_indices(row: int, col: int, offset: int, lower: bool, **kw: Any) -> Tensor:
+    r, c = np.indices((row, col))
+    keep = (c - r <= offset) if lower else (c - r >= offset)
+    return Tensor(np.stack([r[keep], c[keep]]).astype(np.int64), device=kw.get("device"),
+                  dtype=kw.get("dtype") or dtypes.int64)
+
+
+def tril_indices(row: int, col: int, offset: int = 0, **kw: Any) -> Tensor:
+    """The (2, n) row and column indices of the lower triangle of a row x col matrix, row by row.
+
+        >>> tril_indices(2, 2).tolist()
+        [[0, 1, 1], [0, 0, 1]]
+    """
+    return _tri_indices(row, col, offset, True, **kw)
+
+
+def triu_indices(row: int, col: int, offset: int = 0, **kw: Any) -> Tensor:
+    """The (2, n) row and column indices of the upper triangle of a row x col matrix, row by row.
+
+        >>> triu_indices(2, 2).tolist()
+        [[0, 0, 1], [0, 1, 1]]
+    """
+    return _tri_indices(row, col, offset, False, **kw)
+
+
 # ---------------------------------------------------------------- joining and picking
 
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
@@ -471,6 +532,279 @@ def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
 
 
 concat = cat
+
+
+concatenate = cat
+
+
+def _at_least(t: Tensor, n: int) -> Tensor:
+    """t with dims of size 1 added until it has n: in front for 2, numpy's (1, k, 1) for 3."""
+    if t.ndim >= n:
+        return t
+    if n == 3 and t.ndim == 2:
+        return t.unsqueeze(-1)
+    return _at_least(t.reshape((1,) * (builtins.min(n, 2) - t.ndim) + t.shape), n) if t.ndim < 2 else t
+
+
+def hstack(tensors: Sequence[Tensor]) -> Tensor:
+    """cat along dim 1, or dim 0 for 1-d tensors (torch.hstack).
+
+        >>> hstack([tensor([1, 2]), tensor([3])]).tolist()
+        [1, 2, 3]
+    """
+    return cat(tensors, dim=0 if builtins.all(t.ndim <= 1 for t in tensors) else 1)
+
+
+def vstack(tensors: Sequence[Tensor]) -> Tensor:
+    """cat along dim 0, 1-d tensors becoming rows (torch.vstack).
+
+        >>> vstack([tensor([1, 2]), tensor([3, 4])]).tolist()
+        [[1, 2], [3, 4]]
+    """
+    return cat([_at_least(t, 2) for t in tensors], dim=0)
+
+
+row_stack = vstack
+
+
+def dstack(tensors: Sequence[Tensor]) -> Tensor:
+    """cat along dim 2, after making each tensor at least 3-d (torch.dstack).
+
+        >>> dstack([tensor([1, 2]), tensor([3, 4])]).tolist()
+        [[[1, 3], [2, 4]]]
+    """
+    return cat([_at_least(t, 3) for t in tensors], dim=2)
+
+
+def column_stack(tensors: Sequence[Tensor]) -> Tensor:
+    """1-d tensors as columns, joined with 2-d ones along dim 1 (torch.column_stack).
+
+        >>> column_stack([tensor([1, 2]), tensor([3, 4])]).tolist()
+        [[1, 3], [2, 4]]
+    """
+    return cat([t.reshape(-1, 1) if t.ndim <= 1 else t for t in tensors], dim=1)
+
+
+def meshgrid(*tensors: Any, indexing: str = "ij") -> tuple[Tensor, ...]:
+    """Coordinate grids from 1-d tensors: indexing="ij" (matrix order, the default here; torch warns
+    when it is not given) or "xy" (Cartesian: the first two dims swapped).
+
+        >>> [g.tolist() for g in meshgrid(tensor([1, 2]), tensor([3, 4, 5]))][1]
+        [[3, 4, 5], [3, 4, 5]]
+    """
+    ts = tuple(tensors[0]) if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)) else tensors
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"[core] meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    swap = indexing == "xy" and len(ts) >= 2
+    order = (ts[1], ts[0], *ts[2:]) if swap else ts
+    shape = tuple(t.numel() for t in order)
+    grids = [t.reshape(tuple(-1 if i == k else 1 for i in range(len(order)))).expand(shape)
+             for k, t in enumerate(order)]
+    if swap:
+        grids = [grids[1], grids[0], *grids[2:]]
+        grids = [g.transpose(0, 1) for g in grids]
+        grids = [g.transpose(0, 1) for g in grids]
+    return tuple(grids)
+
+
+def broadcast_tensors(*tensors: Tensor) -> tuple[Tensor, ...]:
+    """The tensors expanded to their common broadcast shape.
+
+        >>> [t.shape for t in broadcast_tensors(zeros(2, 1), zeros(3))]
+        [(2, 3), (2, 3)]
+    """
+    from tg.core.shape import broadcast_shape
+    shape: tuple[int, ...] = ()
+    for t in tensors:
+        shape = broadcast_shape(shape, t.shape)
+    return tuple(t.expand(shape) for t in tensors)
+
+
+def tensordot(a: Tensor, b: Tensor, dims: Any = 2) -> Tensor:
+    """Sums of products over a's last `dims` dims and b's first ones, or over the dims listed in
+    dims=([a dims], [b dims]) (torch.tensordot).
+
+        >>> tensordot(ones(2, 3), ones(3, 4), dims=1).shape
+        (2, 4)
+    """
+    if isinstance(dims, int):
+        dims_a, dims_b = list(range(a.ndim - dims, a.ndim)), list(range(dims))
+    else:
+        dims_a, dims_b = ([d] if isinstance(d, int) else list(d) for d in dims)
+    dims_a, dims_b = [d % a.ndim for d in dims_a], [d % b.ndim for d in dims_b]
+    free_a = [d for d in range(a.ndim) if d not in dims_a]
+    free_b = [d for d in range(b.ndim) if d not in dims_b]
+    k = int(np.prod([a.shape[d] for d in dims_a]))
+    left = a.permute(free_a + dims_a).reshape(-1, k)
+    right = b.permute(dims_b + free_b).reshape(k, -1)
+    return left.matmul(right).reshape(tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b))
+
+
+def cdist(x1: Tensor, x2: Tensor, p: float = 2.0) -> Tensor:
+    """The p-norm distance between each row of x1 (..., n, d) and each row of x2 (..., m, d): (..., n, m).
+
+        >>> cdist(tensor([[0.0, 0.0]]), tensor([[3.0, 4.0], [0.0, 1.0]])).tolist()
+        [[5.0, 1.0]]
+    """
+    return (x1.unsqueeze(-2) - x2.unsqueeze(-3)).norm(p, dim=-1)
+
+
+def var_mean(input: Tensor, dim: Any = None, *args: Any, **kw: Any) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """(var, mean) over dim, with var's correction / unbiased / keepdim arguments.
+
+        >>> [t.item() for t in var_mean(tensor([1.0, 2.0, 3.0]))]
+        [1.0, 2.0]
+    """
+    keepdim = kw.get("keepdim", args[1] if len(args) > 1 else False)
+    return input.var(dim, *args, **kw), input.mean(dim, keepdim)
+
+
+def std_mean(input: Tensor, dim: Any = None, *args: Any, **kw: Any) -> tuple[Tensor, Tensor]:  # noqa: A002
+    """(std, mean) over dim, with std's correction / unbiased / keepdim arguments.
+
+        >>> [t.item() for t in std_mean(tensor([1.0, 2.0, 3.0]))]
+        [1.0, 2.0]
+    """
+    keepdim = kw.get("keepdim", args[1] if len(args) > 1 else False)
+    return input.std(dim, *args, **kw), input.mean(dim, keepdim)
+
+
+def searchsorted(sorted_sequence: Tensor, values: Any, *, right: bool = False, side: str | None = None,
+                 out_int32: bool = False) -> Tensor:
+    """For each value, the index where it would go in the sorted last dim of sorted_sequence (before
+    equal entries, after them with right=True or side="right"), as torch.searchsorted. A 1-d sequence
+    serves every value; an n-d one pairs with values' leading dims.
+
+        >>> searchsorted(tensor([1, 3, 5]), tensor([0, 3, 6])).tolist()
+        [0, 1, 3]
+    """
+    values = values if isinstance(values, Tensor) else Tensor(values, device=sorted_sequence.device)
+    right = right or side == "right"
+    seq = sorted_sequence.reshape((1,) * values.ndim + sorted_sequence.shape) if sorted_sequence.ndim == 1 \
+        else sorted_sequence.unsqueeze(-2)
+    v = values.unsqueeze(-1)
+    before = (seq <= v) if right else (seq < v)
+    return before.sum(-1).cast(dtypes.int32 if out_int32 else dtypes.int64)
+
+
+def bucketize(input: Any, boundaries: Tensor, *, right: bool = False, out_int32: bool = False) -> Tensor:  # noqa: A002
+    """The bucket of each value among the sorted 1-d boundaries: boundaries[i-1] < x <= boundaries[i]
+    (boundaries[i-1] <= x < boundaries[i] with right=True), as torch.bucketize.
+
+        >>> bucketize(tensor([1, 4, 6]), tensor([1, 3, 5])).tolist()
+        [0, 2, 3]
+    """
+    return searchsorted(boundaries, input, right=right, out_int32=out_int32)
+
+
+# ---------------------------------------------------------------- dtypes
+
+def result_type(tensor1: Any, tensor2: Any) -> DType:
+    """The dtype a binary op of the two (tensors or Python scalars) gives, torch's promotion rules.
+
+        >>> result_type(tensor([1, 2]), 1.5), result_type(tensor([1.0]), tensor(1, dtype=dtypes.float64))
+        (dtypes.float32, dtypes.float32)
+    """
+    if not isinstance(tensor1, Tensor):
+        tensor1, tensor2 = tensor2, tensor1
+    if not isinstance(tensor1, Tensor):
+        return Tensor([tensor1]).dtype if not isinstance(tensor2, float) else dtypes.default_float
+    if not isinstance(tensor2, Tensor):
+        return scalar_result_type(tensor1.dtype, tensor2)
+    return tensor1._broadcasted(tensor2)[0].dtype
+
+
+def can_cast(from_: DType, to: DType) -> bool:
+    """Whether torch allows an in-place op to cast from_ into to: never to a lower kind (float to int,
+    int to bool).
+
+        >>> can_cast(dtypes.int32, dtypes.float16), can_cast(dtypes.float32, dtypes.int64)
+        (True, False)
+    """
+    def kind(d: DType) -> int:
+        return 2 if d.is_float else 0 if d == dtypes.bool else 1
+    return kind(from_) <= kind(to)
+
+
+class finfo:  # noqa: N801  (torch's name)
+    """Limits of a float dtype (torch.finfo): bits, eps, max, min, tiny (= smallest_normal), resolution.
+
+        >>> finfo(dtypes.float16).max, finfo().bits
+        (65504.0, 32)
+    """
+
+    def __init__(self, type: DType | None = None) -> None:  # noqa: A002  (torch's name)
+        self.dtype = dtypes.default_float if type is None else dtypes.from_any(type)
+        if not self.dtype.is_float:
+            raise TypeError(f"[core] finfo: {self.dtype.name} is not a float dtype; use iinfo")
+        if self.dtype == dtypes.bfloat16:
+            self.bits, self.eps, self.max = 16, 2.0 ** -7, 3.3895313892515355e38
+            self.tiny, self.resolution = 2.0 ** -126, 0.01
+        else:
+            info = np.finfo(self.dtype.np_value)
+            self.bits, self.eps, self.max = info.bits, float(info.eps), float(info.max)
+            self.tiny, self.resolution = float(info.tiny), float(info.resolution)
+        self.min, self.smallest_normal = -self.max, self.tiny
+
+    def __repr__(self) -> str:
+        return f"finfo(eps={self.eps}, max={self.max}, dtype={self.dtype.name})"
+
+
+class iinfo:  # noqa: N801  (torch's name)
+    """Limits of an int dtype (torch.iinfo): bits, min, max.
+
+        >>> iinfo(dtypes.int8).min, iinfo(dtypes.uint8).max
+        (-128, 255)
+    """
+
+    def __init__(self, type: DType) -> None:  # noqa: A002  (torch's name)
+        self.dtype = dtypes.from_any(type)
+        if self.dtype.is_float:
+            raise TypeError(f"[core] iinfo: {self.dtype.name} is a float dtype; use finfo")
+        info = np.iinfo(np.uint8 if self.dtype == dtypes.bool else self.dtype.np_value)
+        self.bits, self.min, self.max = info.bits, int(info.min), int(info.max)
+
+    def __repr__(self) -> str:
+        return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype.name})"
+
+
+# ---------------------------------------------------------------- linalg
+
+class _Linalg:
+    """torch.linalg's norms and cross product: tg.linalg.vector_norm(x), tg.linalg.norm(x, dim=1).
+
+        >>> linalg.vector_norm(tensor([3.0, 4.0])).item(), linalg.norm(tensor([[3.0, 4.0]]), dim=1).tolist()
+        (5.0, [5.0])
+    """
+
+    @staticmethod
+    def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
+                    dtype: DType | None = None) -> Tensor:
+        """The vector ord-norm over dim (all elements when None): Tensor.norm."""
+        return x.norm(ord, dim, keepdim, dtype=dtype)
+
+    @staticmethod
+    def matrix_norm(x: Tensor, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),  # noqa: A002
+                    keepdim: bool = False) -> Tensor:
+        """The Frobenius norm of the matrices in dims `dim` (the only ord tg has)."""
+        if ord != "fro":
+            raise ValueError(f"[core] linalg.matrix_norm: only ord='fro' is supported, got {ord!r}")
+        return x.norm(2, dim, keepdim)
+
+    @staticmethod
+    def norm(x: Tensor, ord: Any = None, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A002
+        """vector_norm of all elements or over one dim, matrix_norm over two (ord None: 2 or 'fro')."""
+        if isinstance(dim, (tuple, list)) and len(dim) == 2:
+            return _Linalg.matrix_norm(x, "fro" if ord is None else ord, tuple(dim), keepdim)
+        return x.norm(2 if ord is None else ord, dim, keepdim)
+
+    @staticmethod
+    def cross(a: Tensor, b: Tensor, dim: int = -1) -> Tensor:
+        """The 3-d cross product along dim (the last, by default)."""
+        return a.cross(b, dim)
+
+
+linalg = _Linalg()
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
@@ -508,12 +842,25 @@ _UNARY = ("exp", "log", "sqrt", "rsqrt", "sin", "cos", "tanh", "sigmoid", "relu"
           "var", "std", "softmax", "log_softmax", "cumsum", "logsumexp", "isnan", "isinf", "squeeze",
           "clone", "detach", "numel", "all", "any", "atan", "asinh", "sinh", "cosh", "asin", "acos", "atanh",
           "acosh", "tril", "triu", "diag", "diagonal", "trace", "argsort", "sort", "bitwise_not", "t",
-          "hardtanh", "hardsigmoid", "hardswish", "celu", "selu", "mish")
+          "hardtanh", "hardsigmoid", "hardswish", "celu", "selu", "mish", "erf", "erfc", "expm1", "log1p",
+          "log2", "log10", "exp2", "reciprocal", "trunc", "fix", "frac", "sgn", "signbit", "isfinite",
+          "isposinf", "isneginf", "nan_to_num", "absolute", "negative", "arctan", "arcsinh", "logical_not",
+          "nonzero", "argwhere", "unique", "unique_consecutive", "count_nonzero", "nansum", "nanmean",
+          "median", "nanmedian", "msort", "unbind", "fliplr", "flipud", "rot90", "ravel", "aminmax", "norm",
+          "diag_embed", "deg2rad", "rad2deg", "is_floating_point", "is_complex", "mode")
 _BINARY = ("add", "sub", "mul", "div", "pow", "maximum", "minimum", "matmul", "eq", "ne", "lt", "le",
-           "gt", "ge", "dot", "atan2", "copysign", "bitwise_and", "bitwise_or", "bitwise_xor")
+           "gt", "ge", "dot", "atan2", "copysign", "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and",
+           "logical_or", "logical_xor", "hypot", "logaddexp", "logaddexp2", "xlogy", "fmax", "fmin", "fmod",
+           "remainder", "floor_divide", "true_divide", "greater", "greater_equal", "less", "less_equal",
+           "not_equal", "isclose", "allclose", "equal", "mm", "kron", "inner", "outer", "ger",
+           "float_power", "arctan2", "multiply", "divide", "subtract")
 _OTHER = ("reshape", "permute", "transpose", "unsqueeze", "split", "chunk", "clamp", "gather", "max",
           "min", "lerp", "flip", "expand", "repeat", "pad", "unflatten", "topk", "cumprod", "cummax",
-          "cummin", "masked_fill")
+          "cummin", "masked_fill", "clip", "movedim", "moveaxis", "swapdims", "swapaxes", "narrow", "select",
+          "index_select", "take", "take_along_dim", "tensor_split", "tile", "repeat_interleave", "roll",
+          "kthvalue", "logcumsumexp", "scatter", "scatter_add", "index_add", "masked_select", "addcmul",
+          "addcdiv", "addmm", "addmv", "baddbmm", "bmm", "mv", "vdot", "cross", "bincount", "histc",
+          "broadcast_to")
 
 
 def _function_form(name: str, example: str) -> Callable[..., Any]:
@@ -532,12 +879,28 @@ _ARGS = {"reshape": "(4,)", "permute": "(1, 0)", "transpose": "0, 1", "unsqueeze
          "chunk": "2", "clamp": "1.0, 2.0", "gather": "1, tensor([[1], [0]])", "max": "", "min": "",
          "lerp": f"{_TWO}, 0.5", "flip": "0", "expand": "(2, 2, 2)", "repeat": "(2, 1)", "pad": "(1, 1)",
          "unflatten": "1, (2, 1)", "topk": "1", "cumprod": "1", "cummax": "0", "cummin": "0",
-         "masked_fill": "tensor([True, False]), 0.0"}
+         "masked_fill": "tensor([True, False]), 0.0", "clip": "0.6, 2.0", "movedim": "0, 1",
+         "moveaxis": "0, 1", "swapdims": "0, 1", "swapaxes": "0, 1", "narrow": "1, 0, 1", "select": "1, 0",
+         "index_select": "1, tensor([1, 0])", "take": "tensor([3, 0])",
+         "take_along_dim": "tensor([[1], [0]]), 1",
+         "tensor_split": "2", "tile": "(2,)", "repeat_interleave": "2", "roll": "1", "kthvalue": "1",
+         "logcumsumexp": "1", "scatter": "1, tensor([[1], [0]]), 9.0",
+         "scatter_add": "1, tensor([[1], [0]]), tensor([[1.0], [2.0]])",
+         "index_add": "0, tensor([1, 1]), tensor([[1.0, 2.0], [3.0, 4.0]])",
+         "masked_select": "tensor([True, False])",
+         "addcmul": f"{_TWO}, {_TWO}", "addcdiv": f"{_TWO}, {_TWO}", "addmm": f"{_TWO}, {_TWO}",
+         "addmv": f"{_TWO}, tensor([1.0, 1.0])",
+         "baddbmm": "tensor([[[2.0, 1.0]]]), tensor([[[1.0], [3.0]]])",
+         "bmm": "tensor([[[1.0], [3.0]]])", "mv": "tensor([1.0, 1.0])", "vdot": "tensor([1.0, 2.0])",
+         "cross": "tensor([0.0, 1.0, 0.0])", "bincount": "", "histc": "bins=4, min=0, max=4",
+         "broadcast_to": "(2, 2, 2)"}
 # inputs inside the functions' domains, and ints for the bit functions
 _INPUT = {"asin": "tensor([[0.5, -0.25], [0.0, 0.75]])", "acos": "tensor([[0.5, -0.25], [0.0, 0.75]])",
           "atanh": "tensor([[0.5, -0.25], [0.0, 0.75]])", "acosh": "tensor([[1.5, 2.0], [1.0, 4.0]])",
           "bitwise_not": "tensor([[5, -2], [0, 7]])", "bitwise_and": "tensor([[5, -2], [0, 7]])",
-          "bitwise_or": "tensor([[5, -2], [0, 7]])", "bitwise_xor": "tensor([[5, -2], [0, 7]])"}
+          "bitwise_or": "tensor([[5, -2], [0, 7]])", "bitwise_xor": "tensor([[5, -2], [0, 7]])",
+          "addmv": "tensor([1.0, 2.0])", "baddbmm": "tensor([[[1.0]]])", "bmm": "tensor([[[1.0, 2.0]]])",
+          "vdot": "tensor([3.0, 4.0])", "cross": "tensor([1.0, 0.0, 0.0])", "bincount": "tensor([1, 1, 3])"}
 _INT_TWO = "tensor([[3, 6], [1, 2]])"
 
 

@@ -21,16 +21,17 @@ def _mlp_steps(steps: int, seed: int = 0) -> tuple[list[float], list[tuple[int, 
     x = Tensor(rng.standard_normal((7, 13), dtype=np.float32))
     y = Tensor(rng.integers(0, 5, 7))
     losses, counts = [], []
+    def counters() -> tuple[int, int, int]:
+        return GlobalCounters.schedules_built, GlobalCounters.schedules_reused, GlobalCounters.kernels_lowered
     for _ in range(steps):
-        before = (GlobalCounters.schedules_built, GlobalCounters.schedules_reused, GlobalCounters.kernels_lowered)
+        before = counters()
         loss = tg.nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()
         opt.step()
         sched.step()
         losses.append(loss.item())
-        after = (GlobalCounters.schedules_built, GlobalCounters.schedules_reused, GlobalCounters.kernels_lowered)
-        counts.append(tuple(a - b for a, b in zip(after, before)))
+        counts.append(tuple(a - b for a, b in zip(counters(), before)))
     return losses, counts
 
 

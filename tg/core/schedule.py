@@ -332,7 +332,9 @@ class Structure:
         return self.bases[position] if position >= 0 else self.leaves[-1 - position]
 
 
-def structure(outs: list[LazyBuffer]) -> Structure | None:
+# Complexity: the topological walk and the key are one loop on purpose (this runs on every realize; a
+# second pass over the graph cost as much as the walk).
+def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
     """The structure of the graph realizing `outs`, or None when its schedule also depends on
     something outside the graph (a pending computation reading memory an assign overwrites, which
     needs a snapshot): such graphs are scheduled afresh every time."""
@@ -349,9 +351,10 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:
     while stack:
         lb, placed = stack.pop()
         if placed:
-            arg = lb.arg
-            srcs = lb.srcs
-            nodes += (lb.op, arg.hex() if type(arg) is float else arg, lb.dtype, lb.shape, lb.device, len(srcs))
+            arg, srcs = lb.arg, lb.srcs
+            if type(arg) is float:
+                arg = arg.hex()
+            nodes += (lb.op, arg, lb.dtype, lb.shape, lb.device, len(srcs))
             for src in srcs:
                 sb = src._base or src
                 p = pos.get(id(sb))

@@ -12,7 +12,7 @@ import builtins
 import itertools
 import math
 import weakref
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence
 
 import numpy as np
 
@@ -34,6 +34,19 @@ from tg.core.ops import BinaryOps, BufferOps, UnaryOps
 from tg.core.shape import broadcast_shape, prod
 
 POOL_BY_STACK = True
+
+
+class MinMax(NamedTuple):
+    """What aminmax gives: (min, max)."""
+    min: Tensor
+    max: Tensor
+
+
+class ValuesIndices(NamedTuple):
+    """What sort, topk, kthvalue, median, mode, cummax and cummin give: a (values, indices) pair whose
+    parts also have torch's names (`x.topk(2).indices`)."""
+    values: Tensor
+    indices: Tensor
 
 
 def _argfix(*x: Any) -> tuple:
@@ -253,18 +266,28 @@ class Tensor:
         """
         return self.numpy().tolist()
 
-    def to(self, device: str) -> Tensor:
-        """This tensor copied to `device`, or self when it is already there; gradients flow back through
-        the copy.
+    def to(self, *args: Any, dtype: DType | str | None = None, device: str | None = None,
+           **ignored: Any) -> Tensor:
+        """This tensor on another device and/or in another dtype, torch's forms: to(device),
+        to(dtype), to(device, dtype), to(other) (other's device and dtype), or keywords; self when
+        nothing changes. Gradients flow back through the copy and the cast. torch's non_blocking=
+        and copy= are accepted and change nothing (tg copies run in order).
 
             >>> x = Tensor([1, 2]).to("NUMPY")
-            >>> x.device, x.to("NUMPY") is x
-            ('NUMPY', True)
+            >>> x.device, x.to("NUMPY") is x, x.to(dtypes.float16).dtype
+            ('NUMPY', True, dtypes.float16)
         """
-        device = Device.canonicalize(device)
-        if device == self.device:
-            return self
-        return apply(F.Copy, self, device=device)
+        for arg in args:
+            if isinstance(arg, Tensor):
+                device, dtype = arg.device, arg.dtype
+            elif isinstance(arg, DType):
+                dtype = arg
+            else:
+                device = arg
+        x = self if dtype is None or dtypes.from_any(dtype) == self.dtype else self.cast(dtype)
+        if device is None or Device.canonicalize(device) == x.device:
+            return x
+        return apply(F.Copy, x, device=Device.canonicalize(device))
 
     def detach(self) -> Tensor:
         """The same values cut out of the graph: no gradient flows back through the result.
@@ -796,7 +819,7 @@ class Tensor:
             if y.device != x.device:
                 raise ValueError(f"[core] operands on different devices: {x.device} and {y.device}; "
                                  f"move one with .to()")
-            dt = promote_types(x.dtype, y.dtype)
+            dt = _promote_tensors(x.dtype if x.ndim else None, y.dtype if y.ndim else None, x.dtype, y.dtype)
         elif isinstance(y, (bool, int, float)):
             dt = scalar_result_type(x.dtype, y)
             y = Tensor(LazyBuffer.const(y, dt, x.device, ()), device=x.device)
@@ -981,20 +1004,20 @@ class Tensor:
         axes = self._axes(_argfix(*dims))
         return apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim)))
 
-    def squeeze(self, dim: int | None = None) -> Tensor:
-        """Drop dims of size 1: all of them, or only `dim`, which is left alone if its size is not 1, as in
-        torch.
+    def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
+        """Drop dims of size 1: all of them, or only `dim` (an int or a tuple of them); a named dim whose
+        size is not 1 is left alone, as in torch.
 
             >>> x = Tensor.zeros(1, 3, 1)
-            >>> x.squeeze().shape, x.squeeze(0).shape, x.squeeze(1).shape
-            ((3,), (3, 1), (1, 3, 1))
+            >>> x.squeeze().shape, x.squeeze(0).shape, x.squeeze(1).shape, x.squeeze((0, 2)).shape
+            ((3,), (3, 1), (1, 3, 1), (3,))
         """
         if dim is None:
             return self.reshape(tuple(s for s in self.shape if s != 1))
         if self.ndim == 0:
             return self
-        d = self._axis(dim)
-        return self if self.shape[d] != 1 else self.reshape(self.shape[:d] + self.shape[d + 1:])
+        drop = {d for d in self._axes(dim) if self.shape[d] == 1}
+        return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in drop))
 
     def unsqueeze(self, dim: int) -> Tensor:
         """Insert a dim of size 1 at position `dim` of the result (a negative dim counts from its end).
@@ -1404,25 +1427,25 @@ class Tensor:
     def __neg__(self) -> Tensor:
         return self.neg()
 
-    def add(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        """self + y, broadcasting, with torch's type promotion: a Python int keeps the tensor's dtype and a
-        float turns an int tensor into float32. reverse=True computes y + self.
+    def add(self, y: Any, reverse: builtins.bool = False, *, alpha: Any = 1) -> Tensor:
+        """self + alpha * y, broadcasting, with torch's type promotion: a Python int keeps the tensor's dtype
+        and a float turns an int tensor into float32. reverse=True computes y + self.
 
             >>> Tensor([1, 2]).add(Tensor([10, 20])).tolist(), (Tensor([[1], [2]]) + 0.5).tolist()
             ([11, 22], [[1.5], [2.5]])
             >>> Tensor([1, 2], dtype="int32").add(3).dtype
             dtypes.int32
         """
-        return apply(F.Add, *self._broadcasted(y, reverse))
+        return apply(F.Add, *self._broadcasted(y if alpha == 1 else self._to_tensor(y) * alpha, reverse))
 
-    def sub(self, y: Any, reverse: builtins.bool = False) -> Tensor:
-        """self - y, broadcasting and promoting as add(); reverse=True computes y - self. Bool tensors
-        raise, as in torch.
+    def sub(self, y: Any, reverse: builtins.bool = False, *, alpha: Any = 1) -> Tensor:
+        """self - alpha * y, broadcasting and promoting as add(); reverse=True computes y - self. Bool
+        tensors raise, as in torch.
 
             >>> Tensor([5, 7]).sub(Tensor([1, 2])).tolist(), Tensor([5, 7]).sub(10, reverse=True).tolist()
             ([4, 5], [5, 3])
         """
-        a, b = self._broadcasted(y, reverse)
+        a, b = self._broadcasted(y if alpha == 1 else self._to_tensor(y) * alpha, reverse)
         if a.dtype == dtypes.bool:
             raise TypeError("[core] subtraction of bool tensors; use logical_xor() or ^")
         return apply(F.Add, a, apply(F.Neg, b))
@@ -2080,14 +2103,21 @@ class Tensor:
         t = self.trunc()
         return (t < self).where(t + 1, t)
 
-    def round(self) -> Tensor:
-        """Round half to even, like torch.round (int tensors are returned as they are).
+    def round(self, decimals: builtins.int = 0) -> Tensor:
+        """Round half to even, like torch.round (int tensors are returned as they are); decimals= rounds
+        to that many digits after the point (before it when negative) by scaling by 10**decimals.
 
             >>> Tensor([0.5, 1.5, 2.5, -1.5, 2.7]).round().tolist(), Tensor([3]).round().dtype
             ([0.0, 2.0, 2.0, -2.0, 3.0], dtypes.int64)
+            >>> x = Tensor([1.25, 2.375], dtype="float64")
+            >>> x.round(decimals=2).tolist(), Tensor([150.0]).round(-2).item()
+            ([1.25, 2.38], 200.0)
         """
         if not self.dtype.is_float:
             return self
+        if decimals:
+            scale = 10.0 ** decimals
+            return (self * scale).round() / scale
         f = (self + 0.5).floor()
         tie = (f - self) == 0.5
         odd = (f % 2) == 1
@@ -2373,25 +2403,31 @@ class Tensor:
 
     def max(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """The largest value over `axis` (None for all dims), dropping it unless keepdim. Unlike
-        torch.max(dim=...), it returns only the values: argmax() gives the indices.
+        torch.max(dim=...), it returns only the values: argmax() gives the indices. max(other_tensor) is
+        maximum().
 
             >>> x = Tensor([[1, 5], [3, 4]])
             >>> x.max().item(), x.max(0).tolist(), x.max(dim=1, keepdim=True).tolist()
             (5, [3, 5], [[5], [4]])
         """
         axis = dim if dim is not None else axis
+        if isinstance(axis, Tensor):
+            return self.maximum(axis)   # torch.max(a, b)
         self._check_nonempty(axis, "max")
         return self._reduce(F.Max, axis, keepdim)
 
     def min(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """The smallest value over `axis` (None for all dims), dropping it unless keepdim. Unlike
-        torch.min(dim=...), it returns only the values: argmin() gives the indices.
+        torch.min(dim=...), it returns only the values: argmin() gives the indices. min(other_tensor) is
+        minimum().
 
             >>> x = Tensor([[1, 5], [3, 4]])
             >>> x.min().item(), x.min(1).tolist()
             (1, [1, 3])
         """
         axis = dim if dim is not None else axis
+        if isinstance(axis, Tensor):
+            return self.minimum(axis)   # torch.min(a, b)
         self._check_nonempty(axis, "min")
         if self.dtype == dtypes.bool:
             return self.logical_not().max(axis, keepdim).logical_not()
@@ -2676,9 +2712,11 @@ class Tensor:
             indices = onehot.where(ar.reshape(1, n), 0).sum(-1).cast(dtypes.int32)             # (..., k)
         return self.gather(-1, indices).cast(self.dtype), indices.cast(dtypes.int64)
 
-    def sort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> tuple[Tensor, Tensor]:
+    def sort(self, dim: builtins.int = -1, descending: builtins.bool = False, *,
+             stable: builtins.bool = True) -> ValuesIndices:
         """(values, int64 indices) sorted along `dim`, ascending unless descending=True; NaN sorts as the
-        largest value and equal values keep their order. The gradient flows to the picked positions.
+        largest value and equal values keep their order (so stable= changes nothing). `.values` and
+        `.indices` name the two, as in torch. The gradient flows to the picked positions.
         O(n^2) in the dim's size n (at most 4096).
 
             >>> values, indices = Tensor([3.0, 1.0, 2.0, 1.0]).sort()
@@ -2689,7 +2727,7 @@ class Tensor:
         values, indices = x._sort_last(x.shape[-1], descending)
         if d != x.ndim - 1:
             values, indices = values.transpose(d, -1), indices.transpose(d, -1)
-        return values.reshape(self.shape), indices.reshape(self.shape)
+        return ValuesIndices(values.reshape(self.shape), indices.reshape(self.shape))
 
     def argsort(self, dim: builtins.int = -1, descending: builtins.bool = False) -> Tensor:
         """The int64 indices that sort(dim, descending) picks.
@@ -2700,7 +2738,7 @@ class Tensor:
         return self.sort(dim, descending)[1]
 
     def topk(self, k: builtins.int, dim: builtins.int = -1, largest: builtins.bool = True,
-             sorted: builtins.bool = True) -> tuple[Tensor, Tensor]:  # noqa: A002  (torch's name)
+             sorted: builtins.bool = True) -> ValuesIndices:  # noqa: A002  (torch's name)
         """The k largest (or smallest) values along `dim` and their int64 indices, always in sorted order
         (so sorted=False gives the same). O(n * (n + k)) in the dim's size n (at most 4096).
 
@@ -2716,7 +2754,7 @@ class Tensor:
             values, indices = values.transpose(d, -1), indices.transpose(d, -1)
         if self.ndim == 0:
             values, indices = values.reshape(()), indices.reshape(())
-        return values, indices
+        return ValuesIndices(values, indices)
 
     def multinomial(self, num_samples: builtins.int = 1, replacement: builtins.bool = False) -> Tensor:
         """int64 indices drawn from the categories whose (unnormalised) probabilities are this 1-d tensor
@@ -2766,10 +2804,10 @@ class Tensor:
         out = tri.where(x.unsqueeze(-2), Tensor(1, device=self.device, dtype=x.dtype)).prod(-1)
         return out if d == self.ndim - 1 else out.transpose(d, -1)
 
-    def _cum_extreme(self, dim: builtins.int, largest: builtins.bool) -> tuple[Tensor, Tensor]:
+    def _cum_extreme(self, dim: builtins.int, largest: builtins.bool) -> ValuesIndices:
         d = self._axis(dim)
         if self.ndim == 0 or self.shape[d] == 0:
-            return self, Tensor.zeros(*self.shape, dtype=dtypes.int64, device=self.device)
+            return ValuesIndices(self, Tensor.zeros(*self.shape, dtype=dtypes.int64, device=self.device))
         n = self.shape[d]
         x = self.transpose(d, -1) if d != self.ndim - 1 else self
         with _NoGrad():
@@ -2791,7 +2829,7 @@ class Tensor:
         idx = idx.cast(dtypes.int64)
         if d != self.ndim - 1:
             values, idx = values.transpose(d, -1), idx.transpose(d, -1)
-        return values, idx
+        return ValuesIndices(values, idx)
 
     def cummax(self, dim: builtins.int) -> tuple[Tensor, Tensor]:
         """(running max, int64 index of it) along `dim`; a tie or NaN takes the latest index, as in torch.
@@ -3028,6 +3066,929 @@ class Tensor:
         counts = ones._pool(k, st, (1, 1)).sum((-2, -1))
         return sums / counts
 
+    # ------------------------------------------------------------ torch's other names and compositions
+    # Each is built from the ops above (so gradients come by composition). Ops whose output shape
+    # depends on the values (nonzero, unique, masked_select, bincount) read them to the host, as torch
+    # syncs for them too.
+    absolute, negative, fix, sgn = abs, neg, trunc, sign
+    arcsin, arccos, arctan, arctan2, arcsinh, arccosh, arctanh = asin, acos, atan, atan2, asinh, acosh, atanh
+    multiply, divide, true_divide, subtract, remainder, floor_divide = mul, div, div, sub, mod, floordiv
+    greater, greater_equal, less, less_equal, not_equal = gt, ge, lt, le, ne
+    swapaxes = swapdims = transpose
+    ndimension, nelement = dim, numel
+
+    def clamp_min(self, min: Any) -> Tensor:  # noqa: A002  (torch's name)
+        """clamp(min=min).
+
+            >>> Tensor([-1.0, 2.0]).clamp_min(0.5).tolist()
+            [0.5, 2.0]
+        """
+        return self.clamp(min=min)
+
+    def clamp_max(self, max: Any) -> Tensor:  # noqa: A002  (torch's name)
+        """clamp(max=max).
+
+            >>> Tensor([-1.0, 2.0]).clamp_max(0.5).tolist()
+            [-1.0, 0.5]
+        """
+        return self.clamp(max=max)
+
+    def frac(self) -> Tensor:
+        """The fractional part, self - trunc(self), with self's sign.
+
+            >>> Tensor([1.25, -1.25]).frac().tolist()
+            [0.25, -0.25]
+        """
+        return self - self.trunc()
+
+    def erfc(self) -> Tensor:
+        """1 - erf(self).
+
+            >>> Tensor([0.0]).erfc().tolist()
+            [1.0]
+        """
+        return 1 - self.erf()
+
+    def signbit(self) -> Tensor:
+        """True where the sign bit is set: negative numbers and -0.0.
+
+            >>> Tensor([-0.0, 0.0, -2.0, 3.0]).signbit().tolist()
+            [True, False, True, False]
+        """
+        return self.ones_like().copysign(self) < 0 if self.dtype.is_float else self < 0
+
+    def isfinite(self) -> Tensor:
+        """True where an element is neither inf nor NaN (always, for ints and bools).
+
+            >>> Tensor([1.0, float("inf"), float("nan")]).isfinite().tolist()
+            [True, False, False]
+        """
+        return (self - self) == 0 if self.dtype.is_float else Tensor.ones(*self.shape, dtype=dtypes.bool,
+                                                                             device=self.device)
+
+    def isposinf(self) -> Tensor:
+        """True where an element is +inf.
+
+            >>> Tensor([1.0, float("inf"), -float("inf")]).isposinf().tolist()
+            [False, True, False]
+        """
+        return self == math.inf
+
+    def isneginf(self) -> Tensor:
+        """True where an element is -inf.
+
+            >>> Tensor([1.0, float("inf"), -float("inf")]).isneginf().tolist()
+            [False, False, True]
+        """
+        return self == -math.inf
+
+    def nan_to_num(self, nan: builtins.float = 0.0, posinf: builtins.float | None = None,
+                   neginf: builtins.float | None = None) -> Tensor:
+        """NaN, +inf and -inf replaced by nan, posinf and neginf (by default 0 and the dtype's largest and
+        smallest finite values), as torch.nan_to_num.
+
+            >>> Tensor([float("nan"), float("inf"), 1.0]).nan_to_num(posinf=9.0).tolist()
+            [0.0, 9.0, 1.0]
+        """
+        if not self.dtype.is_float:
+            return self
+        biggest = float(np.finfo(np.float32 if self.dtype == dtypes.bfloat16 else self.dtype.np_value).max)
+        if self.dtype == dtypes.bfloat16:
+            biggest = 3.3895313892515355e38
+        hi = biggest if posinf is None else posinf
+        lo = -biggest if neginf is None else neginf
+        x = self.isnan().where(nan, self)
+        return (x == math.inf).where(hi, (x == -math.inf).where(lo, x))
+
+    def isclose(self, other: Any, rtol: builtins.float = 1e-5, atol: builtins.float = 1e-8,
+                equal_nan: builtins.bool = False) -> Tensor:
+        """True where |self - other| <= atol + rtol * |other| (equal infinities are close; NaNs only with
+        equal_nan), as torch.isclose.
+
+            >>> Tensor([1.0, 2.0]).isclose(Tensor([1.000001, 2.1])).tolist()
+            [True, False]
+        """
+        a, b = self._broadcasted(other)
+        close = (a == b) | ((a._float_like() - b).abs() <= atol + rtol * b._float_like().abs())
+        return close | (a.isnan() & b.isnan()) if equal_nan else close
+
+    def allclose(self, other: Any, rtol: builtins.float = 1e-5, atol: builtins.float = 1e-8,
+                 equal_nan: builtins.bool = False) -> builtins.bool:
+        """Whether isclose() holds everywhere (a Python bool, read from the device).
+
+            >>> Tensor([1.0, 2.0]).allclose(Tensor([1.0, 2.0 + 1e-7]))
+            True
+        """
+        return builtins.bool(self.isclose(other, rtol, atol, equal_nan).all().item())
+
+    def equal(self, other: Tensor) -> builtins.bool:
+        """True when other has the same shape and the same values (a Python bool), as torch.equal.
+
+            >>> Tensor([1, 2]).equal(Tensor([1, 2])), Tensor([1, 2]).equal(Tensor([1]))
+            (True, False)
+        """
+        return self.shape == other.shape and builtins.bool((self == other).all().item())
+
+    def hypot(self, other: Any) -> Tensor:
+        """sqrt(self ** 2 + other ** 2), elementwise.
+
+            >>> Tensor([3.0]).hypot(Tensor([4.0])).tolist()
+            [5.0]
+        """
+        a, b = self._broadcasted(other)
+        return (a * a + b * b).sqrt()
+
+    def logaddexp(self, other: Any) -> Tensor:
+        """log(exp(self) + exp(other)), without overflow.
+
+            >>> round(Tensor([1000.0]).logaddexp(Tensor([1000.0])).item(), 2)
+            1000.69
+        """
+        a, b = self._broadcasted(other)
+        a, b = a._float_like(), b._float_like()
+        m = a.maximum(b).detach()
+        m = m.isinf().where(0.0, m)    # both -inf (or an inf): no shift, so no inf - inf
+        return ((a - m).exp() + (b - m).exp()).log() + m
+
+    def logaddexp2(self, other: Any) -> Tensor:
+        """log2(2 ** self + 2 ** other), without overflow.
+
+            >>> Tensor([3.0]).logaddexp2(Tensor([3.0])).tolist()
+            [4.0]
+        """
+        ln2 = math.log(2)
+        return (self._float_like() * ln2).logaddexp(self._to_tensor(other)._float_like() * ln2) / ln2
+
+    def xlogy(self, other: Any) -> Tensor:
+        """self * log(other), and 0 where self is 0 (unless other is NaN), as torch.xlogy.
+
+            >>> Tensor([0.0, 2.0]).xlogy(Tensor([0.0, 1.0])).tolist()
+            [0.0, 0.0]
+        """
+        a, b = self._broadcasted(other)
+        a, b = a._float_like(), b._float_like()
+        return ((a == 0) & b.isnan().logical_not()).where(0.0, a * b.log())
+
+    def float_power(self, exponent: Any) -> Tensor:
+        """pow() in float64, as torch.float_power.
+
+            >>> Tensor([2]).float_power(3).dtype
+            dtypes.float64
+        """
+        e = exponent.cast(dtypes.float64) if isinstance(exponent, Tensor) else builtins.float(exponent)
+        return self.cast(dtypes.float64).pow(e)
+
+    def fmax(self, other: Any) -> Tensor:
+        """maximum() that ignores NaN: where one side is NaN the other is taken.
+
+            >>> Tensor([1.0, float("nan")]).fmax(Tensor([float("nan"), 2.0])).tolist()
+            [1.0, 2.0]
+        """
+        a, b = self._broadcasted(other)
+        return b.isnan().where(a, a.isnan().where(b, a.maximum(b)))
+
+    def fmin(self, other: Any) -> Tensor:
+        """minimum() that ignores NaN: where one side is NaN the other is taken.
+
+            >>> Tensor([1.0, float("nan")]).fmin(Tensor([float("nan"), 2.0])).tolist()
+            [1.0, 2.0]
+        """
+        a, b = self._broadcasted(other)
+        return b.isnan().where(a, a.isnan().where(b, a.minimum(b)))
+
+    def deg2rad(self) -> Tensor:
+        """Degrees to radians.
+
+            >>> round(Tensor([180.0]).deg2rad().item(), 5)
+            3.14159
+        """
+        return self._float_like() * (math.pi / 180)
+
+    def rad2deg(self) -> Tensor:
+        """Radians to degrees.
+
+            >>> round(Tensor([math.pi]).rad2deg().item(), 3)
+            180.0
+        """
+        return self._float_like() * (180 / math.pi)
+
+    def addcmul(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+        """self + value * tensor1 * tensor2.
+
+            >>> Tensor([1.0]).addcmul(Tensor([2.0]), Tensor([3.0]), value=0.5).tolist()
+            [4.0]
+        """
+        return self + tensor1 * tensor2 * value
+
+    def addcdiv(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
+        """self + value * tensor1 / tensor2.
+
+            >>> Tensor([1.0]).addcdiv(Tensor([2.0]), Tensor([4.0]), value=2).tolist()
+            [2.0]
+        """
+        return self + tensor1 / tensor2 * value
+
+    # reductions
+    def nansum(self, dim: Any = None, keepdim: builtins.bool = False, *,
+               dtype: DType | str | None = None) -> Tensor:
+        """sum() with NaNs counted as zero.
+
+            >>> Tensor([1.0, float("nan"), 2.0]).nansum().item()
+            3.0
+        """
+        x = self.isnan().where(0.0, self) if self.dtype.is_float else self
+        return x.sum(dim, keepdim, dtype)
+
+    def nanmean(self, dim: Any = None, keepdim: builtins.bool = False) -> Tensor:
+        """mean() of the elements that are not NaN.
+
+            >>> Tensor([1.0, float("nan"), 2.0]).nanmean().item()
+            1.5
+        """
+        return self.nansum(dim, keepdim) / self.isnan().logical_not().sum(dim, keepdim)
+
+    def aminmax(self, *, dim: Any = None, keepdim: builtins.bool = False) -> MinMax:
+        """(amin, amax) over dim, named .min and .max as in torch.aminmax.
+
+            >>> Tensor([[1, 5], [3, 4]]).aminmax(dim=1).max.tolist()
+            [5, 4]
+        """
+        return MinMax(self.amin(dim, keepdim), self.amax(dim, keepdim))
+
+    def count_nonzero(self, dim: Any = None) -> Tensor:
+        """How many elements are not zero (int64), over dim (all dims when None).
+
+            >>> Tensor([[0, 1], [2, 3]]).count_nonzero(dim=0).tolist()
+            [1, 2]
+        """
+        return (self != 0).sum(dim)
+
+    def norm(self, p: Any = "fro", dim: Any = None, keepdim: builtins.bool = False, *,
+             dtype: DType | str | None = None) -> Tensor:
+        """The vector p-norm over dim (all elements when None; "fro" is 2): (sum |x|^p)^(1/p), inf the
+        largest |x|, -inf the smallest, 0 the count of nonzeros (torch.norm, linalg.vector_norm).
+
+            >>> Tensor([[3.0, 4.0]]).norm().item(), Tensor([[3.0, -4.0]]).norm(1, dim=1).tolist()
+            (5.0, [7.0])
+        """
+        x = (self.cast(dtype) if dtype is not None else self._float_like()).abs()
+        p = 2 if p == "fro" else p
+        if not isinstance(p, (builtins.int, builtins.float)):
+            raise ValueError(f"[core] norm: p must be a number or 'fro', got {p!r}")
+        if p == math.inf:
+            return x.amax(dim, keepdim)
+        if p == -math.inf:
+            return x.amin(dim, keepdim)
+        if p == 0:
+            return (x != 0).sum(dim, keepdim).cast(x.dtype)
+        if p == 1:
+            return x.sum(dim, keepdim)
+        if p == 2:
+            return (x * x).sum(dim, keepdim).sqrt()
+        return (x ** p).sum(dim, keepdim) ** (1 / p)
+
+    def logcumsumexp(self, dim: builtins.int) -> Tensor:
+        """log(cumsum(exp(self))) along dim, each prefix shifted by its own max (no overflow or underflow).
+        O(n^2) in the dim's size, as cumprod.
+
+            >>> [round(v, 4) for v in Tensor([0.0, 0.0, 1000.0]).logcumsumexp(0).tolist()]
+            [0.0, 0.6931, 1000.0]
+        """
+        d, x = self._last_dim(dim, "logcumsumexp")
+        if x.ndim == 0 or x.shape[-1] == 0:
+            return self._float_like()
+        n = x.shape[-1]
+        ar = index_range(n, self.device)
+        tri = ar.reshape(1, n) <= ar.reshape(n, 1)                      # [i, j]: j <= i
+        out = tri.where(x._float_like().unsqueeze(-2), -math.inf).logsumexp(-1)
+        out = out if d == x.ndim - 1 else out.transpose(d, -1)
+        return out.reshape(self.shape)
+
+    def kthvalue(self, k: builtins.int, dim: builtins.int = -1,
+                 keepdim: builtins.bool = False) -> ValuesIndices:
+        """The k-th smallest value along dim (k from 1) and its int64 index.
+
+            >>> values, indices = Tensor([[3.0, 1.0, 2.0]]).kthvalue(2, dim=1)
+            >>> values.tolist(), indices.tolist()
+            ([2.0], [2])
+        """
+        values, indices = self.sort(dim)
+        d = self._axis(dim) if self.ndim else 0
+        if not 1 <= k <= (self.shape[d] if self.ndim else 1):
+            raise ValueError(f"[core] kthvalue: k={k} is out of range for dim {dim} of shape {self.shape}")
+        return _select_along(values, indices, d, k - 1, keepdim)
+
+    def median(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+        """The lower median (the ((n - 1) // 2)-th smallest) of all elements, or (values, indices) along dim,
+        as torch.median; NaN if a NaN is there.
+
+            >>> Tensor([1.0, 4.0, 2.0, 3.0]).median().item(), Tensor([[1, 4, 2]]).median(1).values.tolist()
+            (2.0, [2])
+        """
+        if dim is None:
+            return self.flatten().median(0).values.reshape(())
+        n = self.shape[self._axis(dim)] if self.ndim else 1
+        values, indices = self.kthvalue((n - 1) // 2 + 1, dim, keepdim)
+        if self.dtype.is_float:
+            values = self.isnan().any(dim, keepdim).where(math.nan, values)
+        return ValuesIndices(values, indices)
+
+    def nanmedian(self, dim: builtins.int | None = None, keepdim: builtins.bool = False) -> Any:
+        """median() of the elements that are not NaN (NaN where all are).
+
+            >>> Tensor([3.0, float("nan"), 1.0, 2.0]).nanmedian().item()
+            2.0
+        """
+        if dim is None:
+            return self.flatten().nanmedian(0).values.reshape(())
+        d = self._axis(dim) if self.ndim else 0
+        values, indices = self.sort(dim)          # NaN sorts last
+        count = self.isnan().logical_not().sum(dim, keepdim=True) if self.ndim else Tensor(1)
+        pos = ((count - 1).maximum(0) // 2)
+        if not self.ndim:
+            return ValuesIndices(self, Tensor(0, device=self.device))
+        v, i = values.gather(d, pos), indices.gather(d, pos)
+        return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
+
+    def mode(self, dim: builtins.int = -1, keepdim: builtins.bool = False) -> ValuesIndices:
+        """The most frequent value along dim (the smallest of equally frequent ones) and the last index
+        holding it, as torch.mode. O(n^2) in the dim's size.
+
+            >>> values, indices = Tensor([[1, 3, 3, 2, 1]]).mode(1)
+            >>> values.tolist(), indices.tolist()
+            ([1], [4])
+        """
+        d, x = self._last_dim(dim, "mode")
+        n = x.shape[-1]
+        with _NoGrad():
+            xd = x.detach()
+            counts = (xd.unsqueeze(-1) == xd.unsqueeze(-2)).sum(-1)                    # (..., n)
+            top = counts == counts.max(-1, keepdim=True)
+            big = math.inf if xd.dtype.is_float else int(max_value(xd.dtype))
+            best = top.where(xd, big).min(-1, keepdim=True)
+            idx = (xd == best).where(index_range(n, self.device), -1).max(-1, keepdim=True)
+        values = x.gather(-1, idx)
+        out = [t if d == x.ndim - 1 else t.transpose(d, -1) for t in (values, idx.cast(dtypes.int64))]
+        if self.ndim == 0:
+            return ValuesIndices(out[0].reshape(()), out[1].reshape(()))
+        return ValuesIndices(*[t if keepdim else t.squeeze(d) for t in out])
+
+    # ops with value-dependent shapes: read to the host
+    def unique(self, sorted: builtins.bool = True, return_inverse: builtins.bool = False,  # noqa: A002
+               return_counts: builtins.bool = False, dim: builtins.int | None = None) -> Any:
+        """The distinct values, sorted (and, if asked, the index of each element's value and each value's
+        count), as torch.unique of the flattened tensor. Reads the values to the host.
+
+            >>> Tensor([3, 1, 3]).unique(return_counts=True)[1].tolist()
+            [1, 2]
+        """
+        if dim is not None:
+            raise ValueError("[core] unique: dim= is not supported; call it on the flattened tensor")
+        values, inverse, counts = np.unique(self.numpy(), return_inverse=True, return_counts=True)
+        out = [Tensor(values, device=self.device, dtype=self.dtype)]
+        if return_inverse:
+            out.append(Tensor(inverse.reshape(self.shape).astype(np.int64), device=self.device))
+        if return_counts:
+            out.append(Tensor(counts.astype(np.int64), device=self.device))
+        return out[0] if len(out) == 1 else tuple(out)
+
+    def unique_consecutive(self) -> Tensor:
+        """The values with each run of equal neighbours kept once (flattened). Reads them to the host.
+
+            >>> Tensor([1, 1, 2, 1]).unique_consecutive().tolist()
+            [1, 2, 1]
+        """
+        a = self.numpy().reshape(-1)
+        keep = np.concatenate([[True], a[1:] != a[:-1]]) if a.size else np.zeros(0, bool)
+        return Tensor(a[keep], device=self.device, dtype=self.dtype)
+
+    def nonzero(self, as_tuple: builtins.bool = False) -> Any:
+        """The int64 indices of the nonzero elements, one row each (n, ndim), or one tensor per dim with
+        as_tuple=True. Reads the values to the host.
+
+            >>> Tensor([[0, 1], [1, 0]]).nonzero().tolist()
+            [[0, 1], [1, 0]]
+        """
+        where = np.nonzero(self.numpy())
+        cols = [Tensor(w.astype(np.int64), device=self.device) for w in where]
+        if as_tuple:
+            return tuple(cols)
+        return Tensor(np.stack(where, 1).astype(np.int64).reshape(-1, self.ndim), device=self.device)
+
+    def argwhere(self) -> Tensor:
+        """nonzero(): the indices of the nonzero elements, one row each.
+
+            >>> Tensor([0, 3, 4]).argwhere().tolist()
+            [[1], [2]]
+        """
+        return self.nonzero()
+
+    def masked_select(self, mask: Tensor) -> Tensor:
+        """The elements where mask (broadcast to self) is True, as a 1-d tensor; gradients flow to them.
+        Reads the mask to the host.
+
+            >>> Tensor([[1, 2], [3, 4]]).masked_select(Tensor([True, False])).tolist()
+            [1, 3]
+        """
+        shape = broadcast_shape(self.shape, mask.shape)
+        picked = np.flatnonzero(np.broadcast_to(mask.numpy(), shape))
+        return self._broadcast_to(shape).reshape(-1)[Tensor(picked.astype(np.int64), device=self.device)]
+
+    def bincount(self, weights: Tensor | None = None, minlength: builtins.int = 0) -> Tensor:
+        """How often each value 0..max occurs in this 1-d int tensor (the weights' sums if given), at
+        least minlength long. Reads the largest value to the host.
+
+            >>> Tensor([1, 1, 3]).bincount().tolist()
+            [0, 2, 0, 1]
+        """
+        if self.ndim != 1 or self.dtype.is_float:
+            raise ValueError(f"[core] bincount: expected a 1-d int tensor, got {self.dtype.name}{self.shape}")
+        n = builtins.max(minlength, builtins.int(self.max().item()) + 1 if self.numel() else 0)
+        hit = self.unsqueeze(-1) == index_range(n, self.device)                       # (len, n)
+        return hit.sum(0) if weights is None else hit.where(weights.unsqueeze(-1), 0).sum(0)
+
+    def histc(self, bins: builtins.int = 100, min: builtins.float = 0, max: builtins.float = 0) -> Tensor:  # noqa: A002
+        """A histogram of `bins` equal bins over [min, max] (the data's range when both are 0); values
+        outside are left out, as torch.histc.
+
+            >>> Tensor([1.0, 2.0, 1.0, 4.0]).histc(bins=4, min=0, max=4).tolist()
+            [0.0, 2.0, 1.0, 1.0]
+        """
+        x = self._float_like().reshape(-1)
+        lo, hi = builtins.float(min), builtins.float(max)
+        if lo == hi:
+            lo, hi = builtins.float(x.min().item()), builtins.float(x.max().item())
+            lo, hi = (lo - 1, hi + 1) if lo == hi else (lo, hi)
+        pos = ((x - lo) * (bins / (hi - lo))).floor().cast(dtypes.int32).minimum(bins - 1)
+        pos = ((x >= lo) & (x <= hi)).where(pos, -1)
+        return (pos.unsqueeze(-1) == index_range(bins, self.device)).sum(0).cast(x.dtype)
+
+    # shape
+    def movedim(self, source: Any, destination: Any) -> Tensor:
+        """The dims `source` (an int or a tuple) moved to positions `destination`, the others keeping their
+        order (torch.movedim, numpy's moveaxis).
+
+            >>> Tensor.zeros(2, 3, 4).movedim(0, -1).shape
+            (3, 4, 2)
+        """
+        src = self._axes(source if isinstance(source, (tuple, list)) else (source,))
+        dst = self._axes(destination if isinstance(destination, (tuple, list)) else (destination,))
+        if len(src) != len(dst):
+            raise ValueError(f"[core] movedim: {len(src)} source dims but {len(dst)} destinations")
+        order = [i for i in range(self.ndim) if i not in src]
+        for d, s in builtins.sorted(zip(dst, src)):
+            order.insert(d, s)
+        return self.permute(order)
+
+    moveaxis = movedim
+
+    def reshape_as(self, other: Tensor) -> Tensor:
+        """reshape(other.shape).
+
+            >>> Tensor.zeros(6).reshape_as(Tensor.zeros(2, 3)).shape
+            (2, 3)
+        """
+        return self.reshape(other.shape)
+
+    def ravel(self) -> Tensor:
+        """The elements as a 1-d tensor (reshape(-1)).
+
+            >>> Tensor([[1, 2], [3, 4]]).ravel().tolist()
+            [1, 2, 3, 4]
+        """
+        return self.reshape(-1)
+
+    @property
+    def mT(self) -> Tensor:  # noqa: N802  (torch's name)
+        """The last two dims swapped (a batch of matrices transposed).
+
+            >>> Tensor.zeros(5, 2, 3).mT.shape
+            (5, 3, 2)
+        """
+        return self.transpose(-2, -1)
+
+    def broadcast_to(self, *shape: Any) -> Tensor:
+        """expand() to `shape` (torch.broadcast_to).
+
+            >>> Tensor([1, 2]).broadcast_to((2, 2)).tolist()
+            [[1, 2], [1, 2]]
+        """
+        return self.expand(*shape)
+
+    def tile(self, *dims: Any) -> Tensor:
+        """repeat() whose counts may be fewer than the dims (1s are put in front) or more (the tensor gets
+        leading dims of size 1), as torch.tile.
+
+            >>> Tensor([1, 2]).tile(2).tolist(), Tensor([1, 2]).tile((2, 1)).tolist()
+            ([1, 2, 1, 2], [[1, 2], [1, 2]])
+        """
+        reps = _argfix(*dims)
+        reps = (1,) * (self.ndim - len(reps)) + tuple(reps)
+        return self.reshape((1,) * (len(reps) - self.ndim) + self.shape).repeat(reps)
+
+    def repeat_interleave(self, repeats: Any, dim: builtins.int | None = None) -> Tensor:
+        """Each element repeated `repeats` times in place along dim (the flattened tensor when None);
+        repeats may be a tensor of counts, one per element (read to the host).
+
+            >>> x = Tensor([1, 2])
+            >>> x.repeat_interleave(2).tolist(), x.repeat_interleave(Tensor([0, 3])).tolist()
+            ([1, 1, 2, 2], [2, 2, 2])
+        """
+        x, d = (self.reshape(-1), 0) if dim is None else (self, self._axis(dim))
+        if isinstance(repeats, Tensor) and repeats.numel() == 1:
+            repeats = builtins.int(repeats.item())
+        if isinstance(repeats, Tensor):
+            picks = np.repeat(np.arange(x.shape[d]), repeats.numpy().reshape(-1))
+            return x.index_select(d, Tensor(picks.astype(np.int64), device=self.device))
+        grown = x.unsqueeze(d + 1)
+        grown = grown.expand(*grown.shape[:d + 1], repeats, *grown.shape[d + 2:])
+        return grown.flatten(d, d + 1)
+
+    def roll(self, shifts: Any, dims: Any = None) -> Tensor:
+        """Elements shifted along dims (the flattened tensor when None), wrapping around the end.
+
+            >>> Tensor([1, 2, 3, 4]).roll(1).tolist(), Tensor([[1, 2], [3, 4]]).roll(1, 0).tolist()
+            ([4, 1, 2, 3], [[3, 4], [1, 2]])
+        """
+        if dims is None:
+            return self.reshape(-1).roll(shifts, 0).reshape(self.shape)
+        shifts = shifts if isinstance(shifts, (tuple, list)) else (shifts,)
+        dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+        if len(shifts) != len(dims):
+            raise ValueError(f"[core] roll: {len(shifts)} shifts for {len(dims)} dims")
+        x = self
+        for shift, dim in zip(shifts, dims):
+            d = x._axis(dim)
+            n = x.shape[d]
+            s = shift % n if n else 0
+            if s:
+                x = x.narrow(d, n - s, s).cat(x.narrow(d, 0, n - s), dim=d)
+        return x
+
+    def fliplr(self) -> Tensor:
+        """flip(1): columns in reverse order.
+
+            >>> Tensor([[1, 2]]).fliplr().tolist()
+            [[2, 1]]
+        """
+        return self.flip(1)
+
+    def flipud(self) -> Tensor:
+        """flip(0): rows in reverse order.
+
+            >>> Tensor([[1], [2]]).flipud().tolist()
+            [[2], [1]]
+        """
+        return self.flip(0)
+
+    def rot90(self, k: builtins.int = 1, dims: Sequence[builtins.int] = (0, 1)) -> Tensor:
+        """Rotated by 90 degrees k times, from dims[0] toward dims[1] (torch.rot90, numpy's rot90).
+
+            >>> Tensor([[1, 2], [3, 4]]).rot90().tolist()
+            [[2, 4], [1, 3]]
+        """
+        d0, d1 = dims
+        k %= 4
+        if k == 0:
+            return self
+        if k == 2:
+            return self.flip(d0, d1)
+        return self.flip(d1).transpose(d0, d1) if k == 1 else self.transpose(d0, d1).flip(d1)
+
+    def tensor_split(self, indices_or_sections: Any, dim: builtins.int = 0) -> tuple[Tensor, ...]:
+        """Pieces along dim: n sections as equal as can be (the first ones one longer), or cut at the
+        given indices (torch.tensor_split, numpy's array_split).
+
+            >>> [t.tolist() for t in Tensor([1, 2, 3, 4, 5]).tensor_split(2)]
+            [[1, 2, 3], [4, 5]]
+        """
+        d = self._axis(dim)
+        n = self.shape[d]
+        cut = indices_or_sections
+        cut = cut.tolist() if isinstance(cut, Tensor) else cut
+        if isinstance(cut, builtins.int):
+            size, extra = divmod(n, cut)
+            cut = list(itertools.accumulate(size + (i < extra) for i in range(cut - 1)))
+        bounds = [0] + [builtins.min(builtins.max(c % n if c < 0 else c, 0), n) for c in cut] + [n]
+        return tuple(self.narrow(d, a, builtins.max(b - a, 0)) for a, b in zip(bounds, bounds[1:]))
+
+    def unbind(self, dim: builtins.int = 0) -> tuple[Tensor, ...]:
+        """The slices along dim, each without it.
+
+            >>> [t.tolist() for t in Tensor([[1, 2], [3, 4]]).unbind(1)]
+            [[1, 3], [2, 4]]
+        """
+        d = self._axis(dim)
+        return tuple(self.select(d, i) for i in range(self.shape[d]))
+
+    def narrow(self, dim: builtins.int, start: Any, length: builtins.int) -> Tensor:
+        """The `length` elements from `start` along dim (a view).
+
+            >>> Tensor([1, 2, 3, 4]).narrow(0, 1, 2).tolist()
+            [2, 3]
+        """
+        d = self._axis(dim)
+        n = self.shape[d]
+        start = builtins.int(start.item() if isinstance(start, Tensor) else start)
+        start = start + n if start < 0 else start
+        if not (0 <= start <= n and 0 <= length <= n - start):
+            raise ValueError(f"[core] narrow: start {start} and length {length} do not fit dim {dim} of "
+                             f"size {n}")
+        return self._shrink(tuple((start, start + length) if i == d else (0, s)
+                                  for i, s in enumerate(self.shape)))
+
+    def select(self, dim: builtins.int, index: builtins.int) -> Tensor:
+        """The slice at `index` along dim, without that dim (x.select(1, 2) is x[:, 2]).
+
+            >>> Tensor([[1, 2], [3, 4]]).select(1, 0).tolist()
+            [1, 3]
+        """
+        return self[(slice(None),) * self._axis(dim) + (index,)]
+
+    def index_select(self, dim: builtins.int, index: Tensor) -> Tensor:
+        """The slices along dim at the positions in the 1-d int tensor index.
+
+            >>> Tensor([[1, 2, 3]]).index_select(1, Tensor([2, 0])).tolist()
+            [[3, 1]]
+        """
+        if index.ndim > 1:
+            raise ValueError(f"[core] index_select: index must be 0-d or 1-d, got shape {index.shape}")
+        return self[(slice(None),) * self._axis(dim) + (index.reshape(-1),)]
+
+    def take(self, index: Tensor) -> Tensor:
+        """The elements of the flattened tensor at index, in index's shape.
+
+            >>> Tensor([[1, 2], [3, 4]]).take(Tensor([[3, 0]])).tolist()
+            [[4, 1]]
+        """
+        return self.reshape(-1)[index]
+
+    def take_along_dim(self, indices: Tensor, dim: builtins.int | None = None) -> Tensor:
+        """gather() with the other dims broadcast between self and indices; with dim None, of the
+        flattened tensor at the flattened indices (numpy's take_along_axis).
+
+            >>> Tensor([[10, 30, 20]]).take_along_dim(Tensor([[1], [2]]), dim=1).tolist()
+            [[30], [20]]
+        """
+        if dim is None:
+            return self.reshape(-1).gather(0, indices.reshape(-1))
+        d = self._axis(dim)
+        if indices.ndim != self.ndim:
+            raise ValueError(f"[core] take_along_dim: indices have {indices.ndim} dims, input {self.ndim}")
+        shape = broadcast_shape(tuple(s for i, s in enumerate(self.shape) if i != d),
+                                tuple(s for i, s in enumerate(indices.shape) if i != d))
+        grow = list(shape)
+
+        def fit(t: Tensor) -> Tensor:
+            return t.expand(*(grow[:d] + [t.shape[d]] + grow[d:]))
+        return fit(self).gather(d, fit(indices))
+
+    def _scattered(self, dim: builtins.int, index: Tensor, src: Any) -> tuple[Tensor, Tensor]:
+        """(hit, summed): for scatter along dim, whether each position of self is written and the sum of
+        the src values written there; both in self's shape."""
+        d = self._axis(dim)
+        if not isinstance(index, Tensor) or not index.dtype.is_int or index.ndim != self.ndim:
+            raise TypeError(f"[core] scatter: index must be an int tensor with {self.ndim} dims")
+        indexing.check_bounds(index, self.shape[d])
+        n = self.shape[d]
+        src = src._shrink(tuple((0, s) for s in index.shape)) if isinstance(src, Tensor) else \
+            Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
+        onehot = indexing.as_index(index).unsqueeze(-1) == index_range(n, self.device)    # (*index, n)
+        hit = onehot.any(d).unsqueeze(d).transpose(d, -1).squeeze(-1)          # index's shape, n at d
+        summed = onehot.where(src.cast(self.dtype).unsqueeze(-1), 0).sum(d).unsqueeze(d).transpose(d, -1)
+        summed = summed.squeeze(-1).cast(self.dtype)
+        pads = tuple((0, s - hs) if i != d else (0, 0)
+                     for i, (s, hs) in enumerate(zip(self.shape, hit.shape)))
+        return hit.pad(pads, value=False), summed.pad(pads)
+
+    def scatter(self, dim: builtins.int, index: Tensor, src: Any = None, *, value: Any = None) -> Tensor:
+        """A copy of self with src's elements (or the scalar value) written along dim at the positions in
+        index: for dim=1, out[i][index[i][j]] = src[i][j] (torch.scatter; a position named twice gets one
+        of the values).
+
+            >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), 1.0).tolist()
+            [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
+        """
+        hit, written = self._scattered(dim, index, value if src is None else src)
+        return hit.where(written, self)
+
+    def scatter_add(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor:
+        """A copy of self with src's elements added along dim at the positions in index (repeats add up).
+
+            >>> Tensor.zeros(3).scatter_add(0, Tensor([0, 0, 2]), Tensor([1.0, 2.0, 5.0])).tolist()
+            [3.0, 0.0, 5.0]
+        """
+        return self + self._scattered(dim, index, src)[1]
+
+    def index_add(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+        """A copy of self plus alpha * source's slices along dim at the positions in index.
+
+            >>> Tensor([1, 1, 1]).index_add(0, Tensor([0, 0, 2]), Tensor([1, 2, 3])).tolist()
+            [4, 1, 4]
+        """
+        return indexing.index_add(self, dim, index, source, alpha)
+
+    def index_fill(self, dim: builtins.int, index: Tensor, value: Any) -> Tensor:
+        """A copy of self with value at the positions in index along dim.
+
+            >>> Tensor([[1, 2, 3]]).index_fill(1, Tensor([0, 2]), -1).tolist()
+            [[-1, 2, -1]]
+        """
+        return indexing.index_fill(self, dim, index, value)
+
+    def index_copy(self, dim: builtins.int, index: Tensor, source: Tensor) -> Tensor:
+        """A copy of self with source's slices along dim written at the positions in index.
+
+            >>> Tensor([0, 0, 0]).index_copy(0, Tensor([2]), Tensor([5])).tolist()
+            [0, 0, 5]
+        """
+        return indexing.index_copy(self, dim, index, source)
+
+    def diag_embed(self, offset: builtins.int = 0, dim1: builtins.int = -2,
+                   dim2: builtins.int = -1) -> Tensor:
+        """Each last-dim vector put on the `offset` diagonal of a matrix in dims (dim1, dim2) of the result.
+
+            >>> Tensor([[1, 2]]).diag_embed().tolist()
+            [[[1, 0], [0, 2]]]
+        """
+        n, k = self.shape[-1], abs(offset)
+        out = self.unsqueeze(-1) * Tensor.eye(n, dtype=self.dtype, device=self.device)
+        lead = ((0, 0),) * (self.ndim - 1)
+        out = out.pad(lead + (((0, k), (k, 0)) if offset > 0 else ((k, 0), (0, k)))) if k else out
+        return out.movedim((-2, -1), (dim1, dim2))
+
+    def outer(self, vec2: Tensor) -> Tensor:
+        """The outer product of two 1-d tensors: out[i][j] = self[i] * vec2[j].
+
+            >>> Tensor([1, 2]).outer(Tensor([1, 10])).tolist()
+            [[1, 10], [2, 20]]
+        """
+        return self.reshape(-1, 1) * vec2.reshape(1, -1)
+
+    ger = outer
+
+    def kron(self, other: Tensor) -> Tensor:
+        """The Kronecker product: blocks self[i, j] * other (any number of dims).
+
+            >>> Tensor([[1, 2]]).kron(Tensor([[1], [10]])).tolist()
+            [[1, 2], [10, 20]]
+        """
+        n = builtins.max(self.ndim, other.ndim)
+        a = self.reshape((1,) * (n - self.ndim) + self.shape)
+        b = other.reshape((1,) * (n - other.ndim) + other.shape)
+        a = a.reshape(tuple(itertools.chain.from_iterable((s, 1) for s in a.shape)))
+        b = b.reshape(tuple(itertools.chain.from_iterable((1, s) for s in b.shape)))
+        return (a * b).reshape(tuple(x * y for x, y in zip(a.shape[::2], b.shape[1::2])))
+
+    def cross(self, other: Tensor, dim: builtins.int | None = None) -> Tensor:
+        """The 3-d cross product along dim (the first dim of size 3 when None, as torch.cross).
+
+            >>> Tensor([1.0, 0.0, 0.0]).cross(Tensor([0.0, 1.0, 0.0])).tolist()
+            [0.0, 0.0, 1.0]
+        """
+        a, b = self._broadcasted(other)
+        d = next((i for i, s in enumerate(a.shape) if s == 3), None) if dim is None else a._axis(dim)
+        if d is None or a.shape[d] != 3:
+            raise ValueError(f"[core] cross: dim {dim} of shape {a.shape} must have size 3")
+        x, y = a.unbind(d), b.unbind(d)
+        parts = [x[1] * y[2] - x[2] * y[1], x[2] * y[0] - x[0] * y[2], x[0] * y[1] - x[1] * y[0]]
+        return Tensor.stack(parts, d)
+
+    def msort(self) -> Tensor:
+        """The values sorted along dim 0.
+
+            >>> Tensor([[2, 1], [1, 3]]).msort().tolist()
+            [[1, 1], [2, 3]]
+        """
+        return self.sort(0).values
+
+    # matrix products
+    def mm(self, mat2: Tensor) -> Tensor:
+        """The product of two 2-d tensors.
+
+            >>> Tensor([[1, 2]]).mm(Tensor([[3], [4]])).tolist()
+            [[11]]
+        """
+        _check_ndim("mm", (self, 2), (mat2, 2))
+        return self.matmul(mat2)
+
+    def mv(self, vec: Tensor) -> Tensor:
+        """A 2-d tensor times a 1-d one.
+
+            >>> Tensor([[1, 2], [3, 4]]).mv(Tensor([1, 1])).tolist()
+            [3, 7]
+        """
+        _check_ndim("mv", (self, 2), (vec, 1))
+        return self.matmul(vec)
+
+    def bmm(self, mat2: Tensor) -> Tensor:
+        """A batch of matrix products: (b, n, k) @ (b, k, m).
+
+            >>> Tensor.ones(2, 1, 3).bmm(Tensor.ones(2, 3, 1)).tolist()
+            [[[3.0]], [[3.0]]]
+        """
+        _check_ndim("bmm", (self, 3), (mat2, 3))
+        return self.matmul(mat2)
+
+    def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        """beta * self + alpha * (mat1 @ mat2), self broadcasting (beta=0 ignores self).
+
+            >>> Tensor([1, 1]).addmm(Tensor([[1, 2]]), Tensor([[1, 0], [0, 1]])).tolist()
+            [[2, 3]]
+        """
+        _check_ndim("addmm", (mat1, 2), (mat2, 2))
+        return _scaled_sum(self, mat1.matmul(mat2), beta, alpha)
+
+    def addmv(self, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        """beta * self + alpha * (mat @ vec).
+
+            >>> Tensor([1, 1]).addmv(Tensor([[1, 2], [3, 4]]), Tensor([1, 1])).tolist()
+            [4, 8]
+        """
+        _check_ndim("addmv", (mat, 2), (vec, 1))
+        return _scaled_sum(self, mat.matmul(vec), beta, alpha)
+
+    def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
+        """beta * self + alpha * (batch1 @ batch2) for batches of matrices.
+
+            >>> Tensor.zeros(1, 1, 1).baddbmm(Tensor.ones(1, 1, 2), Tensor.ones(1, 2, 1), alpha=2).tolist()
+            [[[4.0]]]
+        """
+        _check_ndim("baddbmm", (batch1, 3), (batch2, 3))
+        return _scaled_sum(self, batch1.matmul(batch2), beta, alpha)
+
+    def inner(self, other: Tensor) -> Tensor:
+        """Sums of products over the last dims: the result has self's other dims then other's.
+
+            >>> Tensor([[1, 2], [3, 4]]).inner(Tensor([1, 1])).tolist()
+            [3, 7]
+        """
+        if self.ndim == 0 or other.ndim == 0:
+            return self * other
+        k = self.shape[-1]
+        out = self.reshape(-1, k).matmul(other.reshape(-1, k).transpose(0, 1))
+        return out.reshape(self.shape[:-1] + other.shape[:-1])
+
+    def vdot(self, other: Tensor) -> Tensor:
+        """The dot product of two 1-d tensors.
+
+            >>> Tensor([1, 2]).vdot(Tensor([3, 4])).item()
+            11
+        """
+        _check_ndim("vdot", (self, 1), (other, 1))
+        return self.matmul(other)
+
+    # dtypes
+    def short(self) -> Tensor:
+        """cast() to int16.
+
+            >>> Tensor([1.7]).short().tolist()
+            [1]
+        """
+        return self.cast(dtypes.int16)
+
+    def byte(self) -> Tensor:
+        """cast() to uint8.
+
+            >>> Tensor([3]).byte().dtype
+            dtypes.uint8
+        """
+        return self.cast(dtypes.uint8)
+
+    def char(self) -> Tensor:
+        """cast() to int8.
+
+            >>> Tensor([3]).char().dtype
+            dtypes.int8
+        """
+        return self.cast(dtypes.int8)
+
+    def type(self, dtype: DType | str | None = None) -> Any:
+        """cast() to dtype; with no dtype, the dtype's torch type name ("torch.FloatTensor").
+
+            >>> Tensor([1]).type(), Tensor([1]).type(dtypes.float32).dtype
+            ('torch.LongTensor', dtypes.float32)
+        """
+        if dtype is None:
+            return f"torch.{_TYPE_NAMES.get(self.dtype.name, self.dtype.name)}Tensor"
+        return self.cast(dtype)
+
+    def is_floating_point(self) -> builtins.bool:
+        """Whether the dtype is a float type.
+
+            >>> Tensor([1.0]).is_floating_point(), Tensor([1]).is_floating_point()
+            (True, False)
+        """
+        return self.dtype.is_float
+
+    def is_complex(self) -> builtins.bool:
+        """False: tg has no complex dtypes.
+
+            >>> Tensor([1.0]).is_complex()
+            False
+        """
+        return False
+
     # ------------------------------------------------------------ misc
     def clone(self) -> Tensor:
         """A copy of the values in a buffer of its own (gradients flow through it): later writes to self
@@ -3110,6 +4071,50 @@ def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
     # with NaN neither a < b nor a >= b holds, so >= is "> or ==", not "not <"
     eq = apply(ne, a, b).logical_not()
     return (apply(lt, a, b) if kind == "le" else apply(lt, b, a)) | eq
+
+
+_TYPE_NAMES = {"float32": "Float", "float64": "Double", "float16": "Half", "bfloat16": "BFloat16",
+               "int64": "Long", "int32": "Int", "int16": "Short", "int8": "Char", "uint8": "Byte",
+               "bool": "Bool"}
+
+
+def _check_ndim(name: str, *operands: tuple[Tensor, int]) -> None:
+    for t, n in operands:
+        if t.ndim != n:
+            shapes = ", ".join(str(o.shape) for o, _ in operands)
+            raise ValueError(f"[core] {name}: expected operands of {', '.join(str(k) for _, k in operands)} "
+                             f"dims, got shapes {shapes}")
+
+
+def _scaled_sum(base: Tensor, product: Tensor, beta: Any, alpha: Any) -> Tensor:
+    """beta * base + alpha * product, with torch's rule that beta=0 ignores base (even its NaNs)."""
+    product = product if alpha == 1 else product * alpha
+    if beta == 0:
+        return product
+    return (base if beta == 1 else base * beta) + product
+
+
+def _select_along(values: Tensor, indices: Tensor, d: int, k: int, keepdim: bool) -> ValuesIndices:
+    """The k-th entry along dim d of a sorted (values, indices) pair."""
+    if values.ndim == 0:
+        return ValuesIndices(values, indices)
+    v, i = values.narrow(d, k, 1), indices.narrow(d, k, 1)
+    return ValuesIndices(v, i) if keepdim else ValuesIndices(v.squeeze(d), i.squeeze(d))
+
+
+def _category(dt: DType) -> int:
+    return 2 if dt.is_float else 0 if dt == dtypes.bool else 1
+
+
+def _promote_tensors(x_dims: DType | None, y_dims: DType | None, x: DType, y: DType) -> DType:
+    """torch's promotion of two tensors: a 0-d tensor next to one with dims counts only when its category
+    (bool < int < float) is higher, so float32[n] + float64[] stays float32 and int32[n] + int64[] int32.
+    x_dims / y_dims are the dtypes of the operands that have dims (None for a 0-d one)."""
+    if (x_dims is None) != (y_dims is None):
+        dims, zero = (x, y) if x_dims is not None else (y, x)
+        if _category(zero) <= _category(dims):
+            return dims
+    return promote_types(x, y)
 
 
 def index_range(n: int, device: str) -> Tensor:
