@@ -25,6 +25,10 @@ if TYPE_CHECKING:
 SPLIT_MIN, SPLIT_MIN_SIZE, SPLIT_MAX_PARTIAL = 16, 1 << 16, 1 << 25
 COLUMN_SPLIT_OUTPUTS, COLUMN_SPLIT_MIN, COLUMN_SPLIT_SIZE = 1 << 14, 2048, 1 << 22
 
+# Constants handed out again (LazyBuffer.const); cleared when it holds this many.
+_CONSTS: dict[tuple, LazyBuffer] = {}
+CONST_CACHE = 4096
+
 # Assigns not yet run; TinyJit flushes them (realize.flush_assigns) so no update leaks from one
 # call into the next.
 PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
@@ -71,7 +75,9 @@ class LazyBuffer:
             if srcs:
                 me = weakref.ref(self)
                 for s in srcs:
-                    s.base.readers.refs.append(me)
+                    sb = s._base or s
+                    if sb.op is not BufferOps.CONST:   # a constant is shared and never overwritten
+                        sb.readers.refs.append(me)
 
     def __repr__(self) -> str:
         kind = "realized" if self.base.realized is not None else (self.base.op.name if self.base.op else "?")
@@ -114,9 +120,18 @@ class LazyBuffer:
 
     @staticmethod
     def const(value: Any, dtype: DType, device: str, shape: tuple[int, ...]) -> LazyBuffer:
+        """`value` at every index of `shape`: a view that repeats one CONST base. Constants are
+        immutable and never realized, so one object serves every graph that asks for the same
+        value (by its bits), dtype, device and shape."""
         value = bool(value) if dtype == dtypes.bool else (float(value) if dtype.is_float else int(value))
-        base = LazyBuffer(device, ShapeTracker.from_shape(()), dtype, BufferOps.CONST, (), value)
-        return base.reshape((1,) * len(shape)).expand(shape) if shape else base
+        key = (value.hex() if type(value) is float else value, dtype, device, shape)
+        found = _CONSTS.get(key)
+        if found is None:
+            if len(_CONSTS) >= CONST_CACHE:
+                _CONSTS.clear()
+            base = LazyBuffer(device, ShapeTracker.from_shape(()), dtype, BufferOps.CONST, (), value)
+            found = _CONSTS[key] = base.reshape((1,) * len(shape)).expand(shape) if shape else base
+        return found
 
     # ---- compute
     def e(self, op: Op, *srcs: LazyBuffer, arg: Any = None) -> LazyBuffer:
