@@ -124,7 +124,7 @@ class LazyBuffer:
         immutable and never realized, so one object serves every graph that asks for the same
         value (by its bits), dtype, device and shape."""
         value = bool(value) if dtype == dtypes.bool else (float(value) if dtype.is_float else int(value))
-        key = (value.hex() if type(value) is float else value, dtype, device, shape)
+        key = (value.hex() if type(value) is float else value, dtype.name, device, shape)
         found = _CONSTS.get(key)
         if found is None:
             if len(_CONSTS) >= CONST_CACHE:
@@ -166,9 +166,9 @@ class LazyBuffer:
                 return partial.r(op, (0,), split=False).reshape(shape)
         big = [a for a in sorted(axes) if self.shape[a] > 1]
         outputs = prod(shape)
-        if split and len(big) == 1 and big[0] < max(i for i, s in enumerate(self.shape) if s > 1) and \
-                outputs < COLUMN_SPLIT_OUTPUTS and self.shape[big[0]] >= COLUMN_SPLIT_MIN and \
-                prod(self.shape) >= COLUMN_SPLIT_SIZE:
+        if split and len(big) == 1 and outputs < COLUMN_SPLIT_OUTPUTS and n >= COLUMN_SPLIT_SIZE and \
+                self.shape[big[0]] >= COLUMN_SPLIT_MIN and \
+                big[0] < max(i for i, s in enumerate(self.shape) if s > 1):
             # A long reduce over a strided axis with few outputs (a column sum, a bias gradient): split
             # it so that many more work items share the reading, then sum the partials.
             a, n_red = big[0], self.shape[big[0]]

@@ -22,7 +22,7 @@ from tg.core.device import Buffer, Device, GlobalCounters
 from tg.core.dtype import DType, bf16_to_f32, dtypes
 from tg.core.lazy import PENDING_ASSIGNS, LazyBuffer
 from tg.core.ops import BufferOps
-from tg.core.schedule import ScheduleItem, Structure, create_schedule, structure
+from tg.core.schedule import GraphKey, ScheduleItem, Structure, create_schedule, structure
 from tg.core.shape import prod
 
 
@@ -86,7 +86,7 @@ class _Reuse:
 
 
 # Schedules by graph structure, least recently used first (config.TG_SCHEDULE_CACHE of them).
-_REUSE: OrderedDict[tuple, _Reuse] = OrderedDict()
+_REUSE: OrderedDict[GraphKey, _Reuse] = OrderedDict()
 
 
 def _schedule(todo: list[LazyBuffer]) -> list[ScheduleItem]:

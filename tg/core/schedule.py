@@ -20,10 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tg.core.dtype import dtypes
+from tg.core.dtype import DType, dtypes
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.lazy import LazyBuffer
-from tg.core.ops import BinaryOps, BufferOps, ReduceOps
+from tg.core.ops import BinaryOps, BufferOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
 
 
@@ -318,7 +318,7 @@ class Structure:
     (dtype, shape, device, and which of them share memory) and which bases are the outputs.
     `bases` and `leaves` are this graph's objects at those positions: position i >= 0 is
     bases[i], position -1 - j is leaves[j]."""
-    key: tuple
+    key: GraphKey
     bases: list[LazyBuffer]
     leaves: list[LazyBuffer]
 
@@ -354,7 +354,9 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
             arg, srcs = lb.arg, lb.srcs
             if type(arg) is float:
                 arg = arg.hex()
-            nodes += (lb.op, arg, lb.dtype, lb.shape, lb.device, len(srcs))
+            elif type(arg) is DType:
+                arg = arg.name
+            nodes += (_OP_CODE[id(lb.op)], arg, lb.dtype.name, lb.shape, lb.device, len(srcs))
             for src in srcs:
                 sb = src._base or src
                 p = pos.get(id(sb))
@@ -362,7 +364,7 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
                     p = pos[id(sb)] = -1 - len(leaves)
                     leaves.append(sb)
                     mem = memory.setdefault(id(sb.__dict__["realized"]), len(memory))
-                    leaf_keys.append((sb.dtype, sb.shape, sb.device, mem))
+                    leaf_keys.append((sb.dtype.name, sb.shape, sb.device, mem))
                 nodes += (p, src.st.key)
             pos[id(lb)] = len(bases)
             bases.append(lb)
@@ -379,8 +381,29 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
                 stack.append((sb, False))
     if _outside_readers(bases):
         return None
-    key = (tuple(nodes), tuple(leaf_keys), tuple((pos[id(o.base)], o.st.key) for o in outs))
+    key = GraphKey((tuple(nodes), tuple(leaf_keys), tuple((pos[id(o.base)], o.st.key) for o in outs)))
     return Structure(key, bases, leaves)
+
+
+# Each op as a small int, found by identity: hashing an Enum member runs Python code, and a graph key
+# holds thousands of them. Members live as long as the process, so their ids never change.
+_OP_CODE = {id(op): i for i, op in enumerate(
+    op for kind in (UnaryOps, BinaryOps, TernaryOps, ReduceOps, MovementOps, BufferOps) for op in kind)}
+
+
+class GraphKey:
+    """A graph's key (a long tuple) with its hash computed once: the cache looks it up and moves
+    it, and a tuple recomputes its hash every time."""
+    __slots__ = ("parts", "_hash")
+
+    def __init__(self, parts: tuple):
+        self.parts, self._hash = parts, hash(parts)
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, GraphKey) and self._hash == other._hash and self.parts == other.parts
 
 
 def _same_memory(b: LazyBuffer) -> list[LazyBuffer]:
@@ -494,4 +517,4 @@ def _cycle_target(items: list[ScheduleItem], deps: list[set[int]], done: set[int
     return min(targets, key=lambda t: prod(t.shape))
 
 
-__all__ = ["ScheduleItem", "Structure", "create_schedule", "structure", "BinaryOps", "dtypes"]
+__all__ = ["GraphKey", "ScheduleItem", "Structure", "create_schedule", "structure", "BinaryOps", "dtypes"]
