@@ -280,8 +280,12 @@ def _lit(value, dtype: DType, d: Dialect) -> str:
 
 
 class CStyleRenderer:
-    def __init__(self, dialect: Dialect, parallel_threshold: int = 1 << 15, threads: int = 0):
+    def __init__(self, dialect: Dialect, parallel_threshold: int = 1 << 15, threads: int = 0,
+                 loop_pragma: str = ""):
+        """`loop_pragma`: a line put before every loop (a device that needs its driver told how to
+        compile loops; see ops_cl.py)."""
         self.d, self.parallel_threshold, self.threads = dialect, parallel_threshold, threads
+        self.loop_pragma = loop_pragma
 
     # ---- types
     def ctype(self, dtype: DType) -> str:
@@ -341,6 +345,8 @@ class CStyleRenderer:
                         stream_depth = indent
                     elif lin.work >= self.parallel_threshold:
                         body.append(f"{pad}#pragma omp parallel for{collapse}{threads}{cond}")
+                if self.loop_pragma:
+                    body.append(pad + self.loop_pragma)
                 body.append(
                     f"{pad}for ({self.idx_type(lin)} {var.name} = 0; {var.name} < {count}; {var.name}++) {{"
                 )
