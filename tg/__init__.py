@@ -42,7 +42,7 @@ _NAMESPACE_NAMES = frozenset({"Generator", "abs", "absolute", "acos", "acosh", "
                               "histc", "hstack", "hypot", "iinfo", "index_add", "index_select",
                               "initial_seed", "inner", "is_complex", "is_floating_point", "is_tensor",
                               "isclose", "isfinite", "isinf", "isnan", "isneginf", "isposinf", "kron",
-                              "kthvalue", "le", "lerp", "less", "less_equal", "linalg", "linspace", "log",
+                              "kthvalue", "le", "lerp", "less", "less_equal", "linspace", "log",
                               "log10", "log1p", "log2", "log_softmax", "logaddexp", "logaddexp2",
                               "logcumsumexp", "logical_and", "logical_not", "logical_or", "logical_xor",
                               "logspace", "logsumexp", "lt", "manual_seed", "masked_fill", "masked_select",
@@ -63,8 +63,8 @@ _NAMESPACE_NAMES = frozenset({"Generator", "abs", "absolute", "acos", "acosh", "
                               "trunc", "unbind", "unflatten", "unique", "unique_consecutive", "unsqueeze",
                               "var", "var_mean", "vdot", "vstack", "where", "xlogy", "zeros", "zeros_like"})
 
-# torch's subpackage paths: tg.nn, tg.optim, tg.utils (data, checkpoint), tg.distributed
-_SUBPACKAGES = ("nn", "optim", "utils", "distributed")
+# torch's subpackage paths: tg.nn, tg.optim, tg.utils (data, checkpoint), tg.distributed, tg.linalg
+_SUBPACKAGES = ("nn", "optim", "utils", "distributed", "linalg")
 
 if TYPE_CHECKING:
     from tg import nn

@@ -37,7 +37,7 @@ __all__ = [
     "concat", "stack", "flatten", "where", "einsum", "multinomial", "randperm", "as_tensor", "empty_like",
     "logspace", "tril_indices", "triu_indices", "concatenate", "hstack", "vstack", "row_stack", "dstack",
     "column_stack", "meshgrid", "broadcast_tensors", "tensordot", "cdist", "var_mean", "std_mean",
-    "searchsorted", "bucketize", "result_type", "promote_types", "can_cast", "finfo", "iinfo", "linalg",
+    "searchsorted", "bucketize", "result_type", "promote_types", "can_cast", "finfo", "iinfo",
 ]
 
 
@@ -766,45 +766,6 @@ class iinfo:  # noqa: N801  (torch's name)
 
     def __repr__(self) -> str:
         return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype.name})"
-
-
-# ---------------------------------------------------------------- linalg
-
-class _Linalg:
-    """torch.linalg's norms and cross product: tg.linalg.vector_norm(x), tg.linalg.norm(x, dim=1).
-
-        >>> linalg.vector_norm(tensor([3.0, 4.0])).item(), linalg.norm(tensor([[3.0, 4.0]]), dim=1).tolist()
-        (5.0, [5.0])
-    """
-
-    @staticmethod
-    def vector_norm(x: Tensor, ord: Any = 2, dim: Any = None, keepdim: bool = False, *,  # noqa: A002
-                    dtype: DType | None = None) -> Tensor:
-        """The vector ord-norm over dim (all elements when None): Tensor.norm."""
-        return x.norm(ord, dim, keepdim, dtype=dtype)
-
-    @staticmethod
-    def matrix_norm(x: Tensor, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),  # noqa: A002
-                    keepdim: bool = False) -> Tensor:
-        """The Frobenius norm of the matrices in dims `dim` (the only ord tg has)."""
-        if ord != "fro":
-            raise ValueError(f"[core] linalg.matrix_norm: only ord='fro' is supported, got {ord!r}")
-        return x.norm(2, dim, keepdim)
-
-    @staticmethod
-    def norm(x: Tensor, ord: Any = None, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A002
-        """vector_norm of all elements or over one dim, matrix_norm over two (ord None: 2 or 'fro')."""
-        if isinstance(dim, (tuple, list)) and len(dim) == 2:
-            return _Linalg.matrix_norm(x, "fro" if ord is None else ord, tuple(dim), keepdim)
-        return x.norm(2 if ord is None else ord, dim, keepdim)
-
-    @staticmethod
-    def cross(a: Tensor, b: Tensor, dim: int = -1) -> Tensor:
-        """The 3-d cross product along dim (the last, by default)."""
-        return a.cross(b, dim)
-
-
-linalg = _Linalg()
 
 
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:

@@ -146,12 +146,12 @@ def test_few_long_reductions_share_a_work_group_through_local_memory():
     x = Tensor(np.ones((100, 1024), np.float32))
     for dialect, local, barrier in (("opencl", "__local float", "barrier(CLK_LOCAL_MEM_FENCE)"),
                                     ("cuda", "__shared__ float", "__syncthreads()")):
-        lin, src = _gpu_kernel(x.max(axis=1), dialect)
+        lin, src = _gpu_kernel(x.amax(axis=1), dialect)
         assert lin.local_size >= 128 and lin.global_size == 100 * lin.local_size, (
             dialect
         )  # a group per output
         assert local in src and barrier in src and "if ((lidx0<1))" in src
-    lin, src = _gpu_kernel(x.max(axis=1), "cuda", group_size=96)   # a device allowing at most 96 items
+    lin, src = _gpu_kernel(x.amax(axis=1), "cuda", group_size=96)   # a device allowing at most 96 items
     assert lin.local_size == 64 and "[64];" in src and "s = 32" in src   # the halving tree needs 2**k
     lin, src = _gpu_kernel(x.sum(axis=1)[:, None] * Tensor(np.ones((100, 4096), np.float32)))
     assert lin.local_size == 0      # many outputs: one work item per output, no local memory
@@ -177,7 +177,7 @@ def test_grouped_reductions_on_cl_match_numpy(shape, axis):
     a = rng.standard_normal(shape).astype(np.float32)
     x = Tensor(a, device="CL")
     np.testing.assert_allclose(x.sum(axis=axis).numpy(), a.sum(axis=axis), rtol=1e-4, atol=1e-3)
-    np.testing.assert_array_equal(x.max(axis=axis).numpy(), a.max(axis=axis))
+    np.testing.assert_array_equal(x.amax(axis=axis).numpy(), a.max(axis=axis))
     np.testing.assert_allclose((x.exp().sum(axis=axis) + 1).log().numpy(),
                                np.log(np.exp(a).sum(axis=axis) + 1), rtol=1e-4)   # and an epilogue
     n = (a > 0.5).astype(np.int32)
@@ -192,7 +192,7 @@ def test_grouped_reduction_nan_propagates_like_numpy():
     needs("CL")
     a = np.zeros((2, 4096), np.float32)
     a[1, 3001] = np.nan
-    np.testing.assert_array_equal(Tensor(a, device="CL").max(axis=1).numpy(), a.max(axis=1))
+    np.testing.assert_array_equal(Tensor(a, device="CL").amax(axis=1).numpy(), a.max(axis=1))
 
 
 def test_opencl_kernels_load_and_store_float4():

@@ -13,7 +13,7 @@ def op_suite():
     k = Tensor(np.random.randn(4, 3, 3, 3).astype(np.float32), device="NULL")
     return {
         "elementwise": (x * 2 + 1).relu().exp().log2().sqrt().sin(),
-        "sum": x.sum(1), "max": x.max(0), "softmax": x.softmax(-1), "matmul": x @ w,
+        "sum": x.sum(1), "max": x.amax(0), "softmax": x.softmax(-1), "matmul": x @ w,
         "conv2d": img.conv2d(k, padding=1, stride=2), "pool": img.max_pool2d(2),
         "casts": x.half().float() + x.bfloat16().float() + x.int().float(),
         "int": (x.int() // 3 + x.int() % 5) << 1, "bool": (x > 0) & (x < 1),

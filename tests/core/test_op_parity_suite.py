@@ -121,6 +121,39 @@ def _bce_logits(z: np.ndarray, y: np.ndarray, pos_weight: np.ndarray) -> np.ndar
     return np.mean(-(pos_weight * y * log_sig + (1 - y) * log_not))
 
 
+def _log_sigmoid(x: np.ndarray) -> np.ndarray:
+    return -np.logaddexp(0, -x.astype(np.float64))
+
+
+def _cosine_embedding(a: np.ndarray, b: np.ndarray, y: np.ndarray, margin: float) -> np.ndarray:
+    a, b = _float(a, b)
+    cos = (a * b).sum(-1) / np.sqrt(((a * a).sum(-1) + 1e-12) * ((b * b).sum(-1) + 1e-12))
+    return np.where(y == 1, 1 - cos, np.maximum(cos - margin, 0)).mean()
+
+
+def _triplet(a: np.ndarray, p: np.ndarray, n: np.ndarray, swap: bool = False) -> np.ndarray:
+    a, p, n = _float(a, p, n)
+    d_pos, d_neg = np.linalg.norm(a - p + 1e-6, axis=-1), np.linalg.norm(a - n + 1e-6, axis=-1)
+    if swap:
+        d_neg = np.minimum(d_neg, np.linalg.norm(p - n + 1e-6, axis=-1))
+    return np.maximum(d_pos - d_neg + 1.0, 0).mean()
+
+
+def _poisson_full(x: np.ndarray, t: np.ndarray) -> np.ndarray:
+    x, t = _float(x, t)
+    loss = x - t * np.log(x + 1e-8)
+    safe = np.where(t > 1, t, 1.0)
+    return (loss + np.where(t > 1, safe * np.log(safe) - safe + 0.5 * np.log(2 * np.pi * safe), 0)).mean()
+
+
+def _kl_div_mean(x: Any, t: Any) -> Any:
+    with pytest.warns(UserWarning, match="batchmean"):    # torch warns that 'mean' is not the KL divergence
+        return F.kl_div(x, t)
+
+
+SIGNS = np.array([1, -1, -1, 1, -1], np.int64)
+
+
 def _unique(x: np.ndarray) -> tuple[np.ndarray, ...]:
     return np.unique(x, return_inverse=True, return_counts=True)
 
@@ -459,6 +492,37 @@ REDUCTION = [
     Case("max binary", lambda a, b: torch.max(a, b), np.maximum, (U(3, 7), U(7))),
     Case("min binary", lambda a, b: torch.min(a, b), np.minimum, (U(3, 7), U(7))),
     Case("amax", lambda x: torch.amax(x, dim=(0, 2)), lambda x: x.max((0, 2)), (U(3, 7, 5),), grad=True),
+    Case(
+        "max dim",
+        lambda x: torch.max(x, 1),
+        lambda x: (np.max(x, 1), np.argmax(x, 1)),
+        (U(3, 7),),
+        grad=True,
+    ),
+    Case(
+        "max dim keepdim",
+        lambda x: x.max(dim=0, keepdim=True),
+        lambda x: (np.max(x, 0, keepdims=True), np.argmax(x, 0)[None]),
+        (U(5, 3),),
+        grad=True,
+    ),
+    Case(
+        "min dim negative",
+        lambda x: x.min(-1),
+        lambda x: (np.min(x, -1), np.argmin(x, -1)),
+        (U(2, 3, 5),),
+        grad=True,
+    ),
+    Case("max ties", lambda x: x.max(1), lambda x: (np.max(x, 1), np.argmax(x, 1)), (TIES,)),
+    Case(
+        "min int ties",
+        lambda x: torch.min(x, 0),
+        lambda x: (np.min(x, 0), np.argmin(x, 0)),
+        (I(5, 4, low=0, high=3),),
+        dtype="int64",
+    ),
+    Case("max(1)[1]", lambda x: x.max(1)[1], lambda x: np.argmax(x, 1), (U(4, 9),), dtype="int64"),
+    Case("max(1).values", lambda x: x.max(1).values, lambda x: np.max(x, 1), (U(4, 9),), grad=True),
     Case(
         "amin keepdim",
         lambda x: x.amin(1, keepdim=True),
@@ -1515,6 +1579,88 @@ ACTIVATION = [
         (U(3, 7, low=-5, high=5),),
         grad=True,
     ),
+    Case("F.relu6", lambda x: F.relu6(x), lambda x: np.clip(x, 0, 6), (U(3, 7, low=-3, high=9),), grad=True),
+    Case(
+        "F.hardtanh",
+        lambda x: F.hardtanh(x, min_val=-0.5, max_val=1.5),
+        lambda x: np.clip(x, -0.5, 1.5),
+        (U(3, 7),),
+        grad=True,
+    ),
+    Case(
+        "F.hardsigmoid",
+        lambda x: F.hardsigmoid(x),
+        lambda x: np.clip(x / 6 + 0.5, 0, 1),
+        (U(3, 7, low=-5, high=5),),
+        grad=True,
+    ),
+    Case(
+        "F.hardswish",
+        lambda x: F.hardswish(x),
+        lambda x: x * np.clip(x + 3, 0, 6) / 6,
+        (U(3, 7, low=-5, high=5),),
+        grad=True,
+    ),
+    Case("F.selu", lambda x: F.selu(x), lambda x: SELU_SCALE * _elu(x, SELU_ALPHA), (U(3, 7),), grad=True),
+    Case(
+        "F.celu",
+        lambda x: F.celu(x, alpha=1.5),
+        lambda x: np.where(x > 0, x, 1.5 * np.expm1(x / 1.5)),
+        (U(3, 7),),
+        grad=True,
+    ),
+    Case("F.mish", lambda x: F.mish(x), lambda x: x * np.tanh(_softplus(x)), (U(3, 7),), grad=True),
+    Case(
+        "F.logsigmoid",
+        lambda x: F.logsigmoid(x),
+        lambda x: -np.logaddexp(0, -x.astype(np.float64)),
+        (U(3, 7, low=-30, high=30),),
+        grad=True,
+    ),
+    Case("F.softsign", lambda x: F.softsign(x), lambda x: x / (1 + np.abs(x)), (U(3, 7),), grad=True),
+    Case("F.tanhshrink", lambda x: F.tanhshrink(x), lambda x: x - np.tanh(x), (U(3, 7),), grad=True),
+    Case(
+        "F.glu",
+        lambda x: F.glu(x),
+        lambda x: x[..., :3] * np_sigmoid(x[..., 3:]),
+        (U(2, 5, 6),),
+        grad=True,
+    ),
+    Case(
+        "F.glu dim 0",
+        lambda x: F.glu(x, dim=0),
+        lambda x: x[:2] * np_sigmoid(x[2:]),
+        (U(4, 7),),
+        grad=True,
+    ),
+    Case(
+        "F.cosine_similarity",
+        lambda a, b: F.cosine_similarity(a, b),
+        lambda a, b: (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)),
+        (U(3, 7, 2), U(3, 7, 2)),
+        grad=True,
+    ),
+    Case(
+        "F.cosine_similarity broadcast dim -1",
+        lambda a, b: F.cosine_similarity(a, b, dim=-1),
+        lambda a, b: (a * b).sum(-1) / (np.linalg.norm(a, axis=-1) * np.linalg.norm(b, axis=-1)),
+        (U(4, 5), U(5)),
+        grad=True,
+    ),
+    Case(
+        "F.pairwise_distance",
+        lambda a, b: F.pairwise_distance(a, b),
+        lambda a, b: np.linalg.norm(a - b + 1e-6, axis=-1),
+        (U(5, 7), U(5, 7)),
+        grad=True,
+    ),
+    Case(
+        "F.pairwise_distance p=1 keepdim",
+        lambda a, b: F.pairwise_distance(a, b, p=1.0, keepdim=True),
+        lambda a, b: np.abs(a - b + 1e-6).sum(-1, keepdims=True),
+        (U(5, 7), U(7)),
+        grad=True,
+    ),
     Case("F.sigmoid", lambda x: F.sigmoid(x), np_sigmoid, (U(3, 7),)),
     Case("F.tanh", lambda x: F.tanh(x), np.tanh, (U(3, 7),)),
     Case(
@@ -1648,6 +1794,106 @@ LOSS = [
         _bce_logits,
         (U(3, 7), U(3, 7, low=0, high=1), U(7, low=0.5, high=2)),
         grad=True,
+    ),
+    Case(
+        "F.kl_div",
+        lambda x, t: _kl_div_mean(x, t),
+        lambda x, t: (t * (np.log(t) - x)).mean(),
+        (U(4, 5), U(4, 5, low=0.05, high=1)),
+        grad=True,
+    ),
+    Case(
+        "F.kl_div batchmean",
+        lambda x, t: F.kl_div(x.log_softmax(1), t.softmax(1), reduction="batchmean"),
+        lambda x, t: (np_softmax(t, 1) * (np.log(np_softmax(t, 1)) - np.log(np_softmax(x, 1)))).sum() / 4,
+        (U(4, 5), U(4, 5)),
+        grad=True,
+    ),
+    Case(
+        "F.kl_div log_target sum",
+        lambda x, t: F.kl_div(x, t, reduction="sum", log_target=True),
+        lambda x, t: (np.exp(t) * (t - x)).sum(),
+        (U(4, 5), U(4, 5)),
+        grad=True,
+        tol=1e-4,
+    ),
+    Case(
+        "F.cosine_embedding_loss",
+        lambda a, b, y: F.cosine_embedding_loss(a, b, y, margin=0.2),
+        lambda a, b, y: _cosine_embedding(a, b, y, 0.2),
+        (U(5, 6), U(5, 6), SIGNS),
+        grad=True,
+    ),
+    Case(
+        "F.margin_ranking_loss",
+        lambda a, b, y: F.margin_ranking_loss(a, b, y, margin=0.3),
+        lambda a, b, y: np.maximum(-y * (a - b) + 0.3, 0).mean(),
+        (U(7), U(7), np.array([1.0, -1.0, 1.0, 1.0, -1.0, -1.0, 1.0], np.float32)),
+        grad=True,
+    ),
+    Case(
+        "F.triplet_margin_loss",
+        lambda a, p, n: F.triplet_margin_loss(a, p, n),
+        _triplet,
+        (U(5, 6), U(5, 6), U(5, 6)),
+        grad=True,
+    ),
+    Case(
+        "F.triplet_margin_loss swap",
+        lambda a, p, n: F.triplet_margin_loss(a, p, n, swap=True),
+        lambda a, p, n: _triplet(a, p, n, swap=True),
+        (U(5, 6), U(5, 6), U(5, 6)),
+        grad=True,
+    ),
+    Case(
+        "F.hinge_embedding_loss",
+        lambda x, y: F.hinge_embedding_loss(x, y, margin=1.5),
+        lambda x, y: np.where(y == 1, x, np.maximum(1.5 - x, 0)).mean(),
+        (U(5, low=0, high=3), SIGNS),
+        grad=True,
+    ),
+    Case(
+        "F.soft_margin_loss",
+        lambda x, y: F.soft_margin_loss(x, y),
+        lambda x, y: np.log1p(np.exp(-y * x.astype(np.float64))).mean(),
+        (U(3, 5), np.where(np.arange(15).reshape(3, 5) % 3 == 0, 1.0, -1.0).astype(np.float32)),
+        grad=True,
+    ),
+    Case(
+        "F.multilabel_soft_margin_loss",
+        lambda x, y, w: F.multilabel_soft_margin_loss(x, y, weight=w),
+        lambda x, y, w: (-(y * _log_sigmoid(x) + (1 - y) * _log_sigmoid(-x)) * w).mean(-1).mean(),
+        (U(4, 5), U(4, 5, low=0, high=1), U(5, low=0.5, high=2)),
+        grad=True,
+    ),
+    Case(
+        "F.poisson_nll_loss",
+        lambda x, t: F.poisson_nll_loss(x, t),
+        lambda x, t: (np.exp(x) - t * x).mean(),
+        (U(4, 5), U(4, 5, low=0, high=4)),
+        grad=True,
+    ),
+    Case(
+        "F.poisson_nll_loss full rate",
+        lambda x, t: F.poisson_nll_loss(x, t, log_input=False, full=True),
+        _poisson_full,
+        (U(4, 5, low=0.1, high=3), U(4, 5, low=0, high=4)),
+        grad=True,
+    ),
+    Case(
+        "F.gaussian_nll_loss",
+        lambda x, t, v: F.gaussian_nll_loss(x, t, v),
+        lambda x, t, v: (0.5 * (np.log(v) + (x - t) ** 2 / v)).mean(),
+        (U(4, 5), U(4, 5), U(4, 5, low=0.2, high=2)),
+        grad=True,
+    ),
+    Case(
+        "F.gaussian_nll_loss per-sample var full sum",
+        lambda x, t, v: F.gaussian_nll_loss(x, t, v, full=True, reduction="sum"),
+        lambda x, t, v: (0.5 * (np.log(v[:, None]) + (x - t) ** 2 / v[:, None] + np.log(2 * np.pi))).sum(),
+        (U(4, 5), U(4, 5), U(4, low=0.2, high=2)),
+        grad=True,
+        tol=1e-4,
     ),
 ]
 

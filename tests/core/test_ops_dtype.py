@@ -168,7 +168,7 @@ LOW_PRECISION = {"float16": (1e-3, 1e-3), "bfloat16": (1e-2, 1e-2)}
         ("sqrt", np.sqrt, lambda x: x.sqrt(), [(7,)], 0.5),
         ("sigmoid", lambda x: 1 / (1 + np.exp(-x)), lambda x: x.sigmoid(), [(7,)], -2.0),
         ("sum", lambda x: x.sum(1), lambda x: x.sum(1), [(3, 7)], -2.0),
-        ("max", lambda x: x.max(0), lambda x: x.max(0), [(3, 7)], -2.0),
+        ("max", lambda x: x.max(0), lambda x: x.amax(0), [(3, 7)], -2.0),
         ("matmul", np.matmul, operator.matmul, [(3, 7), (7, 4)], -2.0),
         (
             "softmax",
@@ -332,3 +332,14 @@ def test_bool_arithmetic_errors(device):
     t = Tensor([True, False], device=device)
     raises_at_call(TypeError, r"bool", lambda: -t)
     raises_at_call(TypeError, r"bool", lambda: t - t)
+
+
+# ------------------------------------------------------------ torch.dtype's properties
+
+@pytest.mark.parametrize("dtype", dtypes.all(), ids=lambda d: d.name)
+def test_dtype_properties_follow_torch(dtype):
+    np_kind = np.dtype(dtype.np_value).kind
+    assert dtype.is_floating_point == (np_kind == "f") == dtype.is_float
+    assert dtype.is_signed == (np_kind in "if")          # torch: bool and unsigned ints are not signed
+    assert dtype.is_complex is False
+    assert dtype.itemsize == (2 if dtype.name == "bfloat16" else np.dtype(dtype.np).itemsize)

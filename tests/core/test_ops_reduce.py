@@ -25,8 +25,6 @@ def ids(v):
 REDUCE = {
     "sum": (np.sum, lambda x, a, k: x.sum(a, keepdim=k), {"atol": 1e-5}),
     "mean": (np.mean, lambda x, a, k: x.mean(a, keepdim=k), {}),
-    "max": (np.max, lambda x, a, k: x.max(a, keepdim=k), {}),
-    "min": (np.min, lambda x, a, k: x.min(a, keepdim=k), {}),
     "amax": (np.max, lambda x, a, k: x.amax(a, keepdim=k), {}),
     "amin": (np.min, lambda x, a, k: x.amin(a, keepdim=k), {}),
     "prod": (np.prod, lambda x, a, k: x.prod(a, keepdim=k), {"low": 0.5, "high": 1.5, "rtol": 1e-4}),
@@ -85,14 +83,14 @@ def test_reduce_over_empty_slice_of_a_filled_buffer(device):
 
 @pytest.mark.parametrize("axis", [0, 1, -1, None, (0, 2)], ids=ids)
 @pytest.mark.parametrize("layout", LAYOUTS[1:])
-@pytest.mark.parametrize("name", ["sum", "max", "min", "mean", "var", "logsumexp"])
+@pytest.mark.parametrize("name", ["sum", "amax", "amin", "mean", "var", "logsumexp"])
 def test_reduce_non_contiguous(name, layout, axis, device):
     np_fn, tg_fn, kw = REDUCE[name]
     check(lambda x: np_fn(x, axis=axis, keepdims=False), lambda x: tg_fn(x, axis, False), [(3, 4, 5)], device,
           layout=layout, **kw)
 
 
-@pytest.mark.parametrize("name", ["sum", "mean", "max", "min", "prod", "logsumexp", "var", "any"])
+@pytest.mark.parametrize("name", ["sum", "mean", "amax", "amin", "prod", "logsumexp", "var", "any"])
 def test_reduce_0d_with_axis_0_and_minus_1(name, device):
     """torch lets a 0-d tensor reduce over dim 0 or -1; the value and the 0-d shape stay."""
     _, tg_fn, _ = REDUCE[name]
@@ -105,7 +103,7 @@ def test_reduce_0d_with_axis_0_and_minus_1(name, device):
 
 def test_reduce_dim_keyword(device):
     check(lambda x: x.sum(axis=1), lambda x: x.sum(dim=1), [(3, 7)], device, atol=1e-5)
-    check(lambda x: x.max(axis=0), lambda x: x.max(dim=0), [(3, 7)], device)
+    check(lambda x: x.max(axis=0), lambda x: x.amax(dim=0), [(3, 7)], device)
     check(lambda x: x.mean(axis=-1), lambda x: x.mean(dim=-1), [(3, 7)], device)
     check(lambda x: x.argmax(axis=1), lambda x: x.argmax(dim=1), [(3, 7)], device)
 
@@ -142,8 +140,10 @@ def test_sum_with_dtype_argument(device):
 def test_integer_max_min_keep_dtype(dtype, axis, device):
     low, high = (0, 255) if dtype == "uint8" else (-128, 127)
     kw = {"dtype": dtype, "low": low, "high": high, "out_dtype": dtype}
-    check(lambda x: np.max(x, axis=axis), lambda x: x.max(axis), [(3, 7)], device, **kw)
-    check(lambda x: np.min(x, axis=axis), lambda x: x.min(axis), [(3, 7)], device, **kw)
+    check(lambda x: np.max(x, axis=axis), lambda x: x.max() if axis is None else x.max(axis).values, [(3, 7)],
+          device, **kw)
+    check(lambda x: np.min(x, axis=axis), lambda x: x.min() if axis is None else x.min(axis).values, [(3, 7)],
+          device, **kw)
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1])
@@ -155,8 +155,9 @@ def test_integer_prod(dtype, axis, device):
 
 def test_max_min_with_infinities(device):
     x = np.array([[-np.inf, -np.inf], [1.0, np.inf]], np.float32)
-    assert_close(Tensor(x, device=device).max(1), np.max(x, 1))
-    assert_close(Tensor(x, device=device).min(1), np.min(x, 1))
+    assert_close(Tensor(x, device=device).max(1).values, np.max(x, 1))
+    assert_close(Tensor(x, device=device).min(1).values, np.min(x, 1))
+    assert Tensor(x, device=device).max(1).indices.tolist() == np.argmax(x, 1).tolist()
     assert_close(Tensor(x, device=device).logsumexp(1), np.array([-np.inf, np.inf], np.float32))
 
 
@@ -263,7 +264,7 @@ def test_reduce_errors(device):
     x = Tensor(np.ones((3, 4), np.float32), device=device)
     raises_at_call(IndexError, r"axis 2 .*2 dims", lambda: x.sum(2))
     raises_at_call(ValueError, r"axis -3 .*2 dims", lambda: x.mean(-3))
-    raises_at_call(IndexError, r"axis 5", lambda: x.max((0, 5)))
+    raises_at_call(IndexError, r"axis 5", lambda: x.amax((0, 5)))
     raises_at_call(ValueError, r"axis 2", lambda: x.softmax(2))
     raises_at_call(ValueError, r"axis 2", lambda: x.argmax(2))
     raises_at_call(ValueError, r"axis -3", lambda: x.cumsum(-3))

@@ -35,6 +35,21 @@ class DType:
         return self.kind == "u"
 
     @property
+    def is_floating_point(self) -> bool:
+        """torch.dtype's name for is_float."""
+        return self.kind == "f"
+
+    @property
+    def is_signed(self) -> bool:
+        """True for the types that hold negative values: signed ints and floats (torch.dtype.is_signed)."""
+        return self.kind in "if"
+
+    @property
+    def is_complex(self) -> bool:
+        """Always False: tg has no complex types (torch.dtype.is_complex)."""
+        return False
+
+    @property
     def np(self) -> NumpyDType:
         """The numpy dtype of the host bits (bfloat16 is held as uint16)."""
         return np.dtype(self.np_storage)

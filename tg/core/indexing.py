@@ -360,7 +360,7 @@ def _put_advanced(x: Tensor, y: Tensor, plan: Plan, value: Any, accumulate: bool
     last = None
     if not accumulate:
         order = type(x)(arange(writes, x.device), device=x.device).reshape((writes,) + (1,) * k)
-        last = mask.where(order, -1).max(0)                  # the last write to each position; -1: none
+        last = mask.where(order, -1).amax(0)                 # the last write to each position; -1: none
         mask = order == last
     put = (mask.where(v, 0)
            .sum(len(lay.rest_shape), dtype=x.dtype if x.dtype.is_float else None)

@@ -14,6 +14,7 @@ written here. Inputs are checked at the call, before any kernel is built.
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -195,6 +196,121 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     return x.log_softmax(dim)
 
 
+def relu6(x: Tensor) -> Tensor:
+    """min(max(x, 0), 6) elementwise, as torch.nn.functional.relu6.
+
+        >>> relu6(Tensor([-1.0, 3.0, 8.0])).tolist()
+        [0.0, 3.0, 6.0]
+    """
+    return x.hardtanh(0.0, 6.0)
+
+
+def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+    """x clamped to [min_val, max_val], as torch.nn.functional.hardtanh.
+
+        >>> hardtanh(Tensor([-2.0, 0.5, 3.0]), -1.0, 2.0).tolist()
+        [-1.0, 0.5, 2.0]
+    """
+    if min_val > max_val:
+        raise ValueError(f"[nn] hardtanh: expected min_val <= max_val, got min_val={min_val}, "
+                         f"max_val={max_val}")
+    return x.hardtanh(min_val, max_val)
+
+
+def hardsigmoid(x: Tensor) -> Tensor:
+    """clamp(x / 6 + 1/2, 0, 1) elementwise, as torch.nn.functional.hardsigmoid.
+
+        >>> hardsigmoid(Tensor([-4.0, 0.0, 4.0])).tolist()
+        [0.0, 0.5, 1.0]
+    """
+    return x.hardsigmoid()
+
+
+def hardswish(x: Tensor) -> Tensor:
+    """x * hardsigmoid(x) elementwise, as torch.nn.functional.hardswish.
+
+        >>> hardswish(Tensor([-4.0, 0.0, 4.0])).tolist()
+        [-0.0, 0.0, 4.0]
+    """
+    return x.hardswish()
+
+
+def selu(x: Tensor) -> Tensor:
+    """scale * elu(x, alpha) with torch's constants (alpha 1.6733, scale 1.0507).
+
+        >>> [round(v, 4) for v in selu(Tensor([-1.0, 2.0])).tolist()]
+        [-1.1113, 2.1014]
+    """
+    return x.selu()
+
+
+def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+    """x where positive, else alpha * (exp(x / alpha) - 1), as torch.nn.functional.celu.
+
+        >>> [round(v, 4) for v in celu(Tensor([-1.0, 2.0]), alpha=2.0).tolist()]
+        [-0.7869, 2.0]
+    """
+    if alpha == 0:
+        raise ValueError("[nn] celu: expected a nonzero alpha (it divides x), got 0")
+    return x.celu(alpha)
+
+
+def mish(x: Tensor) -> Tensor:
+    """x * tanh(softplus(x)) elementwise, as torch.nn.functional.mish.
+
+        >>> [round(v, 4) for v in mish(Tensor([-1.0, 2.0])).tolist()]
+        [-0.3034, 1.944]
+    """
+    return x.mish()
+
+
+def logsigmoid(x: Tensor) -> Tensor:
+    """log(sigmoid(x)) elementwise, computed as min(x, 0) - log1p(exp(-|x|)) so that neither large
+    positive nor large negative x loses precision (torch.nn.functional.logsigmoid).
+
+        >>> [round(v, 4) for v in logsigmoid(Tensor([-200.0, 0.0, 30.0])).tolist()]
+        [-200.0, -0.6931, -0.0]
+    """
+    _check_float("logsigmoid", x)
+    return x.minimum(0.0) - (-x.abs()).exp().log1p()
+
+
+def softsign(x: Tensor) -> Tensor:
+    """x / (1 + |x|) elementwise, as torch.nn.functional.softsign.
+
+        >>> softsign(Tensor([-3.0, 0.0, 1.0])).tolist()
+        [-0.75, 0.0, 0.5]
+    """
+    return x / (1 + x.abs())
+
+
+def tanhshrink(x: Tensor) -> Tensor:
+    """x - tanh(x) elementwise, as torch.nn.functional.tanhshrink.
+
+        >>> tanhshrink(Tensor([0.0])).tolist()
+        [0.0]
+    """
+    return x - x.tanh()
+
+
+def glu(x: Tensor, dim: int = -1) -> Tensor:
+    """The gated linear unit: a * sigmoid(b), where a and b are the two halves of x along dim.
+
+        >>> glu(Tensor([[1.0, 2.0, 0.0, 0.0]])).tolist()
+        [[0.5, 1.0]]
+    """
+    if x.ndim == 0:
+        raise ValueError("[nn] glu: expected a tensor with at least one dim to halve, got a 0-d tensor")
+    d = dim % x.ndim if -x.ndim <= dim < x.ndim else dim
+    if not 0 <= d < x.ndim:
+        raise IndexError(f"[nn] glu: dim {dim} is out of range for a tensor of shape {x.shape}")
+    if x.shape[d] % 2:
+        raise ValueError(f"[nn] glu: expected an even size along dim {dim} (it is halved), got shape "
+                         f"{x.shape}")
+    a, b = x.chunk(2, d)
+    return a * b.sigmoid()
+
+
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias, with weight (out_features, in_features), as torch.nn.functional.linear.
 
@@ -324,7 +440,7 @@ def dropout2d(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     1/(1-p); the identity if not training, as torch.nn.functional.dropout2d.
 
         >>> y = dropout2d(Tensor.ones(2, 8, 3, 3), p=0.5).reshape(16, 9)     # a row per channel
-        >>> bool((y.max(1) == y.min(1)).all()), set(y.reshape(-1).tolist()) <= {0.0, 2.0}
+        >>> bool((y.amax(1) == y.amin(1)).all()), set(y.reshape(-1).tolist()) <= {0.0, 2.0}
         (True, True)
     """
     _check_p("dropout2d", p)
@@ -345,12 +461,51 @@ def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Te
     """
     _check_float("normalize", x)
     if p == float("inf"):
-        norm = x.abs().max(dim, keepdim=True)
+        norm = x.abs().amax(dim, keepdim=True)
     elif p == 2.0:
         norm = (x * x).sum(dim, keepdim=True).sqrt()
     else:
         norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1.0 / p)
     return x / norm.clamp(min=eps)
+
+
+def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
+    """The cosine of the angle between x1 and x2 along dim, broadcasting the two: as torch, each is
+    divided by its own 2-norm (at least eps) before the dot product, so the result stays in [-1, 1].
+
+        >>> cos = cosine_similarity(Tensor([[1.0, 0.0], [1.0, 1.0]]), Tensor([[2.0, 0.0], [-1.0, -1.0]]))
+        >>> [round(v, 4) for v in cos.tolist()]
+        [1.0, -1.0]
+    """
+    _check_float("cosine_similarity", x1, "x1")
+    _check_float("cosine_similarity", x2, "x2")
+    shape = _broadcast_pair("cosine_similarity", x1, x2)
+    x1, x2 = x1.expand(*shape), x2.expand(*shape)
+    n1 = x1.norm(2, dim, keepdim=True).clamp(min=eps)
+    n2 = x2.norm(2, dim, keepdim=True).clamp(min=eps)
+    return ((x1 / n1) * (x2 / n2)).sum(dim)
+
+
+def pairwise_distance(x1: Tensor, x2: Tensor, p: float = 2.0, eps: float = 1e-6,
+                      keepdim: bool = False) -> Tensor:
+    """The p-norm of x1 - x2 + eps over the last dim, broadcasting the two (torch adds eps to keep the
+    gradient finite where x1 == x2).
+
+        >>> [round(v, 4) for v in pairwise_distance(Tensor([[0.0, 0.0]]), Tensor([[3.0, 4.0]])).tolist()]
+        [5.0]
+    """
+    _check_float("pairwise_distance", x1, "x1")
+    _check_float("pairwise_distance", x2, "x2")
+    _broadcast_pair("pairwise_distance", x1, x2)
+    return (x1 - x2 + eps).norm(p, -1, keepdim)
+
+
+def _broadcast_pair(op: str, x1: Tensor, x2: Tensor) -> tuple[int, ...]:
+    try:
+        return broadcast_shape(x1.shape, x2.shape)
+    except ValueError:
+        raise ValueError(f"[nn] {op}: expected x1 and x2 to broadcast together, got {x1.shape} and "
+                         f"{x2.shape}") from None
 
 
 def one_hot(x: Tensor, num_classes: int = -1) -> Tensor:
@@ -747,7 +902,7 @@ def _max_pool(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
     lead = ((0, 0),) * (x.ndim - nsp)
     windows = x.pad(lead + pads, value=min_value(x.dtype))._pool(kernel, stride_, dilation_)  # (.., *out, *k)
     if not return_indices:
-        return windows.max(tuple(range(-nsp, 0)))
+        return windows.amax(tuple(range(-nsp, 0)))
     # each position's flat index in its (N, C) plane, read through the same windows; padding reads -1
     spatial = x.shape[-nsp:]
     plane = index_range(math.prod(spatial), x.device).reshape(spatial).pad(pads, value=-1)
@@ -755,7 +910,7 @@ def _max_pool(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
     outs, taps = plane.shape[:nsp], math.prod(kernel)
     plane = plane.reshape(*outs, taps)
     flat = windows.reshape(*windows.shape[:-nsp], taps)                  # (..., *out, K)
-    best = flat.max(-1, keepdim=True)
+    best = flat.amax(-1, keepdim=True)
     return best.squeeze(-1), _first_index((flat == best) & (plane >= 0), plane)
 
 
@@ -957,7 +1112,7 @@ def _adaptive_max(op: str, x: Tensor, nsp: int, output_size: int | None | Sequen
         n_in, n_out = x.shape[axis], sizes[axis - x.ndim]
         window = Tensor(_adaptive_windows(n_in, n_out).astype(bool), device=x.device)     # (n_out, n_in)
         masked = window.where(values.transpose(axis, -1).unsqueeze(-2), min_value(x.dtype))  # (.., out, in)
-        best = masked.max(-1)                                                              # (.., out)
+        best = masked.amax(-1)                                                             # (.., out)
         if return_indices:
             positions = index_range(n_in, x.device).cast(dtypes.int64)
             if flat is not None:                        # the position along this dim, then the inner index
@@ -1494,3 +1649,196 @@ def cross_entropy(logits: Tensor, target: Tensor, weight: Tensor | None = None, 
     if isinstance(target, Tensor) and target.dtype.is_float and target.shape == logits.shape:
         return _probability_loss(logp, target, class_dim, weight, reduction, label_smoothing)
     return _class_loss("cross_entropy", logp, target, weight, ignore_index, reduction, label_smoothing)
+
+
+# ---------------------------------------------------------------- margin, divergence and likelihood losses
+
+def _check_signs(op: str, name: str, y: Tensor) -> None:
+    """Labels already on the host (a realized tensor) are checked to be 1 or -1; lazy ones cannot be."""
+    if not isinstance(y, Tensor):
+        raise TypeError(f"[nn] {op}: expected {name} to be a Tensor of 1 and -1, got {type(y).__name__}")
+    if y.lazydata.realized is None or y.numel() == 0:
+        return
+    values = y.numpy()
+    bad = (values != 1) & (values != -1)
+    if bad.any():
+        raise ValueError(f"[nn] {op}: expected {name} of 1 and -1, got {values[bad].flat[0]}")
+
+
+def kl_div(input: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:  # noqa: A002
+    """The Kullback-Leibler divergence of target from log-probabilities `input`, pointwise
+    target * (log(target) - input) (0 where target is 0), or exp(target) * (target - input) when
+    log_target. As in torch, "mean" averages over every element (and warns); "batchmean", the sum over
+    the batch size input.shape[0], is the true KL divergence per sample.
+
+        >>> logp = Tensor([[0.25, 0.75]]).log()
+        >>> round(kl_div(logp, Tensor([[0.5, 0.5]]), reduction="batchmean").item(), 4)
+        0.1438
+    """
+    if reduction not in (*REDUCTIONS, "batchmean"):
+        raise ValueError(f"[nn] kl_div: expected reduction 'mean', 'batchmean', 'sum' or 'none', got "
+                         f"{reduction!r}")
+    _check_float("kl_div", input)
+    _check_broadcasts_to("kl_div", "target", target, input.shape)
+    if log_target:
+        loss = target.exp() * (target - input)
+    else:
+        loss = target.xlogy(target) - target * input
+    if reduction == "batchmean":
+        return loss.sum() / (input.shape[0] if input.ndim else 1)
+    if reduction == "mean":
+        warnings.warn("[nn] kl_div: reduction='mean' divides the total loss by the batch size and the "
+                      "support size, so it is not the KL divergence; reduction='batchmean' divides by the "
+                      "batch size only (torch gives the same warning)", UserWarning, stacklevel=2)
+    return _reduce(loss, reduction)
+
+
+def cosine_embedding_loss(x1: Tensor, x2: Tensor, y: Tensor, margin: float = 0.0,
+                          reduction: str = "mean") -> Tensor:
+    """1 - cos(x1, x2) where y == 1 and max(0, cos(x1, x2) - margin) where y == -1, with the cosine over
+    the last dim of (N, D) inputs and a (N,) y, or (D,) inputs and a 0-d y (torch's shapes and its 1e-12
+    added to each squared norm).
+
+        >>> cosine_embedding_loss(Tensor([[1.0, 0.0]]), Tensor([[0.0, 1.0]]), Tensor([1.0])).item()
+        1.0
+    """
+    _check_reduction("cosine_embedding_loss", reduction)
+    _check_signs("cosine_embedding_loss", "y", y)
+    if not (y.ndim in (0, 1) and x1.ndim == x2.ndim == y.ndim + 1 and x1.shape == x2.shape
+            and x1.shape[:-1] == y.shape):
+        raise ValueError(f"[nn] cosine_embedding_loss: expected x1 and x2 of shape (N, D) with y (N,), or "
+                         f"(D,) with a 0-d y; got {x1.shape}, {x2.shape} and {y.shape}")
+    dot = (x1 * x2).sum(-1)
+    cos = dot / (((x1 * x1).sum(-1) + 1e-12) * ((x2 * x2).sum(-1) + 1e-12)).sqrt()
+    loss = (y == 1).where(1 - cos, 0.0) + (y == -1).where((cos - margin).relu(), 0.0)
+    return _reduce(loss, reduction)
+
+
+def margin_ranking_loss(x1: Tensor, x2: Tensor, y: Tensor, margin: float = 0.0,
+                        reduction: str = "mean") -> Tensor:
+    """max(0, -y * (x1 - x2) + margin): y = 1 asks x1 to rank above x2 by the margin, y = -1 below.
+
+        >>> margin_ranking_loss(Tensor([1.0, 2.0]), Tensor([2.0, 0.0]), Tensor([1.0, 1.0])).item()
+        0.5
+    """
+    _check_reduction("margin_ranking_loss", reduction)
+    if not x1.ndim == x2.ndim == y.ndim:
+        raise ValueError(f"[nn] margin_ranking_loss: expected x1, x2 and y with the same number of dims, got "
+                         f"{x1.shape}, {x2.shape} and {y.shape}")
+    return _reduce((-y * (x1 - x2) + margin).relu(), reduction)
+
+
+def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0,
+                        p: float = 2.0, eps: float = 1e-6, swap: bool = False,
+                        reduction: str = "mean") -> Tensor:
+    """max(0, d(anchor, positive) - d(anchor, negative) + margin) with d the pairwise_distance over the last
+    dim; swap uses min(d(a, n), d(p, n)) as the negative distance.
+
+        >>> a, pos, neg = Tensor([[0.0, 0.0]]), Tensor([[0.0, 1.0]]), Tensor([[0.0, 3.0]])
+        >>> triplet_margin_loss(a, pos, neg).item()
+        0.0
+    """
+    _check_reduction("triplet_margin_loss", reduction)
+    if not anchor.ndim == positive.ndim == negative.ndim or anchor.ndim not in (1, 2):
+        raise ValueError(f"[nn] triplet_margin_loss: expected anchor, positive and negative all (N, D) or "
+                         f"all (D,), got {anchor.shape}, {positive.shape} and {negative.shape}")
+    d_pos = pairwise_distance(anchor, positive, p, eps)
+    d_neg = pairwise_distance(anchor, negative, p, eps)
+    if swap:
+        d_neg = d_neg.minimum(pairwise_distance(positive, negative, p, eps))
+    return _reduce((d_pos - d_neg + margin).relu(), reduction)
+
+
+def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0,  # noqa: A002
+                         reduction: str = "mean") -> Tensor:
+    """x where target == 1 and max(0, margin - x) where target == -1 (input x is usually a distance).
+
+        >>> hinge_embedding_loss(Tensor([0.3, 0.4]), Tensor([1.0, -1.0]), reduction="none").tolist()
+        [0.30000001192092896, 0.6000000238418579]
+    """
+    _check_reduction("hinge_embedding_loss", reduction)
+    _check_signs("hinge_embedding_loss", "target", target)
+    _check_broadcasts_to("hinge_embedding_loss", "target", target, input.shape)
+    loss = (target != 1).where((margin - input).relu(), 0.0) + (target != -1).where(input, 0.0)
+    return _reduce(loss, reduction)
+
+
+def soft_margin_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
+    """log(1 + exp(-y x)), the logistic loss of labels y in {1, -1}, computed stably.
+
+        >>> round(soft_margin_loss(Tensor([0.0]), Tensor([1.0])).item(), 4)
+        0.6931
+    """
+    _check_reduction("soft_margin_loss", reduction)
+    _check_float("soft_margin_loss", input)
+    _check_same_shape("soft_margin_loss", input, target)
+    return _reduce(-logsigmoid(target * input), reduction)
+
+
+def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
+                                reduction: str = "mean") -> Tensor:
+    """Binary cross entropy of sigmoid(input) against 0/1 targets, averaged over the classes (the last dim)
+    of each sample: -(y log s(x) + (1 - y) log s(-x)), weighted per class if weight is given.
+
+        >>> round(multilabel_soft_margin_loss(Tensor([[0.0, 0.0]]), Tensor([[1.0, 0.0]])).item(), 4)
+        0.6931
+    """
+    _check_reduction("multilabel_soft_margin_loss", reduction)
+    _check_float("multilabel_soft_margin_loss", input)
+    _check_same_shape("multilabel_soft_margin_loss", input, target)
+    _check_broadcasts_to("multilabel_soft_margin_loss", "weight", weight, input.shape)
+    if input.ndim == 0:
+        raise ValueError("[nn] multilabel_soft_margin_loss: expected input of shape (N, C) or (C,), got a "
+                         "0-d tensor")
+    loss = -(target * logsigmoid(input) + (1 - target) * logsigmoid(-input))
+    if weight is not None:
+        loss = loss * weight
+    return _reduce(loss.mean(-1), reduction)
+
+
+def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,  # noqa: A002
+                     eps: float = 1e-8, reduction: str = "mean") -> Tensor:
+    """The negative log likelihood of target under Poisson(rate): exp(x) - t x when log_input (x is the
+    log rate), else x - t log(x + eps). full adds Stirling's t log t - t + log(2 pi t) / 2 where t > 1.
+
+        >>> poisson_nll_loss(Tensor([0.0]), Tensor([1.0])).item()
+        1.0
+    """
+    _check_reduction("poisson_nll_loss", reduction)
+    _check_float("poisson_nll_loss", input)
+    _check_broadcasts_to("poisson_nll_loss", "target", target, input.shape)
+    loss = input.exp() - target * input if log_input else input - target * (input + eps).log()
+    if full:
+        safe = (target > 1).where(target, 1.0)   # log of t <= 1 is never used, but must not be NaN for grad
+        stirling = safe * safe.log() - safe + 0.5 * (2 * math.pi * safe).log()
+        loss = loss + (target > 1).where(stirling, 0.0)
+    return _reduce(loss, reduction)
+
+
+def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor | float, full: bool = False,  # noqa: A002
+                      eps: float = 1e-6, reduction: str = "mean") -> Tensor:
+    """The negative log likelihood of target under N(input, var): (log var + (x - t)^2 / var) / 2, plus
+    log(2 pi) / 2 if full. var has input's shape, or one value per sample (input.shape[:-1], with or without
+    a trailing 1), or is a float; values below eps count as eps (the gradient passes as if unclamped).
+
+        >>> gaussian_nll_loss(Tensor([1.0]), Tensor([1.0]), Tensor([1.0])).item()
+        0.0
+    """
+    _check_reduction("gaussian_nll_loss", reduction)
+    _check_float("gaussian_nll_loss", input)
+    _check_broadcasts_to("gaussian_nll_loss", "target", target, input.shape)
+    if not isinstance(var, Tensor):
+        var = input.full_like(float(var)).detach()
+    if var.shape != input.shape:
+        if var.shape == input.shape[:-1]:
+            var = var.unsqueeze(-1)
+        elif not (var.ndim == input.ndim and var.shape[:-1] == input.shape[:-1] and var.shape[-1] == 1):
+            raise ValueError(f"[nn] gaussian_nll_loss: expected var of the input's shape {input.shape}, or "
+                             f"{input.shape[:-1]} (+ a trailing 1), got {var.shape}")
+    if var.lazydata.realized is not None and var.numel() and (var.numpy() < 0).any():
+        raise ValueError("[nn] gaussian_nll_loss: expected a non-negative var, got negative entries")
+    var = var + (var.clamp(min=eps) - var).detach()   # torch clamps under no_grad: values clamped, grad not
+    loss = 0.5 * (var.log() + (input - target) ** 2 / var)
+    if full:
+        loss = loss + 0.5 * math.log(2 * math.pi)
+    return _reduce(loss, reduction)

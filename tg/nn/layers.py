@@ -440,7 +440,7 @@ class Dropout2d(Module):
     kept ones by 1/(1-p); the identity otherwise.
 
         >>> y = Dropout2d(0.5).train()(Tensor.ones(4, 6, 3, 3)).reshape(24, 9)
-        >>> bool((y.max(1) == y.min(1)).all())                            # each channel kept or dropped
+        >>> bool((y.amax(1) == y.amin(1)).all())                          # each channel kept or dropped
         True
     """
 
@@ -596,6 +596,163 @@ class Softplus(Module):
         return f"beta={self.beta}, threshold={self.threshold}"
 
 
+class ReLU6(Module):
+    """min(max(x, 0), 6) elementwise (inplace is accepted and ignored, as ReLU).
+
+        >>> ReLU6()(Tensor([-1.0, 3.0, 8.0])).tolist()
+        [0.0, 3.0, 6.0]
+    """
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.relu6(x)
+
+
+class Hardtanh(Module):
+    """x clamped to [min_val, max_val] (min_val > max_val is refused at the call, by F.hardtanh).
+
+        >>> Hardtanh(-1.0, 2.0)(Tensor([-2.0, 0.5, 3.0])).tolist()
+        [-1.0, 0.5, 2.0]
+    """
+
+    def __init__(self, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.min_val, self.max_val = min_val, max_val
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.hardtanh(x, self.min_val, self.max_val)
+
+    def extra_repr(self) -> str:
+        return f"min_val={self.min_val}, max_val={self.max_val}"
+
+
+class Hardsigmoid(Module):
+    """clamp(x / 6 + 1/2, 0, 1) elementwise.
+
+        >>> Hardsigmoid()(Tensor([-4.0, 0.0, 4.0])).tolist()
+        [0.0, 0.5, 1.0]
+    """
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.hardsigmoid(x)
+
+
+class Hardswish(Module):
+    """x * hardsigmoid(x) elementwise.
+
+        >>> Hardswish()(Tensor([-4.0, 1.0, 4.0])).tolist()
+        [-0.0, 0.6666666865348816, 4.0]
+    """
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.hardswish(x)
+
+
+class SELU(Module):
+    """scale * elu(x, alpha) with torch's fixed constants (alpha 1.6733, scale 1.0507).
+
+        >>> [round(v, 4) for v in SELU()(Tensor([-1.0, 2.0])).tolist()]
+        [-1.1113, 2.1014]
+    """
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.selu(x)
+
+
+class CELU(Module):
+    """x where positive, else alpha * (exp(x / alpha) - 1).
+
+        >>> [round(v, 4) for v in CELU(alpha=2.0)(Tensor([-1.0, 2.0])).tolist()]
+        [-0.7869, 2.0]
+    """
+
+    def __init__(self, alpha: float = 1.0, inplace: bool = False):
+        super().__init__()
+        self.alpha = alpha
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.celu(x, self.alpha)
+
+    def extra_repr(self) -> str:
+        return f"alpha={self.alpha}"
+
+
+class Mish(Module):
+    """x * tanh(softplus(x)) elementwise.
+
+        >>> [round(v, 4) for v in Mish()(Tensor([-1.0, 2.0])).tolist()]
+        [-0.3034, 1.944]
+    """
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.mish(x)
+
+
+class LogSigmoid(Module):
+    """log(sigmoid(x)) elementwise, stable for large |x|.
+
+        >>> [round(v, 4) for v in LogSigmoid()(Tensor([-200.0, 0.0])).tolist()]
+        [-200.0, -0.6931]
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.logsigmoid(x)
+
+
+class Softsign(Module):
+    """x / (1 + |x|) elementwise.
+
+        >>> Softsign()(Tensor([-3.0, 1.0])).tolist()
+        [-0.75, 0.5]
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.softsign(x)
+
+
+class Tanhshrink(Module):
+    """x - tanh(x) elementwise.
+
+        >>> [round(v, 4) for v in Tanhshrink()(Tensor([0.0, 1.0])).tolist()]
+        [0.0, 0.2384]
+    """
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.tanhshrink(x)
+
+
+class GLU(Module):
+    """a * sigmoid(b), where a and b are the two halves of the input along dim (its size there must be even).
+
+        >>> GLU()(Tensor([[1.0, 2.0, 0.0, 0.0]])).tolist()
+        [[0.5, 1.0]]
+    """
+
+    def __init__(self, dim: int = -1):
+        super().__init__()
+        self.dim = dim
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.glu(x, self.dim)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}"
+
+
 def _softmax_dim(dim: int | None, x: Tensor) -> int:
     """torch's implicit dim for dim=None (deprecated there): 0 for 0-, 1- and 3-d inputs, else 1."""
     if dim is not None:
@@ -638,6 +795,42 @@ class LogSoftmax(Module):
 
     def extra_repr(self) -> str:
         return f"dim={self.dim}"
+
+
+class CosineSimilarity(Module):
+    """The cosine of the angle between x1 and x2 along dim, each norm clamped to at least eps.
+
+        >>> CosineSimilarity()(Tensor([[1.0, 0.0]]), Tensor([[2.0, 0.0]])).tolist()
+        [1.0]
+    """
+
+    def __init__(self, dim: int = 1, eps: float = 1e-8):
+        super().__init__()
+        self.dim, self.eps = dim, eps
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return F.cosine_similarity(x1, x2, self.dim, self.eps)
+
+    def extra_repr(self) -> str:
+        return f"dim={self.dim}, eps={self.eps}"
+
+
+class PairwiseDistance(Module):
+    """The p-norm of x1 - x2 + eps over the last dim.
+
+        >>> [round(v, 4) for v in PairwiseDistance()(Tensor([[0.0, 0.0]]), Tensor([[3.0, 4.0]])).tolist()]
+        [5.0]
+    """
+
+    def __init__(self, p: float = 2.0, eps: float = 1e-6, keepdim: bool = False):
+        super().__init__()
+        self.norm, self.eps, self.keepdim = p, eps, keepdim     # torch's attribute name for p
+
+    def forward(self, x1: Tensor, x2: Tensor) -> Tensor:
+        return F.pairwise_distance(x1, x2, self.norm, self.eps, self.keepdim)
+
+    def extra_repr(self) -> str:
+        return f"p={self.norm}, eps={self.eps}, keepdim={self.keepdim}"
 
 
 class Flatten(Module):
@@ -1249,6 +1442,146 @@ class CrossEntropyLoss(_WeightedLoss):
     def forward(self, x: Tensor, target: Tensor) -> Tensor:
         return F.cross_entropy(x, target, self.weight, self.ignore_index, self.reduction,
                                self.label_smoothing)
+
+
+class KLDivLoss(_Loss):
+    """KL divergence of target from log-probabilities input (target log-probabilities too if log_target).
+    reduction also takes 'batchmean', the sum over the batch size: the true KL divergence per sample; 'mean'
+    averages over every element and warns, as torch.
+
+        >>> loss = KLDivLoss(reduction="batchmean")
+        >>> round(loss(Tensor([[0.25, 0.75]]).log(), Tensor([[0.5, 0.5]])).item(), 4)
+        0.1438
+    """
+
+    def __init__(self, reduction: str = "mean", log_target: bool = False):
+        # _Loss checks the three common reductions; 'batchmean' is kl_div's own, checked like them here
+        super().__init__("sum" if reduction == "batchmean" else reduction)
+        self.reduction, self.log_target = reduction, log_target
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.kl_div(x, target, self.reduction, self.log_target)
+
+
+class CosineEmbeddingLoss(_Loss):
+    """1 - cos(x1, x2) where target is 1 and max(0, cos(x1, x2) - margin) where it is -1, the cosine over the
+    last dim of (N, D) inputs with a (N,) target.
+
+        >>> CosineEmbeddingLoss()(Tensor([[1.0, 0.0]]), Tensor([[0.0, 1.0]]), Tensor([1.0])).item()
+        1.0
+    """
+
+    def __init__(self, margin: float = 0.0, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.margin = margin
+
+    def forward(self, x1: Tensor, x2: Tensor, target: Tensor) -> Tensor:
+        return F.cosine_embedding_loss(x1, x2, target, self.margin, self.reduction)
+
+
+class MarginRankingLoss(_Loss):
+    """max(0, -target * (x1 - x2) + margin): target 1 asks x1 to rank above x2 by the margin, -1 below.
+
+        >>> MarginRankingLoss()(Tensor([1.0, 2.0]), Tensor([2.0, 0.0]), Tensor([1.0, 1.0])).item()
+        0.5
+    """
+
+    def __init__(self, margin: float = 0.0, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.margin = margin
+
+    def forward(self, x1: Tensor, x2: Tensor, target: Tensor) -> Tensor:
+        return F.margin_ranking_loss(x1, x2, target, self.margin, self.reduction)
+
+
+class TripletMarginLoss(_Loss):
+    """max(0, d(anchor, positive) - d(anchor, negative) + margin), d the p-norm pairwise distance; swap uses
+    min(d(anchor, negative), d(positive, negative)) as the negative distance.
+
+        >>> a, pos, neg = Tensor([[0.0, 0.0]]), Tensor([[0.0, 1.0]]), Tensor([[0.0, 1.5]])
+        >>> round(TripletMarginLoss()(a, pos, neg).item(), 4)
+        0.5
+    """
+
+    def __init__(self, margin: float = 1.0, p: float = 2.0, eps: float = 1e-6, swap: bool = False,
+                 reduction: str = "mean"):
+        super().__init__(reduction)
+        self.margin, self.p, self.eps, self.swap = margin, p, eps, swap
+
+    def forward(self, anchor: Tensor, positive: Tensor, negative: Tensor) -> Tensor:
+        return F.triplet_margin_loss(anchor, positive, negative, self.margin, self.p, self.eps, self.swap,
+                                     self.reduction)
+
+
+class HingeEmbeddingLoss(_Loss):
+    """x where target is 1 and max(0, margin - x) where it is -1 (x is usually a distance).
+
+        >>> HingeEmbeddingLoss(reduction="sum")(Tensor([0.25, 0.5]), Tensor([1.0, -1.0])).item()
+        0.75
+    """
+
+    def __init__(self, margin: float = 1.0, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.margin = margin
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.hinge_embedding_loss(x, target, self.margin, self.reduction)
+
+
+class SoftMarginLoss(_Loss):
+    """log(1 + exp(-target * x)), the logistic loss of labels in {1, -1}.
+
+        >>> round(SoftMarginLoss()(Tensor([0.0]), Tensor([1.0])).item(), 4)
+        0.6931
+    """
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.soft_margin_loss(x, target, self.reduction)
+
+
+class MultiLabelSoftMarginLoss(_WeightedLoss):
+    """Binary cross entropy of sigmoid(x) against 0/1 targets, averaged over the classes (the last dim) of
+    each sample, weight (C,) per class.
+
+        >>> round(MultiLabelSoftMarginLoss()(Tensor([[0.0, 0.0]]), Tensor([[1.0, 0.0]])).item(), 4)
+        0.6931
+    """
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.multilabel_soft_margin_loss(x, target, self.weight, self.reduction)
+
+
+class PoissonNLLLoss(_Loss):
+    """Negative log likelihood of target under Poisson(rate): exp(x) - target * x when log_input (x is the
+    log rate), else x - target * log(x + eps); full adds Stirling's term.
+
+        >>> PoissonNLLLoss()(Tensor([0.0]), Tensor([1.0])).item()
+        1.0
+    """
+
+    def __init__(self, log_input: bool = True, full: bool = False, eps: float = 1e-8,
+                 reduction: str = "mean"):
+        super().__init__(reduction)
+        self.log_input, self.full, self.eps = log_input, full, eps
+
+    def forward(self, x: Tensor, target: Tensor) -> Tensor:
+        return F.poisson_nll_loss(x, target, self.log_input, self.full, self.eps, self.reduction)
+
+
+class GaussianNLLLoss(_Loss):
+    """Negative log likelihood of target under N(x, var): (log var + (x - target)^2 / var) / 2, var clamped
+    to at least eps, plus log(2 pi) / 2 if full. Keyword-only arguments, as torch.
+
+        >>> GaussianNLLLoss()(Tensor([1.0]), Tensor([1.0]), Tensor([1.0])).item()
+        0.0
+    """
+
+    def __init__(self, *, full: bool = False, eps: float = 1e-6, reduction: str = "mean"):
+        super().__init__(reduction)
+        self.full, self.eps = full, eps
+
+    def forward(self, x: Tensor, target: Tensor, var: Tensor | float) -> Tensor:
+        return F.gaussian_nll_loss(x, target, var, self.full, self.eps, self.reduction)
 
 
 class Sequential(Module):
