@@ -75,6 +75,13 @@ KNOBS: dict[str, Knob] = {
         Knob("TG_CPU_THREADS", int, 0, "threads a CPU kernel may use (OpenMP); 0 means one per core"),
         Knob("TG_NOOPT", int, 0, "1 turns off the loop optimisations (upcast, vector lanes, unroll)"),
         Knob(
+            "TG_OPTIM_CAPTURE",
+            int,
+            1,
+            "1: optimizer.step() of tg's optimizers replays its captured update from the third step of "
+            "an unchanged configuration; 0 builds the update every step",
+        ),
+        Knob(
             "TG_SCHEDULE_CACHE",
             int,
             512,

@@ -67,8 +67,13 @@ def _signature(args: tuple, kwargs: dict) -> tuple:
 
 
 class TinyJit(Generic[ReturnType]):
-    def __init__(self, fn: Callable[..., ReturnType]):
+    """`keep_inputs=False` lets go of the input buffers after each call (the captured launch list
+    otherwise holds the last call's inputs until the next call): for inputs that are freed between
+    calls, as an optimizer's gradients are."""
+
+    def __init__(self, fn: Callable[..., ReturnType], keep_inputs: bool = True):
         self.fn = fn
+        self.keep_inputs = keep_inputs
         self.calls_seen: dict[tuple, int] = {}
         self.replays: dict[tuple, _Replay] = {}
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
@@ -127,7 +132,15 @@ class TinyJit(Generic[ReturnType]):
         if config.DEBUG >= 1:
             print(f"[jit] captured {len(capture.calls)} launches for {getattr(self.fn, '__name__', 'fn')}; "
                   f"{saved / 2**20:.1f} MiB of intermediates share memory")
+        self._let_go(rep)
         return ret
+
+    def _let_go(self, rep: _Replay) -> None:
+        if self.keep_inputs:
+            return
+        for ci, bi, _ in rep.input_slots:
+            rep.calls[ci].bufs[bi] = None   # type: ignore[call-overload]  # set again by the next replay
+            rep.fast[ci] = (None, rep.calls[ci].bufs)
 
     def _replay(self, rep: _Replay, inputs: list[Tensor]) -> Any:
         changed: set[int] = set()
@@ -153,6 +166,7 @@ class TinyJit(Generic[ReturnType]):
         GlobalCounters.kernel_count += sum(call.kind != "host" for call in rep.calls)
         if config.DEBUG >= 1:
             print(f"[jit] replayed {len(rep.calls)} kernels of {getattr(self.fn, '__name__', 'fn')}")
+        self._let_go(rep)
         return rep.ret
 
 

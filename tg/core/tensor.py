@@ -12,7 +12,7 @@ import builtins
 import itertools
 import math
 import weakref
-from typing import Any, Callable, Iterable, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, NamedTuple, Sequence, overload
 
 import numpy as np
 
@@ -43,8 +43,8 @@ class MinMax(NamedTuple):
 
 
 class ValuesIndices(NamedTuple):
-    """What sort, topk, kthvalue, median, mode, cummax and cummin give: a (values, indices) pair whose
-    parts also have torch's names (`x.topk(2).indices`)."""
+    """What max and min along a dim, sort, topk, kthvalue, median, mode, cummax and cummin give: a
+    (values, indices) pair whose parts also have torch's names (`x.max(1).indices`, `x.topk(2).values`)."""
     values: Tensor
     indices: Tensor
 
@@ -75,13 +75,21 @@ class _NoGrad:
 def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     """Run a primitive Function forward on the tensors' lazy buffers; the result remembers the
     Function (and so its inputs) for backward when any input requires grad."""
-    ctx = fn(x[0].device, *x)
+    ctx = fn(x[0].lazydata.device, *x)
     out = ctx.forward(*[t.lazydata for t in x], **kwargs)
-    ret = Tensor(out, device=out.device, requires_grad=ctx.requires_grad)
+    ret = _wrap(out, ctx.requires_grad)
     if ctx.requires_grad and not Tensor.no_grad:
         ret._ctx = ctx
         ctx.parents = x
     return ret
+
+
+def _wrap(lb: LazyBuffer, requires_grad: bool | None) -> Tensor:
+    """A Tensor of a lazy buffer already on its device and of its dtype: Tensor(lb) without the
+    argument checks, which every op would otherwise pay."""
+    t = Tensor.__new__(Tensor)
+    t.lazydata, t.requires_grad, t.grad, t._ctx = lb, requires_grad, None, None
+    return t
 
 
 class Tensor:
@@ -821,8 +829,10 @@ class Tensor:
                                  f"move one with .to()")
             dt = _promote_tensors(x.dtype if x.ndim else None, y.dtype if y.ndim else None, x.dtype, y.dtype)
         elif isinstance(y, (bool, int, float)):
-            dt = scalar_result_type(x.dtype, y)
-            y = Tensor(LazyBuffer.const(y, dt, x.device, ()), device=x.device)
+            # a Python number becomes a constant of x's shape at once (no reshape and expand to record)
+            dt = out_dtype or scalar_result_type(x.dtype, y)
+            const = _wrap(LazyBuffer.const(y, dt, x.lazydata.device, x.shape), None)
+            return (const, x.cast(dt)) if reverse else (x.cast(dt), const)
         else:
             y = Tensor(y, device=x.device)
             dt = promote_types(x.dtype, y.dtype)
@@ -836,7 +846,8 @@ class Tensor:
         if self.shape == shape:
             return self
         padded = (1,) * (len(shape) - self.ndim) + self.shape
-        return self.reshape(padded).expand(shape)
+        src = self if padded == self.shape else apply(F.Reshape, self, shape=padded)
+        return apply(F.Expand, src, shape=shape)
 
     # ------------------------------------------------------------ movement
     def reshape(self, *shape: Any) -> Tensor:
@@ -1327,6 +1338,8 @@ class Tensor:
             >>> Tensor([1.7, -1.7]).cast("int32").tolist()
             [1, -1]
         """
+        if dtype is self.lazydata.dtype:
+            return self
         dt = dtypes.from_any(dtype)
         return self if dt == self.dtype else apply(F.Cast, self, dtype=dt)
 
@@ -2401,46 +2414,77 @@ class Tensor:
             x = x.cast(dtypes.int64 if not x.dtype.is_unsigned or x.dtype.itemsize < 8 else x.dtype)
         return x._reduce(F.Sum, axis, keepdim)
 
-    def max(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """The largest value over `axis` (None for all dims), dropping it unless keepdim. Unlike
-        torch.max(dim=...), it returns only the values: argmax() gives the indices. max(other_tensor) is
-        maximum().
+    @overload
+    def max(self, axis: None = None, keepdim: builtins.bool = False, *, dim: None = None) -> Tensor: ...
+    @overload
+    def max(self, axis: Tensor, keepdim: builtins.bool = False, *, dim: None = None) -> Tensor: ...
+    @overload
+    def max(self, axis: builtins.int, keepdim: builtins.bool = False, *,
+            dim: None = None) -> ValuesIndices: ...
+    @overload
+    def max(self, axis: None = None, keepdim: builtins.bool = False, *,
+            dim: builtins.int) -> ValuesIndices: ...
+
+    def max(self, axis: Any = None, keepdim: builtins.bool = False, *,
+            dim: Any = None) -> Tensor | ValuesIndices:
+        """torch.max: with no dim, the largest element as a 0-d tensor; along one dim, the pair
+        (values, indices), also named `.values` and `.indices`: the int64 index is the first largest, as
+        argmax() gives, and the gradient flows to it. max(other_tensor) is maximum(). amax() takes
+        several dims and gives the values only.
 
             >>> x = Tensor([[1, 5], [3, 4]])
-            >>> x.max().item(), x.max(0).tolist(), x.max(dim=1, keepdim=True).tolist()
-            (5, [3, 5], [[5], [4]])
+            >>> x.max().item(), x.max(0).values.tolist(), x.max(dim=1, keepdim=True).indices.tolist()
+            (5, [3, 5], [[1], [1]])
+            >>> values, indices = x.max(1)
+            >>> values.tolist(), indices.tolist()
+            ([5, 4], [1, 1])
         """
-        axis = dim if dim is not None else axis
-        if isinstance(axis, Tensor):
-            return self.maximum(axis)   # torch.max(a, b)
-        self._check_nonempty(axis, "max")
-        return self._reduce(F.Max, axis, keepdim)
+        return self._extreme(dim if dim is not None else axis, keepdim, True)
 
-    def min(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """The smallest value over `axis` (None for all dims), dropping it unless keepdim. Unlike
-        torch.min(dim=...), it returns only the values: argmin() gives the indices. min(other_tensor) is
-        minimum().
+    @overload
+    def min(self, axis: None = None, keepdim: builtins.bool = False, *, dim: None = None) -> Tensor: ...
+    @overload
+    def min(self, axis: Tensor, keepdim: builtins.bool = False, *, dim: None = None) -> Tensor: ...
+    @overload
+    def min(self, axis: builtins.int, keepdim: builtins.bool = False, *,
+            dim: None = None) -> ValuesIndices: ...
+    @overload
+    def min(self, axis: None = None, keepdim: builtins.bool = False, *,
+            dim: builtins.int) -> ValuesIndices: ...
+
+    def min(self, axis: Any = None, keepdim: builtins.bool = False, *,
+            dim: Any = None) -> Tensor | ValuesIndices:
+        """torch.min: with no dim, the smallest element as a 0-d tensor; along one dim, the pair
+        (values, indices), also named `.values` and `.indices` (the first smallest, as argmin()).
+        min(other_tensor) is minimum(); amin() takes several dims and gives the values only.
 
             >>> x = Tensor([[1, 5], [3, 4]])
-            >>> x.min().item(), x.min(1).tolist()
-            (1, [1, 3])
+            >>> x.min().item(), x.min(1).values.tolist(), x.min(1).indices.tolist()
+            (1, [1, 3], [0, 0])
         """
-        axis = dim if dim is not None else axis
+        return self._extreme(dim if dim is not None else axis, keepdim, False)
+
+    def _extreme(self, axis: Any, keepdim: builtins.bool,
+                 largest: builtins.bool) -> Tensor | ValuesIndices:
+        """max()/min(): all elements, elementwise against a tensor, or (values, indices) along a dim."""
         if isinstance(axis, Tensor):
-            return self.minimum(axis)   # torch.min(a, b)
-        self._check_nonempty(axis, "min")
-        if self.dtype == dtypes.bool:
-            return self.logical_not().max(axis, keepdim).logical_not()
-        if self.dtype.is_unsigned:
-            top = int(max_value(self.dtype))
-            return top - (top - self).max(axis, keepdim)
-        out = -((-self).max(axis, keepdim))
-        if self.dtype.is_float:
-            return out
-        # -x wraps at the dtype's minimum (-INT_MIN is INT_MIN, which then never wins the max), so
-        # it is looked for on its own. (~x, which has no such case, OpenCL's pocl miscompiles in a max.)
-        low = int(min_value(self.dtype))
-        return (self == low).any(axis, keepdim).where(low, out)
+            return self.maximum(axis) if largest else self.minimum(axis)   # torch.max(a, b)
+        if axis is None:
+            return self.amax(None, keepdim) if largest else self.amin(None, keepdim)
+        if isinstance(axis, builtins.bool) or not isinstance(axis, (builtins.int, np.integer)):
+            name, values_only = ("max", "amax") if largest else ("min", "amin")
+            raise TypeError(f"[core] {name}: expected one int dim (torch.{name} gives (values, indices) "
+                            f"along one dim), got {axis!r}; for the values over several dims use "
+                            f"x.{values_only}({axis!r})")
+        self._check_nonempty(axis, "max" if largest else "min")
+        d = self._axis(builtins.int(axis))
+        indices = self._arg_extreme(d, True, largest)
+        if self.ndim == 0:
+            return ValuesIndices(self, indices)
+        values = self.gather(d, indices).cast(self.dtype)   # the gradient goes to the picked position
+        if not keepdim:
+            values, indices = values.squeeze(d), indices.squeeze(d)
+        return ValuesIndices(values, indices)
 
     def _check_nonempty(self, axis: Any, name: str) -> None:
         axes = self._axes(axis)
@@ -2448,22 +2492,39 @@ class Tensor:
             raise ValueError(f"[core] {name}: reduction over an empty dimension of shape {self.shape}")
 
     def amax(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """max() over one dim or a tuple of dims (torch.amax).
+        """The largest value over `axis`: one dim, a tuple of dims, or None for all dims, dropping them
+        unless keepdim (torch.amax). Ties share the gradient equally.
 
             >>> x = Tensor([[1, 5], [3, 4]])
-            >>> x.amax(0).tolist(), x.amax((0, 1)).item()
-            ([3, 5], 5)
+            >>> x.amax(0).tolist(), x.amax((0, 1)).item(), x.amax(dim=1, keepdim=True).tolist()
+            ([3, 5], 5, [[5], [4]])
         """
-        return self.max(dim if dim is not None else axis, keepdim)
+        axis = dim if dim is not None else axis
+        self._check_nonempty(axis, "amax")
+        return self._reduce(F.Max, axis, keepdim)
 
     def amin(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """min() over one dim or a tuple of dims (torch.amin).
+        """The smallest value over `axis`: one dim, a tuple of dims, or None for all dims, dropping them
+        unless keepdim (torch.amin).
 
             >>> x = Tensor([[1, 5], [3, 4]])
             >>> x.amin(1).tolist(), x.amin((0, 1)).item()
             ([1, 3], 1)
         """
-        return self.min(dim if dim is not None else axis, keepdim)
+        axis = dim if dim is not None else axis
+        self._check_nonempty(axis, "amin")
+        if self.dtype == dtypes.bool:
+            return self.logical_not().amax(axis, keepdim).logical_not()
+        if self.dtype.is_unsigned:
+            top = int(max_value(self.dtype))
+            return top - (top - self).amax(axis, keepdim)
+        out = -((-self).amax(axis, keepdim))
+        if self.dtype.is_float:
+            return out
+        # -x wraps at the dtype's minimum (-INT_MIN is INT_MIN, which then never wins the max), so
+        # it is looked for on its own. (~x, which has no such case, OpenCL's pocl miscompiles in a max.)
+        low = int(min_value(self.dtype))
+        return (self == low).any(axis, keepdim).where(low, out)
 
     def mean(self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None, *,
              dim: Any = None) -> Tensor:
@@ -2566,13 +2627,18 @@ class Tensor:
             return self.flatten()._arg_extreme(0, False, largest) if not keepdim else \
                 self.flatten()._arg_extreme(0, False, largest).reshape((1,) * self.ndim)
         d = self._axis(axis)
+        if self.ndim == 0:   # torch: dim 0 (or -1) of a 0-d tensor is the tensor itself, at index 0
+            return Tensor.zeros((), dtype=dtypes.int64, device=self.device)
         n = self.shape[d]
         if n == 0:
             raise ValueError(f"[core] argmax/argmin over an empty dim of shape {self.shape}")
-        best = self.max(d, keepdim=True) if largest else self.min(d, keepdim=True)
+        best = self.amax(d, keepdim=True) if largest else self.amin(d, keepdim=True)
+        hit = self == best
+        if self.dtype.is_float:   # a NaN is the extreme, as in torch (NaN == NaN is false)
+            hit = hit | (self.isnan() & best.isnan())
         # the first index wins: count down from n so the max picks the lowest index
         rev = (n - index_range(n, self.device)).reshape(tuple(n if i == d else 1 for i in range(self.ndim)))
-        idx = n - (self == best).where(rev, 0).max(d, keepdim=keepdim)
+        idx = n - hit.where(rev, 0).amax(d, keepdim=keepdim)
         return idx.cast(dtypes.int64)
 
     def argmax(self, axis: builtins.int | None = None, keepdim: builtins.bool = False, *,
@@ -2622,7 +2688,7 @@ class Tensor:
             1000.693
         """
         axis = dim if dim is not None else axis
-        m = self.max(axis, keepdim=True).detach()
+        m = self.amax(axis, keepdim=True).detach()
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out._squeeze_axes(self._axes(axis))
@@ -2642,7 +2708,7 @@ class Tensor:
         """
         axis = dim if dim is not None else axis
         x = self._float_like()
-        e = (x - x.max(axis, keepdim=True).detach()).exp()
+        e = (x - x.amax(axis, keepdim=True).detach()).exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
@@ -2654,7 +2720,7 @@ class Tensor:
         """
         axis = dim if dim is not None else axis
         x = self._float_like()
-        shifted = x - x.max(axis, keepdim=True).detach()
+        shifted = x - x.amax(axis, keepdim=True).detach()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     def cumsum(self, axis: builtins.int = 0, *, dim: builtins.int | None = None) -> Tensor:
@@ -2819,12 +2885,12 @@ class Tensor:
             else:
                 fill = int(min_value(xd.dtype)) if largest else int(max_value(xd.dtype))
             a = tri.where(xd.unsqueeze(-2), Tensor(fill, device=self.device, dtype=xd.dtype))
-            best = (a.max(-1) if largest else a.min(-1)).unsqueeze(-1)
+            best = (a.amax(-1) if largest else a.amin(-1)).unsqueeze(-1)
             hit = xd.unsqueeze(-2) == best
             if xd.dtype.is_float:
                 hit = hit | (xd.unsqueeze(-2).isnan() & best.isnan())
             # the last position holding the running extreme, as torch's cummax/cummin give
-            idx = (tri & hit).where(ar.reshape(1, n), -1).max(-1)
+            idx = (tri & hit).where(ar.reshape(1, n), -1).amax(-1)
         values = x.gather(-1, idx).cast(self.dtype)
         idx = idx.cast(dtypes.int64)
         if d != self.ndim - 1:
@@ -3042,7 +3108,7 @@ class Tensor:
             if ph or pw
             else self
         )
-        return x._pool(k, st, _pair(dilation)).max((-2, -1))
+        return x._pool(k, st, _pair(dilation)).amax((-2, -1))
 
     def avg_pool2d(self, kernel_size: Any = 2, stride: Any = None, padding: Any = 0,
                    count_include_pad: builtins.bool = True) -> Tensor:
@@ -3423,10 +3489,10 @@ class Tensor:
         with _NoGrad():
             xd = x.detach()
             counts = (xd.unsqueeze(-1) == xd.unsqueeze(-2)).sum(-1)                    # (..., n)
-            top = counts == counts.max(-1, keepdim=True)
+            top = counts == counts.amax(-1, keepdim=True)
             big = math.inf if xd.dtype.is_float else int(max_value(xd.dtype))
-            best = top.where(xd, big).min(-1, keepdim=True)
-            idx = (xd == best).where(index_range(n, self.device), -1).max(-1, keepdim=True)
+            best = top.where(xd, big).amin(-1, keepdim=True)
+            idx = (xd == best).where(index_range(n, self.device), -1).amax(-1, keepdim=True)
         values = x.gather(-1, idx)
         out = [t if d == x.ndim - 1 else t.transpose(d, -1) for t in (values, idx.cast(dtypes.int64))]
         if self.ndim == 0:

@@ -30,7 +30,11 @@ from typing import Any
 
 import numpy as np
 
+from tg import config
+from tg.core.capture import active as active_capture
 from tg.core.dtype import dtypes
+from tg.core.jit import TinyJit
+from tg.core.realize import flush_assigns
 from tg.core.tensor import Tensor, _NoGrad
 
 __all__ = [
@@ -172,6 +176,7 @@ class Optimizer:
         self._check_params(everything, [])
         # scalars shared by every parameter of a group within one step (see Adam._scalars)
         self._per_step: dict[tuple[int, str], Any] = {}
+        self._capture: tuple[tuple, TinyJit] | None = None    # (configuration, the captured update)
         self.device: str = everything[0].device
         self.defaults: dict[str, Any] = {"lr": lr, **defaults}
         self.param_groups: list[ParamGroup] = []
@@ -286,17 +291,54 @@ class Optimizer:
             >>> w.tolist(), frozen.tolist(), opt.t.item()
             ([0.0, 3.0], [5.0], 1.0)
         """
-        items = []
-        for i, p in enumerate(self.params):
-            if p.grad is None:
-                continue
-            items.append((p, p.grad, self._state(i)))
-        written = self.apply(items)
+        with_grad = [i for i, p in enumerate(self.params) if p.grad is not None]
         root = Tensor.last_backward_root()
-        if root is not None and root.lazydata.base.realized is None:
-            written.append(root)
+        pending_root = [root] if root is not None and root.lazydata.base.realized is None else []
+        if with_grad and self._capturable():
+            self._captured_step(with_grad, pending_root)
+            return
+        grads = [g for g in (self.params[i].grad for i in with_grad) if g is not None]
+        written = self.apply([(self.params[i], g, self._state(i)) for i, g in zip(with_grad, grads)])
+        # the gradients are outputs too: left lazy (inlined into the update), `.grad` would be computed
+        # later from the new weights (torch's grad is the one the step used)
+        written += pending_root + grads
         if written:
             written[0].realize(*written[1:])
+
+    def _capturable(self) -> bool:
+        """Whether step() may replay a captured update: one of tg's own optimizer classes (whose update
+        reads nothing but the tensors and options keyed below), no TinyJit capturing around it (it must
+        see every launch), and the knob on."""
+        return type(self) in _CAPTURABLE and config.TG_OPTIM_CAPTURE > 0 and active_capture() is None
+
+    def _captured_step(self, with_grad: list[int], pending_root: list[Tensor]) -> None:
+        """The update as a TinyJit of the gradients: built and run eagerly on the first step of a
+        configuration, captured on the second, and from then on replayed (no graph, no schedule, no
+        Python per op). Gradients and the pending loss are realized first, in one schedule, as one
+        schedule with the update would (both read the old weights). The configuration is everything
+        the kernels depend on besides the gradients' values: which parameters step, the memory of
+        every parameter, state buffer, step count and lr, and every group option but lr (lr is read
+        from its device tensor); a change is a new capture, and the old one is dropped."""
+        params = [self.params[i] for i in with_grad]
+        grads = [g for g in (p.grad for p in params) if g is not None]
+        states = [self._state(i) for i in with_grad]
+        held = [*params, *(t for st in states for t in st.values()), self.t,
+                *(g.lr_tensor for g in self.param_groups)]
+        for g in grads:
+            if not g.lazydata.is_base:     # a gradient that is a view: its own memory, as TinyJit's inputs
+                g.lazydata = g.lazydata.contiguous()
+        unrealized = [t for t in [*held, *grads] if t.lazydata.base.realized is None]
+        if unrealized or pending_root:
+            Tensor.realize(*unrealized, *pending_root)
+        key = (tuple(with_grad), tuple(id(t.lazydata.base.realized) for t in held),
+               tuple(repr(sorted((k, v) for k, v in g.items() if k not in ("params", "lr")))
+                     for g in self.param_groups))
+        if self._capture is None or self._capture[0] != key:
+            def update(*gs: Tensor) -> None:
+                self.apply([(p, g, st) for p, g, st in zip(params, gs, states)])
+                flush_assigns()
+            self._capture = (key, TinyJit(update, keep_inputs=False))
+        self._capture[1](*grads)
 
     def _group_for(self, p: Tensor) -> ParamGroup:
         # a tensor this optimizer does not hold (a ZeRO shard) steps with the first group's options
@@ -700,6 +742,11 @@ class Adadelta(Optimizer):
         delta = (acc_delta + eps).sqrt() / (square_avg + eps).sqrt() * g
         acc_delta.assign(rho * acc_delta + (1.0 - rho) * (delta * delta))
         return p - self.lr_tensor * delta
+
+
+# Optimizers whose step() may be captured (Optimizer._capturable): their updates read only tensors and
+# group options. A subclass is not in it (its apply_single may read Python state that changes).
+_CAPTURABLE = {SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta}
 
 
 # ---------------------------------------------------------------- learning-rate schedules
