@@ -100,13 +100,32 @@ def finfo_eps(dtype: DType) -> float:
 
 # ---------------------------------------------------------------- activations (thin wrappers)
 
-def relu(x: Tensor) -> Tensor:
+_WARNED_INPLACE: set[str] = set()
+
+
+def _in_place(name: str, x: Tensor, out: Tensor, inplace: bool) -> Tensor:
+    """torch's inplace=True: x's own memory takes the result (a lazy assign: computations still
+    pending on x's old values keep reading them) and x is returned. A tensor that requires grad is
+    never written in place (autograd would lose the old value): the result is returned as a new
+    tensor, with a warning (once per function) for code that relies on x changing."""
+    if not inplace:
+        return out
+    if x.requires_grad and not Tensor.no_grad:
+        if name not in _WARNED_INPLACE:
+            _WARNED_INPLACE.add(name)
+            warnings.warn(f"[nn] {name}(inplace=True) on a tensor that requires grad: tg returns the "
+                          f"result as a new tensor and leaves the input as it was. Fix: use the returned "
+                          f"tensor (x = {name}(x, inplace=True) works as in torch)", stacklevel=3)
+        return out
+    return x.assign(out)
+
+def relu(x: Tensor, inplace: bool = False) -> Tensor:
     """max(x, 0) elementwise, as torch.nn.functional.relu.
 
         >>> relu(Tensor([-1.0, 0.0, 2.0])).tolist()
         [0.0, 0.0, 2.0]
     """
-    return x.relu()
+    return _in_place("relu", x, x.relu(), inplace)
 
 
 def gelu(x: Tensor, approximate: str = "none") -> Tensor:
@@ -120,31 +139,31 @@ def gelu(x: Tensor, approximate: str = "none") -> Tensor:
     return x.gelu(approximate)
 
 
-def silu(x: Tensor) -> Tensor:
+def silu(x: Tensor, inplace: bool = False) -> Tensor:
     """x * sigmoid(x) (swish), as torch.nn.functional.silu.
 
         >>> [round(v, 4) for v in silu(Tensor([-1.0, 0.0, 1.0])).tolist()]
         [-0.2689, 0.0, 0.7311]
     """
-    return x.silu()
+    return _in_place("silu", x, x.silu(), inplace)
 
 
-def leaky_relu(x: Tensor, negative_slope: float = 0.01) -> Tensor:
+def leaky_relu(x: Tensor, negative_slope: float = 0.01, inplace: bool = False) -> Tensor:
     """x where positive, else x * negative_slope, as torch.nn.functional.leaky_relu.
 
         >>> leaky_relu(Tensor([-2.0, 3.0]), 0.5).tolist()
         [-1.0, 3.0]
     """
-    return x.leaky_relu(negative_slope)
+    return _in_place("leaky_relu", x, x.leaky_relu(negative_slope), inplace)
 
 
-def elu(x: Tensor, alpha: float = 1.0) -> Tensor:
+def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x where positive, else alpha * (exp(x) - 1), as torch.nn.functional.elu.
 
         >>> [round(v, 4) for v in elu(Tensor([-1.0, 2.0])).tolist()]
         [-0.6321, 2.0]
     """
-    return x.elu(alpha)
+    return _in_place("elu", x, x.elu(alpha), inplace)
 
 
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
@@ -196,16 +215,16 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     return x.log_softmax(dim)
 
 
-def relu6(x: Tensor) -> Tensor:
+def relu6(x: Tensor, inplace: bool = False) -> Tensor:
     """min(max(x, 0), 6) elementwise, as torch.nn.functional.relu6.
 
         >>> relu6(Tensor([-1.0, 3.0, 8.0])).tolist()
         [0.0, 3.0, 6.0]
     """
-    return x.hardtanh(0.0, 6.0)
+    return _in_place("relu6", x, x.hardtanh(0.0, 6.0), inplace)
 
 
-def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
+def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0, inplace: bool = False) -> Tensor:
     """x clamped to [min_val, max_val], as torch.nn.functional.hardtanh.
 
         >>> hardtanh(Tensor([-2.0, 0.5, 3.0]), -1.0, 2.0).tolist()
@@ -214,37 +233,37 @@ def hardtanh(x: Tensor, min_val: float = -1.0, max_val: float = 1.0) -> Tensor:
     if min_val > max_val:
         raise ValueError(f"[nn] hardtanh: expected min_val <= max_val, got min_val={min_val}, "
                          f"max_val={max_val}")
-    return x.hardtanh(min_val, max_val)
+    return _in_place("hardtanh", x, x.hardtanh(min_val, max_val), inplace)
 
 
-def hardsigmoid(x: Tensor) -> Tensor:
+def hardsigmoid(x: Tensor, inplace: bool = False) -> Tensor:
     """clamp(x / 6 + 1/2, 0, 1) elementwise, as torch.nn.functional.hardsigmoid.
 
         >>> hardsigmoid(Tensor([-4.0, 0.0, 4.0])).tolist()
         [0.0, 0.5, 1.0]
     """
-    return x.hardsigmoid()
+    return _in_place("hardsigmoid", x, x.hardsigmoid(), inplace)
 
 
-def hardswish(x: Tensor) -> Tensor:
+def hardswish(x: Tensor, inplace: bool = False) -> Tensor:
     """x * hardsigmoid(x) elementwise, as torch.nn.functional.hardswish.
 
         >>> hardswish(Tensor([-4.0, 0.0, 4.0])).tolist()
         [-0.0, 0.0, 4.0]
     """
-    return x.hardswish()
+    return _in_place("hardswish", x, x.hardswish(), inplace)
 
 
-def selu(x: Tensor) -> Tensor:
+def selu(x: Tensor, inplace: bool = False) -> Tensor:
     """scale * elu(x, alpha) with torch's constants (alpha 1.6733, scale 1.0507).
 
         >>> [round(v, 4) for v in selu(Tensor([-1.0, 2.0])).tolist()]
         [-1.1113, 2.1014]
     """
-    return x.selu()
+    return _in_place("selu", x, x.selu(), inplace)
 
 
-def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
+def celu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     """x where positive, else alpha * (exp(x / alpha) - 1), as torch.nn.functional.celu.
 
         >>> [round(v, 4) for v in celu(Tensor([-1.0, 2.0]), alpha=2.0).tolist()]
@@ -252,16 +271,16 @@ def celu(x: Tensor, alpha: float = 1.0) -> Tensor:
     """
     if alpha == 0:
         raise ValueError("[nn] celu: expected a nonzero alpha (it divides x), got 0")
-    return x.celu(alpha)
+    return _in_place("celu", x, x.celu(alpha), inplace)
 
 
-def mish(x: Tensor) -> Tensor:
+def mish(x: Tensor, inplace: bool = False) -> Tensor:
     """x * tanh(softplus(x)) elementwise, as torch.nn.functional.mish.
 
         >>> [round(v, 4) for v in mish(Tensor([-1.0, 2.0])).tolist()]
         [-0.3034, 1.944]
     """
-    return x.mish()
+    return _in_place("mish", x, x.mish(), inplace)
 
 
 def logsigmoid(x: Tensor) -> Tensor:
@@ -418,7 +437,7 @@ def einsum(equation: str, *operands: Tensor) -> Tensor:
         product = product.sum(tuple(range(len(out), len(order))), dtype=product.dtype)
     return product.expand(tuple(sizes.get(c, 1) for c in out))
 
-def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
+def dropout(x: Tensor, p: float = 0.5, training: bool = True, inplace: bool = False) -> Tensor:
     """Zero each element with probability p and scale the rest by 1/(1-p); the identity if not training.
     training defaults to True, as torch's.
 
@@ -432,7 +451,7 @@ def dropout(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
         return x
     keep = Tensor.rand(*x.shape, device=x.device) >= p       # never true when p == 1: all zeros
     kept = keep.where(x, 0)
-    return kept if p == 1.0 else kept * (1.0 / (1.0 - p))
+    return _in_place("dropout", x, kept if p == 1.0 else kept * (1.0 / (1.0 - p)), inplace)
 
 
 def dropout2d(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
