@@ -3870,6 +3870,36 @@ class Tensor:
         """
         return indexing.index_copy(self, dim, index, source)
 
+    def index_put(self, indices: Any, values: Any, accumulate: builtins.bool = False) -> Tensor:
+        """A copy of self with values written at the positions `indices` names (a tuple of index
+        tensors, one per leading dim; None means a whole dim); accumulate=True adds instead, and
+        duplicates add up. Without accumulate, the last write of a duplicate index wins.
+
+            >>> Tensor([0, 0, 0]).index_put((Tensor([0, 2]),), Tensor([5, 7])).tolist()
+            [5, 0, 7]
+        """
+        return indexing.index_put(self, indices, values, accumulate)
+
+    def index_put_(self, indices: Any, values: Any, accumulate: builtins.bool = False) -> Tensor:
+        """index_put written into self's memory (a lazy assign); returns self."""
+        self._check_inplace("index_put_", values)
+        return self.assign(indexing.index_put(self, indices, values, accumulate))
+
+    def index_add_(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
+        """index_add written into self's memory; returns self."""
+        self._check_inplace("index_add_", source)
+        return self.assign(indexing.index_add(self, dim, index, source, alpha))
+
+    def index_fill_(self, dim: builtins.int, index: Tensor, value: Any) -> Tensor:
+        """index_fill written into self's memory; returns self."""
+        self._check_inplace("index_fill_", value)
+        return self.assign(indexing.index_fill(self, dim, index, value))
+
+    def index_copy_(self, dim: builtins.int, index: Tensor, source: Tensor) -> Tensor:
+        """index_copy written into self's memory; returns self."""
+        self._check_inplace("index_copy_", source)
+        return self.assign(indexing.index_copy(self, dim, index, source))
+
     def diag_embed(self, offset: builtins.int = 0, dim1: builtins.int = -2,
                    dim2: builtins.int = -1) -> Tensor:
         """Each last-dim vector put on the `offset` diagonal of a matrix in dims (dim1, dim2) of the result.
