@@ -96,3 +96,15 @@ def test_returning_an_input_unchanged_is_refused():
     f(Tensor([1.0]))
     with pytest.raises(ValueError, match="returns one of its inputs"):
         f(Tensor([2.0]))
+
+
+def test_inputs_that_share_memory_are_their_own_signature():
+    @TinyJit
+    def f(a: Tensor, b: Tensor) -> Tensor:
+        return (a * 2 + b).contiguous()
+    x = Tensor([1.0, 2.0]).realize()
+    for _ in range(3):
+        assert f(x, x).tolist() == [3.0, 6.0]
+    for _ in range(3):
+        y = Tensor([10.0, 20.0]).realize()
+        assert f(x, y).tolist() == [12.0, 24.0]

@@ -156,3 +156,48 @@ def test_grad_after_step_is_the_gradient_the_step_used(capture, monkeypatch):
         np.testing.assert_allclose(w.grad.numpy(), expected, rtol=1e-5)
         weights = weights - 0.1 * expected
         np.testing.assert_allclose(w.numpy(), weights, rtol=1e-5)
+
+
+def _pending_reads_after_steps(capture: str, monkeypatch) -> tuple[list, list]:
+    monkeypatch.setenv("TG_OPTIM_CAPTURE", capture)
+    w = Tensor(np.array([1.0, 2.0], np.float32), requires_grad=True)
+    opt = optim.SGD([w], lr=0.1)
+    preds, inlined, expected = [], [], []
+    for _ in range(5):
+        expected.append([3 * v for v in w.tolist()])
+        preds.append(w * 3.0)                        # pending and outside the loss
+        out = w * 3.0
+        inlined.append(out)                          # pending and read by the loss (inlined there)
+        (w * out).sum().backward()
+        opt.step()
+        w.grad = None
+    return expected, [p.tolist() for p in preds] + [o.tolist() for o in inlined]
+
+
+@pytest.mark.parametrize("capture", ["1", "0"])
+def test_pending_readers_of_the_weights_see_the_old_weights(capture, monkeypatch):
+    expected, got = _pending_reads_after_steps(capture, monkeypatch)
+    np.testing.assert_allclose(np.array(got), np.array(expected + expected), rtol=1e-6)
+
+
+@pytest.mark.parametrize("capture", ["1", "0"])
+def test_gradients_that_share_memory_on_one_step_and_not_the_next(capture, monkeypatch):
+    """a + b hands both parents the same gradient; later steps give them different ones."""
+    monkeypatch.setenv("TG_OPTIM_CAPTURE", capture)
+    a, b = (Tensor(np.zeros(2, np.float32), requires_grad=True) for _ in range(2))
+    x = Tensor(np.array([1.0, 2.0], np.float32))
+    opt = optim.SGD([a, b], lr=1.0)
+    for step in range(5):
+        loss = (((a + b) if step < 2 else (3.0 * a + b)) * x).sum()
+        loss.backward()
+        before = a.numpy().copy()
+        opt.step()
+        np.testing.assert_array_equal(before - a.numpy(), [1.0, 2.0] if step < 2 else [3.0, 6.0])
+        a.grad = b.grad = None
+
+
+def test_a_base_read_every_step_keeps_a_bounded_reader_list():
+    frozen = Tensor(np.ones(4, np.float32))
+    for _ in range(300):
+        (frozen * 2.0).sum()
+    assert len(frozen.lazydata.base.readers.refs) < 64

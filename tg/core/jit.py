@@ -93,7 +93,10 @@ class TinyJit(Generic[ReturnType]):
                 t.lazydata = t.lazydata.contiguous()
         if inputs:
             inputs[0].realize(*inputs[1:])
-        key = _signature(args, kwargs)
+        # which inputs share memory is part of the signature: a capture binds each buffer to one input
+        first: dict[int, int] = {}
+        shared = tuple(first.setdefault(id(t.lazydata.base.realized), i) for i, t in enumerate(inputs))
+        key = (_signature(args, kwargs), shared)
         replay = self.replays.get(key)
         if replay is not None:
             return self._replay(replay, inputs)

@@ -45,7 +45,14 @@ class Readers:
         self._prune_at = 16
 
     def add(self, lb: LazyBuffer) -> None:
-        self.refs.append(weakref.ref(lb))
+        self.append(weakref.ref(lb))
+
+    def append(self, ref: weakref.ref[LazyBuffer]) -> None:
+        refs = self.refs
+        refs.append(ref)
+        if len(refs) > self._prune_at:   # a base read every step but never iterated stays bounded
+            self.refs = [r for r in refs if r() is not None]
+            self._prune_at = 2 * len(self.refs) + 16
 
     def discard(self, lb: LazyBuffer) -> None:
         self.refs = [r for r in self.refs if r() is not lb]
@@ -77,7 +84,7 @@ class LazyBuffer:
                 for s in srcs:
                     sb = s._base or s
                     if sb.op is not BufferOps.CONST:   # a constant is shared and never overwritten
-                        sb.readers.refs.append(me)
+                        sb.readers.append(me)
 
     def __repr__(self) -> str:
         kind = "realized" if self.base.realized is not None else (self.base.op.name if self.base.op else "?")

@@ -45,6 +45,18 @@ def to_numpy(lb: LazyBuffer) -> np.ndarray:
     return bits.reshape(lb.shape)
 
 
+def realize_readers(lbs: list[LazyBuffer]) -> None:
+    """Compute now every pending computation that reads the memory of these lazy buffers (through
+    any alias), so that writing that memory in place cannot change what they compute."""
+    holders: list[LazyBuffer] = []
+    for lb in lbs:
+        buf = lb.base.realized
+        holders += [lb.base, *buf.aliases] if buf is not None else [lb.base]
+    pending = {id(r): r for h in holders for r in h.readers if r.realized is None and r.srcs}
+    if pending:
+        realize(list(pending.values()))
+
+
 def flush_assigns() -> None:
     """Run every pending in-place assign now (one schedule)."""
     pending = [lb for lb in list(PENDING_ASSIGNS) if lb.realized is None]

@@ -34,19 +34,14 @@ def own_memory(t: Tensor) -> Buffer:
     """Make t a realized tensor with memory of its own (not a view, not a constant), and compute
     first whatever still reads its old contents (so writing in place cannot change their result)."""
     from tg.core.ops import BufferOps
-    from tg.core.realize import realize
+    from tg.core.realize import realize_readers
     lb = t.lazydata
     if not (lb.is_base and lb.op is not BufferOps.CONST) or lb.realized is None:
         t.lazydata = lb.contiguous()
         t.realize()
     buf = t.lazydata.base.realized
     assert buf is not None
-    holders = [t.lazydata.base, *buf.aliases]
-    pending = list(
-        {id(r): r for h in holders for r in list(h.readers) if r.realized is None and r.srcs}.values()
-    )
-    if pending:
-        realize(pending)
+    realize_readers([t.lazydata])
     return buf
 
 

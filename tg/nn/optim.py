@@ -34,7 +34,7 @@ from tg import config
 from tg.core.capture import active as active_capture
 from tg.core.dtype import dtypes
 from tg.core.jit import TinyJit
-from tg.core.realize import flush_assigns
+from tg.core.realize import flush_assigns, realize_readers
 from tg.core.tensor import Tensor, _NoGrad
 
 __all__ = [
@@ -294,16 +294,28 @@ class Optimizer:
         with_grad = [i for i, p in enumerate(self.params) if p.grad is not None]
         root = Tensor.last_backward_root()
         pending_root = [root] if root is not None and root.lazydata.base.realized is None else []
-        if with_grad and self._capturable():
-            self._captured_step(with_grad, pending_root)
+        params = [self.params[i] for i in with_grad]
+        grads = [g for g in (p.grad for p in params) if g is not None]
+        states = [self._state(i) for i in with_grad]
+        held = [*params, *(t for st in states for t in st.values()), self.t,
+                *(g.lr_tensor for g in self.param_groups)]
+        # First the gradients (stored: left inlined in the update, `.grad` would later be computed from
+        # the new weights) and the pending loss, in one schedule; then every other pending computation
+        # that reads the old weights or state; then the update, which writes them in place.
+        for g in grads:
+            if not g.lazydata.is_base:     # a gradient that is a view: its own memory
+                g.lazydata = g.lazydata.contiguous()
+        unrealized = [t for t in [*held, *grads] if t.lazydata.base.realized is None]
+        if unrealized or pending_root:
+            Tensor.realize(*unrealized, *pending_root)
+        if not with_grad:
             return
-        grads = [g for g in (self.params[i].grad for i in with_grad) if g is not None]
-        written = self.apply([(self.params[i], g, self._state(i)) for i, g in zip(with_grad, grads)])
-        # the gradients are outputs too: left lazy (inlined into the update), `.grad` would be computed
-        # later from the new weights (torch's grad is the one the step used)
-        written += pending_root + grads
-        if written:
-            written[0].realize(*written[1:])
+        realize_readers([t.lazydata for t in held])
+        if self._capturable():
+            self._captured_update(with_grad, params, grads, states, held)
+            return
+        written = self.apply(list(zip(params, grads, states)))
+        written[0].realize(*written[1:])
 
     def _capturable(self) -> bool:
         """Whether step() may replay a captured update: one of tg's own optimizer classes (whose update
@@ -311,26 +323,17 @@ class Optimizer:
         see every launch), and the knob on."""
         return type(self) in _CAPTURABLE and config.TG_OPTIM_CAPTURE > 0 and active_capture() is None
 
-    def _captured_step(self, with_grad: list[int], pending_root: list[Tensor]) -> None:
+    def _captured_update(self, with_grad: list[int], params: list[Tensor], grads: list[Tensor],
+                         states: list[dict[str, Tensor]], held: list[Tensor]) -> None:
         """The update as a TinyJit of the gradients: built and run eagerly on the first step of a
         configuration, captured on the second, and from then on replayed (no graph, no schedule, no
-        Python per op). Gradients and the pending loss are realized first, in one schedule, as one
-        schedule with the update would (both read the old weights). The configuration is everything
-        the kernels depend on besides the gradients' values: which parameters step, the memory of
-        every parameter, state buffer, step count and lr, and every group option but lr (lr is read
-        from its device tensor); a change is a new capture, and the old one is dropped."""
-        params = [self.params[i] for i in with_grad]
-        grads = [g for g in (p.grad for p in params) if g is not None]
-        states = [self._state(i) for i in with_grad]
-        held = [*params, *(t for st in states for t in st.values()), self.t,
-                *(g.lr_tensor for g in self.param_groups)]
-        for g in grads:
-            if not g.lazydata.is_base:     # a gradient that is a view: its own memory, as TinyJit's inputs
-                g.lazydata = g.lazydata.contiguous()
-        unrealized = [t for t in [*held, *grads] if t.lazydata.base.realized is None]
-        if unrealized or pending_root:
-            Tensor.realize(*unrealized, *pending_root)
-        key = (tuple(with_grad), tuple(id(t.lazydata.base.realized) for t in held),
+        Python per op). The configuration is everything the kernels depend on besides the gradients'
+        values: which parameters step, which gradients share memory, the memory of every parameter,
+        state buffer, step count and lr, and every group option but lr (lr is read from its device
+        tensor); a change is a new capture, and the old one is dropped."""
+        first: dict[int, int] = {}
+        shared = tuple(first.setdefault(id(g.lazydata.base.realized), i) for i, g in enumerate(grads))
+        key = (tuple(with_grad), shared, tuple(id(t.lazydata.base.realized) for t in held),
                tuple(repr(sorted((k, v) for k, v in g.items() if k not in ("params", "lr")))
                      for g in self.param_groups))
         if self._capture is None or self._capture[0] != key:
