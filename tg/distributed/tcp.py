@@ -197,9 +197,14 @@ class TcpTransport:
                         store.set(f"{prefix}/shmok/{peer}->{self.rank}", f"error: {e}")
                         # The peer may have failed first and removed its segment on the way out:
                         # its report is the cause, the missing file only the effect.
-                        said = store.compare_set(
-                            f"{prefix}/shmok/{self.rank}->{peer}", b"\0peek", b""
-                        ).decode()
+                        try:
+                            said = store.compare_set(
+                                f"{prefix}/shmok/{self.rank}->{peer}", b"\0peek", b""
+                            ).decode()
+                        except (DistributedError, OSError):
+                            # the creator read our report and left, taking the store with it: our own
+                            # error is the cause to report, not the lost connection
+                            raise e from None
                         if said.startswith("error: "):
                             raise _unmapped(peer, self.rank, said) from e
                         raise
