@@ -277,11 +277,11 @@ class Optimizer:
         )
 
     def step(self) -> None:
-        """Update every parameter that has a `.grad`, in one schedule (no host sync).
-
-        The loss most recently differentiated, if still pending, is computed in the same schedule:
-        it reads the old weights, and computing it now avoids keeping a copy of them. Parameters
-        whose `.grad` is None are left alone, as in torch.
+        """Update every parameter that has a `.grad` (no host sync). The gradients and the loss most
+        recently differentiated, if still pending, are computed first, in one schedule (both read the
+        old weights); then every other pending reader of the weights; then the update, replayed
+        without a schedule once captured (see `_captured_update`). Parameters whose `.grad` is None
+        are left alone, as in torch.
 
             >>> from tg import Tensor
             >>> w, frozen = Tensor([1.0, 2.0], requires_grad=True), Tensor([5.0], requires_grad=True)
