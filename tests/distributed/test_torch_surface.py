@@ -18,6 +18,7 @@ from test_training import (
     mse,
     numpy_params,
     reference,
+    resumed_steps,
     rows_of,
 )
 
@@ -247,13 +248,7 @@ def zero1_checkpoint(rank: int, world: int, directory: str, phase: str) -> dict:
     model = MLP(seed=300 + rank + (50 if phase == "resume" else 0))
     net = DistributedDataParallel(model)
     opt = ZeroRedundancyOptimizer(net.parameters(), optimizer_class=nn.optim.AdamW, lr=LR)
-    meta = dist.load_checkpoint(directory, net, opt) if phase == "resume" else None
-    start = meta["step"] if meta else 0
-    for (batch,) in batches(4)[start:start + 2]:
-        opt.zero_grad()
-        mse(net, *rows_of(rank, world, batch)).backward()
-        opt.step()
-    dist.save_checkpoint(directory, start + 2, net, opt)
+    resumed_steps(rank, world, net, opt, directory, phase)
     return numpy_params(model)
 
 

@@ -9,6 +9,7 @@ Adam is almost blind to the scale of the gradient: a SUM where a mean belongs on
 """
 import json
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -415,14 +416,22 @@ def checkpoint_run(rank: int, world: int, directory: str, kind: str, phase: str,
     random weights, load the newest checkpoint, train steps 2-3 and save as step 4."""
     model = MLP(seed=200 + rank + (50 if phase == "resume" else 0))
     net, opt = wrap(model, kind)
+    meta = resumed_steps(rank, world, net, opt, directory, phase, extra=EXTRA, keep=keep)
+    return {"params": numpy_params(model), "meta": json.loads(json.dumps(meta))}
+
+
+def resumed_steps(rank: int, world: int, net: Any, opt: Any, directory: str, phase: str,
+                  **save: Any) -> dict | None:
+    """Two training steps from where the newest checkpoint in directory left off ("resume") or from
+    step 0 ("first"), then a checkpoint of them; returns the loaded checkpoint's metadata."""
     meta = dist.load_checkpoint(directory, net, opt) if phase == "resume" else None
     start = meta["step"] if meta else 0
     for (batch,) in batches(4)[start:start + 2]:
         opt.zero_grad()
         mse(net, *rows_of(rank, world, batch)).backward()
         opt.step()
-    dist.save_checkpoint(directory, start + 2, net, opt, extra=EXTRA, keep=keep)
-    return {"params": numpy_params(model), "meta": json.loads(json.dumps(meta))}
+    dist.save_checkpoint(directory, start + 2, net, opt, **save)
+    return meta
 
 
 @pytest.mark.parametrize("save_world,load_world", [(2, 3), (2, 1), (4, 2)])

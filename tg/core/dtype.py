@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from numpy import dtype as NumpyDType  # the property DType.np hides the module name in the class
@@ -182,3 +183,10 @@ def f32_to_bf16(x: np.ndarray) -> np.ndarray:
     top = (u >> 16).astype(np.uint16)
     nan_bits = np.where(top & 0x7F, top, top | 0x40).astype(np.uint16)
     return np.where(np.isnan(x.reshape(-1)), nan_bits, rounded).reshape(x.shape)
+
+
+def value_key(value: Any) -> Any:
+    """A constant as a dictionary key: a float by its bits, since -0.0 == 0.0 would make two constants
+    one and nan != nan would never find itself; other values as they are (their dtype tells bool, int
+    and float apart wherever such keys are used)."""
+    return value.hex() if type(value) is float else value

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import Enum, auto
 from typing import Any
 
-from tg.core.dtype import DType, dtypes
+from tg.core.dtype import DType, dtypes, value_key
 from tg.core.ops import BinaryOps, BufferOps, Op, ReduceOps
 from tg.core.symbolic import cached_property
 
@@ -41,9 +41,7 @@ class KOp:
     def key(self) -> tuple:
         arg = self.arg
         if self.op is BufferOps.CONST:
-            # by bits: -0.0 == 0.0 and nan != nan would make a wrong program hit and an endless miss
-            value = arg[0]
-            arg = (value.hex() if isinstance(value, float) else (type(value), value), arg[1].key)
+            arg = (value_key(arg[0]), arg[1].key)
         elif self.op in (AstOps.LOAD, AstOps.STORE):
             arg = (arg[0], arg[1].key)
         return (self.op, self.dtype, arg, tuple(s.key for s in self.src))

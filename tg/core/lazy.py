@@ -14,7 +14,7 @@ from __future__ import annotations
 import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
-from tg.core.dtype import DType, dtypes, min_value
+from tg.core.dtype import DType, dtypes, min_value, value_key
 from tg.core.ops import COMPARISON_OPS, BufferOps, Op, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
 
@@ -48,11 +48,13 @@ class Readers:
         self.append(weakref.ref(lb))
 
     def append(self, ref: weakref.ref[LazyBuffer]) -> None:
-        refs = self.refs
-        refs.append(ref)
-        if len(refs) > self._prune_at:   # a base read every step but never iterated stays bounded
-            self.refs = [r for r in refs if r() is not None]
-            self._prune_at = 2 * len(self.refs) + 16
+        self.refs.append(ref)
+        if len(self.refs) > self._prune_at:   # a base read every step but never iterated stays bounded
+            self._prune()
+
+    def _prune(self) -> None:
+        self.refs = [r for r in self.refs if r() is not None]
+        self._prune_at = 2 * len(self.refs) + 16
 
     def discard(self, lb: LazyBuffer) -> None:
         self.refs = [r for r in self.refs if r() is not lb]
@@ -63,8 +65,7 @@ class Readers:
     def __iter__(self) -> Iterator[LazyBuffer]:
         live = [x for x in (r() for r in self.refs) if x is not None]
         if len(self.refs) > self._prune_at:
-            self.refs = [weakref.ref(x) for x in dict.fromkeys(live)]
-            self._prune_at = 2 * len(self.refs) + 16
+            self._prune()
         return iter(live)
 
 
@@ -131,7 +132,7 @@ class LazyBuffer:
         immutable and never realized, so one object serves every graph that asks for the same
         value (by its bits), dtype, device and shape."""
         value = bool(value) if dtype == dtypes.bool else (float(value) if dtype.is_float else int(value))
-        key = (value.hex() if type(value) is float else value, dtype.name, device, shape)
+        key = (value_key(value), dtype.name, device, shape)
         found = _CONSTS.get(key)
         if found is None:
             if len(_CONSTS) >= CONST_CACHE:

@@ -22,7 +22,7 @@ from tg.core.device import Buffer, Device, GlobalCounters
 from tg.core.dtype import DType, bf16_to_f32, dtypes
 from tg.core.lazy import PENDING_ASSIGNS, LazyBuffer
 from tg.core.ops import BufferOps
-from tg.core.schedule import GraphKey, ScheduleItem, Structure, create_schedule, structure
+from tg.core.schedule import GraphKey, ScheduleItem, Structure, create_schedule, same_memory, structure
 from tg.core.shape import prod
 
 
@@ -48,11 +48,8 @@ def to_numpy(lb: LazyBuffer) -> np.ndarray:
 def realize_readers(lbs: list[LazyBuffer]) -> None:
     """Compute now every pending computation that reads the memory of these lazy buffers (through
     any alias), so that writing that memory in place cannot change what they compute."""
-    holders: list[LazyBuffer] = []
-    for lb in lbs:
-        buf = lb.base.realized
-        holders += [lb.base, *buf.aliases] if buf is not None else [lb.base]
-    pending = {id(r): r for h in holders for r in h.readers if r.realized is None and r.srcs}
+    pending = {id(r): r for lb in lbs for h in same_memory(lb.base) for r in h.readers
+               if r.realized is None and r.srcs}
     if pending:
         realize(list(pending.values()))
 
@@ -84,7 +81,7 @@ class _Reuse:
     @staticmethod
     def make(items: list[ScheduleItem], s: Structure) -> _Reuse | None:
         """None when an item names a buffer that is not in the graph (the scheduler added a copy)."""
-        pos = s.position()
+        pos = s.position
         try:
             return _Reuse([(it.kind, pos[id(it.out)], it.kernel, None if it.src is None else pos[id(it.src)],
                             [pos[id(b)] for b in it.inputs], it.program) for it in items])

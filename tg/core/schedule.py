@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tg.core.dtype import DType, dtypes
+from tg.core.dtype import DType, dtypes, value_key
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, BufferOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
@@ -305,7 +305,7 @@ def create_schedule(outs: list[LazyBuffer], bases: list[LazyBuffer] | None = Non
         # some kernel needs this buffer's old contents after an assign that needs it to have run
         # (a swap, or old and new contents read together): those readers read a copy made first
         in_schedule = {id(b) for b in bases}
-        readers = {id(r): r for x in _same_memory(cycle) for r in list(x.readers) if id(r) in in_schedule}
+        readers = {id(r): r for x in same_memory(cycle) for r in list(x.readers) if id(r) in in_schedule}
         return create_schedule(outs + [_snapshot(cycle, list(readers.values()))])
     return order
 
@@ -317,16 +317,11 @@ class Structure:
     dtype, shape, device, and each source as (position, view)), the realized leaves it reads
     (dtype, shape, device, and which of them share memory) and which bases are the outputs.
     `bases` and `leaves` are this graph's objects at those positions: position i >= 0 is
-    bases[i], position -1 - j is leaves[j]."""
+    bases[i], position -1 - j is leaves[j]; `position` maps id(lazy buffer) to its position."""
     key: GraphKey
     bases: list[LazyBuffer]
     leaves: list[LazyBuffer]
-
-    def position(self) -> dict[int, int]:
-        """id(lazy buffer) -> its position, for every base and leaf of the graph."""
-        pos = {id(b): i for i, b in enumerate(self.bases)}
-        pos.update((id(leaf), -1 - j) for j, leaf in enumerate(self.leaves))
-        return pos
+    position: dict[int, int]
 
     def at(self, position: int) -> LazyBuffer:
         return self.bases[position] if position >= 0 else self.leaves[-1 - position]
@@ -352,10 +347,7 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
         lb, placed = stack.pop()
         if placed:
             arg, srcs = lb.arg, lb.srcs
-            if type(arg) is float:
-                arg = arg.hex()
-            elif type(arg) is DType:
-                arg = arg.name
+            arg = arg.name if type(arg) is DType else value_key(arg)
             nodes += (_OP_CODE[id(lb.op)], arg, lb.dtype.name, lb.shape, lb.device, len(srcs))
             for src in srcs:
                 sb = src._base or src
@@ -382,7 +374,7 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
     if _outside_readers(bases):
         return None
     key = GraphKey((tuple(nodes), tuple(leaf_keys), tuple((pos[id(o.base)], o.st.key) for o in outs)))
-    return Structure(key, bases, leaves)
+    return Structure(key, bases, leaves, pos)
 
 
 # Each op as a small int, found by identity: hashing an Enum member runs Python code, and a graph key
@@ -406,7 +398,7 @@ class GraphKey:
         return isinstance(other, GraphKey) and self._hash == other._hash and self.parts == other.parts
 
 
-def _same_memory(b: LazyBuffer) -> list[LazyBuffer]:
+def same_memory(b: LazyBuffer) -> list[LazyBuffer]:
     """b and every other lazy buffer whose value lives in the same memory."""
     return [b] + [a for a in list(b.realized.aliases) if a is not b] if b.realized is not None else [b]
 
@@ -424,7 +416,7 @@ def _outside_readers(bases: list[LazyBuffer]) -> list[tuple[LazyBuffer, list[Laz
         if b.op is not BufferOps.ASSIGN:
             continue
         target = b.srcs[0].base
-        outside = {id(r): r for x in _same_memory(target) for r in list(x.readers)
+        outside = {id(r): r for x in same_memory(target) for r in list(x.readers)
                    if r.realized is None and r.srcs and id(r) not in in_schedule}
         if outside:
             found.append((target, list(outside.values())))
@@ -441,7 +433,7 @@ def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
 def _snapshot(target: LazyBuffer, readers: list[LazyBuffer]) -> LazyBuffer:
     """A copy of target's current contents (an ASSIGN into a fresh buffer), which `readers` read from
     now on instead of target's memory. An assign among them still writes target's memory."""
-    same = _same_memory(target)
+    same = same_memory(target)
     same_ids = {id(x) for x in same}
     snap = LazyBuffer.empty(target.shape, target.dtype, target.device).assign(target)
     for r in readers:
@@ -517,4 +509,5 @@ def _cycle_target(items: list[ScheduleItem], deps: list[set[int]], done: set[int
     return min(targets, key=lambda t: prod(t.shape))
 
 
-__all__ = ["GraphKey", "ScheduleItem", "Structure", "create_schedule", "structure", "BinaryOps", "dtypes"]
+__all__ = ["GraphKey", "ScheduleItem", "Structure", "create_schedule", "same_memory", "structure",
+           "BinaryOps", "dtypes"]

@@ -472,18 +472,30 @@ class Identity(Module):
         return x
 
 
-class ReLU(Module):
+class _Elementwise(Module):
+    """A layer without parameters or options whose forward is `fn` of the input."""
+    fn: Callable[[Tensor], Tensor]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.fn(x)
+
+
+class _ElementwiseInplace(_Elementwise):
+    """An _Elementwise layer whose torch constructor takes `inplace`: accepted and ignored (the layer
+    returns its result; F's functions take inplace=)."""
+
+    def __init__(self, inplace: bool = False):
+        super().__init__()
+
+
+class ReLU(_ElementwiseInplace):
     """max(x, 0) elementwise (inplace is accepted and ignored: tg tensors are values).
 
         >>> ReLU()(Tensor([-1.0, 2.0])).tolist()
         [0.0, 2.0]
     """
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.relu(x)
+    fn = staticmethod(F.relu)
 
 
 class LeakyReLU(Module):
@@ -542,40 +554,34 @@ class GELU(Module):
         return f"approximate={self.approximate!r}"
 
 
-class SiLU(Module):
+class SiLU(_ElementwiseInplace):
     """x * sigmoid(x).
 
         >>> [round(v, 4) for v in SiLU()(Tensor([1.0])).tolist()]
         [0.7311]
     """
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.silu(x)
+    fn = staticmethod(F.silu)
 
 
-class Tanh(Module):
+class Tanh(_Elementwise):
     """tanh(x) elementwise.
 
         >>> Tanh()(Tensor([0.0])).tolist()
         [0.0]
     """
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.tanh(x)
+    fn = staticmethod(F.tanh)
 
 
-class Sigmoid(Module):
+class Sigmoid(_Elementwise):
     """1 / (1 + exp(-x)) elementwise.
 
         >>> Sigmoid()(Tensor([0.0])).tolist()
         [0.5]
     """
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.sigmoid(x)
+    fn = staticmethod(F.sigmoid)
 
 
 class Softplus(Module):
@@ -596,18 +602,14 @@ class Softplus(Module):
         return f"beta={self.beta}, threshold={self.threshold}"
 
 
-class ReLU6(Module):
+class ReLU6(_ElementwiseInplace):
     """min(max(x, 0), 6) elementwise (inplace is accepted and ignored, as ReLU).
 
         >>> ReLU6()(Tensor([-1.0, 3.0, 8.0])).tolist()
         [0.0, 3.0, 6.0]
     """
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.relu6(x)
+    fn = staticmethod(F.relu6)
 
 
 class Hardtanh(Module):
@@ -628,46 +630,34 @@ class Hardtanh(Module):
         return f"min_val={self.min_val}, max_val={self.max_val}"
 
 
-class Hardsigmoid(Module):
+class Hardsigmoid(_ElementwiseInplace):
     """clamp(x / 6 + 1/2, 0, 1) elementwise.
 
         >>> Hardsigmoid()(Tensor([-4.0, 0.0, 4.0])).tolist()
         [0.0, 0.5, 1.0]
     """
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.hardsigmoid(x)
+    fn = staticmethod(F.hardsigmoid)
 
 
-class Hardswish(Module):
+class Hardswish(_ElementwiseInplace):
     """x * hardsigmoid(x) elementwise.
 
         >>> Hardswish()(Tensor([-4.0, 1.0, 4.0])).tolist()
         [-0.0, 0.6666666865348816, 4.0]
     """
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.hardswish(x)
+    fn = staticmethod(F.hardswish)
 
 
-class SELU(Module):
+class SELU(_ElementwiseInplace):
     """scale * elu(x, alpha) with torch's fixed constants (alpha 1.6733, scale 1.0507).
 
         >>> [round(v, 4) for v in SELU()(Tensor([-1.0, 2.0])).tolist()]
         [-1.1113, 2.1014]
     """
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.selu(x)
+    fn = staticmethod(F.selu)
 
 
 class CELU(Module):
@@ -688,51 +678,44 @@ class CELU(Module):
         return f"alpha={self.alpha}"
 
 
-class Mish(Module):
+class Mish(_ElementwiseInplace):
     """x * tanh(softplus(x)) elementwise.
 
         >>> [round(v, 4) for v in Mish()(Tensor([-1.0, 2.0])).tolist()]
         [-0.3034, 1.944]
     """
 
-    def __init__(self, inplace: bool = False):
-        super().__init__()
-
-    def forward(self, x: Tensor) -> Tensor:
-        return F.mish(x)
+    fn = staticmethod(F.mish)
 
 
-class LogSigmoid(Module):
+class LogSigmoid(_Elementwise):
     """log(sigmoid(x)) elementwise, stable for large |x|.
 
         >>> [round(v, 4) for v in LogSigmoid()(Tensor([-200.0, 0.0])).tolist()]
         [-200.0, -0.6931]
     """
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.logsigmoid(x)
+    fn = staticmethod(F.logsigmoid)
 
 
-class Softsign(Module):
+class Softsign(_Elementwise):
     """x / (1 + |x|) elementwise.
 
         >>> Softsign()(Tensor([-3.0, 1.0])).tolist()
         [-0.75, 0.5]
     """
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.softsign(x)
+    fn = staticmethod(F.softsign)
 
 
-class Tanhshrink(Module):
+class Tanhshrink(_Elementwise):
     """x - tanh(x) elementwise.
 
         >>> [round(v, 4) for v in Tanhshrink()(Tensor([0.0, 1.0])).tolist()]
         [0.0, 0.2384]
     """
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.tanhshrink(x)
+    fn = staticmethod(F.tanhshrink)
 
 
 class GLU(Module):
