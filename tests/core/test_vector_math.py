@@ -38,3 +38,41 @@ def test_log2_vector():
     finite = np.isfinite(want)
     np.testing.assert_allclose(got[finite], want[finite], atol=1e-6, rtol=1e-6)
     assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))
+
+
+def _reductions(rng: np.random.Generator) -> list[np.ndarray]:
+    """Reduce kernels whose lane dim is the reduce dim, so each output's lanes are folded: matmuls
+    with both operands contiguous along K (one to sixteen outputs a tile), a max with NaN, an int sum."""
+    outs = []
+    for m, k, n in [(512, 64, 256), (7, 48, 5), (3, 16, 1), (33, 160, 17), (64, 1024, 2)]:
+        a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((n, k)).astype(np.float32)
+        outs.append((Tensor(a, device="CPU") @ Tensor(b, device="CPU").T).numpy())
+    x = rng.standard_normal((37, 64)).astype(np.float32)
+    x[3, 5] = np.nan
+    outs.append(Tensor(x, device="CPU").amax(1).numpy())
+    outs.append(Tensor(rng.integers(-1000, 1000, (29, 96)).astype(np.int32), device="CPU").sum(1).numpy())
+    return outs
+
+
+def test_folded_lanes_give_the_bits_of_the_scalar_tree(monkeypatch):
+    """HREDUCE folds a tile's vectors with shuffles (TG_SHUF); the sums must be bit for bit those of
+    folding each vector's lanes one by one, which is what the renderer writes without shuffles."""
+    import dataclasses
+
+    from tg import config
+    from tg.core.device import Device
+    from tg.core.renderer import C_VECTORS
+    monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
+    assert config.TG_SCHEDULE_CACHE == 0
+    dev = Device["CPU"]
+    results, sources = [], []
+    for vec in (C_VECTORS, dataclasses.replace(C_VECTORS, evens="", odds="")):
+        monkeypatch.setattr(dev.renderer, "d", dataclasses.replace(dev.renderer.d, vec=vec))
+        monkeypatch.setattr(dev, "_by_ast", {})
+        monkeypatch.setattr(dev, "_programs", {})
+        results.append(_reductions(np.random.default_rng(5)))
+        sources.append("".join(dev._programs))
+    assert "TG_SHUF(acc" in sources[0] and "TG_SHUF(acc" not in sources[1]
+    for folded, scalar in zip(*results):
+        assert folded.dtype == scalar.dtype
+        assert np.array_equal(folded.view(np.uint32), scalar.view(np.uint32))

@@ -78,6 +78,8 @@ class VecSyntax:
     math: dict[str, str]           # vector math functions by UnaryOps name
     header: str = ""
     bytes: int = 0                 # SIMD width; 0 = the running CPU's (the C dialect)
+    evens: str = ""                # the even lanes of {a} then those of {b} ({idx}: their numbers)
+    odds: str = ""                 # the odd lanes likewise; "" (both): no shuffles, lanes one by one
 
 
 # exp2 / log2 on whole SIMD vectors (libm has only scalar versions): range reduction to a small
@@ -125,6 +127,15 @@ static inline f32v tg_log2_v(f32v x) {
 }
 """
 
+# Two vectors' lanes picked into one: Clang and GCC 12+ spell it __builtin_shufflevector, older GCC
+# __builtin_shuffle with a mask vector.
+SHUFFLE_MACRO = """#if defined(__clang__) || __GNUC__ >= 12
+#define TG_SHUF(a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)
+#else
+#define TG_SHUF(a, b, ...) __builtin_shuffle(a, b, (i32v){__VA_ARGS__})
+#endif
+"""
+
 # GCC/Clang vector extensions: typedefs sized for the lane count, operators as on scalars.
 C_VECTORS = VecSyntax(
     types={"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v"},
@@ -132,7 +143,8 @@ C_VECTORS = VecSyntax(
     store="*({t}*)({addr}) = {x};", convert="__builtin_convertvector({x}, {t})", bitcast="(({t})({x}))",
     select="(({t})((((i32v)({a}))&({m}))|(((i32v)({b}))&~({m}))))",
     math={"EXP2": "tg_exp2_v", "LOG2": "tg_log2_v"},
-    header="".join(f"typedef {t} {v} __attribute__((vector_size(BYTES), aligned(4)));\n"
+    evens="TG_SHUF({a}, {b}, {idx})", odds="TG_SHUF({a}, {b}, {idx})",
+    header=SHUFFLE_MACRO + "".join(f"typedef {t} {v} __attribute__((vector_size(BYTES), aligned(4)));\n"
                    for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v"))) + VECTOR_MATH)
 # OpenCL C's own vector types (float4 ...): unaligned vload/vstore, built-in math on whole vectors.
 OPENCL_VECTORS = VecSyntax(
@@ -140,7 +152,7 @@ OPENCL_VECTORS = VecSyntax(
     splat="(({t})({x}))", build="(({t})({xs}))", get="{x}.s{h}", load="vload{n}(0, {addr})",
     store="vstore{n}({x}, 0, {addr});", convert="convert_{t}({x})", bitcast="as_{t}({x})",
     select="select({b}, {a}, {m})", math={"EXP2": "exp2", "LOG2": "log2", "SIN": "sin", "SQRT": "sqrt"},
-    bytes=16)
+    bytes=16, evens="(({t})({a}.even, {b}.even))", odds="(({t})({a}.odd, {b}.odd))")
 
 
 _C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
@@ -315,6 +327,7 @@ class CStyleRenderer:
         name = name or lin.name
         self.lanes = lin.lanes
         self.names: dict[int, str] = {}
+        self.folds: dict[tuple[int, ...], list[str]] = {}   # HREDUCE groups already folded
         self.counter = 0
         params, body = [], []
         indent = 1
@@ -369,9 +382,9 @@ class CStyleRenderer:
             elif op is UOps.LOCAL_REDUCE:
                 body.extend(pad + line for line in self.local_reduce(u))
             else:
-                line = self.statement(u)
-                if line:
-                    body.append(pad + line)
+                text = self.statement(u)
+                if text:
+                    body.extend(pad + line for line in text.split("\n"))
         vec_header = ""
         if lin.lanes > 1:
             vec_header = self.v.header.replace("BYTES", str(4 * lin.lanes))
@@ -445,13 +458,16 @@ class CStyleRenderer:
             fake = UOp(UOps.ALU, u.dtype, (acc, val), (combine, None), vec=acc.vec)
             return f"{self.ref(acc)} = {self.alu(fake)};"
         if op is UOps.HREDUCE:
-            src = u.src[0]
+            red_op, which = u.arg
             assert u.dtype is not None
+            if self.v.evens and u.dtype in (dtypes.float32, dtypes.int32, dtypes.uint32):
+                return self.folded_lanes(u, red_op, which)
+            src = u.src[which]
             lanes = [self.lane(src, i) for i in range(self.lanes)]   # bool lanes read as 0/1
             while len(lanes) > 1:
                 lanes = [
                     self.scalar_expr(
-                        RENDER_TEMPLATES[u.arg], u.dtype, u.dtype, [lanes[i], lanes[i + 1]], None
+                        RENDER_TEMPLATES[red_op], u.dtype, u.dtype, [lanes[i], lanes[i + 1]], None
                     )
                     for i in range(0, len(lanes) - 1, 2)
                 ] + ([lanes[-1]] if len(lanes) % 2 else [])
@@ -459,6 +475,34 @@ class CStyleRenderer:
         if op is UOps.STORE:
             return self.store(u)
         raise NotImplementedError(f"[codegen] no rendering for uop {op}")
+
+    def folded_lanes(self, u: UOp, red_op: ReduceOps, which: int) -> str:
+        """Lane `which` of a transposing fold of the whole group's vectors. Each level adds the even
+        lanes of a pair of vectors to their odd lanes, so every vector's lanes are combined in the
+        same pairs and order as the scalar tree combines them (the same bits), in a few shuffles per
+        vector instead of an add per lane. The fold is written once, at the group's first HREDUCE;
+        source t ends in lane t % lanes of vector t // lanes."""
+        assert u.dtype is not None
+        lines: list[str] = []
+        key = tuple(id(s) for s in u.src)
+        if key not in self.folds:
+            width = 1 << (len(u.src) - 1).bit_length()        # padded with copies of the last
+            vecs = [self.ref(s) for s in u.src] + [self.ref(u.src[-1])] * (width - len(u.src))
+            evens, odds = _lane_list(self.lanes, 0), _lane_list(self.lanes, 1)
+            for _ in range(self.lanes.bit_length() - 1):      # each level halves every source's span
+                pairs = list(zip(vecs[0::2], vecs[1::2])) if len(vecs) > 1 else [(vecs[0], vecs[0])]
+                vecs = []
+                for a, b in pairs:
+                    ev = self.vfmt(self.v.evens, u.dtype, a=a, b=b, idx=evens)
+                    od = self.vfmt(self.v.odds, u.dtype, a=a, b=b, idx=odds)
+                    self.counter += 1
+                    vecs.append(f"fold{self.counter}")
+                    value = f"({ev}+{od})" if red_op is ReduceOps.SUM else self.vmax(ev, od, u.dtype)
+                    lines.append(f"{self.vtype(u.dtype)} {vecs[-1]} = {value};")
+            self.folds[key] = vecs
+        vec, lane = self.folds[key][which // self.lanes], which % self.lanes
+        lines.append(self.decl(u, self.vfmt(self.v.get, x=vec, i=str(lane), h=format(lane, "x"))))
+        return "\n".join(lines)
 
     def local_reduce(self, u: UOp) -> list[str]:
         """A work-group's partial results combined in local memory by a halving tree; every work
@@ -613,9 +657,7 @@ class CStyleRenderer:
                 return f"({r[0]}?{self.bcast(a, dtype)}:{self.bcast(b, dtype)})"
             return self.select(self.ref(cond), self.bcast(a, dtype), self.bcast(b, dtype), dtype)
         if op is BinaryOps.MAX:
-            lhs, rhs = self.bcast(srcs[0], dtype), self.bcast(srcs[1], dtype)
-            mask = f"(({lhs}>{rhs})|({lhs}!={lhs}))" if dtype.is_float else f"({lhs}>{rhs})"
-            return self.select(mask, lhs, rhs, dtype)
+            return self.vmax(self.bcast(srcs[0], dtype), self.bcast(srcs[1], dtype), dtype)
         if op is UnaryOps.RECIP and src_dtype == dtypes.float32:
             return f"(1.0f/{r[0]})"
         if op.name in self.v.math and src_dtype == dtypes.float32 and srcs[0].vec:
@@ -645,5 +687,15 @@ class CStyleRenderer:
             return f"({x}!=0)"
         return self.vfmt(self.v.convert, to, x=x)
 
+    def vmax(self, lhs: str, rhs: str, dtype: DType) -> str:
+        """Lane-wise max of two vectors; a NaN on the left propagates, as in the scalar template."""
+        mask = f"(({lhs}>{rhs})|({lhs}!={lhs}))" if dtype.is_float else f"({lhs}>{rhs})"
+        return self.select(mask, lhs, rhs, dtype)
+
     def select(self, mask: str, a: str, b: str, dtype: DType) -> str:
         return self.vfmt(self.v.select, dtype, m=mask, a=a, b=b)
+
+
+def _lane_list(lanes: int, first: int) -> str:
+    """Every other lane number of two concatenated vectors, from first: a shuffle's selector."""
+    return ", ".join(str(i) for i in range(first, 2 * lanes, 2))

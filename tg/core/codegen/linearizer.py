@@ -473,16 +473,22 @@ class Lowerer:
         self.cache = outer_cache
         lane_is_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
         red_alu = _red_alu(cast(ReduceOps, red.op))   # the reduce node's op is a ReduceOps
-        acc_of: dict[tuple[int, ...], UOp] = {}
+        combined: dict[tuple[int, ...], UOp] = {}
         for oc in out_combos:
             parts = [accs[(oc, rc)] for rc in red_combos]
             while len(parts) > 1:   # pairwise: a balanced tree keeps float error small
                 nxt = [self.alu(red_alu, red.dtype, (parts[i], parts[i + 1]), None)
                        for i in range(0, len(parts) - 1, 2)]
                 parts = nxt + ([parts[-1]] if len(parts) % 2 else [])
-            reduced = parts[0]
+            combined[oc] = parts[0]
+        # the lanes of every output's vector are folded together: HREDUCE i of the group takes the
+        # whole group, so a dialect with shuffles folds all of them in one transposing tree
+        group = tuple(combined.values())
+        acc_of: dict[tuple[int, ...], UOp] = {}
+        for i, oc in enumerate(out_combos):
+            reduced = combined[oc]
             if lane_is_reduce:
-                reduced = self.emit(UOps.HREDUCE, red.dtype, (reduced,), arg=red.op)
+                reduced = self.emit(UOps.HREDUCE, red.dtype, group, arg=(red.op, i))
             if self.local_var is not None:     # combine the work-group's partial results
                 reduced = self.emit(UOps.LOCAL_REDUCE, red.dtype, (reduced,),
                                     arg=(red.op, dims.local_size, self.local_var), cache=False)

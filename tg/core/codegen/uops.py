@@ -27,7 +27,7 @@ class UOps(Enum):
     ALU = auto()             # arg (op from ops.py, op arg); src: operands
     DEFINE_ACC = auto()      # arg: the reduce's identity; a register accumulator
     ACC = auto()             # arg: reduce op; src (acc, value): acc = acc op value
-    HREDUCE = auto()         # arg: reduce op; the lanes of a vector accumulator folded into one
+    HREDUCE = auto()         # arg (reduce op, i); src: a group of vectors; the lanes of src[i] folded
     LOCAL_REDUCE = auto()    # arg: reduce op; partials of a work-group met in local memory
     STORE = auto()           # arg (buffer, index, valid, access); src (value,)
 
