@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, NamedTuple, Sequence, overload
 
 import numpy as np
 
-from tg.core import autograd, indexing, random
+from tg.core import autograd, fused, indexing, random
 from tg.core import function as F
 from tg.core.device import Device
 from tg.core.dtype import (
@@ -2027,6 +2027,8 @@ class Tensor:
             return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
         if approximate != "none":
             raise ValueError(f"[core] gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
+        if self.dtype in (dtypes.float32, dtypes.float64):
+            return apply(fused.Gelu, self)
         return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
 
     def softplus(self, beta: builtins.float = 1.0, threshold: builtins.float = 20.0) -> Tensor:
@@ -2708,6 +2710,8 @@ class Tensor:
         """
         axis = dim if dim is not None else axis
         x = self._float_like()
+        if x.ndim > 0:
+            return apply(fused.Softmax, x, axis=x._axis(axis))
         e = (x - x.amax(axis, keepdim=True).detach()).exp()
         return e / e.sum(axis, keepdim=True)
 
@@ -2720,6 +2724,8 @@ class Tensor:
         """
         axis = dim if dim is not None else axis
         x = self._float_like()
+        if x.ndim > 0:
+            return apply(fused.LogSoftmax, x, axis=x._axis(axis))
         shifted = x - x.amax(axis, keepdim=True).detach()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
@@ -2963,9 +2969,7 @@ class Tensor:
             w = w.reshape(-1, 1)
         batch = broadcast_shape(x.shape[:-2], w.shape[:-2])
         n, k, m = x.shape[-2], x.shape[-1], w.shape[-1]
-        xe = x._broadcast_to(batch + (n, k)).reshape(batch + (n, 1, k))
-        we = w._broadcast_to(batch + (k, m)).transpose(-1, -2).reshape(batch + (1, m, k))
-        out = (xe * we).sum(-1, dtype=dt)                                     # (..., n, m)
+        out = apply(fused.Matmul, x._broadcast_to(batch + (n, k)), w._broadcast_to(batch + (k, m)))
         if x1:
             out = out.squeeze(-2)
         if w1:
@@ -2985,6 +2989,11 @@ class Tensor:
                 f"[core] linear: input {self.shape} needs a weight of shape (out, {in_features}), "
                 f"got {weight.shape}"
             )
+        same = (weight.dtype == self.dtype and weight.device == self.device and self.dtype.is_float
+                and (bias is None or (bias.shape == weight.shape[:1] and bias.dtype == self.dtype
+                                      and bias.device == self.device)))
+        if same and self.numel() > 0:
+            return apply(fused.Linear, self, weight, *([bias] if bias is not None else []))
         out = self.matmul(weight.T)
         return out + bias if bias is not None else out
 

@@ -19,10 +19,11 @@ from typing import Sequence
 
 import numpy as np
 
+from tg.core import fused
 from tg.core.dtype import DType, dtypes, min_value
 from tg.core.indexing import as_index
 from tg.core.shape import broadcast_shape
-from tg.core.tensor import Tensor, index_range
+from tg.core.tensor import Tensor, apply, index_range
 
 REDUCTIONS = ("mean", "sum", "none")
 
@@ -1321,6 +1322,9 @@ def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor 
     axes = _check_trailing("layer_norm", x, shape)
     _check_param("layer_norm", "weight", weight, shape)
     _check_param("layer_norm", "bias", bias, shape)
+    params = [p for p in (weight, bias) if p is not None]
+    if all(p.dtype == x.dtype and p.device == x.device for p in params) and x.numel() > 0:
+        return apply(fused.LayerNorm, x, *params, dims=len(axes), eps=eps, has_weight=weight is not None)
     out, _, _ = _normalize(x, axes, eps)
     return _affine(out, weight, bias, shape)
 

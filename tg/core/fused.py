@@ -1,0 +1,188 @@
+"""Composites that models call on every step, each one Function built straight on LazyBuffers.
+
+Composed from primitives, `x.linear(w, b)` is about fifteen Tensor ops, each with its Function, its
+Tensor and its own backward; gelu is some forty. Built here, each is one Function: its forward
+makes the lazy graph the primitives would make (so the same kernels), and its backward is the
+derivative written out, a few lazy ops instead of one Function per primitive. Eager steps spend
+their time in exactly this per-op bookkeeping, so this is where eager mode gets its speed back.
+
+    >>> from tg import Tensor
+    >>> x = Tensor([[1.0, 2.0]], requires_grad=True)
+    >>> y = x.linear(Tensor([[1.0, 0.0], [1.0, 1.0]]), Tensor([0.5, 0.0]))
+    >>> type(y._ctx).__name__, y.tolist()
+    ('Linear', [[1.5, 3.0]])
+"""
+from __future__ import annotations
+
+import math
+
+from tg.core.function import Function, _const
+from tg.core.lazy import LazyBuffer
+from tg.core.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
+from tg.core.shape import prod
+
+
+def matmul_nt(a: LazyBuffer, bt: LazyBuffer) -> LazyBuffer:
+    """a (..., n, k) times the transpose of bt (..., m, k): (..., n, m), summed over k."""
+    *batch, n, k = a.shape
+    m = bt.shape[-2]
+    full = (*batch, n, m, k)
+    rows, cols = a.reshape((*batch, n, 1, k)).expand(full), bt.reshape((*batch, 1, m, k)).expand(full)
+    terms = rows.e(BinaryOps.MUL, cols)
+    return terms.r(ReduceOps.SUM, (len(full) - 1,)).reshape((*batch, n, m))
+
+
+def swap_last(x: LazyBuffer) -> LazyBuffer:
+    """x with its last two dims swapped (a view)."""
+    nd = len(x.shape)
+    return x.permute((*range(nd - 2), nd - 1, nd - 2))
+
+
+class Matmul(Function):
+    """x (..., n, k) @ w (..., k, m), the batch dims already equal."""
+
+    def forward(self, x: LazyBuffer, w: LazyBuffer) -> LazyBuffer:
+        self.x, self.w = x, w
+        return matmul_nt(x, swap_last(w))
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        need_x, need_w = self.needs_input_grad
+        return (matmul_nt(grad, self.w) if need_x else None,                         # grad @ w^T
+                matmul_nt(swap_last(self.x), swap_last(grad)) if need_w else None)   # x^T @ grad
+
+
+class Linear(Function):
+    """x (..., k) @ weight (m, k) transposed, plus bias (m,) when given: torch's layout."""
+
+    def forward(self, x: LazyBuffer, weight: LazyBuffer, bias: LazyBuffer | None = None) -> LazyBuffer:
+        m, k = weight.shape
+        self.x_shape, self.weight = x.shape, weight
+        self.x2 = x.reshape((prod(x.shape[:-1]), k))
+        out = matmul_nt(self.x2, weight)
+        if bias is not None:
+            out = out.e(BinaryOps.ADD, bias.reshape((1, m)).expand(out.shape))
+        return out.reshape((*x.shape[:-1], m))
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        g = grad.reshape((self.x2.shape[0], self.weight.shape[0]))
+        need = self.needs_input_grad
+        gx = matmul_nt(g, swap_last(self.weight)).reshape(self.x_shape) if need[0] else None
+        gw = matmul_nt(swap_last(g), swap_last(self.x2)) if need[1] else None
+        if len(need) < 3:
+            return gx, gw
+        return gx, gw, g.r(ReduceOps.SUM, (0,)).reshape(g.shape[1:]) if need[2] else None
+
+
+# Abramowitz-Stegun 7.1.26: erf(z) = 1 - t * P(t) * exp(-z^2), t = 1 / (1 + p z) for z >= 0,
+# |error| < 1.5e-7 (Tensor.erf uses the same formula)
+_AS_P = 0.3275911
+_AS_COEFFS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+
+
+class Gelu(Function):
+    """x * Phi(x), Phi the standard normal CDF. With q = 1 - erf(|x| / sqrt 2), taken straight from
+    the formula as t * P(t) * exp(-x^2 / 2), Phi is q / 2 below 0 and 1 - q / 2 above: the negative
+    tail is never 1 - erf rounded to 0. The gradient is Phi(x) + x * phi(x), as torch's."""
+
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        c = lambda v: _const(x, v)  # noqa: E731 - a constant of x's shape and dtype
+        self.x = x
+        ax = x.e(BinaryOps.MAX, x.e(UnaryOps.NEG))
+        # exp(-x^2 / 2) = exp2(x^2 * (-log2(e) / 2)): phi(x) without its 1 / sqrt(2 pi)
+        self.gauss = x.e(BinaryOps.MUL, x).e(BinaryOps.MUL, c(-0.5 / math.log(2))).e(UnaryOps.EXP2)
+        t = ax.e(BinaryOps.MUL, c(_AS_P / math.sqrt(2))).e(BinaryOps.ADD, c(1.0)).e(UnaryOps.RECIP)
+        poly = c(_AS_COEFFS[0])
+        for coeff in _AS_COEFFS[1:]:
+            poly = poly.e(BinaryOps.MUL, t).e(BinaryOps.ADD, c(coeff))
+        half_q = poly.e(BinaryOps.MUL, t).e(BinaryOps.MUL, self.gauss).e(BinaryOps.MUL, c(0.5))
+        upper = c(1.0).e(BinaryOps.ADD, half_q.e(UnaryOps.NEG))
+        self.cdf = x.e(BinaryOps.CMPLT, c(0.0)).e(TernaryOps.WHERE, half_q, upper)
+        return x.e(BinaryOps.MUL, self.cdf)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        pdf = self.gauss.e(BinaryOps.MUL, _const(grad, 1 / math.sqrt(2 * math.pi)))
+        return grad.e(BinaryOps.MUL, self.cdf.e(BinaryOps.ADD, self.x.e(BinaryOps.MUL, pdf)))
+
+
+def _keep(x: LazyBuffer, reduced: LazyBuffer) -> LazyBuffer:
+    """A keepdim reduce result broadcast back to x's shape."""
+    return reduced.expand(x.shape)
+
+
+class Softmax(Function):
+    """exp(x - max) / sum(exp(x - max)) along one axis; dx = y * (g - sum(g * y))."""
+
+    def forward(self, x: LazyBuffer, axis: int) -> LazyBuffer:
+        self.axis = axis
+        shifted = x.e(BinaryOps.ADD, _keep(x, x.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
+        e = shifted.e(BinaryOps.MUL, _const(x, 1 / math.log(2))).e(UnaryOps.EXP2)
+        self.ret = e.e(BinaryOps.MUL, _keep(x, e.r(ReduceOps.SUM, (axis,))).e(UnaryOps.RECIP))
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        y = self.ret
+        dot = _keep(y, grad.e(BinaryOps.MUL, y).r(ReduceOps.SUM, (self.axis,)))
+        return y.e(BinaryOps.MUL, grad.e(BinaryOps.ADD, dot.e(UnaryOps.NEG)))
+
+
+class LogSoftmax(Function):
+    """x - max - log(sum(exp(x - max))) along one axis; dx = g - exp(y) * sum(g)."""
+
+    def forward(self, x: LazyBuffer, axis: int) -> LazyBuffer:
+        self.axis = axis
+        shifted = x.e(BinaryOps.ADD, _keep(x, x.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
+        exps = shifted.e(BinaryOps.MUL, _const(x, 1 / math.log(2))).e(UnaryOps.EXP2)
+        total = exps.r(ReduceOps.SUM, (axis,))
+        log_total = total.e(UnaryOps.LOG2).e(BinaryOps.MUL, _const(total, math.log(2)))
+        self.ret = shifted.e(BinaryOps.ADD, _keep(x, log_total).e(UnaryOps.NEG))
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        probs = self.ret.e(BinaryOps.MUL, _const(grad, 1 / math.log(2))).e(UnaryOps.EXP2)
+        total = _keep(grad, grad.r(ReduceOps.SUM, (self.axis,)))
+        return grad.e(BinaryOps.ADD, probs.e(BinaryOps.MUL, total).e(UnaryOps.NEG))
+
+
+class LayerNorm(Function):
+    """(x - mean) / sqrt(var + eps) over the trailing `dims` dims (biased variance), then times
+    weight and plus bias (each of the normalized shape) when given. With xhat the normalized x and
+    h = g * weight: dx = rstd * (h - mean(h) - xhat * mean(h * xhat)), dweight = sum(g * xhat) and
+    dbias = sum(g) over the leading dims."""
+
+    def forward(self, x: LazyBuffer, weight: LazyBuffer | None = None, bias: LazyBuffer | None = None, *,
+                dims: int, eps: float, has_weight: bool) -> LazyBuffer:
+        nd = len(x.shape)
+        self.axes, self.lead = tuple(range(nd - dims, nd)), tuple(range(nd - dims))
+        self.inv_n = _const(x, 1 / prod(x.shape[nd - dims:]))
+        if not has_weight:                 # only a bias: it came in weight's place
+            weight, bias = None, weight
+        mean = _keep(x, x.r(ReduceOps.SUM, self.axes)).e(BinaryOps.MUL, self.inv_n)
+        centered = x.e(BinaryOps.ADD, mean.e(UnaryOps.NEG))
+        var = centered.e(BinaryOps.MUL, centered).r(ReduceOps.SUM, self.axes)
+        var = var.e(BinaryOps.MUL, _const(var, 1 / prod(x.shape[nd - dims:])))
+        self.rstd = _keep(x, var.e(BinaryOps.ADD, _const(var, eps)).e(UnaryOps.SQRT).e(UnaryOps.RECIP))
+        self.xhat = centered.e(BinaryOps.MUL, self.rstd)
+        self.weight = None if weight is None else self._broadcast(weight, x.shape)
+        self.has_bias = bias is not None
+        out = self.xhat if self.weight is None else self.xhat.e(BinaryOps.MUL, self.weight)
+        return out if bias is None else out.e(BinaryOps.ADD, self._broadcast(bias, x.shape))
+
+    def _broadcast(self, p: LazyBuffer, shape: tuple[int, ...]) -> LazyBuffer:
+        return p.reshape((1,) * len(self.lead) + p.shape).expand(shape)
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        need = self.needs_input_grad
+        h = grad if self.weight is None else grad.e(BinaryOps.MUL, self.weight)
+        mean_h = _keep(h, h.r(ReduceOps.SUM, self.axes)).e(BinaryOps.MUL, self.inv_n)
+        mean_hx = _keep(h, h.e(BinaryOps.MUL, self.xhat).r(ReduceOps.SUM, self.axes))
+        mean_hx = mean_hx.e(BinaryOps.MUL, self.inv_n)
+        inner = h.e(BinaryOps.ADD, mean_h.e(UnaryOps.NEG))
+        inner = inner.e(BinaryOps.ADD, self.xhat.e(BinaryOps.MUL, mean_hx).e(UnaryOps.NEG))
+        out: list[LazyBuffer | None] = [self.rstd.e(BinaryOps.MUL, inner) if need[0] else None]
+        shape = grad.shape[len(self.lead):]
+        if self.weight is not None:
+            out.append(grad.e(BinaryOps.MUL, self.xhat).r(ReduceOps.SUM, self.lead).reshape(shape)
+                       if need[len(out)] else None)
+        if self.has_bias:
+            out.append(grad.r(ReduceOps.SUM, self.lead).reshape(shape) if need[len(out)] else None)
+        return tuple(out)
