@@ -140,3 +140,59 @@ def test_assign_reading_its_own_target_through_another_view(device):
     z.assign(z + 1).realize()                     # z's memory now belongs to two lazy buffers
     z.assign(handle.flip(0)).realize()            # reads that memory reversed through the old handle
     np.testing.assert_array_equal(z.numpy(), [4.0, 3.0, 2.0, 1.0])
+
+
+def _kernel_sources() -> list[str]:
+    """C sources of kernels with distinct names that use every kind of file-level helper: vector
+    typedefs and math (exp2, log2), bfloat16 conversion, the shuffle fold."""
+    from tg.core.device import Device
+    from tg.core.schedule import create_schedule
+    rng = np.random.default_rng(0)
+    x = Tensor(rng.standard_normal((64, 48)).astype(np.float32))
+    outs = [x.exp().log().relu(), (x @ x.T).sum(1), x.bfloat16().float() * 2, x.amax(0)]
+    dev, found = Device["CPU"], {}
+    for item in create_schedule([o.lazydata for o in outs]):
+        if item.kind == "kernel":
+            name, src, _ = dev.lower(item.kernel)
+            found.setdefault(name, src)
+    return list(found.values())
+
+
+def test_c_file_names_lists_every_file_level_helper():
+    """A batch build renames each kernel's file-level helpers; one missing from the list would clash."""
+    import re
+
+    from tg.core.renderer import C_FILE_NAMES
+    declared = set()
+    for src in _kernel_sources():
+        declared |= set(re.findall(r"^typedef [\w ]+? (\w+) __attribute__", src, re.M))
+        declared |= set(re.findall(r"^static inline [\w ]+? (\w+)\(", src, re.M))
+    assert declared and declared <= set(C_FILE_NAMES), declared - set(C_FILE_NAMES)
+    assert {"f32v", "tg_exp2_v", "tg_log2_v", "tg_f32_to_bf16"} <= declared
+
+
+def test_a_batch_is_built_once_and_cached_per_source(tmp_path, monkeypatch):
+    import ctypes
+    import re
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    comp, srcs = ClangCompiler(), _kernel_sources()
+    assert len(srcs) >= 4
+    runs = []
+    monkeypatch.setattr(comp, "compile_to", lambda *a: runs.append("one") or pytest.fail("built alone"))
+    real_many = comp.compile_many_to
+    monkeypatch.setattr(comp, "compile_many_to", lambda s, out: runs.append(len(s)) or real_many(s, out))
+    paths = comp.compile_batch(srcs)
+    assert runs == [len(srcs)]                              # one compiler run for all of them
+    assert paths == [comp.cached_path(s) for s in srcs] and len(set(paths)) == len(srcs)
+    for src, path in zip(srcs, paths):                      # each entry holds its own kernel
+        assert hasattr(ctypes.CDLL(str(path)), re.search(r"^void (\w+)\(", src, re.M).group(1))
+    assert [comp.compile(s) for s in srcs] == paths and runs == [len(srcs)]   # later look-ups hit
+    assert sorted(p.name for p in (tmp_path / "kernels").iterdir()) == sorted(p.name for p in paths)
+
+
+def test_a_failing_batch_names_the_kernel_that_failed(tmp_path, monkeypatch):
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    good = _kernel_sources()[0]
+    with pytest.raises(CompileError, match=r"source written to .*\.c"):
+        ClangCompiler().compile_batch([good, "void broken( {"])
+    assert ClangCompiler().cached_path(good).exists()       # the good one was still built and cached

@@ -53,3 +53,43 @@ class Compiler:
 
     def compile_to(self, src: str, out: Path) -> None:
         raise NotImplementedError
+
+    def compile_batch(self, srcs: list[str]) -> list[Path]:
+        """Paths of the binaries for several sources (their kernels' names all different): the
+        cached ones as they are, the rest built by one compiler run into one library (the compiler's
+        start-up, about two thirds of building a small kernel, is paid once) that is then entered in
+        the cache under each source's own name, so a later compile() of any of them hits."""
+        if config.TG_DISABLE_CACHE or not self.batches:
+            return [self.compile(src) for src in srcs]
+        paths = [self.cached_path(src) for src in srcs]
+        todo = [i for i, p in enumerate(paths) if not p.exists()]
+        if len(todo) < 2:
+            return [self.compile(src) for src in srcs]
+        fd, tmp = tempfile.mkstemp(dir=paths[0].parent, prefix="batch.", suffix=".tmp")
+        os.close(fd)
+        try:
+            try:
+                self.compile_many_to([srcs[i] for i in todo], Path(tmp))
+            except CompileError:    # build them one by one, so the error names the kernel that failed
+                return [self.compile(src) for src in srcs]
+            for i in todo:
+                _enter(Path(tmp), paths[i])
+        finally:
+            os.unlink(tmp)
+        return paths
+
+    batches = False        # compile_many_to builds several sources in one run
+
+    def compile_many_to(self, srcs: list[str], out: Path) -> None:
+        raise NotImplementedError
+
+
+def _enter(built: Path, path: Path) -> None:
+    """Put a copy of the built binary (a hard link where the file system has them) at path, atomically."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.link")
+    try:
+        os.link(built, tmp)
+    except OSError:
+        import shutil
+        shutil.copyfile(built, tmp)
+    os.replace(tmp, path)

@@ -264,27 +264,46 @@ class Compiled:
         pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1) if parallel else None
         try:
             jobs: list[tuple] = []
-            building: dict[Any, Any] = {}
+            new: dict[str, str] = {}         # source -> kernel name, each source once
             for key, k in todo.items():
                 name, src, info = self.lower(k)
                 GlobalCounters.kernels_lowered += 1
-                if src not in self._programs and src not in building:
-                    if self.compiler is None:
-                        building[src] = None
-                    elif pool is not None:
-                        building[src] = pool.submit(self.compiler.compile, src)
-                    else:
-                        building[src] = self.compiler.compile(src)
+                if src not in self._programs:
+                    new.setdefault(src, name)
                 jobs.append((key, name, src, info))
+            binaries = self._compile_sources(new, pool)
             for key, name, src, info in jobs:
                 if src not in self._programs:
-                    built = building[src]
-                    binary = built.result() if pool is not None else built
-                    self._programs[src] = self.program(self, name, binary, src, info)
+                    self._programs[src] = self.program(self, name, binaries[src], src, info)
                 self._by_ast[key] = self._programs[src]
         finally:
             if pool is not None:
                 pool.shutdown()
+
+    def _compile_sources(self, names: dict[str, str], pool: Any) -> dict[str, Any]:
+        """The binary of each source (source -> kernel name). A compiler that builds several sources
+        in one run gets them in batches, one per worker, no two kernels of the same name in one."""
+        compiler, srcs = self.compiler, list(names)
+        if compiler is None:
+            return dict.fromkeys(srcs)
+        if not getattr(compiler, "batches", False) or len(srcs) < 2:
+            built = [pool.submit(compiler.compile, s) for s in srcs] if pool is not None else \
+                [compiler.compile(s) for s in srcs]
+            return {s: b.result() if pool is not None else b for s, b in zip(srcs, built)}
+        workers = (os.cpu_count() or 1) if pool is not None else 1
+        batches: list[list[str]] = [[] for _ in range(min(workers, len(srcs)))]
+        for i, src in enumerate(srcs):
+            order = batches[i % len(batches):] + batches[:i % len(batches)]
+            home = next((b for b in order if all(names[x] != names[src] for x in b)), None)
+            if home is None:
+                batches.append(home := [])
+            home.append(src)
+        if pool is not None:
+            futures = [pool.submit(compiler.compile_batch, b) for b in batches]
+            paths = [f.result() for f in futures]
+        else:
+            paths = [compiler.compile_batch(b) for b in batches]
+        return {s: p for b, ps in zip(batches, paths) for s, p in zip(b, ps)}
 
     def get_program(self, kernel: Any) -> Program:
         """The program that runs one scheduled kernel on this device."""

@@ -36,6 +36,9 @@ def to_numpy(lb: LazyBuffer) -> np.ndarray:
     """lb's values as a numpy array of its shape (bfloat16 shown as float32); runs what it needs."""
     if prod(lb.shape) == 0:
         return np.zeros(lb.shape, dtype=lb.dtype.np_value)
+    strided = _strided_read(lb)
+    if strided is not None:
+        return strided
     src = lb if lb.is_base and lb.op is not BufferOps.CONST else lb.contiguous()
     realize([src])
     assert src.realized is not None
@@ -43,6 +46,30 @@ def to_numpy(lb: LazyBuffer) -> np.ndarray:
     if lb.dtype == dtypes.bfloat16:
         bits = bf16_to_f32(bits)
     return bits.reshape(lb.shape)
+
+
+def _strided_read(lb: LazyBuffer) -> np.ndarray | None:
+    """A plain strided view (no mask, no negative stride) of realized memory, read on the host as a
+    numpy view of the base's bits, when reading the whole base costs little (it is small, or the view
+    covers most of it): no copy kernel, no schedule. None when it does not apply."""
+    base, st = lb.base, lb.st
+    if lb.is_base or base.realized is None or len(st.views) != 1 or lb.dtype != base.dtype:
+        return None
+    view = st.views[0]
+    if view.mask is not None or any(s < 0 for s in view.strides):
+        return None
+    size = base.realized.size
+    if size > STRIDED_READ_ALL and 2 * prod(lb.shape) < size:
+        return None
+    flat = base.realized.numpy()
+    if lb.dtype == dtypes.bfloat16:
+        flat = bf16_to_f32(flat)
+    return np.lib.stride_tricks.as_strided(flat[view.offset:], lb.shape,
+                                           tuple(s * flat.itemsize for s in view.strides), writeable=False)
+
+
+# elements of a base read whole for any strided view of it (to_numpy)
+STRIDED_READ_ALL = 1 << 16
 
 
 def realize_readers(lbs: list[LazyBuffer]) -> None:

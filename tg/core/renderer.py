@@ -155,6 +155,10 @@ OPENCL_VECTORS = VecSyntax(
     bytes=16, evens="(({t})({a}.even, {b}.even))", odds="(({t})({a}.odd, {b}.odd))")
 
 
+# Every file-level name a C kernel's source declares besides the kernel itself (vector typedefs,
+# static helpers): a batch build renames them per kernel (ClangCompiler.compile_many_to).
+C_FILE_NAMES = ("f32v", "i32v", "u32v", "tg_exp2_v", "tg_log2_v", "tg_bf16_to_f32", "tg_f32_to_bf16")
+
 _C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
             "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
             "uint64": "unsigned long long", "float16": "_Float16", "bfloat16": "unsigned short",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from tg.core.symbolic import Ge, Lt, Node, Var, affine_coeffs, ands, cached_property, ge, lt, num
 
@@ -21,6 +21,10 @@ Shape = tuple[int, ...]
 
 def prod(xs) -> int:
     return math.prod(xs)
+
+
+# movement results each tracker remembers (ShapeTracker._move)
+MOVE_MEMO = 64
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -265,30 +269,52 @@ class ShapeTracker:
         return View.create(shape, tuple(strides), offset, tuple(mask))
 
     # ---- movement ops (validated by the Tensor layer; here they only transform)
+    # Trackers never change, and from_shape hands out one object per shape, so a training step asks
+    # the same tracker for the same move every time: each tracker remembers its last few results.
+    def _move(self, kind: str, arg: tuple, make: Callable[[], ShapeTracker]) -> ShapeTracker:
+        memo = self.__dict__.get("_moves")
+        if memo is None:
+            memo = self.__dict__["_moves"] = {}
+        found = memo.get((kind, arg))
+        if found is None:
+            if len(memo) >= MOVE_MEMO:
+                memo.clear()
+            found = memo[(kind, arg)] = make()
+        return found
+
     def _on_last(self, view: View) -> ShapeTracker:
         st = ShapeTracker(self.views[:-1] + (view,))
         return st.simplify() if len(st.views) > 1 else st
 
     def permute(self, order: tuple[int, ...]) -> ShapeTracker:
-        return self._on_last(self.views[-1].permute(order))
+        order = tuple(order)
+        return self._move("permute", order, lambda: self._on_last(self.views[-1].permute(order)))
 
     def expand(self, shape: Shape) -> ShapeTracker:
-        return self._on_last(self.views[-1].expand(tuple(shape)))
+        shape = tuple(shape)
+        return self._move("expand", shape, lambda: self._on_last(self.views[-1].expand(shape)))
 
     def pad(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker:
-        return self._on_last(self.views[-1].pad(arg))
+        arg = tuple(map(tuple, arg))  # type: ignore[arg-type]
+        return self._move("pad", arg, lambda: self._on_last(self.views[-1].pad(arg)))
 
     def shrink(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker:
-        return self._on_last(self.views[-1].shrink(arg))
+        arg = tuple(map(tuple, arg))  # type: ignore[arg-type]
+        return self._move("shrink", arg, lambda: self._on_last(self.views[-1].shrink(arg)))
 
     def flip(self, axes: tuple[bool, ...]) -> ShapeTracker:
-        return self._on_last(self.views[-1].flip(axes))
+        axes = tuple(axes)
+        return self._move("flip", axes, lambda: self._on_last(self.views[-1].flip(axes)))
 
     def reshape(self, shape: Shape) -> ShapeTracker:
-        new = self.views[-1].reshape(tuple(shape))
+        shape = tuple(shape)
+        return self._move("reshape", shape, lambda: self._reshape(shape))
+
+    def _reshape(self, shape: Shape) -> ShapeTracker:
+        new = self.views[-1].reshape(shape)
         if new is not None:
             return self._on_last(new)
-        return ShapeTracker(self.views + (View.create(tuple(shape)),)).simplify()
+        return ShapeTracker(self.views + (View.create(shape),)).simplify()
 
 
 def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:

@@ -11,7 +11,7 @@ from pathlib import Path
 from tg import config
 from tg.core.compiler import CompileError, Compiler
 from tg.core.device import Buffer, Compiled, HostAllocator, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer
+from tg.core.renderer import C_FILE_NAMES, DIALECTS, CStyleRenderer
 
 
 @functools.cache
@@ -48,6 +48,21 @@ class ClangCompiler(Compiler):
                       "-fwrapv", "-fno-math-errno",
                       "-ffp-contract=fast", "-fno-strict-aliasing", "-x", "c", "-"]
         self.ident = f"{self.cc} {_cc_version(self.cc)} {' '.join(self.flags)}"
+
+    batches = True
+
+    def compile_many_to(self, srcs: list[str], out: Path) -> None:
+        """One library from several kernel sources in one translation unit: each kernel's file-level
+        helpers (vector typedefs, static functions) are renamed for its stretch by macros, so the
+        same helper in two kernels never clashes; the kernels keep their (distinct) names."""
+        parts = []
+        for i, src in enumerate(srcs):
+            parts += [f"#define {n} {n}_k{i}" for n in C_FILE_NAMES]
+            parts += [src] + [f"#undef {n}" for n in C_FILE_NAMES]
+        proc = subprocess.run([self.cc, *self.flags, "-o", str(out)], input="\n".join(parts) + "\n",
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise CompileError(f"[cpu] the C compiler failed on a batch of kernels:\n{proc.stderr.strip()}")
 
     def compile_to(self, src: str, out: Path) -> None:
         proc = subprocess.run(
