@@ -132,3 +132,18 @@ def test_only_the_needed_gradients_are_built():
     y.sum().backward()
     assert x.grad is None
     close(w.grad.numpy(), np.ones((4, 2)).T @ x.numpy())
+
+
+@pytest.mark.parametrize("idx_shape", [(7,), (3, 5), ()])
+def test_embedding_rows_and_gradient(idx_shape):
+    w = RNG.standard_normal((11, 6))
+    idx = RNG.integers(0, 11, idx_shape)
+    if idx.size:
+        idx.flat[0] = idx.flat[-1]                           # a repeated row sums its gradients
+    out, made_by, g, (gw,) = run(lambda w: F.embedding(Tensor(idx.astype(np.int32)), w), w)
+    assert made_by is fused.Embedding
+    close(out.numpy(), w[idx])
+    want = np.zeros_like(w)
+    np.add.at(want, idx.reshape(-1), g.reshape(-1, 6))
+    close(gw, want)
+    assert F.embedding(Tensor(idx), Tensor(w.astype(np.float32))).shape == (*idx_shape, 6)   # int64 indices

@@ -34,6 +34,7 @@ LAYERS = [
     ],
     ["tg.core.realize", "tg.core.function"],
     ["tg.core.random", "tg.core.autograd", "tg.core.indexing"],
+    ["tg.core.fused"],
     ["tg.core.tensor"],
     ["tg.core.jit"],
 ]

@@ -51,3 +51,42 @@ def test_random_expressions_are_exact():
 def test_substitute():
     i, j = Var("i", 0, 9), Var("j", 0, 9)
     assert (i * 2 + j).substitute({j: num(3)}).render() == "((i*2)+3)"
+
+
+def test_a_row_times_a_width_plus_a_column_splits():
+    """(c*B + s) with s in [0, c) and c dividing b: // b and % b go to B and s, exactly, including
+    a negative row part and a constant column."""
+    g, lane = Var("g", 0, 11), Var("lane", 0, 15)
+    assert ((g * 16 + lane) // 32).render() == "(g/2)"
+    assert ((g * 16 + lane) % 32).render() in ("(((g%2)*16)+lane)", "(lane+((g%2)*16))")
+    for ca, cb, c0, d in [(16, 1, 0, 32), (16, 1, 3, 64), (8, 1, -40, 32), (32, 2, 5, 64), (12, 1, 0, 24)]:
+        a, b = Var("a", -3 if c0 < 0 else 0, 11), Var("b", 0, 7)
+        _check_linear_expressions(a, b, ca, cb, c0, d)
+
+
+def test_loads_assume_the_bounds_their_validity_sets():
+    """A masked load's index is simplified on the loop ranges its mask leaves (never the lane's), and
+    agrees with the full index wherever the mask holds."""
+    from tg.core.codegen.linearizer import narrowed
+    from tg.core.symbolic import ands
+    g0, g1, g2, lane = Var("g0", 0, 7), Var("g1", 0, 63), Var("g2", 0, 11), Var("lane", 0, 15)
+    x = g2 * 16 + lane
+    assert narrowed(((g1 * 64 + x) // 4096 + g0) % 8, x.lt(64), lane).render() == "g0"
+    idx = ((((g1 * 64 + x) // 4096 + g0) % 8) * 4096 + ((x // 64 + g1) % 64) * 32 + ((x // 32) % 2) * 2048
+           + x % 32)
+    for valid in (x.lt(64), ands([x.ge(64), x.lt(128)])):
+        short = narrowed(idx, valid, lane)
+        assert "lane" in short.render() and len(short.render()) < len(idx.render())
+        for values in itertools.product(range(8), range(0, 64, 7), range(12), range(16)):
+            env = dict(zip(("g0", "g1", "g2", "lane"), values))
+            if valid.eval(env):
+                assert short.eval(env) == idx.eval(env), (values, short.render())
+
+
+def test_bounds_on_a_row_and_column_become_bounds_on_the_row():
+    g, lane = Var("g", 0, 11), Var("lane", 0, 15)
+    assert (g * 16 + lane).lt(64).render() == "(g<4)" and (g * 16 + lane).ge(64).render() == "(g>=4)"
+    for ca, cb, d in [(16, 1, 64), (8, 1, 24), (16, 3, 48), (6, 1, 36)]:
+        a, b = Var("a", 0, 11), Var("b", 0, 5)
+        brute((a * ca + b * cb).lt(d), [a, b], lambda x, y, ca=ca, cb=cb, d=d: int(x * ca + y * cb < d))
+        brute((a * ca + b * cb).ge(d), [a, b], lambda x, y, ca=ca, cb=cb, d=d: int(x * ca + y * cb >= d))

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 
+from tg.core.dtype import dtypes
 from tg.core.function import Function, _const
+from tg.core.indexing import arange
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import prod
@@ -186,3 +188,33 @@ class LayerNorm(Function):
         if self.has_bias:
             out.append(grad.r(ReduceOps.SUM, self.lead).reshape(shape) if need[len(out)] else None)
         return tuple(out)
+
+
+def one_hot(idx: LazyBuffer, n: int) -> LazyBuffer:
+    """Integer indices idx (any shape S, negative ones counted from the end) against 0..n-1: a bool
+    (*S, n), True where idx points."""
+    s, full = idx.shape, (*idx.shape, n)
+    negative = idx.e(BinaryOps.CMPLT, _const(idx, 0))
+    idx = negative.e(TernaryOps.WHERE, idx.e(BinaryOps.ADD, _const(idx, n)), idx)
+    ar = arange(n, idx.device).reshape((1,) * len(s) + (n,)).expand(full)
+    differ = idx.reshape((*s, 1)).expand(full).e(BinaryOps.CMPNE, ar)
+    return differ.e(BinaryOps.CMPNE, LazyBuffer.const(True, dtypes.bool, idx.device, full))
+
+
+class Embedding(Function):
+    """Rows of weight (V, D) picked by int32 indices of any shape S: (*S, D), one masked reduce over
+    V; the weight's gradient is the output gradient summed into the rows it was read from."""
+
+    def forward(self, weight: LazyBuffer, idx: LazyBuffer) -> LazyBuffer:
+        (v, d), s = weight.shape, idx.shape
+        full = (*s, v, d)
+        self.mask = one_hot(idx, v).reshape((*s, v, 1)).expand(full)
+        rows = weight.reshape((1,) * len(s) + (v, d)).expand(full)
+        picked = self.mask.e(TernaryOps.WHERE, rows, _const(rows, 0)).r(ReduceOps.SUM, (len(s),))
+        return picked.reshape((*s, d))
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, None]:
+        *s, v, d = self.mask.shape
+        spread = grad.reshape((*s, 1, d)).expand(self.mask.shape)
+        summed = self.mask.e(TernaryOps.WHERE, spread, _const(spread, 0))
+        return summed.r(ReduceOps.SUM, tuple(range(len(s)))).reshape((v, d)), None

@@ -325,6 +325,10 @@ def div(a: IntLike, b: int) -> Node:
     if isinstance(a, Div):
         return div(a.a, a.b * b)
     terms, const = _linear(a)
+    split = _split_below(terms, const, b)
+    if split is not None:
+        big, _, c = split
+        return div(big, b // c)
     quotient = {k: c // b for k, c in terms.items() if c % b == 0}
     rest = {k: c for k, c in terms.items() if c % b != 0}
     q_const, r_const = divmod(const, b)
@@ -345,6 +349,18 @@ def div(a: IntLike, b: int) -> Node:
     return add(_from_linear(quotient, q_const), rest_q)
 
 
+def _split_below(terms: dict[Node, int], const: int, b: int) -> tuple[Node, Node, int] | None:
+    """(B, s, c) when a = c * B + s with c > 1 dividing b and s in [0, c): then a // b is B // (b / c)
+    and a % b is c * (B % (b / c)) + s (a row index times a width, plus a column below the width).
+    None when there is no such split with a non-zero s."""
+    for c in sorted({k for k in terms.values() if 1 < k and b % k == 0}, reverse=True):
+        rest = {t: k for t, k in terms.items() if k % c}
+        small = _from_linear(rest, const % c)
+        if (rest or const % c) and 0 <= small.min and small.max < c:
+            return _from_linear({t: k // c for t, k in terms.items() if k % c == 0}, const // c), small, c
+    return None
+
+
 def mod(a: IntLike, b: int) -> Node:
     """Floor modulo by a positive int."""
     a = to_node(a)
@@ -358,6 +374,10 @@ def mod(a: IntLike, b: int) -> Node:
     if isinstance(a, Mod) and a.b % b == 0:
         return mod(a.a, b)
     terms, const = _linear(a)
+    split = _split_below(terms, const, b)
+    if split is not None:
+        big, small, c = split
+        return add(mul(mod(big, b // c), c), small)
     terms = {k: c % b for k, c in terms.items() if c % b}
     const %= b
     g = _gcd_all(terms, const, b)
@@ -384,6 +404,9 @@ def lt(a: IntLike, c: int) -> Node:
     g = _gcd_all(terms, 0, 0) if terms else 1
     if g > 1:  # g*x < c  <=>  x < ceil(c/g)
         return lt(_from_linear({k: v // g for k, v in terms.items()}, 0), -(-c // g))
+    split = _split_below(terms, 0, c) if c > 0 else None
+    if split is not None:  # w*row + col < w*m with col in [0, w)  <=>  row < m
+        return lt(split[0], c // split[2])
     return Lt(a, c)
 
 
@@ -399,6 +422,9 @@ def ge(a: IntLike, c: int) -> Node:
     g = _gcd_all(terms, 0, 0) if terms else 1
     if g > 1:  # g*x >= c  <=>  x >= ceil(c/g)
         return ge(_from_linear({k: v // g for k, v in terms.items()}, 0), -(-c // g))
+    split = _split_below(terms, 0, c) if c > 0 else None
+    if split is not None:  # w*row + col >= w*m with col in [0, w)  <=>  row >= m
+        return ge(split[0], c // split[2])
     return Ge(a, c)
 
 

@@ -1423,6 +1423,8 @@ def embedding(indices: Tensor, weight: Tensor) -> Tensor:
         raise ValueError(f"[nn] embedding: expected weight of shape (num_embeddings, dim), "
                          f"got {weight.shape}")
     _check_known_range("embedding", indices, weight.shape[0], None)
+    if weight.dtype.is_float and indices.device == weight.device and indices.numel() > 0:
+        return apply(fused.Embedding, weight, as_index(indices))
     return weight[indices]
 
 

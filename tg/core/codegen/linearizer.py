@@ -25,7 +25,7 @@ from tg.core.dtype import DType, dtypes, min_value
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
-from tg.core.symbolic import Lin, Node, Var, ands, lt, num
+from tg.core.symbolic import And, Ge, Lin, Lt, Node, Var, ands, lt, num
 
 VECTOR_DTYPES = {dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool}
 # ALU ops the C vector extension does natively (others are done lane by lane).
@@ -370,6 +370,7 @@ class Lowerer:
         if n.op is AstOps.LOAD:
             buf, st = n.arg
             idx, valid = st.expr_idxs(ctx)
+            idx = narrowed(idx, valid, self.lane_var)
             return self.emit(UOps.LOAD, n.dtype, arg=(buf, idx, valid, self._access(idx, valid)),
                              vec=self._uses_lane(idx) or self._uses_lane(valid))
         srcs = tuple(self.value(s, ctx, acc_of) for s in n.src)
@@ -516,6 +517,35 @@ class Lowerer:
         for i, d in enumerate(red_dims):
             ctx[d] = self.index_of(d, red_vars[d], rc[i]) if rc is not None else num(0)
         return ctx
+
+
+def narrowed(idx: Node, valid: Node, lane: Var | None) -> Node:
+    """idx simplified on the ranges valid leaves its loop variables (not the lane, which the
+    renderer substitutes by its identity): a load only happens where valid holds, so where valid
+    bounds a loop variable (a padded or concatenated input: `g2*16+lane<64`), idx may assume it.
+    The divisions and modulos of a view over a reshaped, permuted buffer often vanish then, and a
+    gather becomes a vector load."""
+    if valid.is_const:
+        return idx
+    bounds: dict[Var, list[int]] = {}
+    for cond in valid.nodes if isinstance(valid, And) else (valid,):
+        if not isinstance(cond, (Lt, Ge)):
+            continue
+        terms = dict(cond.a.terms) if isinstance(cond.a, Lin) else {cond.a: 1}
+        const = cond.a.const if isinstance(cond.a, Lin) else 0
+        lo_all = const + sum(c * (t.min if c > 0 else t.max) for t, c in terms.items())
+        hi_all = const + sum(c * (t.max if c > 0 else t.min) for t, c in terms.items())
+        for v, c in terms.items():
+            if not isinstance(v, Var) or c <= 0 or v is lane:
+                continue
+            lo_hi = bounds.setdefault(v, [v.min, v.max])
+            if isinstance(cond, Lt):   # c*v + (the rest, at least lo_all - c*v.min) <= b - 1
+                lo_hi[1] = min(lo_hi[1], (cond.b - 1 - (lo_all - c * v.min)) // c)
+            else:                      # c*v + (the rest, at most hi_all - c*v.max) >= b
+                lo_hi[0] = max(lo_hi[0], -((hi_all - c * v.max - cond.b) // c))
+    sub: dict[Var, Node] = {v: Var(v.name, lo, hi) for v, (lo, hi) in bounds.items()
+                            if lo <= hi and (lo, hi) != (v.min, v.max)}
+    return idx.substitute(sub) if sub else idx
 
 
 def _red_alu(op: ReduceOps):
