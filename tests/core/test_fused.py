@@ -27,7 +27,7 @@ def close(got, want, tol=2e-5):
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1.0, float(np.abs(want).max(initial=0))))
 
 
-@pytest.mark.parametrize("lead", [(), (5,), (3, 7)])
+@pytest.mark.parametrize("lead", [(), (5,), (3, 7), (70,), (2, 40)])   # 64+ rows: weight copied transposed
 @pytest.mark.parametrize("bias", [True, False])
 def test_linear(lead, bias):
     x, w = RNG.standard_normal((*lead, 13)), RNG.standard_normal((6, 13))

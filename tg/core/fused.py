@@ -40,6 +40,12 @@ def swap_last(x: LazyBuffer) -> LazyBuffer:
     return x.permute((*range(nd - 2), nd - 1, nd - 2))
 
 
+# Linear's weight is copied transposed for an input of at least PACK_MIN_ROWS rows when its inner
+# dim is below PACK_BELOW_K (measured: 60 -> 100 GFLOPS for 512 x 64 @ 64 x 256 on one core)
+PACK_BELOW_K = 256
+PACK_MIN_ROWS = 64
+
+
 class Matmul(Function):
     """x (..., n, k) @ w (..., k, m), the batch dims already equal."""
 
@@ -60,7 +66,13 @@ class Linear(Function):
         m, k = weight.shape
         self.x_shape, self.weight = x.shape, weight
         self.x2 = x.reshape((prod(x.shape[:-1]), k))
-        out = matmul_nt(self.x2, weight)
+        if k < PACK_BELOW_K and self.x2.shape[0] >= PACK_MIN_ROWS:
+            # weight rows run along k, so its products would be summed across SIMD lanes, which a
+            # short k cannot amortize: a transposed copy (small beside the product) puts the lanes
+            # along the outputs instead
+            out = matmul_nt(self.x2, swap_last(swap_last(weight).contiguous()))
+        else:
+            out = matmul_nt(self.x2, weight)
         if bias is not None:
             out = out.e(BinaryOps.ADD, bias.reshape((1, m)).expand(out.shape))
         return out.reshape((*x.shape[:-1], m))

@@ -77,7 +77,7 @@ class LazyBuffer:
         self._base = base
         if base is None:
             self.op, self.srcs, self.arg = op, srcs, arg
-            self.realized: Buffer | None = None
+            self.__dict__["realized"] = None     # not through the setter: nothing to alias yet
             # Unrealized computations that read this buffer; assign() realizes them first.
             self.readers = Readers()
             if srcs:

@@ -194,16 +194,19 @@ def _run_item(it: ScheduleItem, debug: int) -> int:
         capture.record(None, [out.realized, it.src.realized], "copy")
     else:
         prog = it.program
+        size = prod(out.shape)
         if out.op is BufferOps.ASSIGN:
             buf = out.srcs[0].base.realized
             assert buf is not None, "assign target must be realized first"
         else:
-            buf = Buffer(out.device, prod(out.shape), out.dtype)
-        inputs = [b.realized for b in it.inputs]
-        assert all(b is not None for b in inputs), "kernel input not realized"
-        if prod(out.shape) > 0:
-            elapsed = prog([buf, *inputs], wait=debug >= 2)
-            capture.record(prog, [buf, *inputs])
+            buf = Buffer(out.device, size, out.dtype)
+        # schedule inputs are bases: their memory is in __dict__ (the property costs a call each)
+        bufs = [buf, *[b.__dict__["realized"] for b in it.inputs]]
+        assert None not in bufs, "kernel input not realized"
+        if size > 0:
+            elapsed = prog(bufs, wait=debug >= 2)
+            if capture.active() is not None:
+                capture.record(prog, bufs)
             launched = 1
             GlobalCounters.kernel_count += 1
             info = getattr(prog, "info", None)
