@@ -196,3 +196,19 @@ def test_a_failing_batch_names_the_kernel_that_failed(tmp_path, monkeypatch):
     with pytest.raises(CompileError, match=r"source written to .*\.c"):
         ClangCompiler().compile_batch([good, "void broken( {"])
     assert ClangCompiler().cached_path(good).exists()       # the good one was still built and cached
+
+
+def test_reading_a_strided_view_of_realized_memory_runs_no_kernel():
+    a = np.arange(2 * 3 * 5, dtype=np.float32).reshape(2, 3, 5)
+    t = Tensor(a).realize()
+    views = [(lambda x: x.transpose(0, 2) if isinstance(x, Tensor) else x.transpose(2, 1, 0)),
+             lambda x: x[1, :, 1:4], lambda x: x[:, ::2], lambda x: x.reshape(-1)[7:20]]
+    before = GlobalCounters.kernel_count
+    for view in views:
+        got = view(t).numpy()
+        assert np.array_equal(got, view(a)) and got.flags.writeable and got.flags.c_contiguous
+    assert GlobalCounters.kernel_count == before
+    bf = Tensor(a).bfloat16().realize()
+    assert np.array_equal(bf[1].numpy(), bf.numpy()[1])             # bfloat16 bits converted too
+    flipped = t.flip(2).numpy()                                      # a negative stride still works
+    assert np.array_equal(flipped, a[:, :, ::-1])
