@@ -147,3 +147,27 @@ def test_embedding_rows_and_gradient(idx_shape):
     np.add.at(want, idx.reshape(-1), g.reshape(-1, 6))
     close(gw, want)
     assert F.embedding(Tensor(idx), Tensor(w.astype(np.float32))).shape == (*idx_shape, 6)   # int64 indices
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("shape", [(9, 6), (3, 6, 4)])
+def test_cross_entropy_pick_with_ignored_targets(reduction, shape):
+    logits = RNG.standard_normal(shape) * 3
+    target = RNG.integers(0, 6, (shape[0], *shape[2:]))
+    target.flat[::4] = -1                                    # ignored: no loss, not in the mean
+    t = Tensor(target.astype(np.int32))
+    out, made_by, g, (gl,) = run(lambda x: F.cross_entropy(x, t, ignore_index=-1, reduction=reduction),
+                                 logits)
+    assert made_by is fused.ClassNll
+    logp = logits - logits.max(1, keepdims=True)
+    logp = logp - np.log(np.exp(logp).sum(1, keepdims=True))
+    valid = target != -1
+    picked = np.take_along_axis(logp, np.where(valid, target, 0)[:, None], 1)[:, 0]
+    per = np.where(valid, -picked, 0.0)
+    want = {"mean": per.sum() / valid.sum(), "sum": per.sum(), "none": per}[reduction]
+    close(out.numpy(), want)
+    scale = np.broadcast_to(g, per.shape) / (valid.sum() if reduction == "mean" else 1)
+    onehot = np.moveaxis(np.eye(6)[np.where(valid, target, 0)], -1, 1) * np.expand_dims(valid, 1)
+    probs = np.exp(logp)
+    dpick = -onehot * np.expand_dims(scale, 1)                 # d loss / d logp
+    close(gl, dpick - probs * dpick.sum(1, keepdims=True))

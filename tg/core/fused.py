@@ -230,3 +230,36 @@ class Embedding(Function):
         spread = grad.reshape((*s, 1, d)).expand(self.mask.shape)
         summed = self.mask.e(TernaryOps.WHERE, spread, _const(spread, 0))
         return summed.r(ReduceOps.SUM, tuple(range(len(s)))).reshape((v, d)), None
+
+
+class ClassNll(Function):
+    """-logp[..., target] for log-probabilities logp (..., C) and int32 class indices target (...),
+    0 where target is ignore_index; reduced by "mean" (over the targets not ignored), "sum" or
+    "none". The gradient is -1 (over the count, for the mean) at each target's class, 0 elsewhere."""
+
+    def forward(self, logp: LazyBuffer, target: LazyBuffer, *, ignore_index: int,
+                reduction: str) -> LazyBuffer:
+        classes, nd = logp.shape[-1], len(target.shape)
+        valid = target.e(BinaryOps.CMPNE, _const(target, ignore_index))
+        self.mask = one_hot(target, classes).e(BinaryOps.AND,
+                                               valid.reshape((*target.shape, 1)).expand(logp.shape))
+        self.reduction, self.scale = reduction, None
+        picked = self.mask.e(TernaryOps.WHERE, logp, _const(logp, 0)).r(ReduceOps.SUM, (nd,))
+        loss = picked.reshape(target.shape).e(UnaryOps.NEG)
+        if reduction == "none":
+            return loss
+        total = loss.r(ReduceOps.SUM, tuple(range(nd))).reshape(())
+        if reduction == "sum":
+            return total
+        count = valid.e(UnaryOps.CAST, arg=logp.dtype).r(ReduceOps.SUM, tuple(range(nd))).reshape(())
+        self.scale = count.e(UnaryOps.RECIP)
+        return total.e(BinaryOps.MUL, self.scale)
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, None]:
+        shape = self.mask.shape
+        if self.reduction == "none":
+            spread = grad.reshape((*shape[:-1], 1)).expand(shape)
+        else:
+            g = grad if self.scale is None else grad.e(BinaryOps.MUL, self.scale)
+            spread = g.reshape((1,) * len(shape)).expand(shape)
+        return self.mask.e(TernaryOps.WHERE, spread.e(UnaryOps.NEG), _const(spread, 0)), None

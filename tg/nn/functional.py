@@ -1603,6 +1603,9 @@ def _class_loss(op: str, logp: Tensor, target: Tensor, weight: Tensor | None, ig
     _check_param(op, "weight", weight, (classes,))
     _check_known_range(op, target, classes, ignore_index)
     logp = logp.permute(0, *range(2, logp.ndim), 1)                      # (N, *, C)
+    if weight is None and label_smoothing == 0 and logp.numel() > 0:
+        loss = apply(fused.ClassNll, logp, as_index(target), ignore_index=ignore_index, reduction=reduction)
+        return loss.reshape(()) if unbatched and reduction == "none" else loss
     valid = target != ignore_index                                        # (N, *)
     onehot = (as_index(target).unsqueeze(-1) == index_range(classes, target.device)) & valid.unsqueeze(-1)
     # where, not a multiply, so an -inf log-probability of another class stays out of the sum
