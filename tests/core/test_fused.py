@@ -171,3 +171,24 @@ def test_cross_entropy_pick_with_ignored_targets(reduction, shape):
     probs = np.exp(logp)
     dpick = -onehot * np.expand_dims(scale, 1)                 # d loss / d logp
     close(gl, dpick - probs * dpick.sum(1, keepdims=True))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("shapes", [((2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 6)), ((6, 8), (6, 8), (6, 3))])
+def test_attention_against_the_softmax_formula(shapes, causal):
+    q, k, v = (RNG.standard_normal(s) for s in shapes)
+    attend = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731
+    out, made_by, g, (gq, gk, gv) = run(attend, q, k, v)
+    assert made_by is fused.Attention
+    scale = 1 / math.sqrt(q.shape[-1])
+    s = q @ np.swapaxes(k, -1, -2) * scale
+    if causal:                                               # key j <= query i, torch's top-left rule
+        s = np.where(np.tril(np.ones(s.shape[-2:], bool)), s, -np.inf)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    close(out.numpy(), p @ v)
+    dp = g @ np.swapaxes(v, -1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) * scale
+    close(gv, np.swapaxes(p, -1, -2) @ g)
+    close(gq, ds @ k)
+    close(gk, np.swapaxes(ds, -1, -2) @ q)

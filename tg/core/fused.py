@@ -263,3 +263,46 @@ class ClassNll(Function):
             g = grad if self.scale is None else grad.e(BinaryOps.MUL, self.scale)
             spread = g.reshape((1,) * len(shape)).expand(shape)
         return self.mask.e(TernaryOps.WHERE, spread.e(UnaryOps.NEG), _const(spread, 0)), None
+
+
+def _softmax_last(s: LazyBuffer) -> LazyBuffer:
+    axis = len(s.shape) - 1
+    shifted = s.e(BinaryOps.ADD, _keep(s, s.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
+    e = shifted.e(BinaryOps.MUL, _const(s, 1 / math.log(2))).e(UnaryOps.EXP2)
+    return e.e(BinaryOps.MUL, _keep(s, e.r(ReduceOps.SUM, (axis,))).e(UnaryOps.RECIP))
+
+
+class Attention(Function):
+    """softmax(q @ k^T * scale, masked to key <= query when causal) @ v for q (..., L, E), k (..., S, E)
+    and v (..., S, Ev) of equal batch dims. With p the weights and g the output's gradient:
+    dv = p^T g, ds = p * (g v^T - rowsum(p * g v^T)) * scale, dq = ds k, dk = ds^T q."""
+
+    def forward(self, q: LazyBuffer, k: LazyBuffer, v: LazyBuffer, *, scale: float,
+                causal: bool) -> LazyBuffer:
+        self.q, self.k, self.v, self.scale = q, k, v, scale
+        scores = matmul_nt(q, k)
+        scores = scores.e(BinaryOps.MUL, _const(scores, scale))
+        if causal:
+            *batch, n_q, n_k = scores.shape
+            lead = (1,) * len(batch)
+            rows = arange(n_q, q.device).reshape((*lead, n_q, 1)).expand(scores.shape)
+            cols = arange(n_k, q.device).reshape((*lead, 1, n_k)).expand(scores.shape)
+            self_or_before = rows.e(BinaryOps.CMPLT, cols).e(
+                BinaryOps.CMPNE, LazyBuffer.const(True, dtypes.bool, q.device, scores.shape))
+            scores = self_or_before.e(TernaryOps.WHERE, scores, _const(scores, -math.inf))
+        self.p = _softmax_last(scores)
+        return matmul_nt(self.p, swap_last(v))
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        need_q, need_k, need_v = self.needs_input_grad
+        p = self.p
+        dv = matmul_nt(swap_last(p), swap_last(grad)) if need_v else None
+        if not (need_q or need_k):
+            return None, None, dv
+        dp = matmul_nt(grad, self.v)
+        rowsum = _keep(dp, dp.e(BinaryOps.MUL, p).r(ReduceOps.SUM, (len(p.shape) - 1,)))
+        centered = dp.e(BinaryOps.ADD, rowsum.e(UnaryOps.NEG))
+        ds = p.e(BinaryOps.MUL, centered).e(BinaryOps.MUL, _const(p, self.scale))
+        dq = matmul_nt(ds, swap_last(self.k)) if need_q else None
+        dk = matmul_nt(swap_last(ds), swap_last(self.q)) if need_k else None
+        return dq, dk, dv

@@ -1454,6 +1454,10 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
     _check_p("scaled_dot_product_attention", dropout_p)
     seq_q, seq_k = query.shape[-2], key.shape[-2]
     scale = 1.0 / math.sqrt(query.shape[-1]) if scale is None else scale
+    same = all(t.shape[:-2] == query.shape[:-2] and t.dtype == query.dtype and t.device == query.device
+               for t in (key, value))
+    if same and attn_mask is None and dropout_p == 0 and seq_q * seq_k > 0 and query.shape[-1] > 0:
+        return apply(fused.Attention, query, key, value, scale=float(scale), causal=is_causal)
     scores = (query @ key.transpose(-2, -1)) * scale                      # (..., L, S)
     if is_causal:
         rows = index_range(seq_q, query.device).reshape(seq_q, 1)
