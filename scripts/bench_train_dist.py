@@ -1,8 +1,10 @@
-"""Data-parallel training of the byte-level GPT (scripts/train.py's model) at 1, 2 and 4 ranks, with
-DDP and with ZeRO-2, each with and without activation checkpointing.
+"""Data-parallel training at 1, 2 and 4 ranks: the byte-level GPT (scripts/train.py's model) with DDP and
+with ZeRO-2, each with and without activation checkpointing; then a parameter-heavy MLP whose table
+is the memory ZeRO-2 and DDP save.
 
-    python scripts/bench_train_dist.py                          # ranks 1,2,4; 8 layers
-    python scripts/bench_train_dist.py --ranks 1,2 --steps 20 --n-layer 4
+    python scripts/bench_train_dist.py                          # ranks 1,2,4; both tables
+    python scripts/bench_train_dist.py --ranks 1,2 --steps 20 --n-layer 4 --tables gpt
+    python scripts/bench_train_dist.py --tables memory          # the MLP's memory table only
 
 Every configuration is a real job started by tglaunch, each rank with one thread (TG_CPU_THREADS=1).
 Columns: step time (median of the timed steps, TinyJit replays) and tokens/s over all ranks; peak
@@ -12,6 +14,17 @@ bytes per rank (the wrapped optimizer's moments: ZeRO-2 keeps 1/N of them; its f
 summed gradient of the shard, another 2/N of the parameters' bytes, are in peak MiB). The limits are
 measured in the same run: 1 rank's tokens/s (linear scaling), DDP's step time and state, the
 uncheckpointed run's memory and step time.
+
+The memory table: 8 Linear(1024, 1024) layers (P = 33.6 MB of float32 parameters), batch 8 per rank,
+Adam, 4 MiB buckets; plain Adam (one process), DDP and ZeRO-2, each rank's peak tensor bytes over the
+timed steps (GlobalCounters.mem_peak) in MiB and in units of P, beside the formula's bound:
+
+    plain, DDP      params P + gradients P + moments 2P                  = 4 P
+    ZeRO-2          P + moments 2P/N + summed gradient shard P/N         = (1 + 3/N) P
+                    + 2 buckets of full gradients in flight (N > 1)
+
+and the targets: ZeRO-2 <= (1 + 3/N) P + 0.5 P, at one rank <= plain; DDP <= plain + 0.5 P; ZeRO-2's
+step time <= 1.15 x DDP's.
 """
 from __future__ import annotations
 
@@ -21,6 +34,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import numpy as np
 
@@ -29,26 +43,54 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 sys.path.insert(0, HERE)
 
 
-def worker(args: argparse.Namespace) -> None:
-    from train import GPT
+MLP_LAYERS, MLP_WIDTH, MLP_BATCH, MLP_BUCKET_MB = 8, 1024, 8, 4.0
 
+
+class MLP:
+    """The parameter-heavy model of the memory table: square Linear layers, relu between them."""
+
+    def __init__(self) -> None:
+        from tg import nn
+        self.layers = [nn.Linear(MLP_WIDTH, MLP_WIDTH) for _ in range(MLP_LAYERS)]
+
+    def loss(self, x: Any, y: Any) -> Any:
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            x = x.relu() if i < len(self.layers) - 1 else x
+        return ((x - y) ** 2).mean()
+
+
+def worker(args: argparse.Namespace) -> None:
     import tg.distributed as dist
     from tg import GlobalCounters, Tensor, TinyJit, nn
     from tg.nn.state import get_parameters
     dist.init_process_group()
     rank, world = dist.get_rank(), dist.get_world_size()
     Tensor.manual_seed(0)
-    model = GPT(256, args.block, args.n_layer, args.n_head, args.n_embd, checkpoint_activations=args.ckpt)
-    params = get_parameters(model)
-    if args.mode == "zero":
-        opt: nn.optim.Optimizer = dist.ZeroOptimizer(params, nn.optim.AdamW, lr=1e-3)
-        net = model
+    mlp = args.model == "mlp"
+    if mlp:
+        model: Any = MLP()
     else:
-        opt = nn.optim.AdamW(params, lr=1e-3)
-        net = dist.DistributedDataParallel(model)
+        from train import GPT
+        model = GPT(256, args.block, args.n_layer, args.n_head, args.n_embd, checkpoint_activations=args.ckpt)
+    params = get_parameters(model)
+    optimizer_class, bucket_mb = (nn.optim.Adam, MLP_BUCKET_MB) if mlp else (nn.optim.AdamW, 25.0)
+    net = model
+    buckets: list = []
+    if args.mode == "zero":
+        opt: nn.optim.Optimizer = dist.ZeroOptimizer(params, optimizer_class, lr=1e-3, bucket_mb=bucket_mb)
+        buckets = opt.buckets
+    else:
+        opt = optimizer_class(params, lr=1e-3)
+        if args.mode == "ddp":
+            net = dist.DistributedDataParallel(model, bucket_mb=bucket_mb)
+            buckets = net.buckets
     rng = np.random.default_rng(rank)
 
     def batch() -> tuple[Tensor, Tensor]:
+        if mlp:
+            x, y = (rng.normal(size=(MLP_BATCH, MLP_WIDTH)).astype(np.float32) for _ in range(2))
+            return Tensor(x), Tensor(y)
         tok = rng.integers(0, 256, (args.batch, args.block + 1)).astype(np.int32)
         return Tensor(tok[:, :-1]), Tensor(tok[:, 1:])
 
@@ -80,7 +122,8 @@ def worker(args: argparse.Namespace) -> None:
     plain = opt.optimizer if args.mode == "zero" else opt
     state = sum(t.nbytes for k, t in plain.flat_state_dict().items() if k.startswith("state."))
     mine = {"step_s": float(np.median(times)), "peak": GlobalCounters.mem_peak, "activation": activation,
-            "state": state, "params": sum(p.numel() for p in params)}
+            "state": state, "params": sum(p.numel() for p in params), "P": sum(p.nbytes for p in params),
+            "bucket": max((b.nbytes for b in buckets), default=0)}
     every = [None] * world
     dist.all_gather_object(every, mine)
     if rank == 0:
@@ -88,10 +131,11 @@ def worker(args: argparse.Namespace) -> None:
     dist.destroy_process_group()
 
 
-def run(world: int, mode: str, ckpt: bool, args: argparse.Namespace) -> list[dict]:
+def run(world: int, mode: str, ckpt: bool, args: argparse.Namespace, model: str = "gpt") -> list[dict]:
     cmd = [sys.executable, "-m", "tg.launch", "--nproc", str(world), os.path.abspath(__file__), "--worker",
            "--mode", mode, "--steps", str(args.steps), "--batch", str(args.batch), "--block", str(args.block),
-           "--n-layer", str(args.n_layer), "--n-head", str(args.n_head), "--n-embd", str(args.n_embd)]
+           "--n-layer", str(args.n_layer), "--n-head", str(args.n_head), "--n-embd", str(args.n_embd),
+           "--model", model]
     cmd += ["--ckpt"] if ckpt else []
     env = {**os.environ, "TG_CPU_THREADS": "1", "PYTHONPATH": os.path.join(HERE, "..")}
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
@@ -112,7 +156,9 @@ def main() -> None:
     ap.add_argument("--n-layer", type=int, default=8)
     ap.add_argument("--n-head", type=int, default=4)
     ap.add_argument("--n-embd", type=int, default=128)
+    ap.add_argument("--tables", default="gpt,memory", help="which tables: gpt, memory or both")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="gpt", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="ddp", help=argparse.SUPPRESS)
     ap.add_argument("--ckpt", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -120,6 +166,45 @@ def main() -> None:
         worker(args)
         return
     ranks = [int(r) for r in args.ranks.split(",")]
+    tables = args.tables.split(",")
+    if "gpt" in tables:
+        gpt_table(ranks, args)
+    if "memory" in tables:
+        memory_table(ranks, args)
+
+
+def memory_table(ranks: list[int], args: argparse.Namespace) -> None:
+    """Peak MiB per rank of the parameter-heavy MLP: plain Adam, DDP and ZeRO-2 beside the formula."""
+    print(f"\nMLP {MLP_LAYERS} x Linear({MLP_WIDTH}, {MLP_WIDTH}), batch {MLP_BATCH} per rank, Adam, "
+          f"{MLP_BUCKET_MB:g} MiB buckets; peak tensor memory per rank over {args.steps} timed steps")
+    head = (f"{'ranks':>5} {'mode':>5} | {'peak MiB':>8} {'peak/P':>6} | {'bound MiB':>9} {'bound/P':>7} | "
+            f"{'target/P':>8} {'met':>3} | {'step ms':>7} {'step/DDP':>8}")
+    print(head)
+    print("-" * len(head))
+    plain: dict = {}
+    ddp: dict[int, float] = {}
+    runs = [(1, "plain")] + [(world, mode) for world in ranks for mode in ("ddp", "zero")]
+    for world, mode in runs:
+        res = run(world, mode, False, args, model="mlp")
+        P, bucket = res[0]["P"], res[0]["bucket"]
+        peak, step = max(r["peak"] for r in res), max(r["step_s"] for r in res)
+        plain = plain or {"peak": peak, "P": P}
+        if mode == "zero":
+            bound = (1 + 3 / world) * P + (2 * bucket if world > 1 else 0)
+            target = plain["peak"] if world == 1 else (1 + 3 / world) * P + 0.5 * P
+        else:
+            bound, target = 4 * P, plain["peak"] + (0.5 * P if mode == "ddp" else 0)
+        if mode == "ddp":
+            ddp[world] = step
+        ratio = step / ddp[world] if mode == "zero" and world in ddp else float("nan")
+        print(f"{world:>5} {mode:>5} | {peak / 2**20:8.1f} {peak / P:6.2f} | {bound / 2**20:9.1f} "
+              f"{bound / P:7.2f} | {target / P:8.2f} {'yes' if peak <= target else 'NO':>3} | "
+              f"{step * 1e3:7.1f} {ratio:8.2f}", flush=True)
+    print("bound: plain/DDP 4 P; ZeRO-2 (1 + 3/N) P + 2 buckets in flight (N > 1). targets: ZeRO-2 <= "
+          "(1 + 3/N) P + 0.5 P, at one rank <= plain; DDP <= plain + 0.5 P; ZeRO step/DDP <= 1.15")
+
+
+def gpt_table(ranks: list[int], args: argparse.Namespace) -> None:
     print(
         f"GPT {args.n_layer} layers x {args.n_embd}, batch {args.batch}x{args.block} per rank, "
         f"one thread per rank, "

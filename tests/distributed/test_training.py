@@ -21,7 +21,7 @@ from tg.nn.state import get_parameters, get_state_dict
 
 ROWS = 12          # global batch: splits evenly over 1, 2, 3 and 4 ranks
 LR = 0.01
-TINY_BUCKET = 1e-4  # MiB: about 26 float32 elements, so the 66 parameters span several buckets
+TINY_BUCKET = 2e-5  # MiB: 20 bytes, so the 66 parameters span three buckets (see make_buckets)
 OPTIMIZERS = {"sgd": nn.optim.SGD, "adam": nn.optim.Adam, "adamw": nn.optim.AdamW}
 EXTRA = {"sampler": {"epoch": 1, "position": [3, 7]}, "note": "résumé"}
 
@@ -280,7 +280,8 @@ def zero_train(rank: int, world: int, name: str, kwargs: dict, micro: int, steps
 
 @pytest.mark.parametrize("world,name,micro", [
     (2, "adam", 1), (3, "adamw", 1), (4, "adam", 1), (3, "sgd", 1),     # micro=2: two backward()s per step
-    (2, "adam", 2), (3, "sgd", 2), (4, "adamw", 2)])
+    (2, "adam", 2), (3, "sgd", 2), (4, "adamw", 2),
+    (1, "sgd", 1), (1, "adam", 2)])     # one rank: gradients computed into the shard itself, and added
 def test_zero_equals_one_process_on_the_global_batch(world, name, micro):
     kwargs = {"momentum": 0.9} if name == "sgd" else {"weight_decay": 0.1} if name == "adamw" else {}
     data = batches(3, micro=micro)
@@ -288,7 +289,8 @@ def test_zero_equals_one_process_on_the_global_batch(world, name, micro):
     want, _ = reference(numpy_params(MLP(seed=100)), data, name, kwargs)
     assert_ranks_agree([r["params"] for r in results])
     assert max_diff(results[0]["params"], want) < 1e-5
-    # tiny buckets of 24, 7 and 35 elements, each padded to a multiple of the world size
+    # tiny buckets of 24 (l2.bias 3 + l2.weight 21), 7 and 35 elements, each padded to a multiple of the
+    # world size (a bucket closes once it holds TINY_BUCKET bytes)
     assert results[0]["parts"] == [-(-n // world) for n in (24, 7, 35)]
 
 
@@ -310,13 +312,13 @@ def test_zero_optimizer_state_is_split_across_ranks(world):
     numel = 101 * 89 + 89 + 89 * 13 + 13                      # 10248 parameters
     total = 2 * 4 * numel                                     # Adam: two float32 moments each
     one_bucket = run_ranks(world, zero_state_bytes, 25.0)
-    four_buckets = run_ranks(world, zero_state_bytes, 0.004)
+    four_buckets = run_ranks(world, zero_state_bytes, 4e-5)
     for res in one_bucket + four_buckets:
         assert res["plain"] == total
     for res in one_bucket:
         assert res["buckets"] == 1 and res["zero"] == 2 * 4 * -(-numel // world)
     for res in four_buckets:
-        # 4 KiB buckets hold one parameter each (l2.bias, l2.weight, l1.bias, l1.weight), each padded
+        # 42-byte buckets hold one parameter each (l2.bias, l2.weight, l1.bias, l1.weight), each padded
         assert res["buckets"] == 4
         assert res["zero"] == 2 * 4 * sum(-(-n // world) for n in (13, 89 * 13, 89, 101 * 89))
     for res in one_bucket + four_buckets:

@@ -44,7 +44,9 @@ class GlobalCounters:
 
 
 class Allocator:
-    """alloc/free/copyin/copyout of raw bytes on one device, and host staging blocks for it."""
+    """alloc/free/copyin/copyout of raw bytes on one device, and host staging blocks for it.
+    `view_align`: the byte alignment a view of memory (`offset`) must start at."""
+    view_align: int = 256
 
     def __init__(self) -> None:
         self.staged: dict[int, list[np.ndarray]] = {}
@@ -80,6 +82,11 @@ class Allocator:
     def copyout(self, dest: memoryview, opaque: Any, offset: int = 0) -> None:
         """Fill dest with the device memory's bytes, starting offset bytes in."""
         raise NotImplementedError
+
+    def offset(self, opaque: Any, offset: int, nbytes: int) -> Any:
+        """nbytes of the memory `opaque`, from byte `offset` on (a multiple of view_align), as memory of
+        its own that shares the bytes (what Buffer.view hands to kernels)."""
+        raise NotImplementedError(f"{type(self).__name__} has no views of memory (Buffer.view)")
 
     def copy(self, dest: Any, src: Any, nbytes: int) -> None:
         """Device-to-device copy of nbytes (benchmarks measure the device's copy bandwidth with it)."""
@@ -118,7 +125,12 @@ class CachingAllocator(Allocator):
 
 
 class HostAllocator(CachingAllocator):
-    """Memory in host RAM held by numpy (CPU, NUMPY); 64-byte aligned for vector loads."""
+    """Memory in host RAM held by numpy (CPU, NUMPY); 64-byte aligned for vector loads. A view may
+    start at any 4 bytes: the C renderer's vector types are declared aligned(4)."""
+    view_align = 4
+
+    def offset(self, opaque: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
+        return opaque[offset:offset + nbytes]
 
     def _alloc(self, nbytes: int) -> np.ndarray:
         raw = np.empty(nbytes + 64, dtype=np.uint8)
@@ -133,20 +145,46 @@ class HostAllocator(CachingAllocator):
 
 
 class Buffer:
-    """Device memory for `size` elements of `dtype`. Counted in GlobalCounters while alive."""
+    """Device memory for `size` elements of `dtype`. Counted in GlobalCounters while alive, except a
+    view (`view()`), which shares its owner's memory."""
 
-    def __init__(self, device: str, size: int, dtype: DType):
+    def __init__(self, device: str, size: int, dtype: DType, view_of: tuple[Buffer, int] | None = None):
         self.device, self.size, self.dtype = device, size, dtype
         self.nbytes = size * dtype.itemsize
         self.allocator = Device[device].allocator
-        self._buf = self.allocator.alloc(self.nbytes)
         # every lazy buffer whose value lives in this memory (an assign's result shares its target's)
         self.aliases = Readers()
+        self._buf: Any
+        self.owner: Buffer | None = None if view_of is None else view_of[0]   # keeps viewed memory alive
+        self.view_offset = 0 if view_of is None else view_of[1]             # bytes into owner
+        if view_of is not None:
+            self._buf = self.allocator.offset(view_of[0]._buf, view_of[1], self.nbytes)
+            return
+        self._buf = self.allocator.alloc(self.nbytes)
         GlobalCounters.mem_used += self.nbytes
         GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
 
+    def view(self, offset: int, size: int, dtype: DType | None = None) -> Buffer:
+        """`size` elements of `dtype` (this buffer's by default) of this memory, from byte `offset` on
+        (a multiple of the allocator's view_align): a Buffer that shares the bytes, allocates nothing
+        and is not counted. Lazy-graph hazards are tracked per Buffer, so whoever writes through one
+        of two overlapping buffers computes first what reads the other (ZeRO's flat parameters do).
+
+            >>> from tg.core.dtype import dtypes
+            >>> flat = Buffer("NUMPY", 32, dtypes.float32).copyin(np.arange(32, dtype=np.float32))
+            >>> flat.view(64, 4).numpy().tolist()
+            [16.0, 17.0, 18.0, 19.0]
+        """
+        dtype = dtype or self.dtype
+        if offset % self.allocator.view_align or not 0 <= offset <= self.nbytes - size * dtype.itemsize:
+            raise ValueError(f"[core] Buffer.view: {size} x {dtype.name} at byte {offset} of a "
+                             f"{self.nbytes}-byte buffer; expected a range inside it starting at a "
+                             f"multiple of {self.allocator.view_align}. Fix: align the offset")
+        # a view of a view is one of the owner (OpenCL has no sub-buffer of a sub-buffer)
+        return Buffer(self.device, size, dtype, view_of=(self.owner or self, self.view_offset + offset))
+
     def __del__(self) -> None:
-        if hasattr(self, "_buf"):
+        if hasattr(self, "_buf") and self.owner is None:
             GlobalCounters.mem_used -= self.nbytes
             self.allocator.free(self._buf, self.nbytes)
 

@@ -8,11 +8,13 @@
         model(x2).loss(y2).backward()
 
 After each `backward()` that reached the model's parameters (outside `no_sync()`), the gradients
-are packed into flat buckets of about `bucket_mb` MiB, last layers first, and each bucket is
-all-reduced (mean) on the group's worker thread while the next bucket's gradients are computed.
-The averaged values are written back into the gradients' own memory, so an optimizer (and a
-TinyJit replay of the whole step) reads them as usual. A parameter with no gradient on this rank
-contributes zeros and is given the mean of the others.
+are computed straight into flat buckets of about `bucket_mb` MiB (last layers first), and each
+bucket is all-reduced (mean) in place on the group's worker thread while the next bucket's gradients
+are computed. Every `.grad` is then a view of its bucket's memory (torch's gradient_as_bucket_view),
+so DDP keeps no second copy of the gradients, and an optimizer (and a TinyJit replay of the whole
+step) reads them as usual. A parameter with no gradient on this rank contributes zeros and is given
+the mean of the others. With one rank nothing is synchronised and the gradients stay as backward
+made them.
 
     >>> from tg import Tensor
     >>> w = Tensor([1.0, 2.0], requires_grad=True)
@@ -30,7 +32,7 @@ from typing import Any
 
 from tg.core.capture import host_step
 from tg.core.tensor import Tensor
-from tg.distributed.flat import Bucket, HostView, make_buckets
+from tg.distributed.flat import HostView, check_params, make_buckets, view_tensor
 from tg.nn.state import get_parameters, get_state_dict
 
 
@@ -115,9 +117,13 @@ class DistributedDataParallel:
             raise ValueError("[distributed] DistributedDataParallel: the model has no parameters with "
                              "requires_grad=True; nothing to synchronise. Fix: wrap the model whose "
                              "weights train (nn layers create them with requires_grad=True)")
+        check_params(self.params, "DistributedDataParallel")
         self.rank, self.world_size = _world(group)
         broadcast_state(module, broadcast_from, group)
         self.buckets = make_buckets(self.params, int(bucket_mb * (1 << 20)))
+        # each bucket's gradients as views of one flat buffer, made at the first synchronisation
+        self._flats: list[HostView] = []
+        self._grad_views: list[list[Tensor]] = []
         self.require_sync = True
         self._synced: list[Tensor | None] = [None] * len(self.params)   # each .grad as left by the last sync
         self._hook = watch_backward(self, "_after_backward")
@@ -160,27 +166,36 @@ class DistributedDataParallel:
             return   # this backward did not reach the model
         self.sync_gradients()
 
+    def _bucket_memory(self) -> None:
+        for bucket in self.buckets:
+            buf = bucket.alloc()
+            self._grad_views.append(bucket.views(buf))
+            self._flats.append(HostView(view_tensor(buf, 0, (bucket.padded,))))
+
     def sync_gradients(self) -> None:
         """Average every parameter's gradient across the group now (called after backward)."""
         import tg.distributed as dist
-        for p in self.params:
-            if p.grad is None:
-                p.grad = Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device)
+        if not self._grad_views:
+            self._bucket_memory()
         works: list[Any] = []
-        staged: list[tuple[Bucket, list[HostView | None]]] = []
-        for bucket in self.buckets:
-            views = bucket.realize_grads()
-            staged.append((bucket, views))
+        for bucket, views, flat in zip(self.buckets, self._grad_views, self._flats):
+            for p, view in zip(bucket.params, views):
+                if p.grad is not view:      # computed into the bucket (a parameter without one: zeros)
+                    view.assign(p.grad if p.grad is not None else Tensor.zeros(*p.shape, dtype=p.dtype,
+                                                                               device=p.device))
+                    p.grad = view
+            views[0].realize(*views[1:])
 
-            def start(bucket: Bucket = bucket, views: list[HostView | None] = views) -> None:
-                works.append(dist.all_reduce(bucket.pack(views), op=dist.ReduceOp.AVG, group=self.group,
-                                             async_op=True))
+            def start(flat: HostView = flat) -> None:
+                values = flat.read()      # the memory itself on CPU, a staged copy on other devices
+                works.append((dist.all_reduce(values, op=dist.ReduceOp.AVG, group=self.group, async_op=True),
+                              flat, values))
             host_step(start)
 
         def finish() -> None:
-            for work, (bucket, views) in zip(works, staged):
+            for work, flat, values in works:
                 work.wait()
-                bucket.unpack(views, bucket.host)
+                flat.write(values)        # no copy when values is the memory itself
             works.clear()
         host_step(finish)
         self._synced = [p.grad for p in self.params]

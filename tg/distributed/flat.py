@@ -3,8 +3,10 @@
 Collectives work on host numpy arrays. `HostView` is a realized tensor's memory seen from the host:
 on CPU and NUMPY a zero-copy view, on other devices a reused (pinned) staging block, copied from the
 device each read and back each write.
-A `Bucket` is a run of parameters packed end to end in one flat host array (padded to a multiple of
-the world size, so it splits evenly across ranks): one collective moves the whole bucket.
+A `Bucket` is a run of parameters laid out end to end in one flat space (padded to a multiple of the
+world size, so it splits evenly across ranks): one collective moves the whole bucket. The flat space
+is device memory: DDP's gradients and ZeRO's parameters are views of their bucket's buffer
+(`Buffer.view`), so packing them for a collective copies nothing.
 
     >>> from tg import Tensor
     >>> a, b = Tensor([1.0, 2.0], requires_grad=True), Tensor([[3.0]], requires_grad=True)
@@ -111,55 +113,119 @@ class HostView:
         self.buf.copyin(stage)
 
 
+def view_tensor(buf: Buffer, first: int, shape: tuple[int, ...]) -> Tensor:
+    """Elements first.. of buf as a realized tensor of `shape` sharing buf's memory (no copy): writes
+    through either are seen by the other. `first` must start at the allocator's view alignment."""
+    from tg.core.lazy import LazyBuffer
+    from tg.core.tensor import Tensor
+    numel = int(np.prod(shape)) if shape else 1
+    view = LazyBuffer.realized_as(buf.view(first * buf.dtype.itemsize, numel), shape)
+    return Tensor(view, device=buf.device)
+
+
+def check_params(params: list[Tensor], who: str) -> None:
+    """Refuse what cannot be packed into flat buckets, naming the parameter: a view of another tensor's
+    memory, two parameters sharing memory, parameters on more than one device."""
+    from tg.core.lazy import LazyBuffer
+    seen: dict[int, int] = {}      # memory (or the computation that will fill it) -> parameter
+    for i, p in enumerate(params):
+        lb: LazyBuffer = p.lazydata
+        name = f"parameter {i} ({p.dtype.name}{list(p.shape)})"
+        if p.device != params[0].device:
+            raise ValueError(f"[distributed] {who}: {name} is on {p.device}, parameter 0 on "
+                             f"{params[0].device}; expected every parameter on one device. Fix: move the "
+                             f"model with .to(device) before wrapping it")
+        if not lb.is_base and lb.base.realized is not None:
+            raise ValueError(f"[distributed] {who}: {name} is a view of another tensor's memory (not "
+                             f"contiguous); its gradients and updates would not reach that memory. Fix: "
+                             f"make it a tensor of its own (.contiguous()) before building the model")
+        if lb.is_const:
+            continue          # an unrealized constant (Tensor.zeros) is shared by design: each gets its own
+        key = id(lb.base.realized) if lb.base.realized is not None else id(lb.base)
+        if key in seen:
+            raise ValueError(f"[distributed] {who}: {name} shares its memory with parameter {seen[key]} "
+                             f"(a tensor shared between two modules, e.g. tied weights); each is packed "
+                             f"into the flat buckets once. Fix: keep one Tensor object for both uses "
+                             f"(assign the same attribute), so it appears once in the parameter list")
+        seen[key] = i
+
+
 class Bucket:
     """Parameters packed end to end: `offsets[i]` is where params[i] starts in the flat space of
-    `numel` elements, padded with zeros to `padded` (a multiple of the world size)."""
+    `numel` elements, padded with zeros to `padded`. Each parameter starts at a multiple of `align`
+    elements and `padded` is a multiple of `multiple * align` (the world size times it), so a
+    parameter and each rank's equal part can be a view of one flat buffer (Buffer.view)."""
 
-    def __init__(self, params: list[Tensor], multiple: int):
+    def __init__(self, params: list[Tensor], multiple: int, align: int = 1):
         self.params = params
         self.sizes = [p.numel() for p in params]
-        self.offsets = [int(x) for x in np.cumsum([0, *self.sizes[:-1]])]
-        self.numel = sum(self.sizes)
-        self.padded = -(-self.numel // multiple) * multiple
-        self.np_dtype = host_dtype(params[0].dtype)
-        self.host = np.zeros(self.padded, self.np_dtype)
+        self.offsets: list[int] = []
+        end = 0
+        for n in self.sizes:
+            self.offsets.append(end)
+            end = -(-(end + n) // align) * align
+        self.numel = self.offsets[-1] + self.sizes[-1]
+        self.padded = -(-self.numel // (multiple * align)) * multiple * align
+        self.dtype, self.device = params[0].dtype, params[0].device
+        self.np_dtype = host_dtype(self.dtype)
 
-    def realize_grads(self) -> list[HostView | None]:
-        """Compute every gradient of the bucket (one schedule) and return host views of them."""
-        grads = [p.grad for p in self.params]
-        live = [g for g in grads if g is not None]
-        if live:
-            live[0].realize(*live[1:])
-        return [HostView(g) if g is not None else None for g in grads]
+    @property
+    def nbytes(self) -> int:
+        return self.padded * self.dtype.itemsize
 
-    def pack(self, views: list[HostView | None]) -> np.ndarray:
-        """Copy the gradients into the flat host array (zeros for a parameter without one)."""
-        for view, off, n in zip(views, self.offsets, self.sizes):
-            if view is None:
-                self.host[off:off + n] = 0
-            else:
-                self.host[off:off + n] = view.read()
-        return self.host
+    def gaps(self) -> list[tuple[int, int]]:
+        """The element ranges of the flat space no parameter covers (alignment and padding)."""
+        ends = [off + n for off, n in zip(self.offsets, self.sizes)]
+        starts = [*self.offsets[1:], self.padded]
+        return [(lo, hi) for lo, hi in zip(ends, starts) if lo < hi]
 
-    def unpack(self, views: list[HostView | None], flat: np.ndarray) -> None:
-        """Write the flat array's pieces back into the tensors behind views."""
-        for view, off, n in zip(views, self.offsets, self.sizes):
-            if view is not None:
-                view.write(flat[off:off + n])
+    def views(self, buf: Buffer) -> list[Tensor]:
+        """One tensor per parameter, shaped like it, over the parameter's range of flat memory buf."""
+        return [view_tensor(buf, off, p.shape) for p, off in zip(self.params, self.offsets)]
+
+    def alloc(self, raw: Buffer | None = None) -> Buffer:
+        """Zeroed flat memory for the bucket (in the bucket's dtype): fresh, or the start of raw."""
+        from tg.core.device import Buffer
+        if raw is not None:
+            return raw.view(0, self.padded, self.dtype)
+        return Buffer(self.device, self.padded, self.dtype).copyin(np.zeros(self.nbytes, np.uint8))
+
+    def adopt(self) -> Tensor:
+        """Move the parameters into one flat buffer of this layout (zeros between them) and make each
+        parameter a view of it (the model keeps its Tensor objects); returns the flat buffer as a 1-d
+        tensor. Whatever still reads a parameter's old memory is computed first."""
+        from tg.core.lazy import LazyBuffer
+        from tg.core.tensor import Tensor
+        flat = self.alloc()
+        for p, off in zip(self.params, self.offsets):
+            old = own_memory(p)
+            flat.copyin(old.numpy(), off * self.dtype.itemsize)
+            p.lazydata = LazyBuffer.realized_as(flat.view(off * self.dtype.itemsize, p.numel()), p.shape)
+        return Tensor(LazyBuffer.realized_as(flat, (self.padded,)), device=flat.device)
 
 
 def make_buckets(params: list[Tensor], bucket_bytes: int, multiple: int = 1) -> list[Bucket]:
     """Group params into buckets of about bucket_bytes, last parameter first (backward produces the
-    last layers' gradients first), one dtype per bucket."""
+    last layers' gradients first), one dtype per bucket. As torch's DDP, a bucket closes once it holds
+    bucket_bytes or more, so a small parameter (a bias) rides with the big one after it instead of
+    making a tiny bucket (a collective of its own), and a parameter bigger than bucket_bytes still fits."""
+    from tg.core.device import Device
     buckets: list[Bucket] = []
     run: list[Tensor] = []
     size = 0
+
+    def close() -> None:
+        align = max(Device[run[0].device].allocator.view_align // run[0].dtype.itemsize, 1)
+        buckets.append(Bucket(run, multiple, align))
     for p in reversed(params):
-        if run and (p.dtype != run[0].dtype or size + p.nbytes > bucket_bytes):
-            buckets.append(Bucket(run, multiple))
+        if run and p.dtype != run[0].dtype:
+            close()
             run, size = [], 0
         run.append(p)
         size += p.nbytes
+        if size >= bucket_bytes:     # full: the next parameter starts a new bucket
+            close()
+            run, size = [], 0
     if run:
-        buckets.append(Bucket(run, multiple))
+        close()
     return buckets

@@ -7,17 +7,26 @@ parameters only, steps the wrapped per-parameter optimizer on that shard, then a
     opt.step()           # AdamW on this rank's shard, then every rank gets every updated parameter
     opt.zero_grad()
 
-The flat space. Parameters are packed end to end, last first, into buckets of about bucket_mb MiB,
+The flat space. Parameters are laid out end to end, last first, in buckets of about bucket_mb MiB,
 each padded to a multiple of the world size N; rank r owns the r-th of the N equal parts of every
-bucket, so every rank owns the same number of elements (total / N, plus padding). After backward,
-each bucket's gradients are packed and reduce-scattered (mean) on the group's worker thread while
-the next bucket's gradients are computed; a rank keeps only its part. The wrapped optimizer sees one
-1-d "parameter" per bucket part — a float32 master copy when the parameters are float16/bfloat16 —
-so its state (Adam's two moments) is allocated for the shard alone. `step()` updates the shard,
-all-gathers each bucket and writes the new values into the parameters' own memory (the model keeps
-its tensors; a TinyJit replay of the whole step works). As with DDP, a parameter that got no
-gradient contributes zeros, and the whole shard is stepped (Adam's momentum and AdamW's decay still
-move it; a plain optimizer would skip it).
+bucket, so every rank owns the same number of elements (total / N, plus padding). Each bucket is one
+flat device buffer and every parameter becomes a view of it (the model keeps its Tensor objects).
+
+Memory, per rank, with P the parameters' bytes: P + the optimizer's state for P/N + the summed
+gradient of P/N + at most SLOTS buckets of full gradients.
+- backward: bucket by bucket, the gradients are computed into one of SLOTS flat buffers and
+  reduce-scattered (mean) from it on the group's worker thread while the next bucket computes; the
+  rank keeps only its part and the full gradients are dropped. With one rank they are computed
+  straight into the summed gradient (no copy, no slot: ZeRO costs what the plain optimizer does).
+- step: the wrapped optimizer sees one 1-d "parameter" per bucket part: for float32 parameters the
+  part's view of the flat buffer itself (updated in place, no master copy), for float16/bfloat16 a
+  float32 master, cast back into the view after the update. Each part's all-gather starts as soon
+  as it is updated and lands in place, in the flat buffers the parameters are views of.
+Every host step (reduce-scatter, all-gather) is a `host_step`, so a TinyJit replay of the whole
+training step replays them too. As with DDP, a parameter that got no gradient contributes zeros,
+and the whole shard is stepped (Adam's momentum and AdamW's decay still move it; a plain optimizer
+would skip it). Parameters must be tensors of their own (not views of another tensor), not share
+memory with each other, and live on one device; anything else is refused at construction.
 
     >>> from tg import Tensor, nn
     >>> w = Tensor([1.0, -1.0], requires_grad=True)
@@ -28,16 +37,20 @@ move it; a plain optimizer would skip it).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import numpy as np
 
 from tg.core.capture import host_step
 from tg.core.dtype import dtypes
+from tg.core.realize import realize_readers
 from tg.core.tensor import Tensor
 from tg.distributed.ddp import _world, ddp_owner, new_gradients, warn_once, watch_backward
-from tg.distributed.flat import Bucket, HostView, make_buckets, own_memory
+from tg.distributed.flat import Bucket, HostView, check_params, make_buckets, view_tensor
 from tg.nn.optim import Optimizer
+
+SLOTS = 2   # buckets of full gradients alive at once (one reduce-scattered while the next is computed)
 
 
 class _Done:
@@ -89,31 +102,51 @@ class ZeroOptimizer(Optimizer):
                             f"subclass (e.g. nn.optim.AdamW), got {optimizer_class!r}")
         if bucket_mb <= 0:
             raise ValueError(f"[distributed] ZeroOptimizer: bucket_mb must be > 0, got {bucket_mb}")
+        if params and all(isinstance(p, Tensor) for p in params):
+            check_params(params, "ZeroOptimizer")     # before the optimizer's own checks: names the parameter
         super().__init__(params, kwargs.get("lr", 1e-3))
         self.group = group
         self.rank, self.world_size = _world(group)
+        # MPI forbids a send buffer inside the receive buffer: the all-gather sends a copy of the part
+        self._send_copy = False
         if self.world_size > 1:
             import tg.distributed as dist
             for p in self.params:
                 dist.broadcast(p, 0, group)
-        for p in self.params:
-            own_memory(p)
-        self.param_views = {id(p): HostView(p) for p in self.params}
+            self._send_copy = dist.get_backend(group) == "mpi"
+        # every parameter becomes a view of its bucket's flat buffer; this rank's part of that buffer is
+        # what the wrapped optimizer steps (float32: in place, no copy; half types: a float32 master)
         self.buckets = make_buckets(self.params, int(bucket_mb * (1 << 20)), multiple=self.world_size)
+        self.flats = [HostView(bucket.adopt()) for bucket in self.buckets]
         self.position = {id(p): i for i, p in enumerate(self.params)}
         self.masters: list[Tensor] = []     # this rank's part of each bucket, in the master dtype
         self.grads: list[Tensor] = []       # the summed (mean) gradient of that part
-        self.sends: list[Tensor] = []       # the updated part in the parameters' dtype, all-gathered
-        for bucket in self.buckets:
-            part = self._pack_params(bucket)[self._part(bucket)]
-            half = bucket.params[0].dtype in (dtypes.float16, dtypes.bfloat16)
-            master_dtype = dtypes.float32 if half else bucket.params[0].dtype
-            self.masters.append(Tensor(part.astype(master_dtype.np), dtype=master_dtype,
-                                       device=self.device).requires_grad_(False))
-            self.grads.append(Tensor(np.zeros(part.size, bucket.np_dtype), device=self.device))
-            self.sends.append(self.masters[-1] if not half else
-                              Tensor(np.zeros(part.size, bucket.np_dtype), device=self.device,
-                                     dtype=bucket.params[0].dtype))
+        self.sends: list[Tensor] = []       # the part in the parameters' dtype: a view of the flat buffer
+        for bucket, flat in zip(self.buckets, self.flats):
+            part = self._part(bucket)
+            own = view_tensor(flat.buf, part.start, (part.stop - part.start,))
+            half = bucket.dtype in (dtypes.float16, dtypes.bfloat16)
+            self.masters.append(own if not half else own.float().realize().requires_grad_(False))
+            self.sends.append(own)
+            # one rank: the bucket's gradients are views of it (its dtype); more: the host's dtype of
+            # the reduced values (bfloat16's mean stays float32)
+            self.grads.append(Tensor(np.zeros(part.stop - part.start, bucket.np_dtype), device=self.device,
+                                     dtype=bucket.dtype if self.world_size == 1 else None))
+        # where backward's full gradients of a bucket are computed: with one rank, the summed gradient
+        # itself; with more, one of SLOTS flat buffers the buckets take in turn, so that only SLOTS
+        # buckets of full gradients exist at once
+        self._grad_views = [HostView(g) for g in self.grads]
+        if self.world_size == 1:
+            self._targets = [bucket.views(g.buf) for bucket, g in zip(self.buckets, self._grad_views)]
+            self._slots: list[HostView] = []
+        else:
+            from tg.core.device import Buffer
+            raw = [Buffer(self.device, max(b.nbytes for b in self.buckets), dtypes.uint8)
+                   for _ in range(min(SLOTS, len(self.buckets)))]
+            slot_bufs = [bucket.alloc(raw[b % len(raw)]) for b, bucket in enumerate(self.buckets)]
+            self._targets = [bucket.views(buf) for bucket, buf in zip(self.buckets, slot_bufs)]
+            self._slots = [HostView(view_tensor(buf, 0, (bucket.padded,)))
+                           for bucket, buf in zip(self.buckets, slot_bufs)]
         self.optimizer = optimizer_class(self.masters, **kwargs)
         # the wrapped optimizer's groups and step count: lr writes and schedulers reach the shard's step
         self.param_groups, self.t = self.optimizer.param_groups, self.optimizer.t
@@ -127,10 +160,8 @@ class ZeroOptimizer(Optimizer):
         return slice(self.rank * n, (self.rank + 1) * n)
 
     def _pack_params(self, bucket: Bucket) -> np.ndarray:
-        flat = np.zeros(bucket.padded, bucket.np_dtype)
-        for p, off, n in zip(bucket.params, bucket.offsets, bucket.sizes):
-            flat[off:off + n] = self.param_views[id(p)].read()
-        return flat
+        """The bucket's parameters end to end (a copy of its flat buffer, as the host sees it)."""
+        return self.flats[self.buckets.index(bucket)].read().copy()
 
     def shard_index(self) -> list[dict[str, Any]]:
         """What this rank's shard holds: per bucket part b, the pieces of parameters in it, as
@@ -187,45 +218,64 @@ class ZeroOptimizer(Optimizer):
         """Reduce-scatter every bucket's gradients into this rank's shard (mean over ranks) and, at
         stage 2, drop the full gradients. Called after each backward (stage 2; several backwards
         before step() accumulate) or by step() (stage 1). Gradients a DistributedDataParallel has
-        averaged already are only sliced."""
-        accumulate = self._has_grad
-        averaged = self._averaged_by_ddp()
-        targets = [Tensor.empty(*g.shape, dtype=g.dtype, device=g.device).realize() if accumulate else g
-                   for g in self.grads]
-        works: list[Any] = []
-        staged = []
-        for bucket, target in zip(self.buckets, targets):
-            views = bucket.realize_grads()
-            out = HostView(target)
-            staged.append(out)
+        averaged already are only sliced.
 
-            def start(
-                bucket: Bucket = bucket, views: list[HostView | None] = views, out: HostView = out
-            ) -> None:
-                recv = out.read() if out.zero_copy else np.empty(out.numel, out.np_dtype)
-                flat = bucket.pack(views)
-                if averaged:      # ZeRO-1 under DDP: the mean is there already, keep this rank's part
-                    recv[...] = flat[self._part(bucket)]
-                    works.append((_Done(), out, recv))
-                else:
-                    works.append((self._collective("reduce_scatter", recv, flat), out, recv))
-            host_step(start)
+        Bucket by bucket, backward's gradients are computed into the bucket's slot of flat memory (with
+        one rank, straight into the summed gradient) and the slot is reduce-scattered on the group's
+        worker thread while the next bucket computes; a slot is reused once its reduce-scatter is done,
+        so at most SLOTS buckets of full gradients exist at once."""
+        accumulate, averaged = self._has_grad, self._averaged_by_ddp()
+        works: dict[int, tuple[Any, np.ndarray]] = {}
+        for b, bucket in enumerate(self.buckets):
+            if b >= SLOTS and self._slots:
+                host_step(partial(self._finish, b - SLOTS, works, accumulate))   # frees the slot
+            self._compute_into(b, accumulate and not self._slots)
+            if self._slots:
+                host_step(partial(self._start, b, works, averaged, accumulate))
             if self.stage == 2:
                 for p in bucket.params:
                     p.grad = None        # ZeRO-2: the full gradient is not kept
-
-        def finish() -> None:
-            for work, out, recv in works:
-                work.wait()
-                out.write(recv)
-            works.clear()
-        host_step(finish)
-        if accumulate:
-            for g, t in zip(self.grads, targets):
-                g.assign(g + t)
-            self.grads[0].realize(*self.grads[1:])
+        if self._slots:
+            def finish() -> None:
+                for done in sorted(works):
+                    self._finish(done, works, accumulate)
+            host_step(finish)
         self._has_grad = True
         self._synced = [p.grad for p in self.params]
+
+    def _compute_into(self, b: int, add: bool) -> None:
+        """Compute bucket b's gradients into their target views (adding to what is there when add)."""
+        targets = self._targets[b]
+        for p, target in zip(self.buckets[b].params, targets):
+            if p.grad is not None:
+                target.assign(target + p.grad if add else p.grad)
+            elif not add:
+                target.assign(Tensor.zeros(*p.shape, dtype=p.dtype, device=p.device))
+        targets[0].realize(*targets[1:])
+
+    def _start(self, b: int, works: dict[int, tuple[Any, np.ndarray]], averaged: bool,
+               accumulate: bool) -> None:
+        """Start bucket b's reduce-scatter (mean) from its slot: into the summed gradient's own memory
+        when it can be (host memory, nothing to add to), else into a host array _finish stores."""
+        bucket, slot = self.buckets[b], self._slots[b]
+        flat = slot.read()           # the slot's memory itself on CPU, a staged copy on other devices
+        for lo, hi in bucket.gaps():
+            flat[lo:hi] = 0          # the slot's last bucket may have left values between the parameters
+        if averaged:                 # ZeRO-1 under DDP: the mean is there already, keep this rank's part
+            works[b] = (_Done(), flat[self._part(bucket)].copy())
+            return
+        grad = self._grad_views[b]
+        recv = grad.read() if grad.zero_copy and not accumulate else np.empty(grad.numel, grad.np_dtype)
+        works[b] = (self._collective("reduce_scatter", recv, flat), recv)
+
+    def _finish(self, b: int, works: dict[int, tuple[Any, np.ndarray]], accumulate: bool) -> None:
+        """Wait for bucket b's reduce-scatter and store (or add) this rank's part."""
+        work, recv = works.pop(b)
+        work.wait()
+        grad = self._grad_views[b]
+        if accumulate:
+            recv += grad.read()
+        grad.write(recv)      # no copy when recv is the gradient's memory
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         # ZeRO-2 keeps no full gradients, so there is nothing to fill with zeros: both forms drop them
@@ -247,28 +297,39 @@ class ZeroOptimizer(Optimizer):
             self._reduce_kept_gradients()
         if not self._has_grad:
             return
-        items = [(m, g, self.optimizer._state(i)) for i, (m, g) in enumerate(zip(self.masters, self.grads))]
-        written = self.optimizer.apply(items)
-        for send, master in zip(self.sends, self.masters):
-            if send is not master:
-                send.assign(master.cast(send.dtype))
-                written.append(send)
+        # the update writes the parameters' memory through another Buffer (the part's view): whatever
+        # still reads the old weights (the loss of the last backward too) is computed first
         root = Tensor.last_backward_root()
         if root is not None and root.lazydata.base.realized is None:
-            written.append(root)
-        written[0].realize(*written[1:])
-        for p in self.params:
-            own_memory(p)          # whatever still reads the old weights runs before they change
-        sends = [HostView(s) for s in self.sends]
+            root.realize()
+        realize_readers([p.lazydata for p in self.params])
+        items = [(m, g, self.optimizer._state(i)) for i, (m, g) in enumerate(zip(self.masters, self.grads))]
+        self.optimizer.apply(items)
+        # bucket by bucket: update the part, then start its all-gather while the next part updates
+        works: list[tuple[Any, HostView, np.ndarray]] = []
+        for b, (send, master) in enumerate(zip(self.sends, self.masters)):
+            written = [master, *self.optimizer._state(b).values()] + ([self.optimizer.t] if b == 0 else [])
+            if send is not master:
+                written.append(send.assign(master.cast(send.dtype)))
+            written[0].realize(*written[1:])
+            if self.world_size > 1:
+                host_step(partial(self._start_gather, b, works))
+        if self.world_size > 1:
+            host_step(partial(self._finish_gathers, works))
 
-        def gather() -> None:
-            works = [self._collective("all_gather", bucket.host, send.read())
-                     for bucket, send in zip(self.buckets, sends)]
-            for work, bucket in zip(works, self.buckets):
-                work.wait()
-                for p, off, n in zip(bucket.params, bucket.offsets, bucket.sizes):
-                    self.param_views[id(p)].write(bucket.host[off:off + n])
-        host_step(gather)
+    def _start_gather(self, b: int, works: list[tuple[Any, HostView, np.ndarray]]) -> None:
+        """Start every rank's updated part of bucket b into every rank's flat buffer."""
+        flat = self.flats[b]
+        values = flat.read()     # the memory itself on CPU, a staged copy on other devices
+        part = values[self._part(self.buckets[b])]      # already in place: sent from where it lies
+        part = part.copy() if self._send_copy else part
+        works.append((self._collective("all_gather", values, part), flat, values))
+
+    def _finish_gathers(self, works: list[tuple[Any, HostView, np.ndarray]]) -> None:
+        for work, flat, values in works:
+            work.wait()
+            flat.write(values)   # in place: the parameters see it (no copy on CPU)
+        works.clear()
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Tensor | np.ndarray]:
@@ -309,7 +370,8 @@ class ZeroOptimizer(Optimizer):
         for send, master in zip(self.sends, self.masters):
             if send is not master:
                 send.assign(master.cast(send.dtype)).realize()
-        for bucket, send in zip(self.buckets, self.sends):
-            self._collective("all_gather", bucket.host, HostView(send).read()).wait()
-            for p, off, n in zip(bucket.params, bucket.offsets, bucket.sizes):
-                self.param_views[id(p)].write(bucket.host[off:off + n])
+        if self.world_size > 1:
+            works: list[tuple[Any, HostView, np.ndarray]] = []
+            for b in range(len(self.buckets)):
+                self._start_gather(b, works)
+            self._finish_gathers(works)

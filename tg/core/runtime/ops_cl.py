@@ -90,6 +90,13 @@ class CLAllocator(CachingAllocator):
     def _free(self, opaque: Any) -> None:
         opaque.release()
 
+    @property
+    def view_align(self) -> int:  # type: ignore[override]
+        return max(self.dev.cl_device.mem_base_addr_align // 8, 1)   # sub-buffers start there (bits)
+
+    def offset(self, opaque: Any, offset: int, nbytes: int) -> Any:
+        return opaque.get_sub_region(offset, max(nbytes, 1))
+
     def copyin(self, opaque: Any, src: memoryview, offset: int = 0) -> None:
         if src.nbytes:
             _cl().enqueue_copy(self.dev.queue, opaque, np.frombuffer(src, dtype=np.uint8), is_blocking=True,

@@ -143,6 +143,9 @@ class CUDAAllocator(CachingAllocator):
         self.dev.activate()
         driver.cuMemFree(opaque)
 
+    def offset(self, opaque: Any, offset: int, nbytes: int) -> Any:
+        return int(opaque) + offset      # kernels and copies take the address as an int
+
     def copyin(self, opaque: Any, src: memoryview, offset: int = 0) -> None:
         driver, _ = _bindings()
         if src.nbytes:

@@ -13,6 +13,9 @@ class NullAllocator(Allocator):
     def alloc(self, nbytes: int) -> int:
         return nbytes
 
+    def offset(self, opaque, offset: int, nbytes: int) -> int:
+        return nbytes
+
     def copyin(self, opaque, src: memoryview, offset: int = 0) -> None:
         pass
 
