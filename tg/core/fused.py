@@ -123,14 +123,19 @@ def _keep(x: LazyBuffer, reduced: LazyBuffer) -> LazyBuffer:
     return reduced.expand(x.shape)
 
 
+def _softmax(x: LazyBuffer, axis: int) -> LazyBuffer:
+    """exp(x - max) / sum(exp(x - max)) along axis."""
+    shifted = x.e(BinaryOps.ADD, _keep(x, x.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
+    e = shifted.e(BinaryOps.MUL, _const(x, 1 / math.log(2))).e(UnaryOps.EXP2)
+    return e.e(BinaryOps.MUL, _keep(x, e.r(ReduceOps.SUM, (axis,))).e(UnaryOps.RECIP))
+
+
 class Softmax(Function):
     """exp(x - max) / sum(exp(x - max)) along one axis; dx = y * (g - sum(g * y))."""
 
     def forward(self, x: LazyBuffer, axis: int) -> LazyBuffer:
         self.axis = axis
-        shifted = x.e(BinaryOps.ADD, _keep(x, x.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
-        e = shifted.e(BinaryOps.MUL, _const(x, 1 / math.log(2))).e(UnaryOps.EXP2)
-        self.ret = e.e(BinaryOps.MUL, _keep(x, e.r(ReduceOps.SUM, (axis,))).e(UnaryOps.RECIP))
+        self.ret = _softmax(x, axis)
         return self.ret
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
@@ -265,13 +270,6 @@ class ClassNll(Function):
         return self.mask.e(TernaryOps.WHERE, spread.e(UnaryOps.NEG), _const(spread, 0)), None
 
 
-def _softmax_last(s: LazyBuffer) -> LazyBuffer:
-    axis = len(s.shape) - 1
-    shifted = s.e(BinaryOps.ADD, _keep(s, s.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
-    e = shifted.e(BinaryOps.MUL, _const(s, 1 / math.log(2))).e(UnaryOps.EXP2)
-    return e.e(BinaryOps.MUL, _keep(s, e.r(ReduceOps.SUM, (axis,))).e(UnaryOps.RECIP))
-
-
 class Attention(Function):
     """softmax(q @ k^T * scale, masked to key <= query when causal) @ v for q (..., L, E), k (..., S, E)
     and v (..., S, Ev) of equal batch dims. With p the weights and g the output's gradient:
@@ -290,7 +288,7 @@ class Attention(Function):
             self_or_before = rows.e(BinaryOps.CMPLT, cols).e(
                 BinaryOps.CMPNE, LazyBuffer.const(True, dtypes.bool, q.device, scores.shape))
             scores = self_or_before.e(TernaryOps.WHERE, scores, _const(scores, -math.inf))
-        self.p = _softmax_last(scores)
+        self.p = _softmax(scores, len(scores.shape) - 1)
         return matmul_nt(self.p, swap_last(v))
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
