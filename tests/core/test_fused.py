@@ -192,3 +192,23 @@ def test_attention_against_the_softmax_formula(shapes, causal):
     close(gv, np.swapaxes(p, -1, -2) @ g)
     close(gq, ds @ k)
     close(gk, np.swapaxes(ds, -1, -2) @ q)
+
+
+def test_layer_norm_in_half_precision_scales_before_storing_sums():
+    """A float16 row whose sum passes 65504 still normalizes (the mean is scaled in the reduce)."""
+    x = (RNG.standard_normal((2, 4096)) + 100).astype(np.float16)
+    tx = Tensor(x).detach()
+    tx.requires_grad = True
+    y = F.layer_norm(tx, 4096)
+    y.sum().backward()
+    xf = x.astype(np.float64)
+    want = (xf - xf.mean(1, keepdims=True)) / np.sqrt(xf.var(1, keepdims=True) + 1e-5)
+    assert np.isfinite(y.numpy()).all() and np.isfinite(tx.grad.numpy()).all()
+    np.testing.assert_allclose(y.numpy().astype(np.float64), want, atol=0.05)
+
+
+def test_a_class_index_out_of_range_picks_nothing():
+    """A lazy target torch would refuse (out of 0..C-1, not ignore_index) adds no loss; it never wraps."""
+    logp = Tensor(np.log(np.array([[0.7, 0.3], [0.4, 0.6]], np.float32)))
+    target = Tensor(np.array([0, 0], np.int32)) - 1                    # -1: lazy, so not checked
+    assert F.nll_loss(logp, target, reduction="none").tolist() == [0.0, 0.0]

@@ -212,3 +212,25 @@ def test_reading_a_strided_view_of_realized_memory_runs_no_kernel():
     assert np.array_equal(bf[1].numpy(), bf.numpy()[1])             # bfloat16 bits converted too
     flipped = t.flip(2).numpy()                                      # a negative stride still works
     assert np.array_equal(flipped, a[:, :, ::-1])
+
+
+def test_entering_a_batch_never_writes_into_an_existing_file(tmp_path, monkeypatch):
+    """Without hard links the batch's library is copied into a file made for it, never through a path
+    that may already be a link to another entry's library."""
+    import tg.core.compiler as compiler
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    comp, srcs = ClangCompiler(), _kernel_sources()
+    first = comp.compile_batch(srcs[:2])
+    before = {p: p.read_bytes() for p in first}
+
+    def no_links(*a):
+        raise OSError("no hard links here")
+    monkeypatch.setattr(compiler.os, "link", no_links)
+    later = comp.compile_batch(srcs[2:])
+    assert {p: p.read_bytes() for p in first} == before and all(p.exists() for p in later)
+    assert not list((tmp_path / "kernels").glob("*.link")) and not list((tmp_path / "kernels").glob("*.tmp"))
+
+
+def test_an_empty_schedule_runs():
+    from tg.core.realize import run_schedule
+    run_schedule([])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
@@ -85,11 +86,18 @@ class Compiler:
 
 
 def _enter(built: Path, path: Path) -> None:
-    """Put a copy of the built binary (a hard link where the file system has them) at path, atomically."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.link")
+    """Put a copy of the built binary (a hard link where the file system has them) at path, atomically,
+    through a temporary name no one else uses: a copy is only ever written into a file it created."""
+    tmp = path.with_name(f"{path.name}.{secrets.token_hex(8)}.link")      # os.link never overwrites
     try:
-        os.link(built, tmp)
-    except OSError:
-        import shutil
-        shutil.copyfile(built, tmp)
-    os.replace(tmp, path)
+        try:
+            os.link(built, tmp)
+        except OSError:
+            fd, name = tempfile.mkstemp(dir=path.parent, prefix=path.name + ".", suffix=".link")
+            tmp = Path(name)
+            with os.fdopen(fd, "wb") as out, open(built, "rb") as src:
+                out.write(src.read())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()

@@ -162,6 +162,13 @@ class LogSoftmax(Function):
         return grad.e(BinaryOps.ADD, probs.e(BinaryOps.MUL, total).e(UnaryOps.NEG))
 
 
+def _mean(x: LazyBuffer, axes: tuple[int, ...]) -> LazyBuffer:
+    """The mean over axes (keepdim), scaled on the reduced shape: in float16 a row's sum can pass the
+    largest half while its mean does not, so the sum is never stored before it is scaled."""
+    total = x.r(ReduceOps.SUM, axes)
+    return total.e(BinaryOps.MUL, _const(total, 1 / prod(x.shape[a] for a in axes)))
+
+
 class LayerNorm(Function):
     """(x - mean) / sqrt(var + eps) over the trailing `dims` dims (biased variance), then times
     weight and plus bias (each of the normalized shape) when given. With xhat the normalized x and
@@ -172,13 +179,11 @@ class LayerNorm(Function):
                 dims: int, eps: float, has_weight: bool) -> LazyBuffer:
         nd = len(x.shape)
         self.axes, self.lead = tuple(range(nd - dims, nd)), tuple(range(nd - dims))
-        self.inv_n = _const(x, 1 / prod(x.shape[nd - dims:]))
         if not has_weight:                 # only a bias: it came in weight's place
             weight, bias = None, weight
-        mean = _keep(x, x.r(ReduceOps.SUM, self.axes)).e(BinaryOps.MUL, self.inv_n)
+        mean = _keep(x, _mean(x, self.axes))
         centered = x.e(BinaryOps.ADD, mean.e(UnaryOps.NEG))
-        var = centered.e(BinaryOps.MUL, centered).r(ReduceOps.SUM, self.axes)
-        var = var.e(BinaryOps.MUL, _const(var, 1 / prod(x.shape[nd - dims:])))
+        var = _mean(centered.e(BinaryOps.MUL, centered), self.axes)
         self.rstd = _keep(x, var.e(BinaryOps.ADD, _const(var, eps)).e(UnaryOps.SQRT).e(UnaryOps.RECIP))
         self.xhat = centered.e(BinaryOps.MUL, self.rstd)
         self.weight = None if weight is None else self._broadcast(weight, x.shape)
@@ -192,9 +197,8 @@ class LayerNorm(Function):
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
         need = self.needs_input_grad
         h = grad if self.weight is None else grad.e(BinaryOps.MUL, self.weight)
-        mean_h = _keep(h, h.r(ReduceOps.SUM, self.axes)).e(BinaryOps.MUL, self.inv_n)
-        mean_hx = _keep(h, h.e(BinaryOps.MUL, self.xhat).r(ReduceOps.SUM, self.axes))
-        mean_hx = mean_hx.e(BinaryOps.MUL, self.inv_n)
+        mean_h = _keep(h, _mean(h, self.axes))
+        mean_hx = _keep(h, _mean(h.e(BinaryOps.MUL, self.xhat), self.axes))
         inner = h.e(BinaryOps.ADD, mean_h.e(UnaryOps.NEG))
         inner = inner.e(BinaryOps.ADD, self.xhat.e(BinaryOps.MUL, mean_hx).e(UnaryOps.NEG))
         out: list[LazyBuffer | None] = [self.rstd.e(BinaryOps.MUL, inner) if need[0] else None]
@@ -207,12 +211,13 @@ class LayerNorm(Function):
         return tuple(out)
 
 
-def one_hot(idx: LazyBuffer, n: int) -> LazyBuffer:
-    """Integer indices idx (any shape S, negative ones counted from the end) against 0..n-1: a bool
-    (*S, n), True where idx points."""
+def one_hot(idx: LazyBuffer, n: int, wrap: bool = True) -> LazyBuffer:
+    """Integer indices idx (any shape S) against 0..n-1: a bool (*S, n), True where idx points.
+    Negative indices count from the end when wrap, else point nowhere."""
     s, full = idx.shape, (*idx.shape, n)
-    negative = idx.e(BinaryOps.CMPLT, _const(idx, 0))
-    idx = negative.e(TernaryOps.WHERE, idx.e(BinaryOps.ADD, _const(idx, n)), idx)
+    if wrap:
+        negative = idx.e(BinaryOps.CMPLT, _const(idx, 0))
+        idx = negative.e(TernaryOps.WHERE, idx.e(BinaryOps.ADD, _const(idx, n)), idx)
     ar = arange(n, idx.device).reshape((1,) * len(s) + (n,)).expand(full)
     differ = idx.reshape((*s, 1)).expand(full).e(BinaryOps.CMPNE, ar)
     return differ.e(BinaryOps.CMPNE, LazyBuffer.const(True, dtypes.bool, idx.device, full))
@@ -246,7 +251,8 @@ class ClassNll(Function):
                 reduction: str) -> LazyBuffer:
         classes, nd = logp.shape[-1], len(target.shape)
         valid = target.e(BinaryOps.CMPNE, _const(target, ignore_index))
-        self.mask = one_hot(target, classes).e(BinaryOps.AND,
+        # a class index outside 0..C-1 (torch raises; lazily it cannot be seen) picks nothing
+        self.mask = one_hot(target, classes, wrap=False).e(BinaryOps.AND,
                                                valid.reshape((*target.shape, 1)).expand(logp.shape))
         self.reduction, self.scale = reduction, None
         picked = self.mask.e(TernaryOps.WHERE, logp, _const(logp, 0)).r(ReduceOps.SUM, (nd,))

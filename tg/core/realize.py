@@ -181,7 +181,7 @@ def run_schedule(items: list[ScheduleItem]) -> None:
             n_kernels += _launch(it)
         else:
             n_kernels += _run_item(it, debug)
-    del it
+        del it      # nothing of an item outlives its turn (its buffers die after their last reader)
     if debug >= 1:
         print(f"[realize] {n_kernels} kernels, {n_items} schedule items in "
               f"{(time.perf_counter() - start) * 1e3:.2f} ms")
@@ -196,7 +196,9 @@ def _launch(it: ScheduleItem) -> int:
     if size > 0:
         prog = it.program
         # schedule inputs are bases: their memory is in __dict__ (the property costs a call each)
-        prog([buf, *[b.__dict__["realized"] for b in it.inputs]])
+        bufs = [buf, *[b.__dict__["realized"] for b in it.inputs]]
+        assert None not in bufs, "kernel input not realized"
+        prog(bufs)
         GlobalCounters.kernel_count += 1
         info = prog.info
         if info is not None:

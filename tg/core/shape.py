@@ -23,8 +23,9 @@ def prod(xs) -> int:
     return math.prod(xs)
 
 
-# movement results each tracker remembers (ShapeTracker._move)
-MOVE_MEMO = 64
+# movement results kept (ShapeTracker._move): a few training steps' worth; the table is emptied when full
+MOVE_MEMO = 4096
+_MOVES: dict[tuple, ShapeTracker] = {}
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -268,18 +269,22 @@ class ShapeTracker:
         strides, offset = aff
         return View.create(shape, tuple(strides), offset, tuple(mask))
 
+    def __hash__(self) -> int:   # computed once: a tracker is a key of _MOVES on every movement op
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = self.__dict__["_hash"] = hash(self.views)
+        return h
+
     # ---- movement ops (validated by the Tensor layer; here they only transform)
     # Trackers never change, and from_shape hands out one object per shape, so a training step asks
-    # the same tracker for the same move every time: each tracker remembers its last few results.
+    # the same tracker for the same move every time: the results are kept in one bounded table.
     def _move(self, kind: str, arg: tuple, make: Callable[[], ShapeTracker]) -> ShapeTracker:
-        memo = self.__dict__.get("_moves")
-        if memo is None:
-            memo = self.__dict__["_moves"] = {}
-        found = memo.get((kind, arg))
+        key = (self, kind, arg)
+        found = _MOVES.get(key)
         if found is None:
-            if len(memo) >= MOVE_MEMO:
-                memo.clear()
-            found = memo[(kind, arg)] = make()
+            if len(_MOVES) >= MOVE_MEMO:
+                _MOVES.clear()
+            found = _MOVES[key] = make()
         return found
 
     def _on_last(self, view: View) -> ShapeTracker:
