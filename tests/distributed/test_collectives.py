@@ -76,17 +76,33 @@ def collective_suite(rank: int, world: int) -> list[str]:  # noqa: C901
             dist.all_gather_into_tensor(out, parts[rank])
             if not np.array_equal(out, np.concatenate(parts)):
                 bad.append(f"all_gather_into_tensor {dtype}[{n}]")
+            # the group's coalesced all_gather (ZeRO-2's buckets after step()): several outs in one call,
+            # each part sent from its own block of its out (a copy under MPI, which forbids that)
+            group = dist._group(None)
+            small = [inputs(r, dtype, 3) for r in range(world)]
+            outs = [np.zeros(n * world, dtype), np.zeros(3 * world, dtype)]
+            outs[0][rank * n:(rank + 1) * n], outs[1][rank * 3:(rank + 1) * 3] = parts[rank], small[rank]
+            mines = [outs[0][rank * n:(rank + 1) * n], outs[1][rank * 3:(rank + 1) * 3]]
+            mines = [m.copy() for m in mines] if dist.get_backend() == "mpi" else mines
+            group.run_now(group.all_gather, outs, mines)
+            if not (np.array_equal(outs[0], np.concatenate(parts))
+                    and np.array_equal(outs[1], np.concatenate(small))):
+                bad.append(f"coalesced all_gather {dtype}[{n}] + {dtype}[3]")
             lst = [np.zeros(n, dtype) for _ in range(world)]
             dist.all_gather(lst, parts[rank])
             if not all(np.array_equal(a, b) for a, b in zip(lst, parts)):
                 bad.append(f"all_gather {dtype}[{n}]")
             if kind != "b":
                 big = [inputs(r, dtype, n * world) for r in range(world)]
-                rs = np.zeros(n, dtype)
-                dist.reduce_scatter_tensor(rs, big[rank])
+                sent = big[rank].copy()
+                for op in ["SUM"] + (["AVG", "MAX"] if kind == "f" else []):
+                    rs = np.zeros(n, dtype)
+                    dist.reduce_scatter_tensor(rs, big[rank], op=getattr(dist.ReduceOp, op))
+                    if not close(rs, expected(op, big)[rank * n:(rank + 1) * n].astype(dtype), dtype):
+                        bad.append(f"reduce_scatter_tensor {op} {dtype}[{n}]")
+                    if not np.array_equal(big[rank], sent):   # torch's contract: the input is only read
+                        bad.append(f"reduce_scatter_tensor {op} {dtype}[{n}] changed its input")
                 want = expected("SUM", big)[rank * n:(rank + 1) * n].astype(dtype)
-                if not close(rs, want, dtype):
-                    bad.append(f"reduce_scatter_tensor {dtype}[{n}]")
                 rsl = np.zeros(n, dtype)
                 dist.reduce_scatter(rsl, [b.copy() for b in np.split(big[rank], world)])
                 if not close(rsl, want, dtype):

@@ -375,11 +375,22 @@ def test_zero_half_parameters_keep_float32_masters(dtype):
 
 
 # ---------------------------------------------------------------- inside TinyJit
+def count_collectives(kinds: list[str]) -> None:
+    """Append the kind of every data collective the default group runs from now on to kinds."""
+    group = dist._group(None)
+    for kind in ("all_reduce", "reduce_scatter", "all_gather"):
+        method = getattr(group, kind)
+        setattr(group, kind, lambda *args, kind=kind, method=method: (kinds.append(kind), method(*args))[1])
+
+
 def jit_train(rank: int, world: int, kind: str, steps: int) -> dict:
     out = {}
+    kinds: list[str] = []
+    count_collectives(kinds)
     for mode in ("eager", "jit"):
         model = MLP(seed=100 + rank)
         net, opt = wrap(model, kind)
+        calls = []
 
         def step(x: Tensor, y: Tensor, net=net, opt=opt) -> Tensor:
             opt.zero_grad()
@@ -388,8 +399,13 @@ def jit_train(rank: int, world: int, kind: str, steps: int) -> dict:
             opt.step()
             return loss.realize()
         run = TinyJit(step) if mode == "jit" else step
-        losses = [run(*rows_of(rank, world, batch)).item() for (batch,) in batches(steps)]
-        out[mode] = {"params": numpy_params(model), "losses": losses}
+        losses = []
+        for (batch,) in batches(steps):
+            kinds.clear()
+            losses.append(run(*rows_of(rank, world, batch)).item())
+            calls.append({k: kinds.count(k) for k in sorted(set(kinds))})
+        buckets = len(opt.buckets if kind == "zero" else net.buckets)
+        out[mode] = {"params": numpy_params(model), "losses": losses, "calls": calls, "buckets": buckets}
     return out
 
 
@@ -410,6 +426,13 @@ def test_training_step_under_tinyjit_equals_eager(kind, world):
                for p, ((x, y),) in zip(before, data)]
         for mode in ("eager", "jit"):
             np.testing.assert_allclose(res[mode]["losses"], own, rtol=1e-5, err_msg=f"rank {rank} {mode}")
+    # every step, replays included, moves each bucket's gradients once; ZeRO-2 then gathers every
+    # bucket's updated part in one coalesced all-gather (its latency cannot hide behind backward)
+    for mode in ("eager", "jit"):
+        buckets = results[0][mode]["buckets"]
+        assert buckets == 3, "TINY_BUCKET should split the MLP into 3 buckets"
+        per_step = {"all_reduce": buckets} if kind == "ddp" else {"all_gather": 1, "reduce_scatter": buckets}
+        assert results[0][mode]["calls"] == [per_step] * steps, mode
 
 
 # ---------------------------------------------------------------- checkpoints

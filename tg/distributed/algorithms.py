@@ -23,6 +23,9 @@ import numpy as np
 from tg.distributed.errors import DistributedError
 from tg.distributed.tcp import DATA, DESC
 
+# reduce(dst, src, base=None): dst = (base, or dst itself) op src, into dst's memory
+Reducer = Callable[..., None]
+
 CHUNK = 4 << 20            # bytes per pipelined message (fewer, larger messages: less overhead)
 SMALL = 1 << 15            # all_reduce below this many bytes uses recursive doubling
 
@@ -174,20 +177,22 @@ class Call:
         if n:
             self.t.recv_into(peer, view)
 
-    def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Reducer, tmp: np.ndarray) -> None:
-        """dst = dst op (what peer sends); from shared memory in place when the peer is on this host."""
+    def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Reducer, tmp: np.ndarray,
+                    base: np.ndarray | None = None) -> None:
+        """dst = (base, or dst itself) op (what peer sends); from shared memory in place when the peer
+        is on this host, else received into tmp first."""
         _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
         if n != dst.nbytes:
             raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent {n} bytes, rank "
                                    f"{self.ranks[self.t.rank]} expected {dst.nbytes}")
         view = self.t.shm_view(peer, n) if n else None
         if view is not None:
-            reduce(dst, view.view(dst.dtype))
+            reduce(dst, view.view(dst.dtype), base)
             self.t.shm_release(peer)
             return
         if n:
             self.t.recv_into(peer, memoryview(tmp).cast("B"))  # type: ignore[arg-type]
-        reduce(dst, tmp)
+        reduce(dst, tmp, base)
 
     def finish(self) -> None:
         for h in self.handles:
@@ -205,39 +210,51 @@ def _blocks(n: int, parts: int) -> list[slice]:
     return [slice(edges[i], edges[i + 1]) for i in range(parts)]
 
 
-Reducer = Callable[[np.ndarray, np.ndarray], None]   # reduce(dst, src): dst = dst op src, in place
-
-
-def ring_reduce_scatter(c: Call, buf: np.ndarray, reduce: Reducer, blocks: list[slice]) -> None:
-    """After this, rank r's block r of buf holds the reduction over all ranks."""
+def ring_reduce_scatter(c: Call, buf: np.ndarray, reduce: Reducer, blocks: list[slice],
+                        out: np.ndarray | None = None) -> None:
+    """Rank r ends with the reduction over all ranks of block r: in block r of buf itself (out None:
+    buf's other blocks are overwritten with partial sums), or in out (buf is only read; the partial
+    sums go round through two blocks of scratch, none at two ranks)."""
     n, r = c.t.world, c.t.rank
     nxt, prv = (r + 1) % n, (r - 1) % n
-    tmp = np.empty(max((b.stop - b.start) for b in blocks), dtype=buf.dtype)
+    longest = max((b.stop - b.start) for b in blocks)
+    tmp = np.empty(longest, dtype=buf.dtype)
+    scratch = [np.empty(longest, dtype=buf.dtype) for _ in range(2)] if out is not None and n > 2 else []
+    sending = buf[blocks[(r - 1) % n]]            # step 0 sends this rank's own values of block r - 1
     for s in range(n - 1):
-        send_b, recv_b = blocks[(r - s - 1) % n], blocks[(r - s - 2) % n]
-        send_seg, recv_seg = buf[send_b], buf[recv_b]
-        send_chunks, recv_chunks = _chunks(len(send_seg), buf.itemsize), _chunks(len(recv_seg), buf.itemsize)
+        recv_b = blocks[(r - s - 2) % n]          # block r - s - 2: the previous rank's partial sum of it
+        mine = buf[recv_b]
+        if out is None:
+            into = mine
+        else:
+            into = out if s == n - 2 else scratch[s % 2][:len(mine)]
+        send_chunks, recv_chunks = _chunks(len(sending), buf.itemsize), _chunks(len(mine), buf.itemsize)
         for j in range(max(len(send_chunks), len(recv_chunks))):
             if j < len(send_chunks):
-                c.isend(nxt, send_seg[send_chunks[j]])
+                c.isend(nxt, sending[send_chunks[j]])
             if j < len(recv_chunks):
-                part = recv_seg[recv_chunks[j]]
-                c.recv_reduce(prv, part, reduce, tmp[:len(part)])
-        c.finish()
+                part = recv_chunks[j]
+                c.recv_reduce(prv, into[part], reduce, tmp[:part.stop - part.start],
+                              None if into is mine else mine[part])
+        c.finish()             # every send is out of `sending`: its memory may take the next partial sums
+        sending = into
 
 
-def ring_all_gather(c: Call, buf: np.ndarray, blocks: list[slice]) -> None:
-    """Rank r contributes block r of buf; afterwards every rank has every block."""
+def ring_all_gather(c: Call, bufs: list[np.ndarray], blocks: list[list[slice]]) -> None:
+    """Rank r contributes block r of each buf (blocks[i] are bufs[i]'s); afterwards every rank has
+    every block of every buf. Each step of the ring moves that step's block of every buf."""
     n, r = c.t.world, c.t.rank
     nxt, prv = (r + 1) % n, (r - 1) % n
     for s in range(n - 1):
-        send_seg, recv_seg = buf[blocks[(r - s) % n]], buf[blocks[(r - s - 1) % n]]
-        send_chunks, recv_chunks = _chunks(len(send_seg), buf.itemsize), _chunks(len(recv_seg), buf.itemsize)
-        for j in range(max(len(send_chunks), len(recv_chunks))):
-            if j < len(send_chunks):
-                c.isend(nxt, send_seg[send_chunks[j]])
-            if j < len(recv_chunks):
-                c.recv_into(prv, recv_seg[recv_chunks[j]])
+        for buf, bl in zip(bufs, blocks):
+            send_seg, recv_seg = buf[bl[(r - s) % n]], buf[bl[(r - s - 1) % n]]
+            send_chunks = _chunks(len(send_seg), buf.itemsize)
+            recv_chunks = _chunks(len(recv_seg), buf.itemsize)
+            for j in range(max(len(send_chunks), len(recv_chunks))):
+                if j < len(send_chunks):
+                    c.isend(nxt, send_seg[send_chunks[j]])
+                if j < len(recv_chunks):
+                    c.recv_into(prv, recv_seg[recv_chunks[j]])
         c.finish()
 
 
@@ -282,7 +299,7 @@ def all_reduce(c: Call, buf: np.ndarray, reduce: Reducer) -> None:
         return
     blocks = _blocks(buf.size, c.t.world)
     ring_reduce_scatter(c, buf, reduce, blocks)
-    ring_all_gather(c, buf, blocks)
+    ring_all_gather(c, [buf], [blocks])
 
 
 def broadcast(c: Call, buf: np.ndarray, root: int) -> None:

@@ -32,7 +32,9 @@ _UFUNC = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PRODUCT: np.multi
           ReduceOp.BXOR: np.bitwise_xor}
 
 
-def reducer(op: ReduceOp, dtype: np.dtype) -> Callable[[np.ndarray, np.ndarray], None]:
+def reducer(op: ReduceOp, dtype: np.dtype) -> alg.Reducer:
+    """reduce(dst, src, base=None): dst = (base, or dst itself) op src, elementwise, into dst's memory.
+    A dtype the op cannot use is a TypeError here, when the call is made."""
     kind = np.dtype(dtype).kind
     if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and kind not in "biu":
         raise TypeError(
@@ -52,9 +54,23 @@ def reducer(op: ReduceOp, dtype: np.dtype) -> Callable[[np.ndarray, np.ndarray],
     elif kind == "b" and op in (ReduceOp.PRODUCT, ReduceOp.MIN):
         ufunc = np.logical_and
 
-    def reduce(dst: np.ndarray, src: np.ndarray) -> None:
-        ufunc(dst, src, out=dst)
+    def reduce(dst: np.ndarray, src: np.ndarray, base: np.ndarray | None = None) -> None:
+        ufunc(dst if base is None else base, src, out=dst)
     return reduce
+
+
+Arrays = np.ndarray | list[np.ndarray]     # all_gather's out and mine: one array, or a list gathered as one
+
+
+def gather_pairs(out: Arrays, mine: Arrays) -> tuple[list[np.ndarray], list[np.ndarray], tuple[int, ...]]:
+    """all_gather's (outs, mines) as lists, and the shape its descriptor carries: mine's for one array,
+    every mine's size for a list (so a coalesced call never agrees with a single one)."""
+    if isinstance(mine, np.ndarray):
+        assert isinstance(out, np.ndarray)
+        return [out], [mine], tuple(mine.shape)
+    assert isinstance(out, list) and len(out) == len(mine) and mine, "one out per mine, at least one"
+    assert all(m.dtype == mine[0].dtype for m in mine), "a coalesced all_gather carries one dtype"
+    return out, mine, tuple(m.size for m in mine)
 
 
 class ProcessGroup:
@@ -145,26 +161,37 @@ class ProcessGroup:
             return
         alg.broadcast(self.call(seq, "broadcast", arr, root=root), arr.reshape(-1), root)
 
-    def all_gather(self, seq: int, out: np.ndarray, mine: np.ndarray) -> None:
-        """out is (size * mine.size,) flat; rank i's part lands at block i."""
-        flat = out.reshape(-1)
-        blocks = alg._blocks(flat.size, self.size)
-        flat[blocks[self.rank]] = mine.reshape(-1)
+    def all_gather(self, seq: int, out: Arrays, mine: Arrays) -> None:
+        """out is (size * mine.size,) flat; rank i's part lands at block i. Lists of outs and mines (one
+        dtype) are gathered as one call: one agreement, one pass of the ring for all of them (ZeRO-2
+        gathers its buckets so: fewer round trips than a call each)."""
+        outs, mines, shape = gather_pairs(out, mine)
+        flats = [o.reshape(-1) for o in outs]
+        blocks = [alg._blocks(f.size, self.size) for f in flats]
+        for flat, block, part in zip(flats, blocks, mines):
+            flat[block[self.rank]] = part.reshape(-1)     # no copy when part is that block already
         if self.size > 1:
-            alg.ring_all_gather(self.call(seq, "all_gather", mine), flat, blocks)
+            alg.ring_all_gather(self.call(seq, "all_gather", mines[0], shape=shape), flats, blocks)
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
-        """inp is (size * out.size,) flat; rank i gets the reduction of block i."""
-        work = inp.reshape(-1).astype(np.float32 if inp.dtype.kind == "f" and inp.itemsize < 4 else inp.dtype,
-                                      copy=True)
+        """inp is (size * out.size,) flat; rank i gets the reduction of block i. inp is only read: the
+        ring combines what arrives with inp's blocks into scratch and its last step straight into out,
+        so no copy of inp is made (float16 is widened to float32 for the sums: that one is a copy)."""
+        wide = inp.dtype.kind == "f" and inp.itemsize < 4
+        work = inp.reshape(-1).astype(np.float32) if wide else inp.reshape(-1)
         blocks = alg._blocks(work.size, self.size)
+        mine = out.reshape(-1)
+        direct = mine.dtype == work.dtype and out.flags.c_contiguous and not np.may_share_memory(out, inp)
+        result = mine if direct else np.empty(mine.size, work.dtype)
         if self.size > 1:
             c = self.call(seq, "reduce_scatter", inp, red=op)
-            alg.ring_reduce_scatter(c, work, reducer(op, work.dtype), blocks)
-        mine = work[blocks[self.rank]]
+            alg.ring_reduce_scatter(c, work, reducer(op, work.dtype), blocks, result)
+        else:
+            result[...] = work[blocks[self.rank]]
         if op is ReduceOp.AVG:
-            mine = mine / self.size
-        out.reshape(-1)[...] = mine
+            np.divide(result, self.size, out=result, casting="unsafe")
+        if result is not mine:
+            mine[...] = result
 
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
         if self.size == 1:

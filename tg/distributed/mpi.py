@@ -38,7 +38,7 @@ import numpy as np
 from tg import config
 from tg.distributed import algorithms as alg
 from tg.distributed.errors import DistributedError
-from tg.distributed.group import ProcessGroup, ReduceOp
+from tg.distributed.group import Arrays, ProcessGroup, ReduceOp, gather_pairs
 
 DESC_BYTES = 272           # room for a descriptor of up to 32 dims, plus its 2-byte length
 _P2P_DESC, _P2P_DATA = 1, 2
@@ -392,10 +392,10 @@ class MpiGroup(ProcessGroup):
         return _watchdog.guard(f"{what} (group {self.name})", self.timeout, peers)
 
     def _agree(self, seq: int, op: str, arr: np.ndarray, root: int = -1,
-               red: ReduceOp | None = None) -> _Agreed:
+               red: ReduceOp | None = None, shape: tuple[int, ...] | None = None) -> _Agreed:
         """`with self._agree(...)`: every rank must be in the same call before any data moves."""
-        return _Agreed(self, seq, op, _descriptor(op, arr.dtype, arr.shape, root, red.value if red is not None
-                                                  else 0))
+        return _Agreed(self, seq, op, _descriptor(op, arr.dtype, arr.shape if shape is None else shape, root,
+                                                  red.value if red is not None else 0))
 
     def _name_the_odd_rank(self, seq: int, name: str, desc: bytes) -> None:
         everyone = np.empty(self.size * DESC_BYTES, np.uint8)
@@ -434,20 +434,26 @@ class MpiGroup(ProcessGroup):
         with self._agree(seq, "broadcast", arr, root=root):
             self.comm.Bcast(_bytes(arr), root=root)
 
-    def all_gather(self, seq: int, out: np.ndarray, mine: np.ndarray) -> None:
-        with self._agree(seq, "all_gather", mine):
-            self.comm.Allgather(_bytes(np.ascontiguousarray(mine)), _bytes(out))
+    def all_gather(self, seq: int, out: Arrays, mine: Arrays) -> None:
+        outs, mines, shape = gather_pairs(out, mine)
+        with self._agree(seq, "all_gather", mines[0], shape=shape):
+            for o, m in zip(outs, mines):
+                self.comm.Allgather(_bytes(np.ascontiguousarray(m)), _bytes(o))
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
         work_in = self._reducible(np.ascontiguousarray(inp).reshape(-1))
-        work_out = np.empty(out.size, work_in.dtype)
+        # straight into out when MPI may write there (same dtype, not inside the send buffer)
+        direct = (out.dtype == work_in.dtype and out.flags.c_contiguous
+                  and not np.may_share_memory(out, work_in))
+        work_out = out.reshape(-1) if direct else np.empty(out.size, work_in.dtype)
         with self._agree(seq, "reduce_scatter", inp, red=op):
             if work_out.size:
                 self.comm.Reduce_scatter_block(self._typed(work_in), self._typed(work_out),
                                                op=self._mpi_op(op, work_in.dtype))
         if op is ReduceOp.AVG:
-            work_out = work_out / self.size
-        out.reshape(-1)[...] = work_out
+            np.divide(work_out, self.size, out=work_out, casting="unsafe")
+        if not direct:
+            out.reshape(-1)[...] = work_out
 
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
         work = self._reducible(arr)

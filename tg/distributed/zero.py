@@ -20,8 +20,10 @@ gradient of P/N + at most SLOTS buckets of full gradients.
   straight into the summed gradient (no copy, no slot: ZeRO costs what the plain optimizer does).
 - step: the wrapped optimizer sees one 1-d "parameter" per bucket part: for float32 parameters the
   part's view of the flat buffer itself (updated in place, no master copy), for float16/bfloat16 a
-  float32 master, cast back into the view after the update. Each part's all-gather starts as soon
-  as it is updated and lands in place, in the flat buffers the parameters are views of.
+  float32 master, cast back into the view after the update. Then one all-gather (per host dtype)
+  moves every bucket's updated part at once and lands in place, in the flat buffers the parameters
+  are views of: it cannot overlap backward, so it is one call (one agreement, one pass of the ring),
+  not a round trip per bucket.
 Every host step (reduce-scatter, all-gather) is a `host_step`, so a TinyJit replay of the whole
 training step replays them too. As with DDP, a parameter that got no gradient contributes zeros,
 and the whole shard is stepped (Adam's momentum and AdamW's decay still move it; a plain optimizer
@@ -305,31 +307,30 @@ class ZeroOptimizer(Optimizer):
         realize_readers([p.lazydata for p in self.params])
         items = [(m, g, self.optimizer._state(i)) for i, (m, g) in enumerate(zip(self.masters, self.grads))]
         self.optimizer.apply(items)
-        # bucket by bucket: update the part, then start its all-gather while the next part updates
-        works: list[tuple[Any, HostView, np.ndarray]] = []
         for b, (send, master) in enumerate(zip(self.sends, self.masters)):
             written = [master, *self.optimizer._state(b).values()] + ([self.optimizer.t] if b == 0 else [])
             if send is not master:
                 written.append(send.assign(master.cast(send.dtype)))
             written[0].realize(*written[1:])
-            if self.world_size > 1:
-                host_step(partial(self._start_gather, b, works))
         if self.world_size > 1:
-            host_step(partial(self._finish_gathers, works))
+            host_step(self._gather)
 
-    def _start_gather(self, b: int, works: list[tuple[Any, HostView, np.ndarray]]) -> None:
-        """Start every rank's updated part of bucket b into every rank's flat buffer."""
-        flat = self.flats[b]
-        values = flat.read()     # the memory itself on CPU, a staged copy on other devices
-        part = values[self._part(self.buckets[b])]      # already in place: sent from where it lies
-        part = part.copy() if self._send_copy else part
-        works.append((self._collective("all_gather", values, part), flat, values))
-
-    def _finish_gathers(self, works: list[tuple[Any, HostView, np.ndarray]]) -> None:
-        for work, flat, values in works:
-            work.wait()
-            flat.write(values)   # in place: the parameters see it (no copy on CPU)
-        works.clear()
+    def _gather(self) -> None:
+        """Every rank's updated parts into every rank's flat buffers, in place (the parameters see them):
+        one all-gather for all the buckets of a host dtype, so one agreement and one pass of the ring
+        instead of a round trip per bucket (an all-gather cannot overlap backward, so its latency shows)."""
+        import tg.distributed as dist
+        runs: dict[np.dtype, list[int]] = {}
+        for b, flat in enumerate(self.flats):
+            runs.setdefault(flat.np_dtype, []).append(b)
+        group = dist._group(self.group)
+        for run in runs.values():
+            # the memory itself on CPU, a staged copy on other devices
+            values = [self.flats[b].read() for b in run]
+            parts = [v[self._part(self.buckets[b])] for v, b in zip(values, run)]   # sent from where they lie
+            group.run_now(group.all_gather, values, [p.copy() for p in parts] if self._send_copy else parts)
+            for b, v in zip(run, values):
+                self.flats[b].write(v)     # no copy on CPU
 
     # ------------------------------------------------------------ state
     def state_dict(self) -> dict[str, Tensor | np.ndarray]:
@@ -371,7 +372,4 @@ class ZeroOptimizer(Optimizer):
             if send is not master:
                 send.assign(master.cast(send.dtype)).realize()
         if self.world_size > 1:
-            works: list[tuple[Any, HostView, np.ndarray]] = []
-            for b in range(len(self.buckets)):
-                self._start_gather(b, works)
-            self._finish_gathers(works)
+            self._gather()
