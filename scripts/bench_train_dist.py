@@ -196,10 +196,10 @@ def memory_table(ranks: list[int], args: argparse.Namespace) -> None:
             bound, target = 4 * P, plain["peak"] + (0.5 * P if mode == "ddp" else 0)
         if mode == "ddp":
             ddp[world] = step
-        ratio = step / ddp[world] if mode == "zero" and world in ddp else float("nan")
+        ratio = f"{step / ddp[world]:8.2f}" if mode == "zero" and world in ddp else f"{'-':>8}"
         print(f"{world:>5} {mode:>5} | {peak / 2**20:8.1f} {peak / P:6.2f} | {bound / 2**20:9.1f} "
               f"{bound / P:7.2f} | {target / P:8.2f} {'yes' if peak <= target else 'NO':>3} | "
-              f"{step * 1e3:7.1f} {ratio:8.2f}", flush=True)
+              f"{step * 1e3:7.1f} {ratio}", flush=True)
     print("bound: plain/DDP 4 P; ZeRO-2 (1 + 3/N) P + 2 buckets in flight (N > 1). targets: ZeRO-2 <= "
           "(1 + 3/N) P + 0.5 P, at one rank <= plain; DDP <= plain + 0.5 P; ZeRO step/DDP <= 1.15")
 
