@@ -174,7 +174,8 @@ def test_cross_entropy_pick_with_ignored_targets(reduction, shape):
 
 
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("shapes", [((2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 6)), ((6, 8), (6, 8), (6, 3))])
+@pytest.mark.parametrize("shapes", [((2, 3, 5, 4), (2, 3, 7, 4), (2, 3, 7, 6)), ((6, 8), (6, 8), (6, 3)),
+                                    ((2, 70, 8), (2, 66, 8), (2, 66, 5))])   # 64+ rows: k, v packed
 def test_attention_against_the_softmax_formula(shapes, causal):
     q, k, v = (RNG.standard_normal(s) for s in shapes)
     attend = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=causal)  # noqa: E731

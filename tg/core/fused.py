@@ -40,10 +40,19 @@ def swap_last(x: LazyBuffer) -> LazyBuffer:
     return x.permute((*range(nd - 2), nd - 1, nd - 2))
 
 
-# Linear's weight is copied transposed for an input of at least PACK_MIN_ROWS rows when its inner
-# dim is below PACK_BELOW_K (measured: 60 -> 100 GFLOPS for 512 x 64 @ 64 x 256 on one core)
+# matmul_nt's right operand is copied transposed (`packed`) for at least PACK_MIN_ROWS rows when
+# the inner dim is below PACK_BELOW_K (measured: 60 -> 100 GFLOPS for 512 x 64 @ 64 x 256 on one core)
 PACK_BELOW_K = 256
 PACK_MIN_ROWS = 64
+
+
+def packed(bt: LazyBuffer, rows: int) -> LazyBuffer:
+    """bt (..., m, k) as matmul_nt's right operand. Its rows run along k, so the products would be
+    summed across SIMD lanes, which a short k cannot amortize: for a short k and enough rows to
+    repay it, a transposed copy (small beside the product) puts the lanes along the outputs."""
+    if bt.shape[-1] < PACK_BELOW_K and rows >= PACK_MIN_ROWS:
+        return swap_last(swap_last(bt).contiguous())
+    return bt
 
 
 class Matmul(Function):
@@ -66,13 +75,7 @@ class Linear(Function):
         m, k = weight.shape
         self.x_shape, self.weight = x.shape, weight
         self.x2 = x.reshape((prod(x.shape[:-1]), k))
-        if k < PACK_BELOW_K and self.x2.shape[0] >= PACK_MIN_ROWS:
-            # weight rows run along k, so its products would be summed across SIMD lanes, which a
-            # short k cannot amortize: a transposed copy (small beside the product) puts the lanes
-            # along the outputs instead
-            out = matmul_nt(self.x2, swap_last(swap_last(weight).contiguous()))
-        else:
-            out = matmul_nt(self.x2, weight)
+        out = matmul_nt(self.x2, packed(weight, self.x2.shape[0]))
         if bias is not None:
             out = out.e(BinaryOps.ADD, bias.reshape((1, m)).expand(out.shape))
         return out.reshape((*x.shape[:-1], m))
@@ -284,7 +287,7 @@ class Attention(Function):
     def forward(self, q: LazyBuffer, k: LazyBuffer, v: LazyBuffer, *, scale: float,
                 causal: bool) -> LazyBuffer:
         self.q, self.k, self.v, self.scale = q, k, v, scale
-        scores = matmul_nt(q, k)
+        scores = matmul_nt(q, packed(k, q.shape[-2]))
         scores = scores.e(BinaryOps.MUL, _const(scores, scale))
         if causal:
             *batch, n_q, n_k = scores.shape
@@ -303,7 +306,7 @@ class Attention(Function):
         dv = matmul_nt(swap_last(p), swap_last(grad)) if need_v else None
         if not (need_q or need_k):
             return None, None, dv
-        dp = matmul_nt(grad, self.v)
+        dp = matmul_nt(grad, packed(self.v, grad.shape[-2]))
         rowsum = _keep(dp, dp.e(BinaryOps.MUL, p).r(ReduceOps.SUM, (len(p.shape) - 1,)))
         centered = dp.e(BinaryOps.ADD, rowsum.e(UnaryOps.NEG))
         ds = p.e(BinaryOps.MUL, centered).e(BinaryOps.MUL, _const(p, self.scale))

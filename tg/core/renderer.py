@@ -360,7 +360,8 @@ class CStyleRenderer:
                         body.append(f"{pad}{{")
                         body.append(f"{pad}#pragma omp for{collapse}")
                         stream_depth = indent
-                    elif lin.work >= self.parallel_threshold:
+                    elif lin.work >= self.parallel_threshold and self.threads != 1:
+                        # one thread: no parallel region to enter on every launch
                         body.append(f"{pad}#pragma omp parallel for{collapse}{threads}{cond}")
                 if self.loop_pragma:
                     body.append(pad + self.loop_pragma)
