@@ -1,5 +1,6 @@
 """Buffers die as soon as nothing needs them: inside one schedule (after their last reader) and
 after backward (the graph lets go of what its Functions saved). Measured with GlobalCounters."""
+import gc
 import weakref
 
 import numpy as np
@@ -18,12 +19,17 @@ def _square(value: float, device: str | None = None) -> Tensor:
 @pytest.mark.parametrize("device", ["CPU", "NUMPY"])
 def test_run_schedule_frees_each_intermediate_after_its_last_reader(device):
     w, x = _square(1 / N, device), _square(1.0, device)
-    GlobalCounters.reset()
-    base = GlobalCounters.mem_used
-    y = x
-    for _ in range(10):
-        y = y @ w  # ten kernels, each reading the one before: only two are ever needed at once
-    y.realize()
+    gc.collect()       # garbage of earlier tests, freed midway, would count as this schedule's frees
+    gc.disable()
+    try:
+        GlobalCounters.reset()
+        base = GlobalCounters.mem_used
+        y = x
+        for _ in range(10):
+            y = y @ w  # ten kernels, each reading the one before: only two are ever needed at once
+        y.realize()
+    finally:
+        gc.enable()
     size = N * N * 4
     assert GlobalCounters.mem_peak - base <= 2 * size, f"peak {(GlobalCounters.mem_peak - base) / size} x N"
     assert GlobalCounters.mem_used - base == size      # the result the user holds

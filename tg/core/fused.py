@@ -222,8 +222,12 @@ def one_hot(idx: LazyBuffer, n: int, wrap: bool = True) -> LazyBuffer:
         negative = idx.e(BinaryOps.CMPLT, _const(idx, 0))
         idx = negative.e(TernaryOps.WHERE, idx.e(BinaryOps.ADD, _const(idx, n)), idx)
     ar = arange(n, idx.device).reshape((1,) * len(s) + (n,)).expand(full)
-    differ = idx.reshape((*s, 1)).expand(full).e(BinaryOps.CMPNE, ar)
-    return differ.e(BinaryOps.CMPNE, LazyBuffer.const(True, dtypes.bool, idx.device, full))
+    return _negated(idx.reshape((*s, 1)).expand(full).e(BinaryOps.CMPNE, ar))
+
+
+def _negated(mask: LazyBuffer) -> LazyBuffer:
+    """not mask (a bool compared unequal to True)."""
+    return mask.e(BinaryOps.CMPNE, LazyBuffer.const(True, dtypes.bool, mask.device, mask.shape))
 
 
 class Embedding(Function):
@@ -294,8 +298,7 @@ class Attention(Function):
             lead = (1,) * len(batch)
             rows = arange(n_q, q.device).reshape((*lead, n_q, 1)).expand(scores.shape)
             cols = arange(n_k, q.device).reshape((*lead, 1, n_k)).expand(scores.shape)
-            self_or_before = rows.e(BinaryOps.CMPLT, cols).e(
-                BinaryOps.CMPNE, LazyBuffer.const(True, dtypes.bool, q.device, scores.shape))
+            self_or_before = _negated(rows.e(BinaryOps.CMPLT, cols))
             scores = self_or_before.e(TernaryOps.WHERE, scores, _const(scores, -math.inf))
         self.p = _softmax(scores, len(scores.shape) - 1)
         return matmul_nt(self.p, swap_last(v))

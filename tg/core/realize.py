@@ -174,39 +174,11 @@ def run_schedule(items: list[ScheduleItem]) -> None:
     # launch order on a device, so memory freed here is only reused by kernels launched after it.
     items.reverse()
     n_kernels = 0
-    quick = debug < 2 and capture.active() is None
     for _ in range(n_items):
-        it = items.pop()
-        if quick and it.kind == "kernel" and it.out.op is not BufferOps.ASSIGN and it.program is not None:
-            n_kernels += _launch(it)
-        else:
-            n_kernels += _run_item(it, debug)
-        del it      # nothing of an item outlives its turn (its buffers die after their last reader)
+        n_kernels += _run_item(items.pop(), debug)
     if debug >= 1:
         print(f"[realize] {n_kernels} kernels, {n_items} schedule items in "
               f"{(time.perf_counter() - start) * 1e3:.2f} ms")
-
-
-def _launch(it: ScheduleItem) -> int:
-    """_run_item for the common case, a kernel into fresh memory with no debug output and no capture:
-    the same steps with fewer lookups (a training step launches a hundred or more)."""
-    out = it.out
-    size = prod(out.shape)
-    buf = Buffer(out.device, size, out.dtype)
-    if size > 0:
-        prog = it.program
-        # schedule inputs are bases: their memory is in __dict__ (the property costs a call each)
-        bufs = [buf, *[b.__dict__["realized"] for b in it.inputs]]
-        assert None not in bufs, "kernel input not realized"
-        prog(bufs)
-        GlobalCounters.kernel_count += 1
-        info = prog.info
-        if info is not None:
-            GlobalCounters.global_ops += info.flops
-            GlobalCounters.global_mem += info.mem_bytes
-    out.realized = buf
-    out.srcs = ()
-    return 1 if size > 0 else 0
 
 
 def _run_item(it: ScheduleItem, debug: int) -> int:
