@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tg import Device, Tensor  # noqa: E402
+from tg import Device, Tensor, TinyJit  # noqa: E402
 from tg.core.device import Buffer, split_device  # noqa: E402
 
 
@@ -72,12 +72,23 @@ def device_copy_bandwidth(n: int, device: str) -> float:
     return 4 * n / best_of(synced(device, lambda: alloc.copy(dst._buf, src._buf, 4 * n)), repeat=11) / 1e9
 
 
-def bench_elementwise(n: int, device: str, read_only: bool) -> tuple[float, float]:
+def eager_or_replayed(fn, x: Tensor, jit: bool):
+    """A no-argument call of fn(x).realize(): eager (scheduled each call), or with jit a TinyJit replay
+    (captured first, so only the launches are timed: the kernels' own speed)."""
+    if not jit:
+        return lambda: fn(x).realize()
+    step = TinyJit(lambda t: fn(t).realize())
+    for _ in range(3):
+        step(x)
+    return lambda: step(x)
+
+
+def bench_elementwise(n: int, device: str, read_only: bool, jit: bool = False) -> tuple[float, float]:
     """A fused chain of elementwise ops; read_only ends it in a sum, so no output is written."""
     a = np.random.rand(n).astype(np.float32)
     x = Tensor(a, device=device).realize()
-    chain = lambda: (x * 2.0 + 1.0).relu() * 0.5 - 0.25  # noqa: E731
-    f = (lambda: chain().sum().realize()) if read_only else (lambda: chain().realize())
+    chain = lambda t: (t * 2.0 + 1.0).relu() * 0.5 - 0.25  # noqa: E731
+    f = eager_or_replayed((lambda t: chain(t).sum()) if read_only else chain, x, jit)
     gbs = a.nbytes / best_of(synced(device, f), repeat=11) / 1e9
     return gbs, device_copy_bandwidth(n, device)
 
@@ -113,11 +124,11 @@ def torch_matmul_gflops(n: int, dtype: str, gpu: int = 0) -> tuple[float | None,
     return 2 * n ** 3 / best_of(run, repeat=11) / 1e9, f"torch {dtype}"
 
 
-def bench_sum(n: int, device: str) -> tuple[float, float]:
+def bench_sum(n: int, device: str, jit: bool = False) -> tuple[float, float]:
     a = np.random.rand(n, n).astype(np.float32)
     x = Tensor(a, device=device).realize()
     assert np.allclose(x.sum(-1).numpy(), a.sum(-1), rtol=1e-4)
-    gbs = a.nbytes / best_of(synced(device, lambda: x.sum(-1).realize()), repeat=11) / 1e9
+    gbs = a.nbytes / best_of(synced(device, eager_or_replayed(lambda t: t.sum(-1), x, jit)), repeat=11) / 1e9
     return gbs, device_copy_bandwidth(n * n, device)
 
 

@@ -246,10 +246,12 @@ def bench_rows(device: str, quick: bool, gpu: bool) -> list[tuple[str, Callable[
     # an OpenCL device on a CPU would take minutes at 4096 (as bench_core says)
     sizes = [256] if quick else [1024, 4096] if gpu else [512, 1024]
 
-    def bandwidth(name: str, measure: Callable[[], tuple[float, float]]) -> tuple[str, Callable[[], Row]]:
+    def bandwidth(name: str, measure: Callable[[bool], tuple[float, float]]) -> tuple[str, Callable[[], Row]]:
+        """Eager (each call scheduled in Python) and TinyJit-replayed (the kernel and its launch)."""
         def row() -> Row:
-            ours, copy = measure()
-            return Row(name, f"{ours:.1f} GB/s", f"{ours / copy:.2f}x device copy ({copy:.1f} GB/s)")
+            (ours, copy), (replayed, _) = measure(False), measure(True)
+            return Row(name, f"{ours:.1f} GB/s", f"{ours / copy:.2f}x device copy ({copy:.1f} GB/s); "
+                                                 f"TinyJit {replayed:.1f} GB/s, {replayed / copy:.2f}x")
         return name, row
 
     def matmul(n: int, dtype: str) -> tuple[str, Callable[[], Row]]:
@@ -261,10 +263,11 @@ def bench_rows(device: str, quick: bool, gpu: bool) -> list[tuple[str, Callable[
         return name, row
 
     return [bandwidth(f"elementwise chain + sum, {n_elem >> 20}M f32",
-                      lambda: bench_core.bench_elementwise(n_elem, device, read_only=True)),
+                      lambda jit: bench_core.bench_elementwise(n_elem, device, True, jit)),
             bandwidth(f"elementwise chain, {n_elem >> 20}M f32 out",
-                      lambda: bench_core.bench_elementwise(n_elem, device, read_only=False)),
-            bandwidth(f"sum(-1) of {n_sum}x{n_sum} f32", lambda: bench_core.bench_sum(n_sum, device)),
+                      lambda jit: bench_core.bench_elementwise(n_elem, device, False, jit)),
+            bandwidth(f"sum(-1) of {n_sum}x{n_sum} f32",
+                      lambda jit: bench_core.bench_sum(n_sum, device, jit)),
             *[matmul(n, "float32") for n in sizes], matmul(sizes[-1], "float16")]
 
 

@@ -2,6 +2,7 @@
 the CUDA device's compiler (NVRTC, no GPU needed) and its error when no GPU is present, and how the
 default device is chosen."""
 import os
+import re
 import subprocess
 import sys
 
@@ -70,6 +71,30 @@ def test_nvrtc_builds_a_cubin_for_a_real_arch_and_ptx_for_a_virtual_one():
     ptx = NVRTCCompiler("compute_90").compile_binary(src).decode()
     assert f".entry {name}" in ptx and ".target sm_90" in ptx
     assert sm90.cached_path(src) != NVRTCCompiler("compute_90").cached_path(src)   # target in the cache key
+
+
+@pytest.mark.parametrize("dtype", ["int8", "uint16", "int32", "uint32", "int64"])
+def test_cuda_integer_maxes_avoid_the_ptxas_fusion_that_drops_a_negation(dtype):
+    """ptxas 13.0 for sm_90 fused a chain of int32 maxes over negated values (min is -max(-x)) into
+    VIMNMX3 and lost one negation, so x.min() was wrong on an H100 (scripts/gpu_check.py caught it).
+    CUDA's integer max of 32 bits or fewer goes through tg_max, which ptxas cannot fuse so; checked on
+    the GPU by gpu_check's suites, here that every such max takes it and that the source builds."""
+    needs("NVRTC")
+    from tg.core.runtime.ops_cuda import NVRTCCompiler
+    x = Tensor(np.arange(21).reshape(3, 7).astype(dtype), device="CPU").realize()
+    sources = [CStyleRenderer(DIALECTS["cuda"]).render(linearize_for(it.kernel, DIALECTS["cuda"]))
+               for out in (x.amin(), x.argmin(1), x.max(0).values) for it in create_schedule([out.lazydata])
+               if it.kind == "kernel"]
+    maxes = []     # (accumulator type, how it takes the max)
+    for src in sources:
+        types = dict((name, t) for t, name in re.findall(r"([a-z][a-z ]*?) (acc\d+) = ", src))
+        maxes += [(types[m[0]], m[1]) for m in re.findall(r"\n\s*(acc\d+) = ([^;]*);", src)
+                  if not re.search(r"[+|]", m[1])]
+    assert len(maxes) >= 3 and (dtype != "int64" or any("long" in t for t, _ in maxes)), maxes
+    for ctype, how in maxes:      # 64-bit maxes are no VIMNMX: the ternary stays
+        assert how.startswith("tg_max(") == ("long" not in ctype), (ctype, how)
+    for src in sources:
+        NVRTCCompiler("sm_90").compile_binary(src)
 
 
 def test_nvrtc_errors_name_the_problem():

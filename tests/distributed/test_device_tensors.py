@@ -11,7 +11,7 @@ import textwrap
 import numpy as np
 import pytest
 from harness import run_ranks
-from test_staging import CL_ENV, needs_cl, per_rank_devices
+from test_staging import CL_ENV, KIND, needs_cl, per_rank_devices
 from test_training import (
     MLP,
     TINY_BUCKET,
@@ -105,7 +105,7 @@ def _every_collective(rank: int, world: int, dtype: str) -> dict:
         close(got, p[0])
     dist.barrier()
     from tg import Device
-    return {"device": device, "stayed": sorted({s.device for s in seen}), "count": Device.count("CL")}
+    return {"device": device, "stayed": sorted({s.device for s in seen}), "count": Device.count(KIND)}
 
 
 @pytest.mark.parametrize("world,dtype", [(2, "float32"), (3, "float32"), (2, "int32")])
@@ -119,7 +119,7 @@ def test_every_collective_on_device_tensors(world, dtype):
 
 def _ddp_on_device(rank: int, world: int, steps: int) -> dict:
     import tg.distributed as dist
-    from tg import Tensor
+    from tg import Device, Tensor
     from tg.nn.optim import Adam
     from tg.nn.state import get_parameters
     model = MLP(seed=100 + rank)
@@ -134,13 +134,14 @@ def _ddp_on_device(rank: int, world: int, steps: int) -> dict:
         "devices": sorted({p.device for p in get_parameters(model)}),
         "grad_devices": sorted({p.grad.device for p in get_parameters(model)}),
         "default": Tensor([0]).device,
+        "count": Device.count(KIND),
     }
 
 
 def _zero_on_device(rank: int, world: int, steps: int) -> dict:
-    from tg import Tensor
+    from tg import Device, Tensor
     out = zero_train(rank, world, "adam", {}, 1, steps)
-    return {**out, "default": Tensor([0]).device}
+    return {**out, "default": Tensor([0]).device, "count": Device.count(KIND)}
 
 
 @pytest.mark.parametrize("kind", ["ddp", "zero"])
@@ -149,24 +150,26 @@ def test_ddp_and_zero_on_device_parameters_equal_one_process(kind):
     fn = _ddp_on_device if kind == "ddp" else _zero_on_device
     results = run_ranks(2, fn, 3, env=CL_ENV, timeout=240)
     want, _ = reference(numpy_params(MLP(seed=100)), batches(3), "adam", {})
-    assert [r["default"] for r in results] == ["CL", "CL:1"]
+    devices = per_rank_devices(2, results[0]["count"])
+    assert [r["default"] for r in results] == devices
     assert_ranks_agree([r["params"] for r in results])
     assert max_diff(results[0]["params"], want) < 1e-5
     if kind == "ddp":
-        assert [r["devices"] for r in results] == [["CL"], ["CL:1"]]
-        assert [r["grad_devices"] for r in results] == [["CL"], ["CL:1"]]
+        assert [r["devices"] for r in results] == [[d] for d in devices]
+        assert [r["grad_devices"] for r in results] == [[d] for d in devices]
 
 
 LAUNCHED = """
 import json, os, sys
 import numpy as np
 import tg.distributed as dist
-from tg import Tensor
+from tg import Device, Tensor
 dist.init_process_group()
 t = Tensor(np.full(4, dist.get_rank() + 1.0, np.float32))
 dist.all_reduce(t)
 with open(os.path.join(sys.argv[1], "rank" + os.environ["RANK"] + ".json"), "w") as f:
-    json.dump({"device": t.device, "sum": t.numpy().tolist()}, f)
+    json.dump({"device": t.device, "sum": t.numpy().tolist(),
+               "count": Device.count(t.device.split(":")[0])}, f)
 dist.destroy_process_group()
 """
 
@@ -181,9 +184,10 @@ def test_tglaunch_puts_each_rank_on_its_own_device(tmp_path):
                        capture_output=True, text=True, timeout=120, env=env)
     assert r.returncode == 0, r.stderr
     got = [json.loads((tmp_path / f"rank{k}.json").read_text()) for k in range(2)]
-    assert [g["device"] for g in got] == ["CL", "CL:1"]
+    count = got[0]["count"]
+    assert [g["device"] for g in got] == per_rank_devices(2, count)
     assert all(g["sum"] == [3.0] * 4 for g in got)
     said = r.stdout + r.stderr
-    assert re.search(r"\[rank1\]: \[device\] default device CL:1 \(local rank 1 of \d+ CL devices", said), (
-        said[-2000:]
-    )
+    why = rf"local rank 1 of {count} {KIND} devices" if count > 1 else rf"TG_DEVICE={KIND}; 1 {KIND} device"
+    rank1 = re.escape(per_rank_devices(2, count)[1])
+    assert re.search(rf"\[rank1\]: \[device\] default device {rank1} \({why}", said), said[-2000:]

@@ -1,26 +1,32 @@
 """Collectives on device memory go through the host in reused staging blocks; elementwise ones on
 tensors over STAGE_PART bytes move in parts, so copies overlap the transport. Ranks run on CL devices
-of their own (TG_CL_SPLIT=2 makes two of the CPU), with several parts and a ragged last one."""
+of their own (TG_CL_SPLIT=2 makes two of the CPU), with several parts and a ragged last one.
+TG_TEST_RANK_KIND=CUDA runs these and test_device_tensors.py on GPUs instead (one device per local rank,
+as many ranks per GPU as it takes); CI runs them on CL."""
 import gc
+import os
 
 import numpy as np
 import pytest
 from harness import require, run_ranks
 
-CL_ENV = {"TG_DEVICE": "CL", "TG_CL_SPLIT": "2"}
+KIND = os.environ.get("TG_TEST_RANK_KIND", "CL")
+CL_ENV = {"TG_DEVICE": KIND, "TG_CL_SPLIT": "2"}
 
 
 def needs_cl() -> None:
     from helpers import gpu_support  # here: mpiexec's ranks import this file without tests/ on the path
-    reason = gpu_support("CL")
-    if reason is not None:
-        pytest.skip(f"no OpenCL device here: {reason}")
+    if KIND == "CL":
+        reason = gpu_support("CL")
+        if reason is not None:
+            pytest.skip(f"no OpenCL device here: {reason}")
 
 
 def per_rank_devices(world: int, count: int) -> list[str]:
-    """The default device of each local rank: CL:(rank mod count), CL:0 spelled CL. count depends on the
-    machine: TG_CL_SPLIT parts per OpenCL CPU runtime that compiles there (Intel's, and PoCL where it can)."""
-    return [f"CL:{r % count}" if r % count else "CL" for r in range(world)]
+    """The default device of each local rank: KIND:(rank mod count), KIND:0 spelled KIND. On CL, count
+    depends on the machine: TG_CL_SPLIT parts per OpenCL CPU runtime that compiles there (Intel's, and
+    PoCL where it can)."""
+    return [f"{KIND}:{r % count}" if r % count else KIND for r in range(world)]
 
 
 def _data(rank: int, n: int, dtype: str) -> np.ndarray:
@@ -58,7 +64,7 @@ def _pipelined_collectives(rank: int, world: int, n: int, dtype: str) -> dict:
     del total, biggest, sent, reduced
     gc.collect()
     return {"device": Tensor([0.0]).device, "free_blocks": sum(len(v) for v in staged.values()),
-            "count": Device.count("CL")}
+            "count": Device.count(KIND)}
 
 
 @pytest.mark.parametrize("world", [2, 3])
@@ -76,7 +82,7 @@ def test_pipelined_int32_over_mpi():
     require("mpi")
     from tg.distributed import STAGE_PART
     # mpiexec binds each rank to a core, so each rank's CPU device is already its own: no split
-    results = run_ranks(2, _pipelined_collectives, STAGE_PART // 4 + 3, "int32", env={"TG_DEVICE": "CL"},
+    results = run_ranks(2, _pipelined_collectives, STAGE_PART // 4 + 3, "int32", env={"TG_DEVICE": KIND},
                         backend="mpi", timeout=240)
     assert [r["device"] for r in results] == per_rank_devices(2, results[0]["count"])
 
@@ -85,8 +91,8 @@ def test_staging_blocks_are_reused_and_never_shared_while_alive():
     needs_cl()
     from tg import Device, Tensor
     from tg.distributed.flat import HostView
-    alloc = Device["CL"].allocator
-    x = Tensor(np.arange(1000, dtype=np.float32), device="CL").realize()
+    alloc = Device[KIND].allocator
+    x = Tensor(np.arange(1000, dtype=np.float32), device=KIND).realize()
     first = HostView(x)
     held = first.read()                       # the view's staging block, still in use
     del first

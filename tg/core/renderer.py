@@ -60,6 +60,10 @@ class Dialect:
     local_id: str = ""
     local_memory: str = ""
     barrier: str = ""
+    # the max of two integers of 32 bits or fewer, where the ternary will not do: ptxas 13.0 (sm_90)
+    # fuses a chain of maxes over negated values into VIMNMX3 and drops the negation of one operand,
+    # so CUDA's flips the sign bit and takes the max of the other signedness, which it cannot fuse
+    int_max: str = "(({0}>{1})?{0}:{1})"
 
 
 @dataclass(frozen=True)
@@ -174,6 +178,25 @@ _BF16_HELPERS = (
     "return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }\n"
 )
 
+# CUDA has no headers under NVRTC (it has none of the toolkit's): half is its bits, converted by PTX
+# instructions. Those turn every NaN into 0x7fff, so a NaN keeps its sign and payload by hand (a
+# bitcast through float16 gives back its bits, as on the CPU). tg_max: see Dialect.int_max.
+_CUDA_HELPERS = (
+    "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
+    "__device__ inline float tg_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : "
+    "\"h\"(h)); if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) f = __uint_as_float(((h & 0x8000u) << 16) | "
+    "0x7f800000u | ((h & 0x3ffu) << 13)); return f; }\n"
+    "__device__ inline unsigned short tg_f2h(float f) { unsigned short h; asm(\"cvt.rn.f16.f32 %0, %1;\" : "
+    "\"=h\"(h) : \"f\"(f)); if (f != f) { unsigned int u = __float_as_uint(f); h = (unsigned short)"
+    "(((u >> 16) & 0x8000u) | 0x7c00u | ((u >> 13) & 0x3ffu)); if (!(h & 0x3ffu)) h |= 0x200u; } "
+    "return h; }\n"
+    "__device__ inline int tg_max(int a, int b) { unsigned int x = (unsigned int)a ^ 0x80000000u, "
+    "y = (unsigned int)b ^ 0x80000000u; return (int)((x > y ? x : y) ^ 0x80000000u); }\n"
+    "__device__ inline unsigned int tg_max(unsigned int a, unsigned int b) { int x = (int)(a ^ 0x80000000u), "
+    "y = (int)(b ^ 0x80000000u); return (unsigned int)(x > y ? x : y) ^ 0x80000000u; }\n"
+)
+
+
 DIALECTS: dict[str, Dialect] = {
     "c": Dialect(
         "c",
@@ -227,12 +250,7 @@ DIALECTS: dict[str, Dialect] = {
         'extern "C" __global__ void ',
         "",
         "__restrict__ ",
-        # no headers (NVRTC has none of the toolkit's): half is its bits, converted by PTX instructions
-        "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
-        '__device__ inline float tg_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : '
-        '"h"(h)); return f; }\n'
-        '__device__ inline unsigned short tg_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : '
-        '"=h"(h) : "f"(f)); return h; }\n'
+        _CUDA_HELPERS +
         "template <typename D, typename S> __device__ inline D tg_bitcast(S s) { union { S s; D d; } u; "
         "u.s = s; "
         "return u.d; }\n" + _BF16_HELPERS.replace("static inline", "__device__ inline"),
@@ -250,6 +268,7 @@ DIALECTS: dict[str, Dialect] = {
         local_id="threadIdx.x",
         local_memory="__shared__ ",
         barrier="__syncthreads();",
+        int_max="tg_max({0},{1})",
     ),
 }
 
@@ -607,6 +626,8 @@ class CStyleRenderer:
         tmpl = RENDER_TEMPLATES[op]
         if op is BinaryOps.MAX and src_dtype.is_float:
             tmpl = "((({0}>{1})||({0}!={0}))?{0}:{1})"    # NaN propagates, as in torch.maximum
+        elif op is BinaryOps.MAX and src_dtype.itemsize <= 4:
+            tmpl = d.int_max
         if op is BinaryOps.MOD and src_dtype.is_float:
             tmpl = "@fmod({0},{1})"
         if op is UnaryOps.RECIP and src_dtype.is_float:

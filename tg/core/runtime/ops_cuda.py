@@ -11,6 +11,7 @@ CUDA source of every kernel. `Device["CUDA"]` needs a driver and a GPU, and says
 from __future__ import annotations
 
 import ctypes
+import sys
 import threading
 import weakref
 from pathlib import Path
@@ -132,6 +133,7 @@ class CUDAAllocator(CachingAllocator):
     def __init__(self, dev: CUDADevice):
         super().__init__()
         self.dev = dev
+        self.finalizing = sys.is_finalizing    # kept here: at exit the module's globals may be gone
 
     def _alloc(self, nbytes: int) -> Any:
         driver, _ = _bindings()
@@ -139,6 +141,8 @@ class CUDAAllocator(CachingAllocator):
         return _check(driver.cuMemAlloc(max(nbytes, 1)), "cuMemAlloc")
 
     def _free(self, opaque: Any) -> None:
+        if self.finalizing():     # the driver frees a process's memory when it exits
+            return
         driver, _ = _bindings()
         self.dev.activate()
         driver.cuMemFree(opaque)
