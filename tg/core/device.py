@@ -129,13 +129,25 @@ class HostAllocator(CachingAllocator):
     start at any 4 bytes: the C renderer's vector types are declared aligned(4)."""
     view_align = 4
 
+    def __init__(self) -> None:
+        super().__init__()
+        # each live block's address as a C argument, by id of the block (made once per block: numpy's
+        # .ctypes costs microseconds, and a training step hands out the same cached blocks again)
+        self.pointers: dict[int, ctypes.c_void_p] = {}
+
     def offset(self, opaque: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
         return opaque[offset:offset + nbytes]
 
     def _alloc(self, nbytes: int) -> np.ndarray:
         raw = np.empty(nbytes + 64, dtype=np.uint8)
-        start = (-raw.ctypes.data) % 64
-        return raw[start:start + nbytes]
+        address = raw.ctypes.data
+        start = (-address) % 64
+        block = raw[start:start + nbytes]
+        self.pointers[id(block)] = ctypes.c_void_p(address + start)
+        return block
+
+    def _free(self, opaque: np.ndarray) -> None:
+        self.pointers.pop(id(opaque), None)
 
     def copyin(self, opaque: np.ndarray, src: memoryview, offset: int = 0) -> None:
         opaque[offset:offset + src.nbytes] = np.frombuffer(src, dtype=np.uint8)

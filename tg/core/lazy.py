@@ -156,44 +156,58 @@ class LazyBuffer:
             out_dtype = self.dtype
         return LazyBuffer(self.device, ShapeTracker.from_shape(shape), out_dtype, op, (self, *srcs), arg)
 
-    def r(self, op: ReduceOps, axes: tuple[int, ...], split: bool = True) -> LazyBuffer:
-        shape = tuple(1 if i in axes else s for i, s in enumerate(self.shape))
-        if not axes or all(self.shape[a] == 1 for a in axes):
+    # Complexity: the split rules are tried in order; each reads sizes computed once on this hot path.
+    def r(self, op: ReduceOps, axes: tuple[int, ...], split: bool = True) -> LazyBuffer:  # noqa: C901
+        in_shape = self.shape
+        shape = tuple(1 if i in axes else s for i, s in enumerate(in_shape))
+        sizes = [in_shape[a] for a in axes]
+        if sizes.count(1) == len(sizes):          # no axes, or only axes of size 1
             return self.reshape(shape)
-        if any(self.shape[a] == 0 for a in axes):   # an empty reduce is its identity
+        if 0 in sizes:   # an empty reduce is its identity
             identity = 0 if op is ReduceOps.SUM else min_value(self.dtype)
             return LazyBuffer.const(identity, self.dtype, self.device, shape)
-        n = prod(self.shape)
-        if split and prod(shape) == 1 and n >= SPLIT_MIN_SIZE:
+        if split:
+            split_to = self._split_reduce(op, axes, shape)
+            if split_to is not None:
+                return split_to
+        return LazyBuffer(
+            self.device, ShapeTracker.from_shape(shape), self.dtype, op, (self,), tuple(sorted(axes))
+        )
+
+    def _split_reduce(self, op: ReduceOps, axes: tuple[int, ...],
+                      shape: tuple[int, ...]) -> LazyBuffer | None:
+        """The reduce as two (partials, then their reduce) when one kernel would parallelize or cache
+        badly; None when one kernel is right."""
+        in_shape = self.shape
+        n, outputs = prod(in_shape), prod(shape)
+        if n < SPLIT_MIN_SIZE:
+            return None
+        if outputs == 1:
             # A full reduction has no output loop to spread over cores: reduce chunks, then the partials.
-            chunks = next(
-                (f for f in (1024, 512, 256, 128, 64, 32, 16) if n % f == 0 and n // f >= 256), None
-            )
+            chunks = next((f for f in (1024, 512, 256, 128, 64, 32, 16) if n % f == 0 and n // f >= 256),
+                          None)
             if chunks is not None:
                 partial = self.reshape((chunks, n // chunks)).r(op, (1,), split=False)
                 return partial.r(op, (0,), split=False).reshape(shape)
-        big = [a for a in sorted(axes) if self.shape[a] > 1]
-        outputs = prod(shape)
-        if split and len(big) == 1 and outputs < COLUMN_SPLIT_OUTPUTS and n >= COLUMN_SPLIT_SIZE and \
-                self.shape[big[0]] >= COLUMN_SPLIT_MIN and \
-                big[0] < max(i for i, s in enumerate(self.shape) if s > 1):
+        big = [a for a in sorted(axes) if in_shape[a] > 1]
+        if len(big) == 1 and outputs < COLUMN_SPLIT_OUTPUTS and n >= COLUMN_SPLIT_SIZE and \
+                in_shape[big[0]] >= COLUMN_SPLIT_MIN and \
+                big[0] < max(i for i, s in enumerate(in_shape) if s > 1):
             # A long reduce over a strided axis with few outputs (a column sum, a bias gradient): split
             # it so that many more work items share the reading, then sum the partials.
-            a, n_red = big[0], self.shape[big[0]]
+            a, n_red = big[0], in_shape[big[0]]
             chunks = next((f for f in (64, 32, 16) if n_red % f == 0), None)
             if chunks is not None:
-                parts = self.reshape(self.shape[:a] + (chunks, n_red // chunks) + self.shape[a + 1:])
+                parts = self.reshape(in_shape[:a] + (chunks, n_red // chunks) + in_shape[a + 1:])
                 return parts.r(op, (a + 1,), split=False).r(op, (a,), split=False).reshape(shape)
-        inner = prod(self.shape[a] for a in big[1:])
-        if split and len(big) >= 2 and self.shape[big[0]] >= SPLIT_MIN and inner >= SPLIT_MIN and \
-                prod(self.shape) >= SPLIT_MIN_SIZE and prod(shape) * self.shape[big[0]] <= SPLIT_MAX_PARTIAL:
+        first = in_shape[big[0]] if big else 0
+        if len(big) >= 2 and first >= SPLIT_MIN and outputs * first <= SPLIT_MAX_PARTIAL \
+                and prod(in_shape[a] for a in big[1:]) >= SPLIT_MIN:
             # Reduce the inner axes first, per slice of the outermost one (that slice's data stays
             # in cache, and the slices run in parallel), then sum the partials.
             partial = self.r(op, tuple(a for a in axes if a != big[0]), split=False)
             return partial.r(op, (big[0],), split=False)
-        return LazyBuffer(
-            self.device, ShapeTracker.from_shape(shape), self.dtype, op, (self,), tuple(sorted(axes))
-        )
+        return None
 
     def copy_to_device(self, device: str) -> LazyBuffer:
         if device == self.device:

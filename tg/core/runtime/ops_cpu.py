@@ -78,10 +78,14 @@ class ClangCompiler(Compiler):
 
 
 def _pointer(b: Buffer) -> ctypes.c_void_p:
-    """b's address as a C argument, made once per buffer (numpy's .ctypes costs microseconds)."""
+    """b's address as a C argument, made once per buffer (numpy's .ctypes costs microseconds): the
+    allocator's for a block of its own, else (a view) from numpy."""
     ptr = b.__dict__.get("_c_pointer")
     if ptr is None:
-        ptr = b.__dict__["_c_pointer"] = ctypes.c_void_p(b._buf.ctypes.data)
+        ptr = b.allocator.pointers.get(id(b._buf)) if b.owner is None else None
+        if ptr is None:
+            ptr = ctypes.c_void_p(b._buf.ctypes.data)
+        b.__dict__["_c_pointer"] = ptr
     return ptr
 
 
