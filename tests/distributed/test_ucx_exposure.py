@@ -101,3 +101,26 @@ def test_user_ucx_settings_win(monkeypatch):
     assert context_options("192.0.2.7") == {}           # a multi-host job: UCX picks its devices
     monkeypatch.setenv("UCX_NET_DEVICES", "eth0")
     assert context_options("127.0.0.1") == {"TLS": LOOPBACK_ONLY["TLS"]}
+
+
+def test_an_older_ucx_loaded_first_is_named(monkeypatch):
+    """Seen on a GPU image: the system's UCX 1.16 loaded before the libucx wheel's, and ucxx refused
+    it. tg says that ucxx is there and another UCX came first, not that ucxx is missing."""
+    import importlib.abc
+    import sys
+
+    import tg.distributed.ucx as ucx
+
+    class OldUcx(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):
+            if name.startswith("ucxx"):
+                raise ImportError("Support for UCX 1.16.0 has ended. Please upgrade to 1.19.0 or newer.")
+            return None
+
+    for name in [m for m in sys.modules if m == "ucxx" or m.startswith("ucxx.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setattr(sys, "meta_path", [OldUcx(), *sys.meta_path])
+    monkeypatch.setattr(ucx, "_api", None)
+    with pytest.raises(ImportError, match=r"ucxx is installed but found an older UCX library.*1\.16\.0.*"
+                                          r"LD_LIBRARY_PATH"):
+        ucx.load_ucxx()

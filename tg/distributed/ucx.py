@@ -108,6 +108,14 @@ def load_ucxx() -> Any:
     try:
         import ucxx._lib.libucxx as api
     except ImportError as e:
+        if "UCX" in str(e) and "upgrade" in str(e).lower():
+            # seen on a GPU image whose system UCX 1.16 loaded before the libucx wheel's own
+            raise ImportError(
+                f"[distributed] backend 'ucx': ucxx is installed but found an older UCX library before "
+                f"its own ({str(e).splitlines()[0]}). Fix: make the libucx wheel's UCX the one that "
+                f"loads (UCX_LOG_LEVEL=debug prints which libucs.so was loaded; drop the directory of "
+                f"the other one from LD_LIBRARY_PATH), or use another backend"
+            ) from None
         raise ImportError(
             f"[distributed] backend 'ucx' needs ucxx ({e}); install it with pip install 'tg[ucx]'"
         ) from None
