@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from harness import require, run_ranks
 
-KIND = os.environ.get("TG_TEST_RANK_KIND", "CL")
+KIND = os.environ.get("TG_TEST_RANK_KIND", "CL").upper()
 CL_ENV = {"TG_DEVICE": KIND, "TG_CL_SPLIT": "2"}
 
 
@@ -20,6 +20,12 @@ def needs_cl() -> None:
         reason = gpu_support("CL")
         if reason is not None:
             pytest.skip(f"no OpenCL device here: {reason}")
+        return
+    from tg import Device
+    try:
+        Device[KIND]
+    except (ImportError, RuntimeError, ValueError) as e:
+        pytest.skip(f"TG_TEST_RANK_KIND={KIND}: no such device here: {e}")
 
 
 def per_rank_devices(world: int, count: int) -> list[str]:

@@ -109,8 +109,8 @@ class Gelu(Function):
         self.gauss = x.e(BinaryOps.MUL, x).e(BinaryOps.MUL, c(-0.5 / math.log(2))).e(UnaryOps.EXP2)
         t = ax.e(BinaryOps.MUL, c(_AS_P / math.sqrt(2))).e(BinaryOps.ADD, c(1.0)).e(UnaryOps.RECIP)
         poly = c(_AS_COEFFS[0])
-        for coeff in _AS_COEFFS[1:]:
-            poly = poly.e(BinaryOps.MUL, t).e(BinaryOps.ADD, c(coeff))
+        for coeff in _AS_COEFFS[1:]:     # Horner, one multiply-add node a coefficient
+            poly = poly.e(TernaryOps.MULACC, t, c(coeff))
         half_q = poly.e(BinaryOps.MUL, t).e(BinaryOps.MUL, self.gauss).e(BinaryOps.MUL, c(0.5))
         upper = c(1.0).e(BinaryOps.ADD, half_q.e(UnaryOps.NEG))
         self.cdf = x.e(BinaryOps.CMPLT, c(0.0)).e(TernaryOps.WHERE, half_q, upper)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 # Reductions over several large axes are split in two stages (see LazyBuffer.r).
 SPLIT_MIN, SPLIT_MIN_SIZE, SPLIT_MAX_PARTIAL = 16, 1 << 16, 1 << 25
 COLUMN_SPLIT_OUTPUTS, COLUMN_SPLIT_MIN, COLUMN_SPLIT_SIZE = 1 << 14, 2048, 1 << 22
+assert COLUMN_SPLIT_SIZE >= SPLIT_MIN_SIZE, "LazyBuffer._split_reduce stops below SPLIT_MIN_SIZE"
 
 # Constants handed out again (LazyBuffer.const); cleared when it holds this many.
 _CONSTS: dict[tuple, LazyBuffer] = {}
@@ -64,8 +65,11 @@ class Readers:
 
     def __iter__(self) -> Iterator[LazyBuffer]:
         live = [x for x in (r() for r in self.refs) if x is not None]
-        if len(self.refs) > self._prune_at:
-            self._prune()
+        if len(live) < len(self.refs):
+            # drop the dead while they are found (a parameter's readers die every step): weakref.ref
+            # of a live object hands back its existing reference
+            self.refs = [weakref.ref(x) for x in live]
+            self._prune_at = 2 * len(live) + 16
         return iter(live)
 
 
@@ -180,7 +184,7 @@ class LazyBuffer:
         badly; None when one kernel is right."""
         in_shape = self.shape
         n, outputs = prod(in_shape), prod(shape)
-        if n < SPLIT_MIN_SIZE:
+        if n < SPLIT_MIN_SIZE:     # below every rule's size (COLUMN_SPLIT_SIZE is larger still)
             return None
         if outputs == 1:
             # A full reduction has no output loop to spread over cores: reduce chunks, then the partials.

@@ -76,7 +76,7 @@ def realize_readers(lbs: list[LazyBuffer]) -> None:
     """Compute now every pending computation that reads the memory of these lazy buffers (through
     any alias), so that writing that memory in place cannot change what they compute."""
     pending = {id(r): r for lb in lbs for h in same_memory(lb.base) for r in h.readers
-               if r.realized is None and r.srcs}
+               if r.srcs and r.realized is None}     # a computed reader has no sources left
     if pending:
         realize(list(pending.values()))
 

@@ -179,8 +179,9 @@ _BF16_HELPERS = (
 )
 
 # CUDA has no headers under NVRTC (it has none of the toolkit's): half is its bits, converted by PTX
-# instructions. Those turn every NaN into 0x7fff, so a NaN keeps its sign and payload by hand (a
-# bitcast through float16 gives back its bits, as on the CPU). tg_max: see Dialect.int_max.
+# instructions. Those turn every NaN into 0x7fff, so the helpers carry a NaN's sign and the payload's
+# top bits by hand: a float16 NaN read as float and stored back keeps its bits (a bitcast round trip).
+# tg_max: see Dialect.int_max.
 _CUDA_HELPERS = (
     "#define INFINITY (__int_as_float(0x7f800000))\n#define NAN (__int_as_float(0x7fffffff))\n"
     "__device__ inline float tg_h2f(unsigned short h) { float f; asm(\"cvt.f32.f16 %0, %1;\" : \"=f\"(f) : "

@@ -417,7 +417,7 @@ def _outside_readers(bases: list[LazyBuffer]) -> list[tuple[LazyBuffer, list[Laz
             continue
         target = b.srcs[0].base
         outside = {id(r): r for x in same_memory(target) for r in list(x.readers)
-                   if r.realized is None and r.srcs and id(r) not in in_schedule}
+                   if r.srcs and r.realized is None and id(r) not in in_schedule}
         if outside:
             found.append((target, list(outside.values())))
     return found

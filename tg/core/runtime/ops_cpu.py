@@ -7,6 +7,7 @@ import functools
 import subprocess
 import time
 from pathlib import Path
+from typing import cast
 
 from tg import config
 from tg.core.compiler import CompileError, Compiler
@@ -82,7 +83,7 @@ def _pointer(b: Buffer) -> ctypes.c_void_p:
     allocator's for a block of its own, else (a view) from numpy."""
     ptr = b.__dict__.get("_c_pointer")
     if ptr is None:
-        ptr = b.allocator.pointers.get(id(b._buf)) if b.owner is None else None
+        ptr = cast(HostAllocator, b.allocator).pointers.get(id(b._buf)) if b.owner is None else None
         if ptr is None:
             ptr = ctypes.c_void_p(b._buf.ctypes.data)
         b.__dict__["_c_pointer"] = ptr
