@@ -160,8 +160,7 @@ class LazyBuffer:
             out_dtype = self.dtype
         return LazyBuffer(self.device, ShapeTracker.from_shape(shape), out_dtype, op, (self, *srcs), arg)
 
-    # Complexity: the split rules are tried in order; each reads sizes computed once on this hot path.
-    def r(self, op: ReduceOps, axes: tuple[int, ...], split: bool = True) -> LazyBuffer:  # noqa: C901
+    def r(self, op: ReduceOps, axes: tuple[int, ...], split: bool = True) -> LazyBuffer:
         in_shape = self.shape
         shape = tuple(1 if i in axes else s for i, s in enumerate(in_shape))
         sizes = [in_shape[a] for a in axes]
