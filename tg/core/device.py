@@ -149,6 +149,11 @@ class HostAllocator(CachingAllocator):
     def _free(self, opaque: np.ndarray) -> None:
         self.pointers.pop(id(opaque), None)
 
+    def c_pointer(self, opaque: np.ndarray) -> ctypes.c_void_p:
+        """The memory's address as a C argument: the one made at allocation, or (a view) from numpy."""
+        ptr = self.pointers.get(id(opaque))
+        return ptr if ptr is not None else ctypes.c_void_p(opaque.ctypes.data)
+
     def copyin(self, opaque: np.ndarray, src: memoryview, offset: int = 0) -> None:
         opaque[offset:offset + src.nbytes] = np.frombuffer(src, dtype=np.uint8)
 

@@ -91,9 +91,9 @@ class Linear(Function):
 
 
 # Abramowitz-Stegun 7.1.26: erf(z) = 1 - t * P(t) * exp(-z^2), t = 1 / (1 + p z) for z >= 0,
-# |error| < 1.5e-7 (Tensor.erf uses the same formula)
-_AS_P = 0.3275911
-_AS_COEFFS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
+# |error| < 1.5e-7; P's coefficients from the highest power down (Tensor.erf uses them too)
+AS_P = 0.3275911
+AS_COEFFS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
 
 
 class Gelu(Function):
@@ -107,9 +107,9 @@ class Gelu(Function):
         ax = x.e(BinaryOps.MAX, x.e(UnaryOps.NEG))
         # exp(-x^2 / 2) = exp2(x^2 * (-log2(e) / 2)): phi(x) without its 1 / sqrt(2 pi)
         self.gauss = x.e(BinaryOps.MUL, x).e(BinaryOps.MUL, c(-0.5 / math.log(2))).e(UnaryOps.EXP2)
-        t = ax.e(BinaryOps.MUL, c(_AS_P / math.sqrt(2))).e(BinaryOps.ADD, c(1.0)).e(UnaryOps.RECIP)
-        poly = c(_AS_COEFFS[0])
-        for coeff in _AS_COEFFS[1:]:     # Horner, one multiply-add node a coefficient
+        t = ax.e(BinaryOps.MUL, c(AS_P / math.sqrt(2))).e(BinaryOps.ADD, c(1.0)).e(UnaryOps.RECIP)
+        poly = c(AS_COEFFS[0])
+        for coeff in AS_COEFFS[1:]:     # Horner, one multiply-add node a coefficient
             poly = poly.e(TernaryOps.MULACC, t, c(coeff))
         half_q = poly.e(BinaryOps.MUL, t).e(BinaryOps.MUL, self.gauss).e(BinaryOps.MUL, c(0.5))
         upper = c(1.0).e(BinaryOps.ADD, half_q.e(UnaryOps.NEG))
@@ -126,10 +126,15 @@ def _keep(x: LazyBuffer, reduced: LazyBuffer) -> LazyBuffer:
     return reduced.expand(x.shape)
 
 
+def _shifted_exp(x: LazyBuffer, axis: int) -> tuple[LazyBuffer, LazyBuffer]:
+    """(x - max, exp(x - max)) along axis: the max keeps exp from overflowing."""
+    shifted = x.e(BinaryOps.ADD, _keep(x, x.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
+    return shifted, shifted.e(BinaryOps.MUL, _const(x, 1 / math.log(2))).e(UnaryOps.EXP2)
+
+
 def _softmax(x: LazyBuffer, axis: int) -> LazyBuffer:
     """exp(x - max) / sum(exp(x - max)) along axis."""
-    shifted = x.e(BinaryOps.ADD, _keep(x, x.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
-    e = shifted.e(BinaryOps.MUL, _const(x, 1 / math.log(2))).e(UnaryOps.EXP2)
+    _, e = _shifted_exp(x, axis)
     return e.e(BinaryOps.MUL, _keep(x, e.r(ReduceOps.SUM, (axis,))).e(UnaryOps.RECIP))
 
 
@@ -152,8 +157,7 @@ class LogSoftmax(Function):
 
     def forward(self, x: LazyBuffer, axis: int) -> LazyBuffer:
         self.axis = axis
-        shifted = x.e(BinaryOps.ADD, _keep(x, x.r(ReduceOps.MAX, (axis,))).e(UnaryOps.NEG))
-        exps = shifted.e(BinaryOps.MUL, _const(x, 1 / math.log(2))).e(UnaryOps.EXP2)
+        shifted, exps = _shifted_exp(x, axis)
         total = exps.r(ReduceOps.SUM, (axis,))
         log_total = total.e(UnaryOps.LOG2).e(BinaryOps.MUL, _const(total, math.log(2)))
         self.ret = shifted.e(BinaryOps.ADD, _keep(x, log_total).e(UnaryOps.NEG))

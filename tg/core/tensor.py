@@ -2006,13 +2006,13 @@ class Tensor:
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 0.5]).erf().tolist()]
             [-0.8427, 0.0, 0.5205]
         """
-        # Abramowitz-Stegun 7.1.26 (|error| < 1.5e-7), built from primitives so it differentiates
+        # Abramowitz-Stegun 7.1.26 (fused.AS_P, fused.AS_COEFFS), built from primitives so it differentiates
         x = self._float_like()
-        t = 1.0 / (1.0 + 0.3275911 * x.abs())
-        poly = t * (
-            0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
-        )
-        return x.sign() * (1.0 - poly * (-(x * x)).exp())
+        t = 1.0 / (1.0 + fused.AS_P * x.abs())
+        poly: Any = fused.AS_COEFFS[0]
+        for coeff in fused.AS_COEFFS[1:]:     # Horner
+            poly = poly * t + coeff
+        return x.sign() * (1.0 - t * poly * (-(x * x)).exp())
 
     def gelu(self, approximate: str = "none") -> Tensor:
         """self * Phi(self), Phi the standard normal CDF, with erf (approximate="none") or torch's tanh

@@ -194,14 +194,11 @@ class Bucket:
         """Move the parameters into one flat buffer of this layout (zeros between them) and make each
         parameter a view of it (the model keeps its Tensor objects); returns the flat buffer as a 1-d
         tensor. Whatever still reads a parameter's old memory is computed first."""
-        from tg.core.lazy import LazyBuffer
-        from tg.core.tensor import Tensor
         flat = self.alloc()
-        for p, off in zip(self.params, self.offsets):
-            old = own_memory(p)
-            flat.copyin(old.numpy(), off * self.dtype.itemsize)
-            p.lazydata = LazyBuffer.realized_as(flat.view(off * self.dtype.itemsize, p.numel()), p.shape)
-        return Tensor(LazyBuffer.realized_as(flat, (self.padded,)), device=flat.device)
+        for p, off, view in zip(self.params, self.offsets, self.views(flat)):
+            flat.copyin(own_memory(p).numpy(), off * self.dtype.itemsize)
+            p.lazydata = view.lazydata
+        return view_tensor(flat, 0, (self.padded,))
 
 
 def make_buckets(params: list[Tensor], bucket_bytes: int, multiple: int = 1) -> list[Bucket]:

@@ -79,14 +79,10 @@ class ClangCompiler(Compiler):
 
 
 def _pointer(b: Buffer) -> ctypes.c_void_p:
-    """b's address as a C argument, made once per buffer (numpy's .ctypes costs microseconds): the
-    allocator's for a block of its own, else (a view) from numpy."""
+    """b's address as a C argument, taken once per buffer (numpy's .ctypes costs microseconds)."""
     ptr = b.__dict__.get("_c_pointer")
     if ptr is None:
-        ptr = cast(HostAllocator, b.allocator).pointers.get(id(b._buf)) if b.owner is None else None
-        if ptr is None:
-            ptr = ctypes.c_void_p(b._buf.ctypes.data)
-        b.__dict__["_c_pointer"] = ptr
+        ptr = b.__dict__["_c_pointer"] = cast(HostAllocator, b.allocator).c_pointer(b._buf)
     return ptr
 
 
