@@ -17,17 +17,24 @@ def _square(value: float, device: str | None = None) -> Tensor:
 
 
 @pytest.mark.parametrize("device", ["CPU", "NUMPY"])
-def test_run_schedule_frees_each_intermediate_after_its_last_reader(device):
+@pytest.mark.parametrize("reused", [False, True], ids=["built", "reused"])
+def test_run_schedule_frees_each_intermediate_after_its_last_reader(device, reused):
     w, x = _square(1 / N, device), _square(1.0, device)
+
+    def chain() -> Tensor:
+        y = x
+        for _ in range(10):
+            y = y @ w  # ten kernels, each reading the one before: only two are ever needed at once
+        return y.realize()
+    if reused:
+        chain()    # the second chain takes the first's schedule (the fast path of a repeated step)
     gc.collect()       # garbage of earlier tests, freed midway, would count as this schedule's frees
     gc.disable()
     try:
         GlobalCounters.reset()
         base = GlobalCounters.mem_used
-        y = x
-        for _ in range(10):
-            y = y @ w  # ten kernels, each reading the one before: only two are ever needed at once
-        y.realize()
+        y = chain()
+        assert GlobalCounters.schedules_reused == (1 if reused else 0)
     finally:
         gc.enable()
     size = N * N * 4

@@ -200,4 +200,4 @@ def test_a_base_read_every_step_keeps_a_bounded_reader_list():
     frozen = Tensor(np.ones(4, np.float32))
     for _ in range(300):
         (frozen * 2.0).sum()
-    assert len(frozen.lazydata.base.readers.refs) < 64
+    assert len(frozen.lazydata.base.readers.refs()) < 64

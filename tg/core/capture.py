@@ -90,6 +90,11 @@ def add_schedule_watcher(fn: Callable[[list], None]) -> None:
     _schedule_watchers.append(fn)
 
 
+def watching() -> bool:
+    """Whether anyone watches schedules (realize makes ScheduleItems only for them or for DEBUG)."""
+    return bool(_schedule_watchers)
+
+
 def schedule_made(items: list) -> None:
     for fn in list(_schedule_watchers):
         fn(items)

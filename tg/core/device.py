@@ -172,6 +172,7 @@ class Buffer:
         # every lazy buffer whose value lives in this memory (an assign's result shares its target's)
         self.aliases = Readers()
         self._buf: Any
+        self._c_pointer: Any = None   # the CPU device's C argument for this memory, made at first launch
         self.owner: Buffer | None = None if view_of is None else view_of[0]   # keeps viewed memory alive
         self.view_offset = 0 if view_of is None else view_of[1]             # bytes into owner
         if view_of is not None:

@@ -35,45 +35,59 @@ CONST_CACHE = 4096
 PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
 
 
-class Readers:
+class Readers(list):
     """The bases that read one base (or share one buffer's memory), held weakly: a dropped graph
-    drops out. A list of weak references, pruned as it doubles: adding one is an append, which
-    matters because every op adds one per source (a WeakSet costs a callback reference per edge)."""
-    __slots__ = ("refs", "_prune_at")
+    drops out. The list itself holds the weak references, pruned as it doubles: adding one is an
+    append, which matters because every op adds one per source (a WeakSet costs a callback reference
+    per edge), and a list subclass is one object for the garbage collector where a wrapper is two."""
+    __slots__ = ("_prune_at",)
 
     def __init__(self) -> None:
-        self.refs: list[weakref.ref[LazyBuffer]] = []
+        super().__init__()
         self._prune_at = 16
 
     def add(self, lb: LazyBuffer) -> None:
         self.append(weakref.ref(lb))
 
-    def append(self, ref: weakref.ref[LazyBuffer]) -> None:
-        self.refs.append(ref)
-        if len(self.refs) > self._prune_at:   # a base read every step but never iterated stays bounded
+    def append(self, ref: weakref.ref[LazyBuffer]) -> None:  # type: ignore[override]
+        list.append(self, ref)
+        if list.__len__(self) > self._prune_at:   # a base read every step but never iterated stays bounded
             self._prune()
 
     def _prune(self) -> None:
-        self.refs = [r for r in self.refs if r() is not None]
-        self._prune_at = 2 * len(self.refs) + 16
+        self[:] = [r for r in self.refs() if r() is not None]
+        self._prune_at = 2 * list.__len__(self) + 16
+
+    def refs(self) -> list[weakref.ref[LazyBuffer]]:
+        """The weak references as stored, dead ones included."""
+        return list(list.__iter__(self))
 
     def discard(self, lb: LazyBuffer) -> None:
-        self.refs = [r for r in self.refs if r() is not lb]
+        self[:] = [r for r in self.refs() if r() is not lb]
 
     def __len__(self) -> int:
-        return sum(1 for r in self.refs if r() is not None)
+        return sum(1 for r in list.__iter__(self) if r() is not None)
 
-    def __iter__(self) -> Iterator[LazyBuffer]:
-        live = [x for x in (r() for r in self.refs) if x is not None]
-        if len(live) < len(self.refs):
+    def __bool__(self) -> bool:
+        return any(r() is not None for r in list.__iter__(self))
+
+    def __iter__(self) -> Iterator[LazyBuffer]:  # type: ignore[override]
+        live = [x for x in (r() for r in list.__iter__(self)) if x is not None]
+        if len(live) < list.__len__(self):
             # drop the dead while they are found (a parameter's readers die every step): weakref.ref
             # of a live object hands back its existing reference
-            self.refs = [weakref.ref(x) for x in live]
+            self[:] = [weakref.ref(x) for x in live]
             self._prune_at = 2 * len(live) + 16
         return iter(live)
 
 
 class LazyBuffer:
+    # Slots: a training step makes hundreds of these, and each is one object for the garbage
+    # collector to track and count instead of two (an instance dict). A view has only the first five;
+    # op, srcs, arg, _realized and readers are a base's.
+    __slots__ = ("device", "st", "dtype", "shape", "_base", "op", "srcs", "arg", "_realized", "readers",
+                 "__weakref__")
+
     def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Op | None = None,
                  srcs: tuple[LazyBuffer, ...] = (), arg: Any = None, base: LazyBuffer | None = None):
         self.device, self.st, self.dtype = device, st, dtype
@@ -81,7 +95,7 @@ class LazyBuffer:
         self._base = base
         if base is None:
             self.op, self.srcs, self.arg = op, srcs, arg
-            self.__dict__["realized"] = None     # not through the setter: nothing to alias yet
+            self._realized: Buffer | None = None     # not through the setter: nothing to alias yet
             # Unrealized computations that read this buffer; assign() realizes them first.
             self.readers = Readers()
             if srcs:
@@ -105,12 +119,14 @@ class LazyBuffer:
         return self._base is None
 
     @property
-    def realized(self) -> Buffer | None:  # type: ignore[no-redef]
-        return self.base.__dict__.get("realized")
+    def realized(self) -> Buffer | None:
+        """The memory holding this buffer's values once it is realized (a base's `_realized`, which
+        hot loops read directly on bases)."""
+        return (self._base or self)._realized
 
     @realized.setter
     def realized(self, buf: Buffer | None) -> None:
-        self.__dict__["realized"] = buf
+        self._realized = buf
         if buf is not None:
             buf.aliases.add(self)
 

@@ -93,49 +93,124 @@ def realize(outs: list[LazyBuffer]) -> None:
     todo = [o for o in outs if o.base.realized is None and o.base.op is not BufferOps.CONST]
     if not todo:
         return
-    items = _schedule(todo)
+    limit = config.TG_SCHEDULE_CACHE
+    s = structure(todo) if limit > 0 else None
+    reuse = None if s is None else _REUSE.get(s.key)
+    if s is not None and reuse is not None:
+        _REUSE.move_to_end(s.key)
+        GlobalCounters.schedules_reused += 1
+        if config.DEBUG == 0 and reuse.fast is not None and not capture.watching():
+            # the common case, a training step's: no ScheduleItems. The list is the only holder of
+            # the graph (s goes), so each buffer is let go after its last use.
+            graph = s.leaves[::-1] + s.bases
+            del s
+            reuse.run(graph)
+            return
+        items = reuse.bind(s)
+    else:
+        items = _make_schedule(todo, s, limit)
+    del s     # the items hold what they need, and let go of each buffer once it has run
     capture.schedule_made(items)
     run_schedule(items)
 
 
 class _Reuse:
     """A schedule kept for graphs of one structure: each item with its buffers as positions in
-    the graph (see schedule.Structure) and its compiled program."""
+    the graph (see schedule.Structure) and its compiled program. `run` runs it straight from those
+    positions (the hot path of a repeated step); `bind` makes the ScheduleItems (for DEBUG output and
+    schedule watchers)."""
 
-    def __init__(self, steps: list[tuple]):
-        self.steps = steps
+    def __init__(self, steps: list[tuple], fast: list[tuple] | None, unused: tuple[int, ...] = ()):
+        self.steps, self.fast, self.unused = steps, fast, unused
 
     @staticmethod
     def make(items: list[ScheduleItem], s: Structure) -> _Reuse | None:
         """None when an item names a buffer that is not in the graph (the scheduler added a copy)."""
         pos = s.position
         try:
-            return _Reuse([(it.kind, pos[id(it.out)], it.kernel, None if it.src is None else pos[id(it.src)],
-                            [pos[id(b)] for b in it.inputs], it.program) for it in items])
+            steps = [(it.kind, pos[id(it.out)], it.kernel, None if it.src is None else pos[id(it.src)],
+                      [pos[id(b)] for b in it.inputs], it.program) for it in items]
         except KeyError:
             return None
+        fast = _Reuse._fast_steps(items, steps, len(s.leaves))
+        used = {i for step in fast for i in (step[0], *step[1])} if fast is not None else set()
+        # bases fused into a kernel are no step's output or input: run lets go of them first, so that
+        # only their readers' sources hold them, as in run_schedule
+        unused = tuple(i for i in range(len(s.leaves) + len(s.bases)) if i not in used)
+        return _Reuse(steps, fast, unused)
+
+    @staticmethod
+    def _fast_steps(items: list[ScheduleItem], steps: list[tuple], n_leaves: int) -> list[tuple] | None:
+        """The steps as run wants them, or None when one is a copy between devices (that goes
+        through run_schedule). Each: its output's and inputs' indices into leaves[::-1] + bases (index
+        n_leaves + position), the program, the output's element count, device and dtype, whether it
+        writes its target's memory (ASSIGN), flops and bytes, and the indices whose last use it is
+        (run drops them after it, so a buffer the schedule made is freed right after its last reader,
+        as run_schedule frees it). All of these are fixed by the graph's structure."""
+        if any(it.kind == "copy" for it in items):
+            return None
+        last: dict[int, int] = {}
+        for i, (_, out, _, _, inputs, _) in enumerate(steps):
+            for p in (out, *inputs):
+                last[n_leaves + p] = i
+        drops: list[list[int]] = [[] for _ in steps]
+        for index, i in last.items():
+            drops[i].append(index)
+        fast = []
+        for it, (_, out, _, _, inputs, program), drop in zip(items, steps, drops):
+            lb, info = it.out, getattr(program, "info", None)
+            fast.append((n_leaves + out, [n_leaves + i for i in inputs], program, prod(lb.shape), lb.device,
+                         lb.dtype, lb.op is BufferOps.ASSIGN, 0 if info is None else info.flops,
+                         0 if info is None else info.mem_bytes, tuple(drop)))
+        return fast
 
     def bind(self, s: Structure) -> list[ScheduleItem]:
         at = s.at
         return [ScheduleItem(kind, at(out), kernel, None if src is None else at(src), [at(i) for i in inputs],
                              program) for kind, out, kernel, src, inputs, program in self.steps]
 
+    def run(self, graph: list) -> None:
+        """Run the schedule (`fast` is set: no copies) on a graph of its structure, given as
+        leaves[::-1] + bases of its Structure, as run_schedule runs bind(s). Empties graph as it goes."""
+        assert self.fast is not None
+        for i in self.unused:
+            graph[i] = None
+        recording = capture.active() is not None
+        launched = ops = mem = 0
+        for out_index, inputs, prog, size, device, dtype, assign, flops, nbytes, drops in self.fast:
+            out = graph[out_index]
+            if assign:
+                buf = out.srcs[0].base.realized
+                assert buf is not None, "assign target must be realized first"
+            else:
+                buf = Buffer(device, size, dtype)
+            if size > 0 and prog is not None:      # no program: an allocation
+                bufs = [buf, *[graph[i]._realized for i in inputs]]
+                assert None not in bufs, "kernel input not realized"
+                prog(bufs)
+                if recording:
+                    capture.record(prog, bufs)
+                del bufs
+                launched += 1
+                ops += flops
+                mem += nbytes
+            out.realized = buf
+            out.srcs = ()
+            del out, buf
+            for i in drops:
+                graph[i] = None
+        GlobalCounters.kernel_count += launched
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
+
 
 # Schedules by graph structure, least recently used first (config.TG_SCHEDULE_CACHE of them).
 _REUSE: OrderedDict[GraphKey, _Reuse] = OrderedDict()
 
 
-def _schedule(todo: list[LazyBuffer]) -> list[ScheduleItem]:
-    """The schedule for todo, compiled: reused when a graph of the same structure was scheduled
-    before (a training step's second and later realizes), else made, compiled and kept."""
-    limit = config.TG_SCHEDULE_CACHE
-    s = structure(todo) if limit > 0 else None
-    if s is not None:
-        reuse = _REUSE.get(s.key)
-        if reuse is not None:
-            _REUSE.move_to_end(s.key)
-            GlobalCounters.schedules_reused += 1
-            return reuse.bind(s)
+def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int) -> list[ScheduleItem]:
+    """A new schedule for todo, compiled, and kept by its structure s (when there is one) for the
+    next graph of the same structure (a training step's second and later realizes)."""
     items = create_schedule(todo, None if s is None else s.bases)
     GlobalCounters.schedules_built += 1
     _compile(items)
@@ -200,8 +275,8 @@ def _run_item(it: ScheduleItem, debug: int) -> int:
             assert buf is not None, "assign target must be realized first"
         else:
             buf = Buffer(out.device, size, out.dtype)
-        # schedule inputs are bases: their memory is in __dict__ (the property costs a call each)
-        bufs = [buf, *[b.__dict__["realized"] for b in it.inputs]]
+        # schedule inputs are bases: their memory is _realized (the property costs a call each)
+        bufs = [buf, *[b._realized for b in it.inputs]]
         assert None not in bufs, "kernel input not realized"
         if size > 0:
             elapsed = prog(bufs, wait=debug >= 2)

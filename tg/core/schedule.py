@@ -355,7 +355,7 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
                 if p is None:   # a realized leaf
                     p = pos[id(sb)] = -1 - len(leaves)
                     leaves.append(sb)
-                    mem = memory.setdefault(id(sb.__dict__["realized"]), len(memory))
+                    mem = memory.setdefault(id(sb._realized), len(memory))
                     leaf_keys.append((sb.dtype.name, sb.shape, sb.device, mem))
                 nodes += (p, src.st.key)
             pos[id(lb)] = len(bases)
@@ -364,7 +364,7 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
         if id(lb) in seen:
             continue
         seen.add(id(lb))
-        if lb.__dict__["realized"] is not None:
+        if lb._realized is not None:
             continue
         stack.append((lb, True))
         for src in reversed(lb.srcs):

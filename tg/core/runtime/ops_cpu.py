@@ -80,9 +80,9 @@ class ClangCompiler(Compiler):
 
 def _pointer(b: Buffer) -> ctypes.c_void_p:
     """b's address as a C argument, taken once per buffer (numpy's .ctypes costs microseconds)."""
-    ptr = b.__dict__.get("_c_pointer")
+    ptr = b._c_pointer
     if ptr is None:
-        ptr = b.__dict__["_c_pointer"] = cast(HostAllocator, b.allocator).c_pointer(b._buf)
+        ptr = b._c_pointer = cast(HostAllocator, b.allocator).c_pointer(b._buf)
     return ptr
 
 
@@ -99,9 +99,12 @@ class CPUProgram(Program):
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
         args = [_pointer(b) for b in bufs]
+        if not wait:
+            self.fxn(*args)
+            return None
         start = time.perf_counter()
         self.fxn(*args)
-        return time.perf_counter() - start if wait else None
+        return time.perf_counter() - start
 
 
 class CPUDevice(Compiled):
