@@ -37,33 +37,28 @@ PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
 
 class Readers(list):
     """The bases that read one base (or share one buffer's memory), held weakly: a dropped graph
-    drops out. The list itself holds the weak references, pruned as it doubles: adding one is an
-    append, which matters because every op adds one per source (a WeakSet costs a callback reference
-    per edge), and a list subclass is one object for the garbage collector where a wrapper is two."""
-    __slots__ = ("_prune_at",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._prune_at = 16
+    drops out. The list itself holds the weak references, pruned whenever its length reaches a power
+    of two from 32 on (so a base read every step but never iterated stays bounded, at amortized O(1)
+    an append): adding one is an append, which matters because every op adds one per source (a
+    WeakSet costs a callback reference per edge). A list subclass with no instance state is one
+    object for the garbage collector, made without running any Python."""
+    __slots__ = ()
 
     def add(self, lb: LazyBuffer) -> None:
         self.append(weakref.ref(lb))
 
     def append(self, ref: weakref.ref[LazyBuffer]) -> None:  # type: ignore[override]
         list.append(self, ref)
-        if list.__len__(self) > self._prune_at:   # a base read every step but never iterated stays bounded
-            self._prune()
-
-    def _prune(self) -> None:
-        self[:] = [r for r in self.refs() if r() is not None]
-        self._prune_at = 2 * list.__len__(self) + 16
+        n = list.__len__(self)
+        if n >= 32 and not n & (n - 1):
+            self[:] = [r for r in list.__iter__(self) if r() is not None]
 
     def refs(self) -> list[weakref.ref[LazyBuffer]]:
         """The weak references as stored, dead ones included."""
         return list(list.__iter__(self))
 
     def discard(self, lb: LazyBuffer) -> None:
-        self[:] = [r for r in self.refs() if r() is not lb]
+        self[:] = [r for r in list.__iter__(self) if r() is not lb]
 
     def __len__(self) -> int:
         return sum(1 for r in list.__iter__(self) if r() is not None)
@@ -77,7 +72,6 @@ class Readers(list):
             # drop the dead while they are found (a parameter's readers die every step): weakref.ref
             # of a live object hands back its existing reference
             self[:] = [weakref.ref(x) for x in live]
-            self._prune_at = 2 * len(live) + 16
         return iter(live)
 
 

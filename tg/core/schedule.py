@@ -410,14 +410,20 @@ def _storage(b: LazyBuffer) -> int:
 def _outside_readers(bases: list[LazyBuffer]) -> list[tuple[LazyBuffer, list[LazyBuffer]]]:
     """(target, readers) for each ASSIGN among bases whose target's old contents are read by a
     computation that is still pending outside this schedule."""
-    in_schedule = {id(b) for b in bases}
+    in_schedule: set[int] | None = None    # made only when an assign has another pending reader
     found: list[tuple[LazyBuffer, list[LazyBuffer]]] = []
     for b in bases:
         if b.op is not BufferOps.ASSIGN:
             continue
         target = b.srcs[0].base
-        outside = {id(r): r for x in same_memory(target) for r in list(x.readers)
-                   if r.srcs and r.realized is None and id(r) not in in_schedule}
+        # the commonest assign (contiguous() into a fresh buffer) has no reader but itself
+        pending = [r for x in same_memory(target) for r in list(x.readers)
+                   if r is not b and r.srcs and r._realized is None]
+        if not pending:
+            continue
+        if in_schedule is None:
+            in_schedule = {id(x) for x in bases}
+        outside = {id(r): r for r in pending if id(r) not in in_schedule}
         if outside:
             found.append((target, list(outside.values())))
     return found

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Sequence
 
 from tg.core.symbolic import Ge, Lt, Node, Var, affine_coeffs, ands, cached_property, ge, lt, num
 
@@ -23,9 +23,9 @@ def prod(xs) -> int:
     return math.prod(xs)
 
 
-# movement results kept (ShapeTracker._move): a few training steps' worth; the table is emptied when full
+# movement results kept (ShapeTracker._made): a few training steps' worth; the table is emptied when full
 MOVE_MEMO = 4096
-_MOVES: dict[tuple, ShapeTracker] = {}
+_MOVES: dict[tuple, tuple[ShapeTracker, ShapeTracker]] = {}
 
 
 @functools.lru_cache(maxsize=1 << 14)
@@ -269,7 +269,7 @@ class ShapeTracker:
         strides, offset = aff
         return View.create(shape, tuple(strides), offset, tuple(mask))
 
-    def __hash__(self) -> int:   # computed once: a tracker is a key of _MOVES on every movement op
+    def __hash__(self) -> int:   # computed once: trackers key the scheduler's memo and sit in kernel ASTs
         h = self.__dict__.get("_hash")
         if h is None:
             h = self.__dict__["_hash"] = hash(self.views)
@@ -277,15 +277,17 @@ class ShapeTracker:
 
     # ---- movement ops (validated by the Tensor layer; here they only transform)
     # Trackers never change, and from_shape hands out one object per shape, so a training step asks
-    # the same tracker for the same move every time: the results are kept in one bounded table.
-    def _move(self, kind: str, arg: tuple, make: Callable[[], ShapeTracker]) -> ShapeTracker:
-        key = (self, kind, arg)
-        found = _MOVES.get(key)
-        if found is None:
-            if len(_MOVES) >= MOVE_MEMO:
-                _MOVES.clear()
-            found = _MOVES[key] = make()
-        return found
+    # the same tracker for the same move every time: the results are kept in one bounded table, keyed
+    # by the tracker's identity (no Python __hash__ on this hot path). Each entry holds the tracker
+    # too, so its id cannot be reused while the entry is kept. Each method looks up the table itself
+    # (one call less a hit).
+    def _made(self, kind: str, arg: tuple) -> ShapeTracker:
+        """A movement's result, computed and kept (the table missed)."""
+        made = self._reshape(arg) if kind == "reshape" else self._on_last(getattr(self.views[-1], kind)(arg))
+        if len(_MOVES) >= MOVE_MEMO:
+            _MOVES.clear()
+        _MOVES[(id(self), kind, arg)] = (self, made)
+        return made
 
     def _on_last(self, view: View) -> ShapeTracker:
         st = ShapeTracker(self.views[:-1] + (view,))
@@ -293,27 +295,33 @@ class ShapeTracker:
 
     def permute(self, order: tuple[int, ...]) -> ShapeTracker:
         order = tuple(order)
-        return self._move("permute", order, lambda: self._on_last(self.views[-1].permute(order)))
+        found = _MOVES.get((id(self), "permute", order))
+        return found[1] if found is not None else self._made("permute", order)
 
     def expand(self, shape: Shape) -> ShapeTracker:
         shape = tuple(shape)
-        return self._move("expand", shape, lambda: self._on_last(self.views[-1].expand(shape)))
+        found = _MOVES.get((id(self), "expand", shape))
+        return found[1] if found is not None else self._made("expand", shape)
 
     def pad(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker:
         arg = tuple(map(tuple, arg))  # type: ignore[arg-type]
-        return self._move("pad", arg, lambda: self._on_last(self.views[-1].pad(arg)))
+        found = _MOVES.get((id(self), "pad", arg))
+        return found[1] if found is not None else self._made("pad", arg)
 
     def shrink(self, arg: tuple[tuple[int, int], ...]) -> ShapeTracker:
         arg = tuple(map(tuple, arg))  # type: ignore[arg-type]
-        return self._move("shrink", arg, lambda: self._on_last(self.views[-1].shrink(arg)))
+        found = _MOVES.get((id(self), "shrink", arg))
+        return found[1] if found is not None else self._made("shrink", arg)
 
     def flip(self, axes: tuple[bool, ...]) -> ShapeTracker:
         axes = tuple(axes)
-        return self._move("flip", axes, lambda: self._on_last(self.views[-1].flip(axes)))
+        found = _MOVES.get((id(self), "flip", axes))
+        return found[1] if found is not None else self._made("flip", axes)
 
     def reshape(self, shape: Shape) -> ShapeTracker:
         shape = tuple(shape)
-        return self._move("reshape", shape, lambda: self._reshape(shape))
+        found = _MOVES.get((id(self), "reshape", shape))
+        return found[1] if found is not None else self._made("reshape", shape)
 
     def _reshape(self, shape: Shape) -> ShapeTracker:
         new = self.views[-1].reshape(shape)
