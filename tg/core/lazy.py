@@ -249,12 +249,13 @@ class LazyBuffer:
 
     # ---- movement: views of the same base
     def _view(self, st: ShapeTracker) -> LazyBuffer:
-        if st.contiguous and st.shape == self.base.shape:
-            return self.base
+        base = self._base or self
+        if st.contiguous and st.shape == base.shape:
+            return base
         mask = st.views[-1].mask
         if mask is not None and any(lo >= hi for lo, hi in mask):   # entirely padding: zeros
             return LazyBuffer.const(0, self.dtype, self.device, st.shape)
-        return LazyBuffer(self.device, st, self.dtype, base=self.base)
+        return LazyBuffer(self.device, st, self.dtype, base=base)
 
     def reshape(self, shape: tuple[int, ...]) -> LazyBuffer:
         return self if shape == self.shape else self._view(self.st.reshape(shape))

@@ -7,7 +7,13 @@ from __future__ import annotations
 from enum import Enum, auto
 
 
-class UnaryOps(Enum):
+class _Ops(Enum):
+    """The base of the op enums: hashed by identity (members are singletons). Enum's own hash runs
+    Python code on every dict and set lookup, and ops key the per-op tables on every node."""
+    __hash__ = object.__hash__
+
+
+class UnaryOps(_Ops):
     EXP2 = auto()
     LOG2 = auto()
     SIN = auto()
@@ -18,7 +24,7 @@ class UnaryOps(Enum):
     BITCAST = auto()   # arg: target DType of the same size, bits reinterpreted
 
 
-class BinaryOps(Enum):
+class BinaryOps(_Ops):
     ADD = auto()
     MUL = auto()
     MAX = auto()
@@ -33,17 +39,17 @@ class BinaryOps(Enum):
     SHR = auto()
 
 
-class TernaryOps(Enum):
+class TernaryOps(_Ops):
     WHERE = auto()
     MULACC = auto()  # a*b+c
 
 
-class ReduceOps(Enum):
+class ReduceOps(_Ops):
     SUM = auto()
     MAX = auto()
 
 
-class MovementOps(Enum):
+class MovementOps(_Ops):
     RESHAPE = auto()
     PERMUTE = auto()
     EXPAND = auto()
@@ -52,7 +58,7 @@ class MovementOps(Enum):
     FLIP = auto()
 
 
-class BufferOps(Enum):
+class BufferOps(_Ops):
     EMPTY = auto()    # an allocated buffer with undefined contents (host data is copied into it)
     CONST = auto()    # a scalar broadcast through a view; never allocated
     COPY = auto()     # a transfer between devices
