@@ -169,8 +169,9 @@ KNOBS: dict[str, Knob] = {
             "TG_SHM",
             int,
             1,
-            "1 moves large payloads between ranks on one host through shared memory; "
-            "0 keeps everything on TCP",
+            "1: a group on one host runs its collectives in shared memory (the engine), a group "
+            "across hosts moves large payloads between ranks of one host through slot rings; "
+            "2: slot rings only; 0: everything on TCP",
         ),
     ]
 }

@@ -5,8 +5,9 @@
     run_ranks(3, fn, backend="mpi")      # the same under mpiexec -n 3 (fn's module is imported there,
                                          # so fn must be a module-level function, args and results JSON)
 
-Backends: tcp (sockets only), shm (tcp + shared memory between ranks on one host: the default),
-ucx (ucxx) and mpi (mpi4py under mpiexec).
+Backends: tcp (sockets only), shm (tcp + the shared-memory engine for a group on one host: the
+default), rings (tcp + per-pair shared-memory slot rings, what a group across hosts uses between the
+ranks of one host), ucx (ucxx) and mpi (mpi4py under mpiexec).
 """
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ from typing import Any, Callable
 
 import pytest
 
-BACKENDS = ["tcp", "shm", "ucx", "mpi"]
+BACKENDS = ["tcp", "shm", "rings", "ucx", "mpi"]
 BACKEND_ENV = {"tcp": {"TG_BACKEND": "tcp", "TG_SHM": "0"}, "shm": {"TG_BACKEND": "tcp", "TG_SHM": "1"},
-               "ucx": {"TG_BACKEND": "ucx"}, "mpi": {"TG_BACKEND": "mpi"}}
+               "rings": {"TG_BACKEND": "tcp", "TG_SHM": "2"}, "ucx": {"TG_BACKEND": "ucx"},
+               "mpi": {"TG_BACKEND": "mpi"}}
 NEEDS = {"ucx": "ucxx", "mpi": "mpi4py"}
 
 

@@ -189,9 +189,9 @@ def transport_kind(rank: int, world: int) -> list:
     return [dist.get_backend(), dist._State.default.transport.kind if world > 1 else "local"]
 
 
-# the tcp backend's one-rank group has no transport, so tcp and shm are the same at world 1
+# the tcp backend's one-rank group has no transport, so tcp, shm and rings are the same at world 1
 @pytest.mark.parametrize(
-    "world,backend", [(w, b) for w in (1, 2, 3, 4) for b in BACKENDS if (w, b) != (1, "shm")]
+    "world,backend", [(w, b) for w in (1, 2, 3, 4) for b in BACKENDS if w > 1 or b not in ("shm", "rings")]
 )
 def test_collectives_against_numpy(world, backend):
     failures = run_ranks(world, collective_suite, timeout=300, backend=backend)
@@ -199,7 +199,8 @@ def test_collectives_against_numpy(world, backend):
 
 
 @pytest.mark.parametrize("backend,kind", [("tcp", ["tcp", "tcp"]), ("shm", ["tcp", "tcp+shm"]),
-                                          ("ucx", ["ucx", "ucx"]), ("mpi", ["mpi", "mpi"])])
+                                          ("rings", ["tcp", "tcp+rings"]), ("ucx", ["ucx", "ucx"]),
+                                          ("mpi", ["mpi", "mpi"])])
 def test_backend_choice(backend, kind):
     assert run_ranks(2, transport_kind, backend=backend) == [kind, kind]
 

@@ -201,9 +201,9 @@ def check(results: list[list[dict]], world: int) -> None:
 
 
 @pytest.mark.parametrize("world", [2, 3, 4])
-@pytest.mark.parametrize("backend", ["tcp", "shm", "ucx", "mpi"])
+@pytest.mark.parametrize("backend", ["tcp", "shm", "rings", "ucx", "mpi"])
 def test_one_deviating_rank_is_named_or_harmless(backend, world):
-    base = 1000 * world + 100 * ["tcp", "shm", "ucx", "mpi"].index(backend)
+    base = 1000 * world + 100 * ["tcp", "shm", "ucx", "mpi", "rings"].index(backend)
     results = run_ranks(world, run_cases, base, CASES, backend == "mpi", backend=backend, timeout=300,
                         dist_timeout=30)
     check(results, world)

@@ -35,7 +35,8 @@ def own_segments() -> set[str]:
 
 
 # under MPI a dead rank takes the job down (mpiexec's own policy): see test_mpi_* below
-@pytest.mark.parametrize("world,backend", [(2, "shm"), (3, "shm"), (3, "tcp"), (2, "ucx"), (3, "ucx")])
+@pytest.mark.parametrize("world,backend", [(2, "shm"), (3, "shm"), (3, "rings"), (3, "tcp"), (2, "ucx"),
+                                           (3, "ucx")])
 def test_sigkilled_rank_is_named_within_seconds(tmp_path, world, backend):
     before = own_segments()
     results = run_ranks(world, die_mid_all_reduce, str(tmp_path), allow_errors=True, init=True, timeout=60,
@@ -61,7 +62,7 @@ def mismatched_shapes(rank: int, world: int) -> str:
     return "no error"
 
 
-@pytest.mark.parametrize("backend", ["tcp", "shm", "ucx", "mpi"])
+@pytest.mark.parametrize("backend", ["tcp", "shm", "rings", "ucx", "mpi"])
 def test_mismatched_shapes_raise_on_every_rank(backend):
     results = run_ranks(3, mismatched_shapes, allow_errors=True, backend=backend)
     for message in results:
@@ -154,7 +155,7 @@ def stuck_peer(rank: int, world: int) -> str:
     return "no error"
 
 
-@pytest.mark.parametrize("backend", ["tcp", "ucx"])
+@pytest.mark.parametrize("backend", ["tcp", "shm", "ucx"])
 def test_alive_but_stuck_peer_times_out(backend):
     results = run_ranks(2, stuck_peer, allow_errors=True, dist_timeout=3, backend=backend)
     elapsed, message = results[0].split("|", 1)

@@ -136,11 +136,11 @@ def _attach_fails_on_rank_1(rank: int, world: int) -> dict:
     import time
 
     import tg.distributed as dist
-    from tg.distributed.shm import ShmRing
+    from tg.distributed.shm import Segment
     if rank == 1:
         def refuse(*_a, **_k):
             raise dist.DistributedError("[distributed] planted file (test)")
-        ShmRing.attach = staticmethod(refuse)
+        Segment.attach = staticmethod(refuse)
     t0 = time.monotonic()
     try:
         dist.init_process_group(timeout=60)
@@ -149,10 +149,11 @@ def _attach_fails_on_rank_1(rank: int, world: int) -> dict:
         return {"outcome": str(e), "seconds": time.monotonic() - t0}
 
 
-def test_a_peer_that_cannot_map_the_segment_fails_its_creator_at_once():
+@pytest.mark.parametrize("backend", ["shm", "rings"])
+def test_a_peer_that_cannot_map_the_segment_fails_its_creator_at_once(backend):
     """The creator used to wait out the whole timeout for the peer's 'mapped' key."""
     from harness import run_ranks
-    results = run_ranks(2, _attach_fails_on_rank_1, init=False, backend="shm", timeout=120)
+    results = run_ranks(2, _attach_fails_on_rank_1, init=False, backend=backend, timeout=120)
     assert "planted file (test)" in results[1]["outcome"]
     assert "rank 1 could not map the shared memory" in results[0]["outcome"], results[0]
     assert "planted file (test)" in results[0]["outcome"]

@@ -5,9 +5,11 @@ never leaves a truncated library under the real name, and a second process compi
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import secrets
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -16,6 +18,19 @@ from tg import config
 
 class CompileError(RuntimeError):
     pass
+
+
+@functools.cache
+def cc_version(cc: str) -> str:
+    """The first line of `cc --version` (part of every C build's cache key)."""
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split(
+            "\n"
+        )[0]
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CompileError(
+            f"[cpu] cannot run the C compiler {cc!r}: {e}. Install gcc or clang, or point TG_CC at one."
+        ) from None
 
 
 class Compiler:

@@ -545,6 +545,8 @@ STAGE_PART = 4 << 20    # bytes of device memory a pipelined collective moves pe
 
 def _device_view(t: Any) -> HostView | None:
     """A HostView of t when t is a tensor in device memory large enough to move in parts, else None."""
+    if isinstance(t, np.ndarray):
+        return None
     from tg import Tensor
     if not isinstance(t, Tensor) or t.device in HOST_DEVICES or t.nbytes <= STAGE_PART:
         return None

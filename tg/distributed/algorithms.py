@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hashlib
 import struct
+from enum import Enum
 from functools import lru_cache
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -25,6 +26,66 @@ from tg.distributed.tcp import DATA, DESC
 
 # reduce(dst, src, base=None): dst = (base, or dst itself) op src, into dst's memory
 Reducer = Callable[..., None]
+
+
+class ReduceOp(Enum):
+    SUM = 1
+    PRODUCT = 2
+    MIN = 3
+    MAX = 4
+    AVG = 5
+    BAND = 6
+    BOR = 7
+    BXOR = 8
+
+
+_UFUNC = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PRODUCT: np.multiply, ReduceOp.MIN: np.minimum,
+          ReduceOp.MAX: np.maximum, ReduceOp.BAND: np.bitwise_and, ReduceOp.BOR: np.bitwise_or,
+          ReduceOp.BXOR: np.bitwise_xor}
+
+
+@lru_cache(maxsize=256)       # every call checks its op and dtype here: a training loop repeats a few
+def reducer(op: ReduceOp, dtype: np.dtype) -> Reducer:
+    """reduce(dst, src, base=None): dst = (base, or dst itself) op src, elementwise, into dst's memory.
+    A dtype the op cannot use is a TypeError here, when the call is made (not cached: every such call
+    raises)."""
+    kind = np.dtype(dtype).kind
+    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and kind not in "biu":
+        raise TypeError(
+            f"[distributed] ReduceOp.{op.name} needs integer or bool tensors, got {np.dtype(dtype).name}"
+        )
+    if op in (ReduceOp.MIN, ReduceOp.MAX) and kind == "c":
+        raise TypeError(f"[distributed] ReduceOp.{op.name} has no order on complex tensors "
+                        f"({np.dtype(dtype).name}); reduce the real and imaginary parts or the magnitudes")
+    if op is ReduceOp.AVG and kind not in "fc":
+        raise TypeError(
+            f"[distributed] ReduceOp.AVG needs floating-point tensors, got {np.dtype(dtype).name}; "
+            f"use SUM and divide"
+        )
+    ufunc = _UFUNC[op]
+    if kind == "b" and op in (ReduceOp.SUM, ReduceOp.MAX):
+        ufunc = np.logical_or
+    elif kind == "b" and op in (ReduceOp.PRODUCT, ReduceOp.MIN):
+        ufunc = np.logical_and
+
+    def reduce(dst: np.ndarray, src: np.ndarray, base: np.ndarray | None = None) -> None:
+        ufunc(dst if base is None else base, src, out=dst)
+    return reduce
+
+
+Arrays = np.ndarray | list[np.ndarray]     # all_gather's out and mine: one array, or a list gathered as one
+
+
+def gather_pairs(out: Arrays, mine: Arrays) -> tuple[list[np.ndarray], list[np.ndarray], tuple[int, ...]]:
+    """all_gather's (outs, mines) as lists, and the shape its descriptor carries: mine's for one array,
+    every mine's size for a list (so a coalesced call never agrees with a single one)."""
+    if isinstance(mine, np.ndarray):
+        assert isinstance(out, np.ndarray)
+        return [out], [mine], tuple(mine.shape)
+    assert isinstance(out, list) and len(out) == len(mine) and mine, "one out per mine, at least one"
+    assert all(m.dtype == mine[0].dtype for m in mine), "a coalesced all_gather carries one dtype"
+    return out, mine, tuple(m.size for m in mine)
+
 
 CHUNK = 4 << 20            # bytes per pipelined message (fewer, larger messages: less overhead)
 SMALL = 1 << 15            # all_reduce below this many bytes uses recursive doubling
@@ -359,3 +420,108 @@ def all_to_all(c: Call, send_blocks: list[np.ndarray], recv_blocks: list[np.ndar
         c.isend(to, send_blocks[to])
         c.recv_into(frm, recv_blocks[frm])
     c.finish()
+
+
+# ---------------------------------------------------------------------------- a group's collectives
+
+class Alone:
+    """The collectives of a one-rank group: identities (and the copies their outputs need)."""
+
+    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
+        pass
+
+    def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
+        pass
+
+    def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
+        pass
+
+    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray], shape: tuple) -> None:
+        pass         # the group placed this rank's part, which is all of it
+
+    def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
+        if chunks:
+            chunks[0][...] = mine
+
+    def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
+        out[...] = inp
+
+    def scatter(self, seq: int, out: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
+        if chunks:
+            out[...] = chunks[0]
+
+    def all_to_all(self, seq: int, out: np.ndarray, inp: np.ndarray) -> None:
+        out[...] = inp
+
+    def barrier(self, seq: int, op: str = "barrier") -> None:
+        pass
+
+
+class OverTransport:
+    """The collectives as the algorithms above, over a transport's point-to-point frames (any host, any
+    transport): each call agrees first (`Call.agree`), then moves its data in pipelined chunks."""
+
+    def __init__(self, transport: Any, ranks: list[int]):
+        self.t, self.ranks = transport, ranks
+        self.rank, self.size = transport.rank, transport.world
+
+    def call(self, seq: int, op: str, arr: np.ndarray, root: int = -1, red: ReduceOp | None = None,
+             shape: tuple[int, ...] | None = None) -> Call:
+        """The collective `op` as call number seq, once every rank has agreed to it."""
+        desc = encode_desc(op, arr.dtype, tuple(arr.shape if shape is None else shape), root,
+                           red.value if red is not None else 0)
+        c = Call(self.t, seq, desc, op, self.ranks)
+        c.agree()
+        return c
+
+    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
+        self._all_reduce(self.call(seq, "all_reduce", arr, red=op), arr, op)
+
+    def _all_reduce(self, c: Call, arr: np.ndarray, op: ReduceOp) -> None:
+        work = arr if arr.dtype.kind != "f" or arr.itemsize >= 4 else arr.astype(np.float32)
+        flat = work.reshape(-1)
+        all_reduce(c, flat, reducer(op, work.dtype))
+        if op is ReduceOp.AVG:
+            np.divide(flat, self.size, out=flat, casting="unsafe")
+        if work is not arr:
+            arr[...] = work
+
+    def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
+        c = self.call(seq, "reduce", arr, root=root, red=op)
+        result = arr.copy()
+        self._all_reduce(c, result, op)
+        if self.rank == root:
+            arr[...] = result
+
+    def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
+        broadcast(self.call(seq, "broadcast", arr, root=root), arr.reshape(-1), root)
+
+    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray], shape: tuple) -> None:
+        blocks = [_blocks(f.size, self.size) for f in outs]
+        ring_all_gather(self.call(seq, "all_gather", mines[0], shape=shape), outs, blocks)
+
+    def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
+        gather(self.call(seq, "gather", mine, root=root), chunks, mine, root)
+
+    def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
+        """No copy of inp: the ring combines what arrives with inp's blocks into scratch and its last
+        step straight into out (float16 is widened to float32 for the sums: that one is a copy)."""
+        c = self.call(seq, "reduce_scatter", inp, red=op)
+        wide = inp.dtype.kind == "f" and inp.itemsize < 4
+        work = inp.astype(np.float32) if wide else inp
+        result = np.empty(out.size, np.float32) if wide else out
+        ring_reduce_scatter(c, work, reducer(op, work.dtype), _blocks(work.size, self.size), result)
+        if op is ReduceOp.AVG:
+            np.divide(result, self.size, out=result, casting="unsafe")
+        if result is not out:
+            out[...] = result
+
+    def scatter(self, seq: int, out: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
+        scatter(self.call(seq, "scatter", out, root=root), chunks, out, root)
+
+    def all_to_all(self, seq: int, out: np.ndarray, inp: np.ndarray) -> None:
+        ins, outs = np.array_split(inp, self.size), np.array_split(out, self.size)
+        all_to_all(self.call(seq, "all_to_all", inp), ins, outs)
+
+    def barrier(self, seq: int, op: str = "barrier") -> None:
+        self.call(seq, op, np.zeros(0, np.uint8))

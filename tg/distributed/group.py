@@ -1,76 +1,24 @@
-"""ProcessGroup: a set of ranks and one transport among them. Every collective runs on the group's
-worker thread in call order (so async calls keep their order), on host numpy arrays, in place.
+"""ProcessGroup: a set of ranks, one transport among them and the collectives that run over it. Every
+collective runs on the group's worker thread in call order (so async calls keep their order), on host
+numpy arrays, in place.
 
-A one-rank group needs no transport: its collectives are identities.
+What moves the data is the group's `Collectives` (transport/base.py): the shared-memory engine when
+every rank is on this host, tg's algorithms over the transport's point-to-point frames otherwise, and
+identities for a one-rank group (which needs no transport).
 """
 from __future__ import annotations
 
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
-from enum import Enum
 from typing import Any, Callable
 
 import numpy as np
 
 from tg.distributed import algorithms as alg
+from tg.distributed.algorithms import Arrays, ReduceOp, gather_pairs, reducer
 from tg.distributed.errors import DistributedError
 
-
-class ReduceOp(Enum):
-    SUM = 1
-    PRODUCT = 2
-    MIN = 3
-    MAX = 4
-    AVG = 5
-    BAND = 6
-    BOR = 7
-    BXOR = 8
-
-
-_UFUNC = {ReduceOp.SUM: np.add, ReduceOp.AVG: np.add, ReduceOp.PRODUCT: np.multiply, ReduceOp.MIN: np.minimum,
-          ReduceOp.MAX: np.maximum, ReduceOp.BAND: np.bitwise_and, ReduceOp.BOR: np.bitwise_or,
-          ReduceOp.BXOR: np.bitwise_xor}
-
-
-def reducer(op: ReduceOp, dtype: np.dtype) -> alg.Reducer:
-    """reduce(dst, src, base=None): dst = (base, or dst itself) op src, elementwise, into dst's memory.
-    A dtype the op cannot use is a TypeError here, when the call is made."""
-    kind = np.dtype(dtype).kind
-    if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and kind not in "biu":
-        raise TypeError(
-            f"[distributed] ReduceOp.{op.name} needs integer or bool tensors, got {np.dtype(dtype).name}"
-        )
-    if op in (ReduceOp.MIN, ReduceOp.MAX) and kind == "c":
-        raise TypeError(f"[distributed] ReduceOp.{op.name} has no order on complex tensors "
-                        f"({np.dtype(dtype).name}); reduce the real and imaginary parts or the magnitudes")
-    if op is ReduceOp.AVG and kind not in "fc":
-        raise TypeError(
-            f"[distributed] ReduceOp.AVG needs floating-point tensors, got {np.dtype(dtype).name}; "
-            f"use SUM and divide"
-        )
-    ufunc = _UFUNC[op]
-    if kind == "b" and op in (ReduceOp.SUM, ReduceOp.MAX):
-        ufunc = np.logical_or
-    elif kind == "b" and op in (ReduceOp.PRODUCT, ReduceOp.MIN):
-        ufunc = np.logical_and
-
-    def reduce(dst: np.ndarray, src: np.ndarray, base: np.ndarray | None = None) -> None:
-        ufunc(dst if base is None else base, src, out=dst)
-    return reduce
-
-
-Arrays = np.ndarray | list[np.ndarray]     # all_gather's out and mine: one array, or a list gathered as one
-
-
-def gather_pairs(out: Arrays, mine: Arrays) -> tuple[list[np.ndarray], list[np.ndarray], tuple[int, ...]]:
-    """all_gather's (outs, mines) as lists, and the shape its descriptor carries: mine's for one array,
-    every mine's size for a list (so a coalesced call never agrees with a single one)."""
-    if isinstance(mine, np.ndarray):
-        assert isinstance(out, np.ndarray)
-        return [out], [mine], tuple(mine.shape)
-    assert isinstance(out, list) and len(out) == len(mine) and mine, "one out per mine, at least one"
-    assert all(m.dtype == mine[0].dtype for m in mine), "a coalesced all_gather carries one dtype"
-    return out, mine, tuple(m.size for m in mine)
+__all__ = ["ProcessGroup", "ReduceOp", "reducer", "gather_pairs", "Arrays"]
 
 
 class ProcessGroup:
@@ -78,6 +26,7 @@ class ProcessGroup:
 
     def __init__(self, rank: int, size: int, ranks: list[int], transport: Any = None, name: str = "default"):
         self.rank, self.size, self.ranks, self.transport, self.name = rank, size, ranks, transport, name
+        self.coll: Any = alg.Alone() if transport is None else transport.collectives(ranks)
         self.seq = 0
         self.pending = 0          # async calls submitted and not yet finished
         self.failure: DistributedError | None = None
@@ -85,7 +34,7 @@ class ProcessGroup:
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
-        via = getattr(self.transport, "name", "local")
+        via = getattr(self.transport, "kind", "local")
         return f"<ProcessGroup {self.name} rank {self.rank}/{self.size} via {via}>"
 
     # ------------------------------------------------------------------ running
@@ -133,100 +82,49 @@ class ProcessGroup:
         if self.transport is not None:
             self.transport.abort(str(err))
 
-    def call(self, seq: int, op: str, arr: np.ndarray, root: int = -1, red: ReduceOp | None = None,
-             shape: tuple[int, ...] | None = None) -> alg.Call:
-        """The collective `op` as call number seq, once every rank has agreed to it."""
-        desc = alg.encode_desc(op, arr.dtype, tuple(arr.shape if shape is None else shape), root,
-                               red.value if red is not None else 0)
-        c = alg.Call(self.transport, seq, desc, op, self.ranks)
-        c.agree()
-        return c
-
     # ------------------------------------------------------------------ collectives on numpy (host) arrays
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
-        if self.size > 1:
-            self._all_reduce(self.call(seq, "all_reduce", arr, red=op), arr, op)
-
-    def _all_reduce(self, c: alg.Call, arr: np.ndarray, op: ReduceOp) -> None:
-        work = arr if arr.dtype.kind != "f" or arr.itemsize >= 4 else arr.astype(np.float32)
-        flat = work.reshape(-1)
-        alg.all_reduce(c, flat, reducer(op, work.dtype))
-        if op is ReduceOp.AVG:
-            np.divide(flat, self.size, out=flat, casting="unsafe")
-        if work is not arr:
-            arr[...] = work
+        self.coll.all_reduce(seq, arr, op)
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
-        if self.size == 1:
-            return
-        alg.broadcast(self.call(seq, "broadcast", arr, root=root), arr.reshape(-1), root)
+        self.coll.broadcast(seq, arr, root)
 
     def all_gather(self, seq: int, out: Arrays, mine: Arrays) -> None:
         """out is (size * mine.size,) flat; rank i's part lands at block i. Lists of outs and mines (one
-        dtype) are gathered as one call: one agreement, one pass of the ring for all of them (ZeRO-2
-        gathers its buckets so: fewer round trips than a call each)."""
+        dtype) are gathered as one call: one agreement, one pass for all of them (ZeRO-2 gathers its
+        buckets so: fewer round trips than a call each)."""
         outs, mines, shape = gather_pairs(out, mine)
         flats = [o.reshape(-1) for o in outs]
-        blocks = [alg._blocks(f.size, self.size) for f in flats]
-        for flat, block, part in zip(flats, blocks, mines):
-            flat[block[self.rank]] = part.reshape(-1)     # no copy when part is that block already
-        if self.size > 1:
-            alg.ring_all_gather(self.call(seq, "all_gather", mines[0], shape=shape), flats, blocks)
+        parts = [m.reshape(-1) for m in mines]
+        for flat, part in zip(flats, parts):
+            flat[self.rank * part.size:(self.rank + 1) * part.size] = part   # no copy if it is there already
+        self.coll.all_gather(seq, flats, parts, shape)
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
-        """inp is (size * out.size,) flat; rank i gets the reduction of block i. inp is only read: the
-        ring combines what arrives with inp's blocks into scratch and its last step straight into out,
-        so no copy of inp is made (float16 is widened to float32 for the sums: that one is a copy)."""
-        wide = inp.dtype.kind == "f" and inp.itemsize < 4
-        work = inp.reshape(-1).astype(np.float32) if wide else inp.reshape(-1)
-        blocks = alg._blocks(work.size, self.size)
+        """inp is (size * out.size,) flat; rank i gets the reduction of block i. inp is only read, and the
+        result is written straight into out unless out overlaps inp or is of another dtype."""
         mine = out.reshape(-1)
-        direct = mine.dtype == work.dtype and out.flags.c_contiguous and not np.may_share_memory(out, inp)
-        result = mine if direct else np.empty(mine.size, work.dtype)
-        if self.size > 1:
-            c = self.call(seq, "reduce_scatter", inp, red=op)
-            alg.ring_reduce_scatter(c, work, reducer(op, work.dtype), blocks, result)
-        else:
-            result[...] = work[blocks[self.rank]]
-        if op is ReduceOp.AVG:
-            np.divide(result, self.size, out=result, casting="unsafe")
+        direct = mine.dtype == inp.dtype and out.flags.c_contiguous and not np.may_share_memory(out, inp)
+        result = mine if direct else np.empty(mine.size, inp.dtype)
+        self.coll.reduce_scatter(seq, result, inp.reshape(-1), op)
         if result is not mine:
             mine[...] = result
 
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
-        if self.size == 1:
-            return
-        c = self.call(seq, "reduce", arr, root=root, red=op)
-        result = arr.copy()
-        self._all_reduce(c, result, op)
-        if self.rank == root:
-            arr[...] = result
+        self.coll.reduce(seq, arr, root, op)
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
-        if self.size == 1:
-            if chunks:
-                chunks[0][...] = mine
-            return
-        alg.gather(self.call(seq, "gather", mine, root=root), chunks or [], mine, root)
+        self.coll.gather(seq, mine, chunks or [], root)
 
     def scatter(self, seq: int, out: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
-        if self.size == 1:
-            if chunks:
-                out[...] = chunks[0]
-            return
-        alg.scatter(self.call(seq, "scatter", out, root=root), chunks or [], out, root)
+        self.coll.scatter(seq, out, chunks or [], root)
 
     def all_to_all(self, seq: int, out: np.ndarray, inp: np.ndarray) -> None:
-        if self.size == 1:
-            out[...] = inp
-            return
-        ins, outs = np.array_split(inp.reshape(-1), self.size), np.array_split(out.reshape(-1), self.size)
-        alg.all_to_all(self.call(seq, "all_to_all", inp), ins, outs)
+        self.coll.all_to_all(seq, out.reshape(-1), inp.reshape(-1))
 
     def barrier(self, seq: int, op: str = "barrier") -> None:
         """No rank leaves before every rank arrived: the agreement alone is that."""
-        if self.size > 1:
-            self.call(seq, op, np.zeros(0, np.uint8))
+        self.coll.barrier(seq, op)
 
     def leave(self, seq: int) -> None:
         """destroy_process_group's exit barrier: a rank still in another call is named, not left hanging."""

@@ -361,6 +361,10 @@ class MpiComms:
         self.rank, self.world = comm.Get_rank(), comm.Get_size()
         self.closed = False
 
+    def collectives(self, ranks: list[int]) -> None:
+        """None: MpiGroup runs MPI's own collectives itself."""
+        return None
+
     def abort(self, reason: str) -> None:
         self.closed = True
 

@@ -7,6 +7,7 @@ peer has mapped it, so nothing is left in /dev/shm even if a rank is killed with
 """
 from __future__ import annotations
 
+import ctypes
 import mmap
 import os
 import re
@@ -32,15 +33,16 @@ def boot_id() -> str:
         return os.uname().nodename
 
 
-class ShmRing:
-    def __init__(self, mm: mmap.mmap, slots: int, slot_bytes: int, path: str):
-        self.mm, self.slots, self.slot_bytes, self.path = mm, slots, slot_bytes, path
-        self.ctrl = np.frombuffer(mm, dtype=np.uint64, count=1)          # [0]: slots consumed so far
-        self.data = np.frombuffer(mm, dtype=np.uint8, offset=CONTROL)
-        self.produced = 0                                                # sender side only
+class Segment:
+    """A shared-memory file of this user, mapped: made with `create` by the rank that writes it, mapped
+    with `attach` by its peers (each check below), unlinked once every peer has mapped it."""
+
+    def __init__(self, mm: mmap.mmap, path: str):
+        self.mm, self.path = mm, path
+        self._pointer: ctypes.c_char | None = None
 
     @staticmethod
-    def create(slots: int, slot_bytes: int) -> ShmRing:
+    def create(size: int) -> Segment:
         """A new segment under a fresh random name. A full /dev/shm stays an OSError (the caller falls
         back to TCP); something already at the name is a DistributedError (see `_refuse`)."""
         path = os.path.join(SHM_DIR, f"tg-{os.getuid()}-{secrets.token_hex(8)}")
@@ -52,22 +54,21 @@ class ShmRing:
         try:
             os.fchmod(fd, 0o600)              # a default ACL on the folder must not widen it either
             # reserve the pages now: a full /dev/shm is an OSError here, not a SIGBUS on first write
-            os.posix_fallocate(fd, 0, CONTROL + slots * slot_bytes)
-            mm = mmap.mmap(fd, CONTROL + slots * slot_bytes)
+            os.posix_fallocate(fd, 0, size)
+            mm = mmap.mmap(fd, size)
         except OSError:
             os.close(fd)
             os.unlink(path)
             raise
         os.close(fd)
-        return ShmRing(mm, slots, slot_bytes, path)
+        return Segment(mm, path)
 
     @staticmethod
-    def attach(path: str, slots: int, slot_bytes: int) -> ShmRing:
+    def attach(path: str, size: int) -> Segment:
         """Map a peer's segment: only a regular file of ours, private, of the expected size, by its exact
         name and never through a symlink; anything else raises DistributedError saying what is there."""
         if not re.fullmatch(re.escape(SHM_DIR) + rf"/tg-{os.getuid()}-[0-9a-f]{{16}}", path):
             raise DistributedError(f"[distributed] refusing to map {path!r}: not a tg shared-memory segment")
-        size = CONTROL + slots * slot_bytes
         problem = _check(path, size)          # before opening: opening a FIFO or a device has effects
         if problem:
             raise DistributedError(_refuse(path, "map", problem))
@@ -83,13 +84,48 @@ class ShmRing:
             mm = mmap.mmap(fd, size)
         finally:
             os.close(fd)
-        return ShmRing(mm, slots, slot_bytes, path)
+        return Segment(mm, path)
+
+    def address(self) -> int:
+        """The mapping's address, for C code (valid until close)."""
+        if self._pointer is None:
+            self._pointer = ctypes.c_char.from_buffer(self.mm)
+        return ctypes.addressof(self._pointer)
 
     def unlink(self) -> None:
         try:
             os.unlink(self.path)
         except FileNotFoundError:
             pass
+
+    def close(self) -> None:
+        self._pointer = None
+        try:
+            self.mm.close()
+        except BufferError:     # a numpy view of it is still alive: the mapping goes with it
+            pass
+
+
+class ShmRing:
+    """Slots for payloads to one peer: a control block (a counter the receiver advances as it consumes
+    slots) and N slots, in one Segment."""
+
+    def __init__(self, seg: Segment, slots: int, slot_bytes: int):
+        self.seg, self.slots, self.slot_bytes, self.path = seg, slots, slot_bytes, seg.path
+        self.ctrl = np.frombuffer(seg.mm, dtype=np.uint64, count=1)      # [0]: slots consumed so far
+        self.data = np.frombuffer(seg.mm, dtype=np.uint8, offset=CONTROL)
+        self.produced = 0                                                # sender side only
+
+    @staticmethod
+    def create(slots: int, slot_bytes: int) -> ShmRing:
+        return ShmRing(Segment.create(CONTROL + slots * slot_bytes), slots, slot_bytes)
+
+    @staticmethod
+    def attach(path: str, slots: int, slot_bytes: int) -> ShmRing:
+        return ShmRing(Segment.attach(path, CONTROL + slots * slot_bytes), slots, slot_bytes)
+
+    def unlink(self) -> None:
+        self.seg.unlink()
 
     def slot(self, k: int, n: int) -> np.ndarray:
         start = k * self.slot_bytes
@@ -121,10 +157,7 @@ class ShmRing:
 
     def close(self) -> None:
         del self.ctrl, self.data
-        try:
-            self.mm.close()
-        except BufferError:
-            pass
+        self.seg.close()
 
 
 def _describe(st: os.stat_result, size: int | None) -> str:

@@ -17,12 +17,13 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from tg import config
 from tg.distributed.errors import DistributedError
-from tg.distributed.shm import ShmRing, boot_id, pid_alive
+from tg.distributed.shm import Segment, ShmRing, boot_id, pid_alive
 from tg.distributed.store import RejectLog, TCPStore, prove, verify
 
 log = logging.getLogger("tg.distributed.tcp")
@@ -86,7 +87,11 @@ class TcpTransport:
 
     @property
     def kind(self) -> str:
-        return "tcp+shm" if getattr(self, "shm_peers", None) else "tcp"
+        """tcp+shm: the collectives run in the shared-memory engine; tcp+rings: large payloads to peers
+        on this host go through slot rings; tcp: sockets only."""
+        if getattr(self, "engine", None) is not None:
+            return "tcp+shm"
+        return "tcp+rings" if getattr(self, "shm_peers", None) else "tcp"
 
     # Complexity: the connection set-up in order (listen, accept, connect, prove, exchange); each step's
     # failure is named where it happens.
@@ -159,13 +164,15 @@ class TcpTransport:
         for peer in sorted({peer for peer, _ in both}):
             self._add_peer(peer, both[(peer, 0)], both[(peer, 1)])
         self.shm_peers: list[int] = []
+        self.engine: Any = None
         if config.TG_SHM and world > 1:
             self._setup_shm(store, prefix)
 
     # Complexity: two phases (create, then attach and confirm) whose failures must each be reported to
     # the peer at once.
     def _setup_shm(self, store: TCPStore, prefix: str) -> None:  # noqa: C901
-        """Slot rings to every peer on this host. Segment files are unlinked once both sides map them."""
+        """The shared-memory engine when every rank is on this host, else slot rings to every peer on this
+        host. Segment files are unlinked once every side maps them."""
         store.set(f"{prefix}/host/{self.rank}", f"{boot_id()}|{os.getpid()}")
         me = boot_id()
         local = []
@@ -174,6 +181,9 @@ class TcpTransport:
             if host == me:
                 self.peers[peer].pid = int(pid)
                 local.append(peer)
+        if config.TG_SHM == 1 and len(local) == self.world - 1 and self._setup_engine(store, prefix):
+            self.shm_peers = local
+            return
         created = {}
         try:
             for peer in local:
@@ -219,6 +229,58 @@ class TcpTransport:
             for ring in created.values():
                 ring.unlink()          # mapped by both sides now (or setup failed): nothing to leak
         self.shm_peers = local
+
+    def collectives(self, ranks: list[int]) -> Any:
+        """The group's collectives: the shared-memory engine when it was set up, else the algorithms
+        over this transport's frames."""
+        from tg.distributed.algorithms import OverTransport
+        return OverTransport(self, ranks) if self.engine is None else self.engine.named(ranks)
+
+    def _setup_engine(self, store: TCPStore, prefix: str) -> bool:
+        """Map every rank's engine segment (see shm_engine.py); False when a rank could not make one
+        (no C compiler, a full /dev/shm: every rank then falls back alike, and says why)."""
+        from tg.core.compiler import CompileError
+        from tg.distributed import shm_engine
+        own: Segment | None = None
+        try:
+            size = shm_engine.segment_bytes()
+            own = Segment.create(size)
+            store.set(f"{prefix}/engine/{self.rank}", own.path)
+        except (CompileError, OSError) as e:
+            log.warning("[distributed] rank %d: no shared-memory engine (%s); collectives use the slot rings",
+                        self.rank, e)
+            store.set(f"{prefix}/engine/{self.rank}", "none")
+        try:
+            paths = [store.get(f"{prefix}/engine/{r}").decode() for r in range(self.world)]
+            if "none" in paths:
+                if own is not None:
+                    own.close()
+                return False
+            segments: list[Segment] = []
+            try:
+                segments = [own if r == self.rank else Segment.attach(p, size)  # type: ignore[misc]
+                            for r, p in enumerate(paths)]
+            except DistributedError as e:
+                store.set(f"{prefix}/engineok/{self.rank}", f"error: {e}")
+                raise
+            store.set(f"{prefix}/engineok/{self.rank}", "1")
+            for r in range(self.world):
+                key = f"{prefix}/engineok/{r}"
+                store.wait([key], timeout=self.timeout)
+                said = store.get(key).decode()
+                if said != "1":
+                    raise DistributedError(f"[distributed] rank {r} could not map the shared memory of its "
+                                           f"peers: {said[len('error: '):]}")
+        finally:
+            if own is not None:
+                own.unlink()       # mapped by every rank now (or set-up failed): nothing to leak
+        fds = [-1 if r == self.rank else self.peers[r].sock.fileno() for r in range(self.world)]
+        self.engine = shm_engine.ShmEngine(self.rank, segments, fds, self.timeout, self._why)
+        return True
+
+    def _why(self, peer: int, what: str) -> None:
+        """Raise what ended the engine's wait on peer's connection: its ABORT frame, or its death."""
+        self.recv_frame(peer, ABORT, 0, what)
 
     def _add_peer(self, peer: int, sock: socket.socket, p2p: socket.socket) -> None:
         # Blocking sockets with kernel-level timeouts: no poll per call, and no read or write ever
@@ -449,6 +511,8 @@ class TcpTransport:
                 if ring is not None:
                     ring.unlink()
                     ring.close()
+        if self.engine is not None:
+            self.engine.close()
 
 
 def check_in_step(kind: int, fseq: int, expect_kind: int, seq: int, peer: int, rank: int, what: str) -> None:

@@ -195,6 +195,11 @@ class UcxTransport:
                 )
         self.wait(sent, None, "connecting")
 
+    def collectives(self, ranks: list[int]) -> Any:
+        """tg's algorithms over UCX's tagged messages."""
+        from tg.distributed.algorithms import OverTransport
+        return OverTransport(self, ranks)
+
     # ------------------------------------------------------------------ waiting
     def wait(self, requests: list, peer: int | None, what: str) -> None:
         """Progress until every request completes. Raises when the peer's endpoint closes, when any

@@ -10,21 +10,9 @@ from pathlib import Path
 from typing import cast
 
 from tg import config
-from tg.core.compiler import CompileError, Compiler
+from tg.core.compiler import CompileError, Compiler, cc_version
 from tg.core.device import Buffer, Compiled, HostAllocator, Program
 from tg.core.renderer import C_FILE_NAMES, DIALECTS, CStyleRenderer
-
-
-@functools.cache
-def _cc_version(cc: str) -> str:
-    try:
-        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split(
-            "\n"
-        )[0]
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise CompileError(
-            f"[cpu] cannot run the C compiler {cc!r}: {e}. Install gcc or clang, or point TG_CC at one."
-        ) from None
 
 
 @functools.cache
@@ -48,7 +36,7 @@ class ClangCompiler(Compiler):
         self.flags = ["-shared", "-fPIC", "-O3", "-fno-tree-loop-vectorize", "-march=native", "-fopenmp",
                       "-fwrapv", "-fno-math-errno",
                       "-ffp-contract=fast", "-fno-strict-aliasing", "-x", "c", "-"]
-        self.ident = f"{self.cc} {_cc_version(self.cc)} {' '.join(self.flags)}"
+        self.ident = f"{self.cc} {cc_version(self.cc)} {' '.join(self.flags)}"
 
     batches = True
 
