@@ -30,7 +30,7 @@ def die_mid_all_reduce(rank: int, world: int, stamp_dir: str) -> str:
 
 
 def own_segments() -> set[str]:
-    from tg.distributed.shm import SHM_DIR
+    from tg.distributed.transport.shm import SHM_DIR
     return {f for f in os.listdir(SHM_DIR) if f.startswith(f"tg-{os.getuid()}-")}
 
 
@@ -176,7 +176,7 @@ def test_in_place_collective_keeps_pending_readers_consistent():
 
 
 def test_shm_refuses_foreign_paths(tmp_path):
-    from tg.distributed.shm import ShmRing
+    from tg.distributed.transport.shm import ShmRing
     foreign = tmp_path / "not-ours"
     foreign.write_bytes(b"x" * 64)
     with pytest.raises(dist.DistributedError, match="refusing to map"):

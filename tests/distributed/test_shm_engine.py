@@ -76,7 +76,7 @@ def digest(arr: np.ndarray) -> str:
 
 # Complexity: one block per collective, each checked against numpy.
 def engine_suite(rank: int, world: int, slot_bytes: int) -> dict:  # noqa: C901
-    from tg.distributed import shm_engine
+    from tg.distributed.transport import shm_engine
     shm_engine.SLOT_BYTES = slot_bytes       # before the group is made: many rounds a call
     import tg.distributed as dist
     dist.init_process_group(timeout=60)

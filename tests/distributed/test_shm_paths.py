@@ -9,8 +9,8 @@ import stat
 import pytest
 
 import tg.distributed as dist
-from tg.distributed import shm
-from tg.distributed.shm import CONTROL, SHM_DIR, ShmRing
+from tg.distributed.transport import shm
+from tg.distributed.transport.shm import CONTROL, SHM_DIR, ShmRing
 
 SLOTS, SLOT_BYTES = 2, 4096
 SIZE = CONTROL + SLOTS * SLOT_BYTES
@@ -136,7 +136,7 @@ def _attach_fails_on_rank_1(rank: int, world: int) -> dict:
     import time
 
     import tg.distributed as dist
-    from tg.distributed.shm import Segment
+    from tg.distributed.transport.shm import Segment
     if rank == 1:
         def refuse(*_a, **_k):
             raise dist.DistributedError("[distributed] planted file (test)")

@@ -93,7 +93,7 @@ def test_local_ucx_job_listens_on_loopback_only():
 
 
 def test_user_ucx_settings_win(monkeypatch):
-    from tg.distributed.ucx import LOOPBACK_ONLY, context_options
+    from tg.distributed.transport.ucx import LOOPBACK_ONLY, context_options
     monkeypatch.delenv("UCX_NET_DEVICES", raising=False)
     monkeypatch.delenv("UCX_TLS", raising=False)
     assert context_options("127.0.0.1") == LOOPBACK_ONLY
@@ -109,7 +109,7 @@ def test_an_older_ucx_loaded_first_is_named(monkeypatch):
     import importlib.abc
     import sys
 
-    import tg.distributed.ucx as ucx
+    import tg.distributed.transport.ucx as ucx
 
     class OldUcx(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):

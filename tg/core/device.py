@@ -92,6 +92,10 @@ class Allocator:
         """Device-to-device copy of nbytes (benchmarks measure the device's copy bandwidth with it)."""
         raise NotImplementedError(f"{type(self).__name__} has no device-to-device copy")
 
+    def host_array(self, opaque: Any) -> np.ndarray | None:
+        """The memory itself as a flat uint8 numpy array when the host can address it, else None."""
+        return None
+
 
 class CachingAllocator(Allocator):
     """Freed blocks are kept per size and handed out again (up to `cache_limit` bytes), so a training
@@ -148,6 +152,9 @@ class HostAllocator(CachingAllocator):
 
     def _free(self, opaque: np.ndarray) -> None:
         self.pointers.pop(id(opaque), None)
+
+    def host_array(self, opaque: np.ndarray) -> np.ndarray:
+        return opaque
 
     def c_pointer(self, opaque: np.ndarray) -> ctypes.c_void_p:
         """The memory's address as a C argument: the one made at allocation, or (a view) from numpy."""
@@ -208,6 +215,17 @@ class Buffer:
 
     def __repr__(self) -> str:
         return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
+
+    def host_array(self) -> np.ndarray | None:
+        """This memory itself as a flat uint8 numpy array (no copy: writes reach the buffer), when it is
+        host memory (CPU, NUMPY); None for device memory, which copyin / read_into move instead.
+
+            >>> from tg.core.dtype import dtypes
+            >>> buf = Buffer("NUMPY", 2, dtypes.float32).copyin(np.array([1.0, 2.0], np.float32))
+            >>> buf.host_array().view(np.float32).tolist()
+            [1.0, 2.0]
+        """
+        return self.allocator.host_array(self._buf)
 
     def copyin(self, data: np.ndarray, offset: int | None = None) -> Buffer:
         """Write data's bytes into this memory: all of it, or a part from byte offset on."""

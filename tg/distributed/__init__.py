@@ -31,11 +31,12 @@ from typing import Any, Callable
 import numpy as np
 
 from tg import config
-from tg.distributed.algorithms import carried
+from tg.distributed.backends import BACKENDS
 from tg.distributed.errors import DistributedError
 from tg.distributed.flat import HOST_DEVICES, HostView
 from tg.distributed.group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.store import TCPStore
+from tg.distributed.transport.wire import carried
 
 log = logging.getLogger("tg.distributed")
 
@@ -202,7 +203,6 @@ def _port(value: int, what: str) -> int:
     return value
 
 
-BACKENDS = ("tcp", "mpi", "ucx")
 # torch's backend names -> (tg's backend, why); a "cpu:gloo,cuda:nccl" string maps each of its parts
 TORCH_BACKENDS = {
     "gloo": ("tcp", "sockets, shared memory between ranks on one host"),
@@ -297,9 +297,9 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
     t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
     _State.timeout = float(t if t is not None else config.TG_DIST_TIMEOUT)
     _State.backend = backend
-    if backend == "mpi":
-        from tg.distributed.mpi import init_world
-        _State.default, _State.local_rank = init_world(rank, world_size, _State.timeout)
+    started = BACKENDS[backend].world(rank, world_size, _State.timeout)
+    if started is not None:
+        _State.default, _State.local_rank = started
         return
     env_rank, env_world, local = _detect()
     rank = env_rank if rank is None else rank
@@ -342,13 +342,8 @@ def _make_group(ranks: list[int], my_global: int, name: str) -> ProcessGroup:
     me = ranks.index(my_global)
     assert _State.store is not None
     store = _State.store
-    transport: Any
-    if _State.backend == "ucx":
-        from tg.distributed.ucx import UcxTransport
-        transport = UcxTransport(me, len(ranks), store, prefix, _State.secret, _State.timeout)
-    else:
-        from tg.distributed.tcp import TcpTransport
-        transport = TcpTransport(me, len(ranks), store, prefix, _State.secret, _State.host, _State.timeout)
+    transport = BACKENDS[_State.backend].transport(me, len(ranks), store, prefix, _State.secret, _State.host,
+                                                   _State.timeout)
     # nobody leaves set-up (and so nobody can finish, fail or close the store) before everyone is done
     if store.add(f"{prefix}/ready", 1) == len(ranks):
         store.set(f"{prefix}/all-ready", "1")
@@ -448,9 +443,10 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None) -> Any:
     if me not in ranks:
         _State.groups += 1   # keep the store prefixes in step with the members
         return GroupMember.NON_GROUP_MEMBER
-    if _State.backend == "mpi":
+    made = BACKENDS[_State.backend].subgroup(default, ranks, f"sub{_State.groups + 1}")
+    if made is not None:
         _State.groups += 1
-        return default.subgroup(ranks, f"sub{_State.groups}")  # type: ignore[attr-defined]
+        return made
     return _make_group(ranks, me, f"sub{_State.groups + 1}")
 
 
@@ -478,9 +474,7 @@ def destroy_process_group(group: Any = None) -> None:
         if _State.store is not None:
             _State.store.close()
         _State.default, _State.store = None, None
-        if _State.backend == "mpi":
-            from tg.distributed.mpi import finish
-            finish()
+        BACKENDS[_State.backend].finish()
         for ex in _State.p2p.values():
             ex.shutdown(wait=False, cancel_futures=True)
         _State.p2p.clear()
@@ -503,7 +497,7 @@ def _leave_at_exit() -> None:
     g = _State.default
     if g is None:
         return
-    if _State.backend == "mpi":
+    if not BACKENDS[_State.backend].leaves_at_exit:
         g.failure = g.failure or DistributedError("[distributed] the process is exiting")
     try:
         destroy_process_group()

@@ -13,7 +13,6 @@ that the ranks read differently.
 """
 from __future__ import annotations
 
-import hashlib
 import struct
 from enum import Enum
 from functools import lru_cache
@@ -22,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg.distributed.errors import DistributedError
-from tg.distributed.tcp import DATA, DESC
+from tg.distributed.transport.wire import DATA, DESC, desc_hash, disagreement, encode_desc
 
 # reduce(dst, src, base=None): dst = (base, or dst itself) op src, into dst's memory
 Reducer = Callable[..., None]
@@ -87,79 +86,9 @@ def gather_pairs(out: Arrays, mine: Arrays) -> tuple[list[np.ndarray], list[np.n
     return out, mine, tuple(m.size for m in mine)
 
 
+RANGE = struct.Struct("<QQ")          # the agreement's (min, max) of the descriptor hashes
 CHUNK = 4 << 20            # bytes per pipelined message (fewer, larger messages: less overhead)
 SMALL = 1 << 15            # all_reduce below this many bytes uses recursive doubling
-
-OPS = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "scatter",
-       "all_to_all", "barrier", "send", "leave"]
-DESC_HEAD = struct.Struct("<BBbiB")   # op, reduce op, dtype code, root, ndim
-RANGE = struct.Struct("<QQ")          # the agreement's (min, max) of the descriptor hashes
-REDUCE_OPS = {1: "SUM", 2: "PRODUCT", 3: "MIN", 4: "MAX", 5: "AVG", 6: "BAND", 7: "BOR", 8: "BXOR"}
-# what a collective carries: numpy's native-order numeric types (object, string, datetime... are not data)
-DTYPE_CODES = [np.dtype(t).str for t in ("bool", "int8", "uint8", "=i2", "=u2", "=i4", "=u4", "=i8", "=u8",
-                                         "=f2", "=f4", "=f8", "=c8", "=c16")]
-
-
-def carried(dtype: np.dtype, what: str) -> None:
-    """Raise TypeError at the call, before any byte moves, for a dtype collectives cannot carry."""
-    dt = np.dtype(dtype)
-    if dt.str in DTYPE_CODES:
-        return
-    names = ", ".join(np.dtype(c).name for c in DTYPE_CODES)
-    hint = ("convert it with arr.astype(arr.dtype.newbyteorder('='))" if dt.kind in "biufc" else
-            "collectives move numbers; send objects with broadcast_object / all_gather_object")
-    raise TypeError(f"[distributed] {what}: cannot send a {dt.name} ({dt.str}) array; collectives carry "
-                    f"native-order {names}; {hint}")
-
-
-def encode_desc(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1, red: int = 0) -> bytes:
-    code = DTYPE_CODES.index(np.dtype(dtype).str) if np.dtype(dtype).str in DTYPE_CODES else -1
-    return DESC_HEAD.pack(OPS.index(op), red, code, root, len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
-
-
-@lru_cache(maxsize=4096)
-def desc_hash(desc: bytes) -> int:
-    """A 62-bit hash of a descriptor (cached: a training loop repeats a few calls)."""
-    return int.from_bytes(hashlib.blake2b(desc, digest_size=8).digest(), "little") >> 2
-
-
-def describe(desc: bytes) -> str:
-    try:
-        op, red, code, root, ndim = DESC_HEAD.unpack(desc[:DESC_HEAD.size])
-        shape = struct.unpack(f"<{ndim}Q", desc[DESC_HEAD.size:DESC_HEAD.size + 8 * ndim])
-        name = OPS[op]
-    except (struct.error, IndexError):
-        return f"a malformed call ({desc[:32].hex()})"
-    if name in ("barrier", "leave"):
-        return "destroy_process_group (leaving)" if name == "leave" else name
-    dt = np.dtype(DTYPE_CODES[code]).name if 0 <= code < len(DTYPE_CODES) else "?"
-    extra = f" root={root}" if root >= 0 else ""
-    return f"{name} {dt}[{', '.join(map(str, shape))}]{extra}" + (
-        f" op={REDUCE_OPS.get(red, red)}" if red else ""
-    )
-
-
-def disagreement(what: str, descs: list[bytes], ranks: list[int]) -> DistributedError:
-    """The error every rank raises when the ranks' descriptors differ (descs[i] is group rank i's): the
-    odd ranks are those outside the largest set of ranks in one call; with no single largest set,
-    every view is named."""
-    views: dict[bytes, list[int]] = {}
-    for i, desc in enumerate(descs):
-        views.setdefault(desc, []).append(ranks[i])
-    order = sorted(views.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
-
-    def who(rs: list[int]) -> str:
-        return f"rank {rs[0]}" if len(rs) == 1 else f"ranks {', '.join(map(str, rs))}"
-    fix = "every rank must make the same collective calls in the same order"
-    if len(order) > 1 and len(order[0][1]) > len(order[1][1]):
-        odd = "; ".join(f"{who(rs)} called {describe(d)}" for d, rs in order[1:])
-        desc, rest = order[0]
-        return DistributedError(
-            f"[distributed] {what}: {odd}, but {who(rest)} called {describe(desc)}; {fix}"
-        )
-    said = "; ".join(f"{who(rs)} called {describe(d)}" for d, rs in order)
-    return DistributedError(f"[distributed] {what}: the ranks disagree: {said}; {fix}")
-
 
 class Call:
     """One collective in flight: `agree` first, then the algorithm's payloads, each size-checked."""
@@ -240,20 +169,13 @@ class Call:
 
     def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Reducer, tmp: np.ndarray,
                     base: np.ndarray | None = None) -> None:
-        """dst = (base, or dst itself) op (what peer sends); from shared memory in place when the peer
-        is on this host, else received into tmp first."""
+        """dst = (base, or dst itself) op (what peer sends), through tmp unless the transport reduces in
+        place (Transport.recv_reduce)."""
         _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
         if n != dst.nbytes:
             raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent {n} bytes, rank "
                                    f"{self.ranks[self.t.rank]} expected {dst.nbytes}")
-        view = self.t.shm_view(peer, n) if n else None
-        if view is not None:
-            reduce(dst, view.view(dst.dtype), base)
-            self.t.shm_release(peer)
-            return
-        if n:
-            self.t.recv_into(peer, memoryview(tmp).cast("B"))  # type: ignore[arg-type]
-        reduce(dst, tmp, base)
+        self.t.recv_reduce(peer, dst, reduce, tmp, base)
 
     def finish(self) -> None:
         for h in self.handles:

@@ -61,7 +61,8 @@ class HostView:
         self.bf16 = t.dtype == dtypes.bfloat16
         self.np_dtype = host_dtype(t.dtype)
         self.zero_copy = t.device in HOST_DEVICES and not self.bf16
-        self._array = self.buf._buf.view(self.np_dtype) if self.zero_copy else None
+        host = self.buf.host_array() if self.zero_copy else None
+        self._array = host.view(self.np_dtype) if host is not None else None
         self._stage: np.ndarray | None = None
 
     def _staged(self) -> np.ndarray:

@@ -17,6 +17,7 @@ import numpy as np
 from tg.distributed import algorithms as alg
 from tg.distributed.algorithms import Arrays, ReduceOp, gather_pairs, reducer
 from tg.distributed.errors import DistributedError
+from tg.distributed.transport.wire import describe, encode_desc
 
 __all__ = ["ProcessGroup", "ReduceOp", "reducer", "gather_pairs", "Arrays"]
 
@@ -134,12 +135,12 @@ class ProcessGroup:
         """Point-to-point runs on its own connection, so it never interleaves with collectives."""
         flat = np.ascontiguousarray(arr).reshape(-1)
         payload = memoryview(flat).cast("B") if flat.nbytes else memoryview(b"")  # type: ignore[arg-type]
-        self.transport.p2p_send(dst, alg.encode_desc("send", arr.dtype, arr.shape), payload)
+        self.transport.p2p_send(dst, encode_desc("send", arr.dtype, arr.shape), payload)
 
     def recv(self, seq: int, arr: np.ndarray, src: int) -> None:
         flat = arr.reshape(-1)
         view = memoryview(flat).cast("B") if flat.nbytes else memoryview(bytearray(0))  # type: ignore[arg-type]
-        self.transport.p2p_recv(src, alg.encode_desc("send", arr.dtype, arr.shape), view, alg.describe)
+        self.transport.p2p_recv(src, encode_desc("send", arr.dtype, arr.shape), view, describe)
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)

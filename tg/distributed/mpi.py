@@ -36,9 +36,9 @@ from typing import Any
 import numpy as np
 
 from tg import config
-from tg.distributed import algorithms as alg
 from tg.distributed.errors import DistributedError
 from tg.distributed.group import Arrays, ProcessGroup, ReduceOp, gather_pairs
+from tg.distributed.transport import wire
 
 DESC_BYTES = 272           # room for a descriptor of up to 32 dims, plus its 2-byte length
 _P2P_DESC, _P2P_DATA = 1, 2
@@ -53,8 +53,8 @@ _BOOL_OP_NAMES = {ReduceOp.SUM: "LOR", ReduceOp.MAX: "LOR", ReduceOp.BOR: "LOR",
 @lru_cache(maxsize=4096)
 def _descriptor(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int, red: int) -> tuple[bytes, int]:
     """The call's descriptor and its 62-bit hash (cached: a training loop repeats a few shapes)."""
-    desc = alg.encode_desc(op, dtype, shape, root, red)
-    return desc, alg.desc_hash(desc)
+    desc = wire.encode_desc(op, dtype, shape, root, red)
+    return desc, wire.desc_hash(desc)
 
 
 def load_mpi() -> Any:
@@ -408,7 +408,7 @@ class MpiGroup(ProcessGroup):
         if all(d == desc for d in descs):     # a hash collision
             raise DistributedError(f"[distributed] {name} #{seq}: the ranks disagree on the call, but every "
                                    f"descriptor matches rank {self.ranks[self.rank]}'s")
-        raise alg.disagreement(f"collective #{seq}", descs, self.ranks)
+        raise wire.disagreement(f"collective #{seq}", descs, self.ranks)
 
     def _mpi_op(self, op: ReduceOp, dtype: np.dtype) -> Any:
         return getattr(self.mpi, (_BOOL_OP_NAMES if dtype == np.bool_ else _OP_NAMES)[op])
@@ -515,8 +515,8 @@ class MpiGroup(ProcessGroup):
                 p2p.Probe(source=src, tag=_P2P_DATA, status=status)
                 p2p.Recv(np.empty(status.Get_count(self.mpi.BYTE), np.uint8), source=src, tag=_P2P_DATA)
                 raise DistributedError(f"[distributed] recv from rank {self.ranks[src]}: it sent "
-                                       f"{alg.describe(theirs)}, rank {self.ranks[self.rank]} expected "
-                                       f"{alg.describe(desc)}")
+                                       f"{wire.describe(theirs)}, rank {self.ranks[self.rank]} expected "
+                                       f"{wire.describe(desc)}")
             p2p.Recv(_bytes(arr), source=src, tag=_P2P_DATA)
 
     def subgroup(self, ranks: list[int], name: str) -> MpiGroup:

@@ -29,8 +29,8 @@ import time
 from typing import Callable
 
 from tg.distributed.errors import DistributedError
-from tg.distributed.shm import SHM_DIR
 from tg.distributed.store import SecretRejected, StoreTimeout, TCPStore
+from tg.distributed.transport.shm import SHM_DIR
 
 SECRET_BYTES = 32
 POLL = 0.05          # seconds between two looks at a file that is missing or stale

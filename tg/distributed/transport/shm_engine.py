@@ -29,14 +29,14 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from tg import config
-from tg.distributed import algorithms as alg
 from tg.distributed.errors import DistributedError
+from tg.distributed.transport import wire
 
 if TYPE_CHECKING:
     from tg.distributed.algorithms import ReduceOp
-    from tg.distributed.shm import Segment
+    from tg.distributed.transport.shm import Segment
 
-log = logging.getLogger("tg.distributed.shm")
+log = logging.getLogger("tg.distributed.transport.shm")
 
 SLOT_BYTES = 512 << 10     # bytes a round carries per rank (two slots a segment)
 SPINS = 2048               # polls before a wait yields the core (measured: PAUSE loops on AMD Zen 5)
@@ -121,14 +121,14 @@ def _described(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1,
                red: ReduceOp | None = None) -> tuple[int, bytes, int]:
     """(hash, descriptor, its length): how every call of this kind ends its arguments (cached: a training
     loop repeats a few)."""
-    desc = alg.encode_desc(op, dtype, shape, root, 0 if red is None else red.value)
-    return alg.desc_hash(desc), desc, len(desc)
+    desc = wire.encode_desc(op, dtype, shape, root, 0 if red is None else red.value)
+    return wire.desc_hash(desc), desc, len(desc)
 
 
 @functools.lru_cache(maxsize=256)
 def _codes(dtype: np.dtype, op: ReduceOp) -> tuple[int, int]:
     """The C side's numbers for a dtype and a reduce op."""
-    return alg.DTYPE_CODES.index(dtype.str), op.value
+    return wire.DTYPE_CODES.index(dtype.str), op.value
 
 
 def _pointers(arrays: list[np.ndarray]) -> ctypes.Array:
@@ -228,7 +228,7 @@ class ShmEngine:
     # ------------------------------------------------------------------ failures
     def _raise(self, rc: int, seq: int, what: str) -> None:
         if rc == DISAGREE:
-            raise alg.disagreement(f"collective #{seq}", [self._desc(r) for r in range(len(self.ranks))],
+            raise wire.disagreement(f"collective #{seq}", [self._desc(r) for r in range(len(self.ranks))],
                                    self.ranks)
         peer = self.lib.tg_engine_culprit(self.handle)
         if rc == TIMEOUT:

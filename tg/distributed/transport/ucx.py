@@ -36,12 +36,11 @@ import threading
 import time
 from typing import Any
 
-import numpy as np
-
 from tg import config
 from tg.distributed.errors import DistributedError
 from tg.distributed.store import TCPStore
-from tg.distributed.tcp import DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
+from tg.distributed.transport.base import Transport
+from tg.distributed.transport.wire import DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
 
 HEADER, DATA, ABORT, AUTH = 0, 1, 2, 3          # tag part
 COLLECTIVE, POINT = 0, 1                        # tag channel
@@ -52,7 +51,7 @@ _PART_MASK = 0xF << 36
 # reachable from another host; keys are UCX options without the UCX_ prefix
 LOOPBACK_ONLY = {"NET_DEVICES": "lo", "TLS": "self,sm,tcp"}
 
-log = logging.getLogger("tg.distributed.ucx")
+log = logging.getLogger("tg.distributed.transport.ucx")
 
 
 def _tag(part: int, channel: int, src: int) -> int:
@@ -144,7 +143,7 @@ class _Sent:
         self.t.wait(self.requests, self.peer, f"sending to rank {self.peer}")
 
 
-class UcxTransport:
+class UcxTransport(Transport):
     name = kind = "ucx"
 
     def __init__(self, rank: int, world: int, store: TCPStore, prefix: str, secret: bytes, timeout: float,
@@ -194,11 +193,6 @@ class UcxTransport:
                     f"prove the job secret; check that every rank has the same TG_SECRET"
                 )
         self.wait(sent, None, "connecting")
-
-    def collectives(self, ranks: list[int]) -> Any:
-        """tg's algorithms over UCX's tagged messages."""
-        from tg.distributed.algorithms import OverTransport
-        return OverTransport(self, ranks)
 
     # ------------------------------------------------------------------ waiting
     def wait(self, requests: list, peer: int | None, what: str) -> None:
@@ -295,12 +289,6 @@ class UcxTransport:
         if n:
             self.recv_into(peer, memoryview(buf))
         return bytes(buf)
-
-    def shm_view(self, peer: int, n: int) -> np.ndarray | None:
-        return None      # UCX moves shared-memory payloads itself
-
-    def shm_release(self, peer: int) -> None:
-        pass
 
     def p2p_send(self, peer: int, desc: bytes, payload: memoryview) -> None:
         header = FRAME.pack(MAGIC, P2P, 0, 0, 0, len(desc), len(desc) + len(payload)) + desc

@@ -17,20 +17,18 @@ import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from tg import config
 from tg.distributed.errors import DistributedError
-from tg.distributed.shm import Segment, ShmRing, boot_id, pid_alive
 from tg.distributed.store import RejectLog, TCPStore, prove, verify
+from tg.distributed.transport.base import Transport
+from tg.distributed.transport.shm import Segment, ShmRing, boot_id, pid_alive
+from tg.distributed.transport.wire import ABORT, DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
 
-log = logging.getLogger("tg.distributed.tcp")
-FRAME = struct.Struct("<4sBBHIIQ")     # magic, kind, flags, reserved, seq, arg, payload bytes
-MAGIC = b"TGMS"
-DATA, DESC, ABORT, P2P = 1, 2, 3, 4
-MAX_CONTROL = 4096                     # DESC and ABORT payloads are small; a larger claim is malformed
+log = logging.getLogger("tg.distributed.transport.tcp")
 DIRECT_SEND = 1 << 16                  # smaller payloads are sent from the calling thread
 SOCK_BUF = 4 << 20
 IN_SHM = 1                             # frame flag: the payload waits in shared-memory slot `arg`
@@ -75,6 +73,12 @@ _DONE = SendHandle()
 _DONE.done.set()
 
 
+def _cannot_map(rank: int, said: str) -> DistributedError:
+    """The error for a rank that reported (as "error: why") it could not map its peers' engine segments."""
+    return DistributedError(f"[distributed] rank {rank} could not map the shared memory of its peers: "
+                            f"{said[len('error: '):]}")
+
+
 def _unmapped(peer: int, creator: int, said: str) -> DistributedError:
     """The creator's error for a peer that reported (as "error: why") it could not map the creator's
     segment."""
@@ -82,7 +86,7 @@ def _unmapped(peer: int, creator: int, said: str) -> DistributedError:
                             f"for it: {said[len('error: '):]}")
 
 
-class TcpTransport:
+class TcpTransport(Transport):
     name = "tcp"
 
     @property
@@ -240,7 +244,7 @@ class TcpTransport:
         """Map every rank's engine segment (see shm_engine.py); False when a rank could not make one
         (no C compiler, a full /dev/shm: every rank then falls back alike, and says why)."""
         from tg.core.compiler import CompileError
-        from tg.distributed import shm_engine
+        from tg.distributed.transport import shm_engine
         own: Segment | None = None
         try:
             size = shm_engine.segment_bytes()
@@ -256,27 +260,40 @@ class TcpTransport:
                 if own is not None:
                     own.close()
                 return False
-            segments: list[Segment] = []
-            try:
-                segments = [own if r == self.rank else Segment.attach(p, size)  # type: ignore[misc]
-                            for r, p in enumerate(paths)]
-            except DistributedError as e:
-                store.set(f"{prefix}/engineok/{self.rank}", f"error: {e}")
-                raise
-            store.set(f"{prefix}/engineok/{self.rank}", "1")
-            for r in range(self.world):
-                key = f"{prefix}/engineok/{r}"
-                store.wait([key], timeout=self.timeout)
-                said = store.get(key).decode()
-                if said != "1":
-                    raise DistributedError(f"[distributed] rank {r} could not map the shared memory of its "
-                                           f"peers: {said[len('error: '):]}")
+            assert own is not None
+            segments = self._attach_all(store, prefix, own, paths, size)
         finally:
             if own is not None:
                 own.unlink()       # mapped by every rank now (or set-up failed): nothing to leak
         fds = [-1 if r == self.rank else self.peers[r].sock.fileno() for r in range(self.world)]
         self.engine = shm_engine.ShmEngine(self.rank, segments, fds, self.timeout, self._why)
         return True
+
+    def _attach_all(self, store: TCPStore, prefix: str, own: Segment, paths: list[str],
+                    size: int) -> list[Segment]:
+        """Every rank's segment (own for this rank's), once every rank reported it mapped them all."""
+        key = f"{prefix}/engineok/{{}}".format
+        try:
+            segments = [own if r == self.rank else Segment.attach(p, size) for r, p in enumerate(paths)]
+        except DistributedError as e:
+            store.set(key(self.rank), f"error: {e}")
+            # a peer that failed first removed its segment on the way out: its report is the cause,
+            # the missing file only the effect
+            try:
+                said = [store.compare_set(key(r), b"\0peek", b"").decode() for r in range(self.world)]
+            except (DistributedError, OSError):
+                raise e from None      # the store's host left after reading our report
+            failed = [r for r in range(self.world) if r != self.rank and said[r].startswith("error: ")]
+            if failed:
+                raise _cannot_map(failed[0], said[failed[0]]) from e
+            raise
+        store.set(key(self.rank), "1")
+        for r in range(self.world):
+            store.wait([key(r)], timeout=self.timeout)
+            said_r = store.get(key(r)).decode()
+            if said_r != "1":
+                raise _cannot_map(r, said_r)
+        return segments
 
     def _why(self, peer: int, what: str) -> None:
         """Raise what ended the engine's wait on peer's connection: its ABORT frame, or its death."""
@@ -389,18 +406,15 @@ class TcpTransport:
         except (OSError, ConnectionError):
             raise self._peer_error(p, "the connection closed mid-message") from None
 
-    def shm_view(self, peer: int, n: int) -> np.ndarray | None:
-        """The payload of the frame just read, in place in shared memory (None if it came by socket).
-        Call shm_release(peer) when done with it."""
+    def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Callable[..., None], tmp: np.ndarray,
+                    base: np.ndarray | None = None) -> None:
+        """As Transport's, but a payload waiting in a shared-memory slot is reduced from there in place."""
         p = self.peers[peer]
-        if p.shm_slot is None:
-            return None
+        if p.shm_slot is None or not dst.nbytes:
+            Transport.recv_reduce(self, peer, dst, reduce, tmp, base)
+            return
         assert p.shm_in is not None
-        return p.shm_in.slot(p.shm_slot, n)
-
-    def shm_release(self, peer: int) -> None:
-        p = self.peers[peer]
-        assert p.shm_in is not None
+        reduce(dst, p.shm_in.slot(p.shm_slot, dst.nbytes).view(dst.dtype), base)
         p.shm_slot = None
         p.shm_in.ctrl[0] += 1
 
@@ -513,16 +527,6 @@ class TcpTransport:
                     ring.close()
         if self.engine is not None:
             self.engine.close()
-
-
-def check_in_step(kind: int, fseq: int, expect_kind: int, seq: int, peer: int, rank: int, what: str) -> None:
-    """A frame of another kind or operation means the ranks called collectives in different orders."""
-    if kind != expect_kind or fseq != seq & 0xFFFFFFFF:
-        raise DistributedError(
-            f"[distributed] {what}: rank {peer} is out of step with rank {rank} "
-            f"(it sent frame kind {kind} of operation #{fseq}, expected kind {expect_kind} "
-            f"of #{seq}); the ranks called collectives in different orders"
-        )
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:
