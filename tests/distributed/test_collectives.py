@@ -2,7 +2,7 @@
 1, 2, 3 and 4. Each rank builds its inputs from a seed, so it can compute every expected value."""
 import numpy as np
 import pytest
-from harness import BACKENDS, run_ranks
+from harness import BACKENDS, require, run_ranks
 
 DTYPES = ["float32", "float64", "float16", "int32", "int64", "uint8", "bool"]
 SIZES = [0, 1, 7, 1 << 20]
@@ -271,3 +271,35 @@ def p2p_around_collectives(rank: int, world: int) -> list:
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_point_to_point_around_collectives(backend):
     assert run_ranks(2, p2p_around_collectives, backend=backend) == [[2.0, 2.0], [2.0, 7.0, 45.0, 2.0]]
+
+
+def group_on_other_backend(rank: int, world: int) -> list:
+    import tg.distributed as dist
+    other = "ucx" if dist.get_backend() == "tcp" else "gloo"      # torch's name for tcp
+    g = dist.new_group(backend=other)
+    x = np.array([rank + 1.0])
+    dist.all_reduce(x, group=g)
+    kind = g.transport.kind
+    dist.destroy_process_group(g)
+    return [x.tolist(), kind]
+
+
+@pytest.mark.parametrize("backend,kind", [("shm", "ucx"), ("ucx", "tcp+shm")])
+def test_new_group_on_another_backend(backend, kind):
+    """torch's new_group(backend=...): a tcp job's group on ucx, a ucx job's on tcp."""
+    require("ucx")
+    assert run_ranks(2, group_on_other_backend, backend=backend) == [[[3.0], kind]] * 2
+
+
+def group_on_tcp_in_mpi_job(rank: int, world: int) -> str:
+    import tg.distributed as dist
+    try:
+        dist.new_group(backend="tcp")
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
+def test_an_mpi_job_refuses_a_group_of_another_backend():
+    for said in run_ranks(2, group_on_tcp_in_mpi_job, backend="mpi"):
+        assert "this job runs on mpi" in said and "needs the rendezvous store" in said, said

@@ -93,13 +93,15 @@ def test_local_ucx_job_listens_on_loopback_only():
 
 
 def test_user_ucx_settings_win(monkeypatch):
-    from tg.distributed.transport.ucx import LOOPBACK_ONLY, context_options
-    monkeypatch.delenv("UCX_NET_DEVICES", raising=False)
-    monkeypatch.delenv("UCX_TLS", raising=False)
-    assert context_options("127.0.0.1") == LOOPBACK_ONLY
-    assert context_options("localhost") == LOOPBACK_ONLY
-    assert context_options("192.0.2.7") == {}           # a multi-host job: UCX picks its devices
+    from tg.distributed.transport.ucx import HOST_MEMORY, LOOPBACK_ONLY, context_options, load_ucxx
+    load_ucxx()          # ucxx sets UCX_RNDV_THRESH for GPU buffers when imported: that is not the user's
+    for name in ("UCX_NET_DEVICES", "UCX_TLS"):
+        monkeypatch.delenv(name, raising=False)
+    assert context_options("127.0.0.1") == {**HOST_MEMORY, **LOOPBACK_ONLY}
+    assert context_options("localhost") == {**HOST_MEMORY, **LOOPBACK_ONLY}
+    assert context_options("192.0.2.7") == HOST_MEMORY     # a multi-host job: UCX picks its devices
     monkeypatch.setenv("UCX_NET_DEVICES", "eth0")
+    monkeypatch.setenv("UCX_RNDV_THRESH", "64kb")
     assert context_options("127.0.0.1") == {"TLS": LOOPBACK_ONLY["TLS"]}
 
 

@@ -336,14 +336,14 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
             joined()    # every rank is connected to the store now (or init failed): the secret file goes
 
 
-def _make_group(ranks: list[int], my_global: int, name: str) -> ProcessGroup:
+def _make_group(ranks: list[int], my_global: int, name: str, backend: str | None = None) -> ProcessGroup:
     _State.groups += 1
     prefix = f"{config.TG_STORE_PREFIX}pg{_State.groups}"
     me = ranks.index(my_global)
     assert _State.store is not None
     store = _State.store
-    transport = BACKENDS[_State.backend].transport(me, len(ranks), store, prefix, _State.secret, _State.host,
-                                                   _State.timeout)
+    transport = BACKENDS[backend or _State.backend].transport(me, len(ranks), store, prefix, _State.secret,
+                                                              _State.host, _State.timeout)
     # nobody leaves set-up (and so nobody can finish, fail or close the store) before everyone is done
     if store.add(f"{prefix}/ready", 1) == len(ranks):
         store.set(f"{prefix}/all-ready", "1")
@@ -416,11 +416,13 @@ def get_local_rank() -> int:
     return _State.local_rank
 
 
-def new_group(ranks: list[int] | None = None, timeout: Any = None) -> Any:
+def new_group(ranks: list[int] | None = None, timeout: Any = None, backend: str | None = None) -> Any:
     """A group of some of the job's ranks (torch.distributed.new_group), for the `group=` argument of
     every call; all ranks when `ranks` is None. Every rank of the job calls it, members or not, with
     the same ranks and in the same order; a non-member gets GroupMember.NON_GROUP_MEMBER. `timeout`
-    is accepted for torch's signature; the job's timeout applies.
+    is accepted for torch's signature; the job's timeout applies. `backend` (torch's names too) gives
+    the group another transport than the job's: tcp and ucx groups meet at the job's store, so either
+    can be asked for in a tcp or ucx job; an mpi job's groups are MPI's.
 
     >>> import numpy as np
     >>> import tg.distributed as dist
@@ -434,6 +436,12 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None) -> Any:
     >>> dist.destroy_process_group()
     """
     default = _group(None)
+    kind = _State.backend if backend is None else _choose_backend(backend)
+    at_store = BACKENDS[_State.backend].meets_at_store and BACKENDS[kind].meets_at_store
+    if kind != _State.backend and not at_store:
+        raise ValueError(f"[distributed] new_group(backend={backend!r}): this job runs on {_State.backend}; "
+                         f"a group of another backend needs the rendezvous store (tcp and ucx jobs have "
+                         f"one, mpi jobs do not). Fix: leave backend out, or start the job on tcp or ucx")
     ranks = sorted(set(range(default.size) if ranks is None else ranks))
     if any(not 0 <= r < default.size for r in ranks):
         raise ValueError(f"[distributed] new_group: ranks {ranks} must be in 0..{default.size - 1}")
@@ -447,7 +455,7 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None) -> Any:
     if made is not None:
         _State.groups += 1
         return made
-    return _make_group(ranks, me, f"sub{_State.groups + 1}")
+    return _make_group(ranks, me, f"sub{_State.groups + 1}", kind)
 
 
 def destroy_process_group(group: Any = None) -> None:

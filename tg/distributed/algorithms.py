@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg.distributed.errors import DistributedError
-from tg.distributed.transport.wire import DATA, DESC, desc_hash, disagreement, encode_desc
+from tg.distributed.transport.wire import DATA, desc_hash, described, disagreement
 
 # reduce(dst, src, base=None): dst = (base, or dst itself) op src, into dst's memory
 Reducer = Callable[..., None]
@@ -86,14 +86,26 @@ def gather_pairs(out: Arrays, mine: Arrays) -> tuple[list[np.ndarray], list[np.n
     return out, mine, tuple(m.size for m in mine)
 
 
-RANGE = struct.Struct("<QQ")          # the agreement's (min, max) of the descriptor hashes
+AGREE = struct.Struct("<QQ")          # the agreement's (min, max) of the descriptor hashes
+FOLD = 512                # data bytes every agreement frame carries: a small all_reduce rides in them
 CHUNK = 4 << 20            # bytes per pipelined message (fewer, larger messages: less overhead)
 SMALL = 1 << 15            # all_reduce below this many bytes uses recursive doubling
 
-class Call:
-    """One collective in flight: `agree` first, then the algorithm's payloads, each size-checked."""
 
-    def __init__(self, transport, seq: int, desc: bytes, name: str, ranks: list[int]):
+class _Pending:
+    """A receive posted by Call.irecv / irecv_reduce: `nbytes` expected from `peer`."""
+    __slots__ = ("peer", "nbytes", "handle")
+
+    def __init__(self, peer: int, nbytes: int, handle: Any):
+        self.peer, self.nbytes, self.handle = peer, nbytes, handle
+
+
+class Call:
+    """One collective in flight: `agree` first, then the algorithm's payloads, each size-checked.
+    Receives are posted before the sends they answer (irecv, then isend, then complete), so a transport
+    that can (ucx) lands data straight in its destination."""
+
+    def __init__(self, transport: Any, seq: int, desc: bytes, name: str, ranks: list[int]):
         self.t, self.seq, self.desc, self.name, self.ranks = transport, seq, desc, name, ranks
         self.handles: list = []
 
@@ -101,48 +113,98 @@ class Call:
     def what(self) -> str:
         return f"{self.name} #{self.seq}"
 
-    def isend(self, peer: int, payload) -> None:
+    def isend(self, peer: int, payload: Any) -> None:
         mv = memoryview(payload).cast("B") if not isinstance(payload, (bytes, bytearray)) else payload
         self.handles.append(self.t.isend(peer, DATA, self.seq, 0, mv))
 
-    def _control(self, peer: int, payload: bytes) -> None:
-        self.handles.append(self.t.isend(peer, DESC, self.seq, 0, payload))
+    def irecv(self, peer: int, buf: np.ndarray) -> _Pending:
+        """Post the receive of peer's next payload into buf (exactly its size)."""
+        # numpy's stubs declare the buffer protocol only for Python >= 3.12; arrays support it at runtime
+        view = memoryview(buf).cast("B") if buf.nbytes else memoryview(b"")  # type: ignore[arg-type]
+        return _Pending(peer, len(view), self.t.irecv(peer, self.seq, view, self.what))
+
+    def irecv_reduce(self, peer: int, dst: np.ndarray, reduce: Reducer, tmp: np.ndarray,
+                     base: np.ndarray | None = None) -> _Pending:
+        """Post the receive of peer's next payload, which complete() combines into dst: dst = (base, or
+        dst itself) op payload, through tmp unless the transport reduces in place."""
+        got = self.t.irecv_reduce(peer, self.seq, dst, reduce, tmp, base, self.what)
+        return _Pending(peer, dst.nbytes, got)
+
+    def complete(self, pending: _Pending) -> None:
+        n = pending.handle.wait()
+        if n != pending.nbytes:
+            raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[pending.peer]} sent {n} "
+                                   f"bytes, rank {self.ranks[self.t.rank]} expected {pending.nbytes}")
+
+    def recv_into(self, peer: int, buf: np.ndarray) -> None:
+        self.complete(self.irecv(peer, buf))
+
+    def _control(self, peer: int, payload: bytes, fixed: bool = False) -> None:
+        self.handles.append(self.t.send_control(peer, self.seq, payload, fixed))
 
     def _control_from(self, peer: int, size: int | None) -> bytes:
-        _, _, n = self.t.recv_frame(peer, DESC, self.seq, self.what)
-        if size is not None and n != size:
+        got = self.t.recv_control(peer, self.seq, size, self.what)
+        if size is not None and len(got) != size:
             raise DistributedError(
-                f"[distributed] {self.what}: rank {self.ranks[peer]} sent a {n}-byte agreement "
+                f"[distributed] {self.what}: rank {self.ranks[peer]} sent a {len(got)}-byte agreement "
                 f"frame, rank {self.ranks[self.t.rank]} expected {size} bytes"
             )
-        return self.t.recv_bytes(peer, n)
+        return got
 
-    def agree(self) -> None:
+    # Complexity: recursive doubling with the data riding along, its order rule and the fold-in of ranks
+    # beyond the largest power of two, in one pass.
+    def agree(self, data: np.ndarray | None = None, reduce: Reducer | None = None) -> None:  # noqa: C901
         """Every rank in the same call, or every rank raises the same error naming the odd ones. The
         MIN and MAX of the descriptor hashes go round in the pattern of recursive doubling (ranks
-        beyond the largest power of two fold in first and hear the result last)."""
+        beyond the largest power of two fold in first and hear the result last). Every frame has room
+        for FOLD bytes: `data` (a flat all_reduce of at most that) rides in them and is reduced on the
+        way, the lower rank's values first, so such an all_reduce is this one exchange, with the same
+        bits on every rank. The frames are of one size whatever the call, so ranks in different calls
+        always finish the exchange and learn of it together."""
         n, r = self.t.world, self.t.rank
         p2 = 1 << (n.bit_length() - 1)
         h = desc_hash(self.desc)
         lo, hi = h, h
+        frame = bytearray(AGREE.size + FOLD)
+        mine = np.frombuffer(frame, data.dtype, data.size, AGREE.size) if data is not None else None
 
-        def merge(peer: int) -> None:
+        def send(peer: int) -> None:
+            AGREE.pack_into(frame, 0, lo, hi)
+            if mine is not None:
+                mine[...] = data
+            self._control(peer, bytes(frame), fixed=True)
+
+        def merge(peer: int, first: bool | None) -> None:
+            """Take peer's range, and its data: ours op theirs (first True), theirs op ours (False), or
+            theirs as it is (None: the result of the exchange)."""
             nonlocal lo, hi
-            theirs_lo, theirs_hi = RANGE.unpack(self._control_from(peer, RANGE.size))
+            got = self._control_from(peer, len(frame))
+            theirs_lo, theirs_hi = AGREE.unpack_from(got)
             lo, hi = min(lo, theirs_lo), max(hi, theirs_hi)
+            if data is None:
+                return
+            theirs = np.frombuffer(got, data.dtype, data.size, AGREE.size)
+            if first is None:
+                data[...] = theirs
+            elif first:
+                reduce(data, theirs)  # type: ignore[misc]
+            else:
+                combined = theirs.copy()
+                reduce(combined, data)  # type: ignore[misc]
+                data[...] = combined
         if r >= p2:
-            self._control(r - p2, RANGE.pack(lo, hi))
-            merge(r - p2)
+            send(r - p2)
+            merge(r - p2, None)
         else:
             if r + p2 < n:
-                merge(r + p2)
+                merge(r + p2, True)
             mask = 1
             while mask < p2:
-                self._control(r ^ mask, RANGE.pack(lo, hi))
-                merge(r ^ mask)
+                send(r ^ mask)
+                merge(r ^ mask, (r ^ mask) > r)
                 mask <<= 1
             if r + p2 < n:
-                self._control(r + p2, RANGE.pack(lo, hi))
+                send(r + p2)
         self.finish()
         if lo != hi:
             self._name_the_odd_ranks()
@@ -156,26 +218,6 @@ class Call:
         descs = [self.desc if peer == r else self._control_from(peer, None) for peer in range(n)]
         self.finish()
         raise disagreement(f"collective #{self.seq}", descs, self.ranks)
-
-    def recv_into(self, peer: int, buf: np.ndarray) -> None:
-        _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
-        # numpy's stubs declare the buffer protocol only for Python >= 3.12; arrays support it at runtime
-        view = memoryview(buf).cast("B") if buf.nbytes else memoryview(b"")  # type: ignore[arg-type]
-        if n != len(view):
-            raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent {n} bytes, rank "
-                                   f"{self.ranks[self.t.rank]} expected {len(view)}")
-        if n:
-            self.t.recv_into(peer, view)
-
-    def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Reducer, tmp: np.ndarray,
-                    base: np.ndarray | None = None) -> None:
-        """dst = (base, or dst itself) op (what peer sends), through tmp unless the transport reduces in
-        place (Transport.recv_reduce)."""
-        _, _, n = self.t.recv_frame(peer, DATA, self.seq, self.what)
-        if n != dst.nbytes:
-            raise DistributedError(f"[distributed] {self.what}: rank {self.ranks[peer]} sent {n} bytes, rank "
-                                   f"{self.ranks[self.t.rank]} expected {dst.nbytes}")
-        self.t.recv_reduce(peer, dst, reduce, tmp, base)
 
     def finish(self) -> None:
         for h in self.handles:
@@ -191,6 +233,15 @@ def _chunks(n_items: int, itemsize: int) -> list[slice]:
 def _blocks(n: int, parts: int) -> list[slice]:
     edges = [n * i // parts for i in range(parts + 1)]
     return [slice(edges[i], edges[i + 1]) for i in range(parts)]
+
+
+def _interleave(c: Call, sends: list[tuple[int, np.ndarray]], pending: list[_Pending]) -> None:
+    """Send and complete receives in turn (send j, then complete receive j): the pipeline of a step."""
+    for j in range(max(len(sends), len(pending))):
+        if j < len(sends):
+            c.isend(*sends[j])
+        if j < len(pending):
+            c.complete(pending[j])
 
 
 def ring_reduce_scatter(c: Call, buf: np.ndarray, reduce: Reducer, blocks: list[slice],
@@ -211,14 +262,9 @@ def ring_reduce_scatter(c: Call, buf: np.ndarray, reduce: Reducer, blocks: list[
             into = mine
         else:
             into = out if s == n - 2 else scratch[s % 2][:len(mine)]
-        send_chunks, recv_chunks = _chunks(len(sending), buf.itemsize), _chunks(len(mine), buf.itemsize)
-        for j in range(max(len(send_chunks), len(recv_chunks))):
-            if j < len(send_chunks):
-                c.isend(nxt, sending[send_chunks[j]])
-            if j < len(recv_chunks):
-                part = recv_chunks[j]
-                c.recv_reduce(prv, into[part], reduce, tmp[:part.stop - part.start],
-                              None if into is mine else mine[part])
+        pending = [c.irecv_reduce(prv, into[p], reduce, tmp[p], None if into is mine else mine[p])
+                   for p in _chunks(len(mine), buf.itemsize)]
+        _interleave(c, [(nxt, sending[p]) for p in _chunks(len(sending), buf.itemsize)], pending)
         c.finish()             # every send is out of `sending`: its memory may take the next partial sums
         sending = into
 
@@ -229,15 +275,13 @@ def ring_all_gather(c: Call, bufs: list[np.ndarray], blocks: list[list[slice]]) 
     n, r = c.t.world, c.t.rank
     nxt, prv = (r + 1) % n, (r - 1) % n
     for s in range(n - 1):
+        sends: list[tuple[int, np.ndarray]] = []
+        pending: list[_Pending] = []
         for buf, bl in zip(bufs, blocks):
             send_seg, recv_seg = buf[bl[(r - s) % n]], buf[bl[(r - s - 1) % n]]
-            send_chunks = _chunks(len(send_seg), buf.itemsize)
-            recv_chunks = _chunks(len(recv_seg), buf.itemsize)
-            for j in range(max(len(send_chunks), len(recv_chunks))):
-                if j < len(send_chunks):
-                    c.isend(nxt, send_seg[send_chunks[j]])
-                if j < len(recv_chunks):
-                    c.recv_into(prv, recv_seg[recv_chunks[j]])
+            pending += [c.irecv(prv, recv_seg[p]) for p in _chunks(len(recv_seg), buf.itemsize)]
+            sends += [(nxt, send_seg[p]) for p in _chunks(len(send_seg), buf.itemsize)]
+        _interleave(c, sends, pending)
         c.finish()
 
 
@@ -248,9 +292,11 @@ def recursive_doubling(c: Call, buf: np.ndarray, reduce: Reducer) -> None:
     extra = n - p2
     tmp = np.empty_like(buf)
     if r >= p2:
+        got = c.irecv(r - p2, tmp)
         c.isend(r - p2, buf)
-        c.recv_into(r - p2, buf)
+        c.complete(got)
         c.finish()
+        buf[...] = tmp
         return
     if r < extra:
         c.recv_into(r + p2, tmp)
@@ -258,8 +304,9 @@ def recursive_doubling(c: Call, buf: np.ndarray, reduce: Reducer) -> None:
     mask = 1
     while mask < p2:
         partner = r ^ mask
+        got = c.irecv(partner, tmp)
         c.isend(partner, buf.copy())
-        c.recv_into(partner, tmp)
+        c.complete(got)
         c.finish()
         # the lower rank's value goes first, so every rank adds in the same order: bit-identical results
         if partner < r:
@@ -301,9 +348,11 @@ def broadcast(c: Call, buf: np.ndarray, root: int) -> None:
         if vr + mask < n:
             children.append((vr + mask + root) % n)
         mask >>= 1
-    for chunk in _chunks(buf.size, buf.itemsize):
-        if parent is not None:
-            c.recv_into(parent, buf[chunk])
+    chunks = _chunks(buf.size, buf.itemsize)
+    pending = [c.irecv(parent, buf[chunk]) for chunk in chunks] if parent is not None else []
+    for k, chunk in enumerate(chunks):
+        if pending:
+            c.complete(pending[k])
         for child in children:
             c.isend(child, buf[chunk])
     c.finish()
@@ -312,11 +361,10 @@ def broadcast(c: Call, buf: np.ndarray, root: int) -> None:
 def gather(c: Call, chunks: list[np.ndarray], mine: np.ndarray, root: int) -> None:
     """Root's chunks[i] receives rank i's `mine`."""
     if c.t.rank == root:
-        for peer in range(c.t.world):
-            if peer == root:
-                chunks[peer][...] = mine
-            else:
-                c.recv_into(peer, chunks[peer])
+        pending = [c.irecv(peer, chunks[peer]) for peer in range(c.t.world) if peer != root]
+        chunks[root][...] = mine
+        for p in pending:
+            c.complete(p)
     else:
         c.isend(root, mine)
     c.finish()
@@ -337,10 +385,8 @@ def scatter(c: Call, chunks: list[np.ndarray], out: np.ndarray, root: int) -> No
 def all_to_all(c: Call, send_blocks: list[np.ndarray], recv_blocks: list[np.ndarray]) -> None:
     n, r = c.t.world, c.t.rank
     recv_blocks[r][...] = send_blocks[r]
-    for k in range(1, n):
-        to, frm = (r + k) % n, (r - k) % n
-        c.isend(to, send_blocks[to])
-        c.recv_into(frm, recv_blocks[frm])
+    pending = [c.irecv((r - k) % n, recv_blocks[(r - k) % n]) for k in range(1, n)]
+    _interleave(c, [((r + k) % n, send_blocks[(r + k) % n]) for k in range(1, n)], pending)
     c.finish()
 
 
@@ -388,30 +434,36 @@ class OverTransport:
         self.rank, self.size = transport.rank, transport.world
 
     def call(self, seq: int, op: str, arr: np.ndarray, root: int = -1, red: ReduceOp | None = None,
-             shape: tuple[int, ...] | None = None) -> Call:
-        """The collective `op` as call number seq, once every rank has agreed to it."""
-        desc = encode_desc(op, arr.dtype, tuple(arr.shape if shape is None else shape), root,
-                           red.value if red is not None else 0)
+             shape: tuple[int, ...] | None = None, agree: bool = True) -> Call:
+        """The collective `op` as call number seq, once every rank has agreed to it (unless `agree` is
+        False: the caller agrees itself, with data riding along)."""
+        desc = described(op, arr.dtype, tuple(arr.shape if shape is None else shape), root,
+                         red.value if red is not None else 0)[0]
         c = Call(self.t, seq, desc, op, self.ranks)
-        c.agree()
+        if agree:
+            c.agree()
         return c
 
-    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
-        self._all_reduce(self.call(seq, "all_reduce", arr, red=op), arr, op)
-
-    def _all_reduce(self, c: Call, arr: np.ndarray, op: ReduceOp) -> None:
+    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp, what: str = "all_reduce",
+                   root: int = -1) -> None:
         work = arr if arr.dtype.kind != "f" or arr.itemsize >= 4 else arr.astype(np.float32)
         flat = work.reshape(-1)
-        all_reduce(c, flat, reducer(op, work.dtype))
+        folded = flat.nbytes <= FOLD     # small: the data rides in the agreement's frames
+        c = self.call(seq, what, arr, root=root, red=op, agree=not folded)
+        if folded:
+            riding = flat.copy()         # written back once the ranks agree: a disagreement moves nothing
+            c.agree(riding, reducer(op, work.dtype))
+            flat[...] = riding
+        else:
+            all_reduce(c, flat, reducer(op, work.dtype))
         if op is ReduceOp.AVG:
             np.divide(flat, self.size, out=flat, casting="unsafe")
         if work is not arr:
             arr[...] = work
 
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
-        c = self.call(seq, "reduce", arr, root=root, red=op)
         result = arr.copy()
-        self._all_reduce(c, result, op)
+        self.all_reduce(seq, result, op, "reduce", root)
         if self.rank == root:
             arr[...] = result
 

@@ -26,6 +26,7 @@ class Backend:
     name = ""
     summary = ""
     leaves_at_exit = True      # destroy_process_group's exit barrier runs at exit (MPI finalizes itself)
+    meets_at_store = True      # ranks meet at the rendezvous store (so its groups can mix with others')
 
     def world(self, rank: int | None, world_size: int | None,
               timeout: float) -> tuple[ProcessGroup, int] | None:
@@ -66,7 +67,7 @@ class Ucx(Backend):
 
 class Mpi(Backend):
     name, summary = "mpi", "MPI's own collectives through mpi4py, in a job mpiexec started"
-    leaves_at_exit = False
+    leaves_at_exit = meets_at_store = False
 
     def world(self, rank: int | None, world_size: int | None,
               timeout: float) -> tuple[ProcessGroup, int] | None:

@@ -30,7 +30,6 @@ import sys
 import threading
 import time
 import traceback
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -48,13 +47,6 @@ _OP_NAMES = {ReduceOp.SUM: "SUM", ReduceOp.AVG: "SUM", ReduceOp.PRODUCT: "PROD",
              ReduceOp.MAX: "MAX", ReduceOp.BAND: "BAND", ReduceOp.BOR: "BOR", ReduceOp.BXOR: "BXOR"}
 _BOOL_OP_NAMES = {ReduceOp.SUM: "LOR", ReduceOp.MAX: "LOR", ReduceOp.BOR: "LOR", ReduceOp.PRODUCT: "LAND",
                   ReduceOp.MIN: "LAND", ReduceOp.BAND: "LAND", ReduceOp.BXOR: "LXOR"}
-
-
-@lru_cache(maxsize=4096)
-def _descriptor(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int, red: int) -> tuple[bytes, int]:
-    """The call's descriptor and its 62-bit hash (cached: a training loop repeats a few shapes)."""
-    desc = wire.encode_desc(op, dtype, shape, root, red)
-    return desc, wire.desc_hash(desc)
 
 
 def load_mpi() -> Any:
@@ -398,8 +390,9 @@ class MpiGroup(ProcessGroup):
     def _agree(self, seq: int, op: str, arr: np.ndarray, root: int = -1,
                red: ReduceOp | None = None, shape: tuple[int, ...] | None = None) -> _Agreed:
         """`with self._agree(...)`: every rank must be in the same call before any data moves."""
-        return _Agreed(self, seq, op, _descriptor(op, arr.dtype, arr.shape if shape is None else shape, root,
-                                                  red.value if red is not None else 0))
+        desc = wire.described(op, arr.dtype, arr.shape if shape is None else shape, root,
+                              red.value if red is not None else 0)
+        return _Agreed(self, seq, op, desc)
 
     def _name_the_odd_rank(self, seq: int, name: str, desc: bytes) -> None:
         everyone = np.empty(self.size * DESC_BYTES, np.uint8)
@@ -498,13 +491,13 @@ class MpiGroup(ProcessGroup):
 
     # ------------------------------------------------------------------ point to point (own communicator)
     def send(self, seq: int, arr: np.ndarray, dst: int) -> None:
-        desc = _descriptor("send", arr.dtype, arr.shape, -1, 0)[0]
+        desc = wire.described("send", arr.dtype, arr.shape)[0]
         with self._guard(f"send to rank {self.ranks[dst]}", [self.ranks[dst]]):
             self.transport.p2p.Send(_pack_desc(desc), dest=dst, tag=_P2P_DESC)
             self.transport.p2p.Send(_bytes(np.ascontiguousarray(arr)), dest=dst, tag=_P2P_DATA)
 
     def recv(self, seq: int, arr: np.ndarray, src: int) -> None:
-        desc = _descriptor("send", arr.dtype, arr.shape, -1, 0)[0]
+        desc = wire.described("send", arr.dtype, arr.shape)[0]
         p2p = self.transport.p2p
         packed = np.empty(DESC_BYTES, np.uint8)
         with self._guard(f"recv from rank {self.ranks[src]}", [self.ranks[src]]):

@@ -24,6 +24,26 @@ class Sent(Protocol):
         """Returns once the payload has left (its memory may be reused); raises if it cannot."""
 
 
+class Receiving(Protocol):
+    def wait(self) -> int:
+        """The payload's size once it is in place; another size than the posted buffer's (and nothing
+        written) when the peer sent another size."""
+
+
+class _ThenReduce:
+    """A posted receive into tmp whose completion also reduces tmp into dst."""
+
+    def __init__(self, got: Receiving, dst: np.ndarray, reduce: Callable[..., None], tmp: np.ndarray,
+                 base: np.ndarray | None):
+        self.got, self.dst, self.reduce, self.tmp, self.base = got, dst, reduce, tmp, base
+
+    def wait(self) -> int:
+        n = self.got.wait()
+        if n == self.dst.nbytes:
+            self.reduce(self.dst, self.tmp, self.base)
+        return n
+
+
 class Collectives(Protocol):
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None: ...
 
@@ -60,6 +80,14 @@ class Transport(Protocol):
         """Send one frame (header and payload) to peer; the payload's memory stays untouched until the
         returned handle's wait() returns."""
 
+    def send_control(self, peer: int, seq: int, payload: bytes, fixed: bool) -> Sent:
+        """A control message of call seq (the agreement's); `fixed`: every rank's message of this step has
+        this size (the receiver names it), else its size travels with it."""
+
+    def recv_control(self, peer: int, seq: int, size: int | None, what: str) -> bytes:
+        """peer's next control message of call seq: `size` bytes (a fixed one), or any size up to
+        wire.MAX_CONTROL (None). Raises, naming the peer, on a message of another call or kind."""
+
     def recv_frame(self, peer: int, expect_kind: int, seq: int, what: str) -> tuple[int, int, int]:
         """Read peer's next frame header: (kind, arg, payload bytes). Raises, naming the peer, on an
         ABORT frame, a frame of another kind or call (wire.check_in_step), a dead peer or the timeout."""
@@ -70,13 +98,16 @@ class Transport(Protocol):
     def recv_bytes(self, peer: int, n: int) -> bytes:
         """The payload of the frame just read (n bytes, a control frame's), as bytes."""
 
-    def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Callable[..., None], tmp: np.ndarray,
-                    base: np.ndarray | None = None) -> None:
-        """The payload of the frame just read (dst.nbytes bytes) combined into dst: dst = (base, or dst
-        itself) op payload. Received into tmp, then reduced, unless the transport can read it in place."""
-        if dst.nbytes:
-            self.recv_into(peer, memoryview(tmp).cast("B"))  # type: ignore[arg-type]  # ndarray: a buffer
-        reduce(dst, tmp, base)
+    def irecv(self, peer: int, seq: int, view: memoryview, what: str) -> Receiving:
+        """Post the receive of peer's next DATA payload of call seq into view."""
+
+    def irecv_reduce(self, peer: int, seq: int, dst: np.ndarray, reduce: Callable[..., None], tmp: np.ndarray,
+                     base: np.ndarray | None, what: str) -> Receiving:
+        """Post the receive of peer's next DATA payload of call seq (dst.nbytes of them); when it is
+        complete, dst = (base, or dst itself) op payload. Received into tmp, then reduced, unless the
+        transport can read it in place."""
+        view = memoryview(tmp).cast("B") if tmp.nbytes else memoryview(b"")  # type: ignore[arg-type]
+        return _ThenReduce(self.irecv(peer, seq, view, what), dst, reduce, tmp, base)
 
     def p2p_send(self, peer: int, desc: bytes, payload: memoryview) -> None:
         """One point-to-point message (descriptor and data) on the channel that never carries collectives."""

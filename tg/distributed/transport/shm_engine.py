@@ -121,8 +121,8 @@ def _described(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1,
                red: ReduceOp | None = None) -> tuple[int, bytes, int]:
     """(hash, descriptor, its length): how every call of this kind ends its arguments (cached: a training
     loop repeats a few)."""
-    desc = wire.encode_desc(op, dtype, shape, root, 0 if red is None else red.value)
-    return wire.desc_hash(desc), desc, len(desc)
+    desc, h = wire.described(op, dtype, shape, root, 0 if red is None else red.value)
+    return h, desc, len(desc)
 
 
 @functools.lru_cache(maxsize=256)

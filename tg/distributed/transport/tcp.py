@@ -26,7 +26,7 @@ from tg.distributed.errors import DistributedError
 from tg.distributed.store import RejectLog, TCPStore, prove, verify
 from tg.distributed.transport.base import Transport
 from tg.distributed.transport.shm import Segment, ShmRing, boot_id, pid_alive
-from tg.distributed.transport.wire import ABORT, DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
+from tg.distributed.transport.wire import ABORT, DATA, DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
 
 log = logging.getLogger("tg.distributed.transport.tcp")
 DIRECT_SEND = 1 << 16                  # smaller payloads are sent from the calling thread
@@ -71,6 +71,44 @@ class SendHandle:
 
 _DONE = SendHandle()
 _DONE.done.set()
+
+
+class _FrameReceive:
+    """A DATA frame's payload into view, read when waited for (TcpTransport.irecv)."""
+
+    def __init__(self, t: TcpTransport, peer: int, seq: int, view: memoryview, what: str):
+        self.t, self.peer, self.seq, self.view, self.what = t, peer, seq, view, what
+
+    def wait(self) -> int:
+        _, _, n = self.t.recv_frame(self.peer, DATA, self.seq, self.what)
+        if n == len(self.view) and n:
+            self.t.recv_into(self.peer, self.view)
+        return n
+
+
+class _FrameReduce:
+    """A DATA frame's payload reduced into dst, read when waited for (TcpTransport.irecv_reduce)."""
+
+    def __init__(self, t: TcpTransport, peer: int, seq: int, dst: np.ndarray, reduce: Callable[..., None],
+                 tmp: np.ndarray, base: np.ndarray | None, what: str):
+        self.t, self.peer, self.seq, self.what = t, peer, seq, what
+        self.dst, self.reduce, self.tmp, self.base = dst, reduce, tmp, base
+
+    def wait(self) -> int:
+        t, p = self.t, self.t.peers[self.peer]
+        _, _, n = t.recv_frame(self.peer, DATA, self.seq, self.what)
+        if n != self.dst.nbytes:
+            return n
+        if p.shm_slot is not None and n:
+            assert p.shm_in is not None
+            self.reduce(self.dst, p.shm_in.slot(p.shm_slot, n).view(self.dst.dtype), self.base)
+            p.shm_slot = None
+            p.shm_in.ctrl[0] += 1
+            return n
+        if n:
+            t.recv_into(self.peer, memoryview(self.tmp).cast("B"))  # type: ignore[arg-type]  # a buffer
+        self.reduce(self.dst, self.tmp, self.base)
+        return n
 
 
 def _cannot_map(rank: int, said: str) -> DistributedError:
@@ -406,17 +444,21 @@ class TcpTransport(Transport):
         except (OSError, ConnectionError):
             raise self._peer_error(p, "the connection closed mid-message") from None
 
-    def recv_reduce(self, peer: int, dst: np.ndarray, reduce: Callable[..., None], tmp: np.ndarray,
-                    base: np.ndarray | None = None) -> None:
-        """As Transport's, but a payload waiting in a shared-memory slot is reduced from there in place."""
-        p = self.peers[peer]
-        if p.shm_slot is None or not dst.nbytes:
-            Transport.recv_reduce(self, peer, dst, reduce, tmp, base)
-            return
-        assert p.shm_in is not None
-        reduce(dst, p.shm_in.slot(p.shm_slot, dst.nbytes).view(dst.dtype), base)
-        p.shm_slot = None
-        p.shm_in.ctrl[0] += 1
+    def send_control(self, peer: int, seq: int, payload: bytes, fixed: bool) -> SendHandle:
+        return self.isend(peer, DESC, seq, 0, payload)
+
+    def recv_control(self, peer: int, seq: int, size: int | None, what: str) -> bytes:
+        _, _, n = self.recv_frame(peer, DESC, seq, what)     # at most MAX_CONTROL bytes (recv_frame)
+        return self.recv_bytes(peer, n)
+
+    def irecv(self, peer: int, seq: int, view: memoryview, what: str) -> _FrameReceive:
+        """Deferred: frames arrive in order on the peer's socket, so the read happens at wait()."""
+        return _FrameReceive(self, peer, seq, view, what)
+
+    def irecv_reduce(self, peer: int, seq: int, dst: np.ndarray, reduce: Callable[..., None], tmp: np.ndarray,
+                     base: np.ndarray | None, what: str) -> _FrameReduce:
+        """Deferred as irecv; a payload waiting in a shared-memory slot is reduced from there in place."""
+        return _FrameReduce(self, peer, seq, dst, reduce, tmp, base, what)
 
     def p2p_send(self, peer: int, desc: bytes, payload: memoryview) -> None:
         """One message on the point-to-point connection: header, descriptor, data."""

@@ -1,15 +1,25 @@
 """The `ucx` transport: UCX through ucxx (`ucxx-cu13`), under the shared collective algorithms.
 
 Each rank opens one UCX worker per group and publishes its worker address in the rendezvous
-store; peers connect by worker address (not through a listener), which lets UCX pick shared
-memory between ranks on one host and TCP (or RDMA) across hosts. Messages are UCX tagged sends:
-a frame is one message holding the 24-byte header and a small payload (up to 8 KiB), or a header
-message then a payload message received straight into the destination buffer. The tag says which
-part it is, which channel (collectives or point-to-point) and which rank sent it; UCX keeps
-messages with equal tags from one sender in order.
+store; peers connect by worker address (not through a listener). Each pair of ranks has two
+endpoints. The data endpoint asks for no peer-failure handling, which lets UCX carry it over shared
+memory (and CMA) between ranks on one host, TCP or RDMA across hosts: UCX's shared-memory transports
+offer no failure handling, so an endpoint that asks for it goes over TCP even on one host (seen: a
+1 MiB all_reduce 12x slower). The control endpoint asks for it: it carries the secret's proof and
+ABORT messages, and its closing is how a dead peer is noticed.
+
+Messages are UCX tagged sends; the tag says which part it is (a frame header, data, ABORT, the
+proof), which channel (collectives or point-to-point), which call (the low 24 bits of its sequence
+number) and which rank sent it; UCX keeps messages with equal tags from one sender in order. A
+control frame (the agreement) is one message: the 24-byte header and its payload. A collective's
+data goes without a header, into a receive posted before the peer sends, so it lands straight in
+its buffer: the agreement before it has shown every rank's sizes equal. For host memory the data
+stays eager (copied through UCX's shared-memory fifo, in pipelined fragments) up to RNDV_THRESH
+between ranks of one host, which measured faster than rendezvous over CMA below 4 MiB; ucxx's own
+default (8 KiB, tuned for GPU buffers) is replaced unless the user set UCX_RNDV_THRESH.
 
 Waiting progresses the worker, then sleeps on its event file descriptor (no core is burnt while a
-peer computes). While waiting for a peer, a closed endpoint (UCX reports a dead process at once)
+peer computes). While waiting, a closed control endpoint (UCX reports a dead process at once)
 raises naming that peer, and a standing receive catches the ABORT message a failing rank sends to
 everyone, so all ranks raise within milliseconds with the first failure's reason.
 
@@ -40,26 +50,32 @@ from tg import config
 from tg.distributed.errors import DistributedError
 from tg.distributed.store import TCPStore
 from tg.distributed.transport.base import Transport
-from tg.distributed.transport.wire import DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
+from tg.distributed.transport.wire import DATA, DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step, header
 
-HEADER, DATA, ABORT, AUTH = 0, 1, 2, 3          # tag part
+HEADER, PAYLOAD, ABORT, AUTH, CONTROL = 0, 1, 2, 3, 4    # tag part (wire.DATA, a collective's data, is 1)
 COLLECTIVE, POINT = 0, 1                        # tag channel
 SPIN = 200                                      # progress polls before sleeping on the event fd
 INLINE = 8 << 10                                # payloads up to this ride in the header's message
-_PART_MASK = 0xF << 36
+_PART_MASK = 0xF << 60
+SEQ = struct.Struct("<I")        # a header-less control message starts with its call's number
 # a job on one host: UCX's TCP on the loopback device only (and shared memory), so no UCX port is
 # reachable from another host; keys are UCX options without the UCX_ prefix
 LOOPBACK_ONLY = {"NET_DEVICES": "lo", "TLS": "self,sm,tcp"}
+# host memory between ranks of one host: eager (copied through the shared-memory fifo) below 4 MiB,
+# rendezvous (one copy over CMA) from there (measured: eager 1.5x faster at 1 MiB, equal at 4 MiB,
+# 1.5x slower at 32 MiB); UCX's own choice across hosts
+HOST_MEMORY = {"RNDV_THRESH": "intra:4mb,inter:auto"}
 
 log = logging.getLogger("tg.distributed.transport.ucx")
 
 
-def _tag(part: int, channel: int, src: int) -> int:
-    return (part << 36) | (channel << 32) | src
+def _tag(part: int, channel: int, src: int, seq: int = 0) -> int:
+    return (part << 60) | (channel << 56) | ((seq & 0xFFFFFF) << 32) | src
 
 
 _api: Any = None
 _contexts: dict[tuple[tuple[str, str], ...], Any] = {}     # one UCP context per set of options
+_ucxx_set: dict[str, str] = {}     # the UCX_* variables ucxx set itself when imported (its GPU defaults)
 
 
 def _is_loopback(host: str) -> bool:
@@ -70,18 +86,18 @@ def _is_loopback(host: str) -> bool:
 
 
 def context_options(host: str) -> dict[str, str]:
-    """The UCX options tg sets for a transport whose rank serves on `host`: LOOPBACK_ONLY when `host`
-    is a loopback address, else none; an option whose UCX_ variable the user set is left to UCX.
+    """The UCX options tg sets for a transport whose rank serves on `host`: HOST_MEMORY, and
+    LOOPBACK_ONLY when `host` is a loopback address; an option whose UCX_ variable the user set (before
+    ucxx was imported, which sets some of its own) is left to UCX.
 
         >>> context_options("10.0.0.7")
-        {}
+        {'RNDV_THRESH': 'intra:4mb,inter:auto'}
     """
-    if not _is_loopback(host):
-        return {}
-    user = config.environment()
-    chosen = {k: v for k, v in LOOPBACK_ONLY.items() if f"UCX_{k}" not in user}
-    kept = {f"UCX_{k}": user[f"UCX_{k}"] for k in LOOPBACK_ONLY if f"UCX_{k}" in user}
-    log.debug("[distributed] ucx: transport host %s is loopback, so UCX is kept to it: %s%s", host,
+    wanted = {**HOST_MEMORY, **(LOOPBACK_ONLY if _is_loopback(host) else {})}
+    user = {k for k, v in config.environment().items() if k.startswith("UCX_") and _ucxx_set.get(k) != v}
+    chosen = {k: v for k, v in wanted.items() if f"UCX_{k}" not in user}
+    kept = sorted(f"UCX_{k}" for k in wanted if f"UCX_{k}" in user)
+    log.debug("[distributed] ucx: transport host %s: %s%s", host,
               ", ".join(f"UCX_{k}={v}" for k, v in chosen.items()) or "nothing set by tg",
               f"; kept the user's {kept}" if kept else "")
     return chosen
@@ -104,6 +120,7 @@ def load_ucxx() -> Any:
     if _api is not None:
         return _api
     config.export_default("UCX_WARN_UNUSED_ENV_VARS", "n")
+    before = config.environment()
     try:
         import ucxx._lib.libucxx as api
     except ImportError as e:
@@ -126,6 +143,8 @@ def load_ucxx() -> Any:
                 f"init_process_group before importing mpi4py"
             ) from None
         raise
+    after = config.environment()
+    _ucxx_set.update({k: v for k, v in after.items() if k.startswith("UCX_") and k not in before})
     _api = api
     return api
 
@@ -140,7 +159,20 @@ class _Sent:
         return all(r.completed for r in self.requests)
 
     def wait(self, timeout: float | None = None) -> None:
-        self.t.wait(self.requests, self.peer, f"sending to rank {self.peer}")
+        if not self.done():
+            self.t.wait(self.requests, self.peer, f"sending to rank {self.peer}")
+
+
+class _Posted:
+    """A posted receive of a collective's data (UcxTransport.irecv)."""
+
+    def __init__(self, transport: UcxTransport, peer: int, request: Any, nbytes: int, what: str):
+        self.t, self.peer, self.request, self.nbytes, self.what = transport, peer, request, nbytes, what
+
+    def wait(self) -> int:
+        if self.request is not None:
+            self.t.wait([self.request], self.peer, self.what)
+        return self.nbytes
 
 
 class UcxTransport(Transport):
@@ -166,55 +198,52 @@ class UcxTransport(Transport):
         self.abort_buf = bytearray(4 + MAX_CONTROL)
         self.abort_req = self.worker.tag_recv(Array(self.abort_buf), api.UCXXTag(_tag(ABORT, 0, 0)),
                                               api.UCXXTagMask(_PART_MASK))
-        self.eps: dict[int, Any] = {}
+        self.eps: dict[int, Any] = {}       # data: no failure handling, so shared memory can carry it
+        self.ctl: dict[int, Any] = {}       # control: the proof and ABORT; its closing names a dead peer
         self.in_flight: list[_Sent] = []
         self.inline: dict[int, memoryview | None] = {}   # the payload that came inside the last header
         for peer in range(world):
             if peer != rank:
                 address = api.UCXAddress.create_from_buffer(store.get(f"{prefix}/ucx/{peer}"))
-                self.eps[peer] = api.UCXEndpoint.create_from_worker_address(self.worker, address, True)
+                self.ctl[peer] = api.UCXEndpoint.create_from_worker_address(self.worker, address, True)
+                self.eps[peer] = api.UCXEndpoint.create_from_worker_address(self.worker, address, False)
         self._prove(secret, prefix)
 
-    def _proof(self, secret: bytes, prefix: str, src: int, dst: int) -> bytes:
-        return hmac.new(secret, f"tg-ucx|{prefix}|{src}->{dst}".encode(), hashlib.sha256).digest()
+    def _proof(self, secret: bytes, prefix: str, src: int, dst: int, channel: int) -> bytes:
+        return hmac.new(secret, f"tg-ucx|{prefix}|{src}->{dst}|{channel}".encode(), hashlib.sha256).digest()
 
     def _prove(self, secret: bytes, prefix: str) -> None:
-        """Each rank sends every peer an HMAC of (prefix, itself, the peer) and checks the ones it gets."""
-        proofs = [bytearray(self._proof(secret, prefix, self.rank, p)) for p in self.eps]   # alive until sent
-        sent = [ep.tag_send(self.Array(proof), self.api.UCXXTag(_tag(AUTH, 0, self.rank)))
-                for ep, proof in zip(self.eps.values(), proofs)]
-        for peer in self.eps:
-            got = bytearray(32)
-            self.wait([self.worker.tag_recv(self.Array(got), self.api.UCXXTag(_tag(AUTH, 0, peer)))], peer,
-                      "connecting")
-            if not hmac.compare_digest(bytes(got), self._proof(secret, prefix, peer, self.rank)):
-                raise DistributedError(
-                    f"[distributed] rank {self.rank}: the UCX endpoint of rank {peer} did not "
-                    f"prove the job secret; check that every rank has the same TG_SECRET"
-                )
+        """Each rank sends every peer, over both endpoints (channel 0: control, 1: data), an HMAC of
+        (prefix, itself, the peer, the channel) and checks the ones it gets."""
+        mine = [(eps[p], channel, bytearray(self._proof(secret, prefix, self.rank, p, channel)))
+                for channel, eps in enumerate((self.ctl, self.eps)) for p in eps]     # alive until sent
+        sent = [ep.tag_send(self.Array(proof), self.api.UCXXTag(_tag(AUTH, channel, self.rank)))
+                for ep, channel, proof in mine]
+        for channel in (0, 1):
+            for peer in self.eps:
+                got = bytearray(32)
+                tag = self.api.UCXXTag(_tag(AUTH, channel, peer))
+                self.wait([self.worker.tag_recv(self.Array(got), tag)], peer, "connecting")
+                if not hmac.compare_digest(bytes(got), self._proof(secret, prefix, peer, self.rank, channel)):
+                    raise DistributedError(
+                        f"[distributed] rank {self.rank}: the UCX endpoint of rank {peer} did not "
+                        f"prove the job secret; check that every rank has the same TG_SECRET"
+                    )
         self.wait(sent, None, "connecting")
 
     # ------------------------------------------------------------------ waiting
     def wait(self, requests: list, peer: int | None, what: str) -> None:
-        """Progress until every request completes. Raises when the peer's endpoint closes, when any
-        rank aborts, or after the timeout."""
-        deadline = time.monotonic() + self.timeout
+        """Progress until every request completes. Raises when the peer's control endpoint closes,
+        when any rank aborts, or after the timeout."""
+        deadline = 0.0
         polls = 0
         while True:
-            with self.lock:
-                while self.worker.progress_once():
-                    pass
-                if self.abort_req.completed:
-                    raise DistributedError(self._abort_reason())
-                if all(r.completed for r in requests):
-                    break
-                if peer is not None and not self.eps[peer].alive:
-                    raise DistributedError(
-                        f"[distributed] rank {peer} died or aborted: {what}: its UCX endpoint "
-                        f"closed (noticed by rank {self.rank})"
-                    )
-                armed = polls >= SPIN and self.worker.arm()
-            if time.monotonic() > deadline:
+            armed = self._poll(requests, peer, what, polls >= SPIN)
+            if armed is None:
+                break
+            if not deadline:
+                deadline = time.monotonic() + self.timeout
+            elif time.monotonic() > deadline:
                 raise DistributedError(
                     f"[distributed] {what}: rank {self.rank} timed out after "
                     f"{self.timeout:.0f}s" + (f" waiting for rank {peer}" if peer is not None else "")
@@ -229,11 +258,32 @@ class UcxTransport(Transport):
                 raise DistributedError(f"[distributed] {what}: UCX failed ({type(e).__name__}: {e}); rank "
                                        f"{peer} died or aborted (noticed by rank {self.rank})") from None
 
+    def _poll(self, requests: list, peer: int | None, what: str, may_sleep: bool) -> bool | None:
+        """Progress the worker: None once every request completed, else whether it is armed (the caller
+        then sleeps on its event fd). Raises on an ABORT message or a closed control endpoint."""
+        with self.lock:
+            while self.worker.progress_once():
+                pass
+            if self.abort_req.completed:
+                raise DistributedError(self._abort_reason())
+            if all(r.completed for r in requests):
+                return None
+            if peer is not None and not self.ctl[peer].alive:
+                raise DistributedError(f"[distributed] rank {peer} died or aborted: {what}: its UCX endpoint "
+                                       f"closed (noticed by rank {self.rank})")
+            return may_sleep and self.worker.arm()
+
     def _abort_reason(self) -> str:
         n = min(int.from_bytes(self.abort_buf[:4], "little"), MAX_CONTROL)
         return bytes(self.abort_buf[4:4 + n]).decode("utf-8", "replace")
 
     # ------------------------------------------------------------------ the algorithms' interface
+    def _keep(self, sent: _Sent) -> _Sent:
+        """Hold a send's buffers until UCX is done with them, even if nobody waits on it."""
+        self.in_flight = [s for s in self.in_flight if not s.done()]
+        self.in_flight.append(sent)
+        return sent
+
     def _send(self, peer: int, channel: int, header: bytes, payload: Any) -> _Sent:
         inline = len(payload) <= INLINE
         head = bytearray(header) + payload if inline else bytearray(header)
@@ -242,12 +292,9 @@ class UcxTransport(Transport):
             reqs = [ep.tag_send(self.Array(head), self.api.UCXXTag(_tag(HEADER, channel, self.rank)))]
             if not inline:
                 reqs.append(
-                    ep.tag_send(self.Array(payload), self.api.UCXXTag(_tag(DATA, channel, self.rank)))
+                    ep.tag_send(self.Array(payload), self.api.UCXXTag(_tag(PAYLOAD, channel, self.rank)))
                 )
-            sent = _Sent(self, peer, reqs, (head, payload))
-            self.in_flight = [s for s in self.in_flight if not s.done()]
-            self.in_flight.append(sent)     # its buffers live until UCX is done, even if nobody waits on it
-        return sent
+            return self._keep(_Sent(self, peer, reqs, (head, payload)))
 
     def _recv(self, peer: int, part: int, channel: int, buf: Any, what: str) -> None:
         with self.lock:
@@ -255,8 +302,41 @@ class UcxTransport(Transport):
         self.wait([req], peer, what)
 
     def isend(self, peer: int, kind: int, seq: int, arg: int, payload: memoryview | bytes = b"") -> _Sent:
-        header = FRAME.pack(MAGIC, kind, 0, 0, seq & 0xFFFFFFFF, arg & 0xFFFFFFFF, len(payload))
-        return self._send(peer, COLLECTIVE, header, payload)
+        """A collective's data goes alone (its receive was posted with its size); other frames with their
+        header."""
+        if kind != DATA:
+            return self._send(peer, COLLECTIVE, header(kind, seq, arg, len(payload)), payload)
+        with self.lock:
+            tag = self.api.UCXXTag(_tag(DATA, COLLECTIVE, self.rank, seq))
+            req = self.eps[peer].tag_send(self.Array(payload), tag)
+            return self._keep(_Sent(self, peer, [req], (payload,)))
+
+    def send_control(self, peer: int, seq: int, payload: bytes, fixed: bool) -> _Sent:
+        """A fixed-size message goes without a header: its call's number, then the payload."""
+        if not fixed:
+            return self.isend(peer, DESC, seq, 0, payload)
+        msg = SEQ.pack(seq & 0xFFFFFFFF) + payload
+        with self.lock:
+            tag = self.api.UCXXTag(_tag(CONTROL, COLLECTIVE, self.rank))
+            req = self.eps[peer].tag_send(self.Array(msg), tag)
+            return self._keep(_Sent(self, peer, [req], (msg,)))
+
+    def recv_control(self, peer: int, seq: int, size: int | None, what: str) -> bytes:
+        if size is None:
+            _, _, n = self.recv_frame(peer, DESC, seq, what)
+            return self.recv_bytes(peer, n)
+        msg = bytearray(SEQ.size + size)
+        self._recv(peer, CONTROL, COLLECTIVE, msg, what)
+        check_in_step(DESC, SEQ.unpack_from(msg)[0], DESC, seq, peer, self.rank, what)
+        return bytes(msg[SEQ.size:])
+
+    def irecv(self, peer: int, seq: int, view: memoryview, what: str) -> _Posted:
+        if not len(view):
+            view = memoryview(bytearray(0))
+        with self.lock:
+            tag = self.api.UCXXTag(_tag(DATA, COLLECTIVE, peer, seq))
+            req = self.worker.tag_recv(self.Array(view), tag)
+        return _Posted(self, peer, req, len(view), what)
 
     def recv_frame(self, peer: int, expect_kind: int, seq: int, what: str) -> tuple[int, int, int]:
         raw = bytearray(FRAME.size + INLINE)
@@ -282,7 +362,7 @@ class UcxTransport(Transport):
                 )
             view[:] = inline
             return
-        self._recv(peer, DATA, COLLECTIVE, buf, f"receiving from rank {peer}")
+        self._recv(peer, PAYLOAD, COLLECTIVE, buf, f"receiving from rank {peer}")
 
     def recv_bytes(self, peer: int, n: int) -> bytes:
         buf = bytearray(n)
@@ -291,8 +371,8 @@ class UcxTransport(Transport):
         return bytes(buf)
 
     def p2p_send(self, peer: int, desc: bytes, payload: memoryview) -> None:
-        header = FRAME.pack(MAGIC, P2P, 0, 0, 0, len(desc), len(desc) + len(payload)) + desc
-        self._send(peer, POINT, header, payload).wait()     # _send inlines payloads up to INLINE bytes
+        head = FRAME.pack(MAGIC, P2P, 0, 0, 0, len(desc), len(desc) + len(payload)) + desc
+        self._send(peer, POINT, head, payload).wait()     # _send inlines payloads up to INLINE bytes
 
     def p2p_recv(self, peer: int, desc: bytes, buf: memoryview, describe: Any) -> None:
         """The header message carries the descriptor (and the payload too when it is small)."""
@@ -306,14 +386,14 @@ class UcxTransport(Transport):
         if theirs != desc or nbytes - dlen != len(buf):
             # take the payload, so the sender is not left waiting, unless it claims more than is sane to hold
             if not inline and nbytes - dlen <= (64 << 20):
-                self._recv(peer, DATA, POINT, bytearray(nbytes - dlen), f"recv from rank {peer}")
+                self._recv(peer, PAYLOAD, POINT, bytearray(nbytes - dlen), f"recv from rank {peer}")
             raise DistributedError(f"[distributed] recv from rank {peer}: it sent {describe(theirs)}, "
                                    f"rank {self.rank} expected {describe(desc)}")
         view = buf.cast("B") if buf.format != "B" or buf.ndim != 1 else buf
         if inline:
             view[:] = raw[FRAME.size + dlen:FRAME.size + nbytes]
         elif len(buf):
-            self._recv(peer, DATA, POINT, buf, f"recv from rank {peer}")
+            self._recv(peer, PAYLOAD, POINT, buf, f"recv from rank {peer}")
 
     # ------------------------------------------------------------------ failure and teardown
     def abort(self, reason: str) -> None:
@@ -324,7 +404,7 @@ class UcxTransport(Transport):
         msg = bytearray(struct.pack("<I", len(body)) + body)
         with self.lock:
             reqs = [ep.tag_send(self.Array(msg), self.api.UCXXTag(_tag(ABORT, 0, self.rank)))
-                    for ep in self.eps.values() if ep.alive]
+                    for ep in self.ctl.values() if ep.alive]
         deadline = time.monotonic() + 0.5
         while time.monotonic() < deadline and not all(r.completed for r in reqs):
             with self.lock:
@@ -337,7 +417,7 @@ class UcxTransport(Transport):
             return
         self.closed = True
         with self.lock:
-            for ep in self.eps.values():
+            for ep in [*self.eps.values(), *self.ctl.values()]:
                 try:
                     ep.close_blocking(
                         period=10**8, max_attempts=1
@@ -345,3 +425,4 @@ class UcxTransport(Transport):
                 except Exception:  # noqa: BLE001 - the peer may be gone already
                     pass
             self.eps.clear()
+            self.ctl.clear()

@@ -67,6 +67,14 @@ def encode_desc(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1
 
 
 @lru_cache(maxsize=4096)
+def described(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1,
+              red: int = 0) -> tuple[bytes, int]:
+    """(descriptor, its hash) of a call: encode_desc and desc_hash, cached (a training loop repeats a few)."""
+    desc = encode_desc(op, dtype, shape, root, red)
+    return desc, desc_hash(desc)
+
+
+@lru_cache(maxsize=4096)
 def desc_hash(desc: bytes) -> int:
     """A 62-bit hash of a descriptor (cached: a training loop repeats a few calls)."""
     return int.from_bytes(hashlib.blake2b(desc, digest_size=8).digest(), "little") >> 2
