@@ -395,10 +395,8 @@ def all_to_all(c: Call, send_blocks: list[np.ndarray], recv_blocks: list[np.ndar
 class Alone:
     """The collectives of a one-rank group: identities (and the copies their outputs need)."""
 
-    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
-        pass
-
-    def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
+    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp, what: str = "all_reduce",
+                   root: int = -1) -> None:
         pass
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
@@ -460,12 +458,6 @@ class OverTransport:
             np.divide(flat, self.size, out=flat, casting="unsafe")
         if work is not arr:
             arr[...] = work
-
-    def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
-        result = arr.copy()
-        self.all_reduce(seq, result, op, "reduce", root)
-        if self.rank == root:
-            arr[...] = result
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
         broadcast(self.call(seq, "broadcast", arr, root=root), arr.reshape(-1), root)

@@ -112,7 +112,11 @@ class ProcessGroup:
             mine[...] = result
 
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
-        self.coll.reduce(seq, arr, root, op)
+        """An all_reduce (agreed as a reduce to root) whose result only root keeps."""
+        result = arr.copy()
+        self.coll.all_reduce(seq, result, op, "reduce", root)
+        if self.rank == root:
+            arr[...] = result
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
         self.coll.gather(seq, mine, chunks or [], root)

@@ -45,9 +45,10 @@ class _ThenReduce:
 
 
 class Collectives(Protocol):
-    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None: ...
-
-    def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None: ...
+    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp, what: str = "all_reduce",
+                   root: int = -1) -> None:
+        """In place; `what` and `root` name the call in its descriptor (a reduce to root is an
+        all_reduce that only root keeps: ProcessGroup.reduce)."""
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None: ...
 

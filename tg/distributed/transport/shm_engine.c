@@ -208,33 +208,21 @@ BINOPS(uint64_t, u64) BITOPS(uint64_t, u64)
 BINOPS(float, f32)
 BINOPS(double, f64)
 /* signed order for MIN and MAX */
-static void i8_min(int8_t *d, const int8_t *a, const int8_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] < b[i] ? a[i] : b[i]; }
-static void i8_max(int8_t *d, const int8_t *a, const int8_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] > b[i] ? a[i] : b[i]; }
-static void i16_min(int16_t *d, const int16_t *a, const int16_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] < b[i] ? a[i] : b[i]; }
-static void i16_max(int16_t *d, const int16_t *a, const int16_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] > b[i] ? a[i] : b[i]; }
-static void i32_min(int32_t *d, const int32_t *a, const int32_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] < b[i] ? a[i] : b[i]; }
-static void i32_max(int32_t *d, const int32_t *a, const int32_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] > b[i] ? a[i] : b[i]; }
-static void i64_min(int64_t *d, const int64_t *a, const int64_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] < b[i] ? a[i] : b[i]; }
-static void i64_max(int64_t *d, const int64_t *a, const int64_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] > b[i] ? a[i] : b[i]; }
-/* complex: (re, im) pairs; the product written out as numpy computes it */
-static void c64_sum(float *d, const float *a, const float *b, uint64_t m) { f32_sum(d, a, b, 2 * m); }
-static void c128_sum(double *d, const double *a, const double *b, uint64_t m) { f64_sum(d, a, b, 2 * m); }
-static void c64_prod(float *d, const float *a, const float *b, uint64_t m) {
-    for (uint64_t i = 0; i < m; i++) {
-        float re = a[2 * i] * b[2 * i] - a[2 * i + 1] * b[2 * i + 1];
-        float im = a[2 * i] * b[2 * i + 1] + a[2 * i + 1] * b[2 * i];
-        d[2 * i] = re;
-        d[2 * i + 1] = im;
+#define SIGNED(T, NAME)                                                                           \
+    static void NAME##_min(T *d, const T *a, const T *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] < b[i] ? a[i] : b[i]; } \
+    static void NAME##_max(T *d, const T *a, const T *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] > b[i] ? a[i] : b[i]; }
+SIGNED(int8_t, i8) SIGNED(int16_t, i16) SIGNED(int32_t, i32) SIGNED(int64_t, i64)
+/* complex: (re, im) pairs; the product written out as numpy's formula, each part rounded once */
+#define COMPLEX(T, NAME, REAL)                                                                    \
+    static void NAME##_sum(T *d, const T *a, const T *b, uint64_t m) { REAL##_sum(d, a, b, 2 * m); } \
+    static void NAME##_prod(T *d, const T *a, const T *b, uint64_t m) {                           \
+        for (uint64_t i = 0; i < m; i++) {                                                        \
+            T re = a[2 * i] * b[2 * i] - a[2 * i + 1] * b[2 * i + 1];                             \
+            T im = a[2 * i] * b[2 * i + 1] + a[2 * i + 1] * b[2 * i];                             \
+            d[2 * i] = re, d[2 * i + 1] = im;                                                     \
+        }                                                                                         \
     }
-}
-static void c128_prod(double *d, const double *a, const double *b, uint64_t m) {
-    for (uint64_t i = 0; i < m; i++) {
-        double re = a[2 * i] * b[2 * i] - a[2 * i + 1] * b[2 * i + 1];
-        double im = a[2 * i] * b[2 * i + 1] + a[2 * i + 1] * b[2 * i];
-        d[2 * i] = re;
-        d[2 * i + 1] = im;
-    }
-}
+COMPLEX(float, c64, f32) COMPLEX(double, c128, f64)
 /* bool (0 or 1): SUM, MAX, BOR are or; PROD, MIN, BAND are and; BXOR is xor */
 
 typedef void (*binop)(void *, const void *, const void *, uint64_t);
@@ -504,20 +492,13 @@ static int blocks(engine *e, const uint8_t *in, uint8_t **ins, const uint64_t *s
             }
         publish(e);
         TRY(gather_round(e, k, root < 0 ? -1 : root));
-        uint64_t g = e->round - 1;
-        if (op > 0) {
-            if (lo < sizes[me]) {
-                uint64_t m = sizes[me] - lo < per ? sizes[me] - lo : per;
-                for (int r = 0; r < n; r++) srcs[r] = data(e, r, g) + me * per * es;
-                reduce_into(dtype, op, out + lo * es, srcs, n, m);
-            }
-        } else if (root >= 0) {
-            if (lo < sizes[me]) {
-                uint64_t m = sizes[me] - lo < per ? sizes[me] - lo : per;
-                memcpy(out + lo * es, data(e, root, g) + me * per * es, m * es);
-            }
-        } else if (lo < sizes[me]) {
-            uint64_t m = sizes[me] - lo < per ? sizes[me] - lo : per;
+        uint64_t g = e->round - 1, m = lo < sizes[me] ? (sizes[me] - lo < per ? sizes[me] - lo : per) : 0;
+        if (m && op > 0) {
+            for (int r = 0; r < n; r++) srcs[r] = data(e, r, g) + me * per * es;
+            reduce_into(dtype, op, out + lo * es, srcs, n, m);
+        } else if (m && root >= 0) {
+            memcpy(out + lo * es, data(e, root, g) + me * per * es, m * es);
+        } else if (m) {
             for (int i = 0; i < n; i++)
                 memcpy(out + (outstarts[i] + lo) * es, data(e, i, g) + me * per * es, m * es);
         }

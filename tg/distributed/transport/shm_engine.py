@@ -179,12 +179,6 @@ class ShmEngine:
         self._call(seq, what, self.lib.tg_all_reduce, arr, arr.size, *_codes(arr.dtype, op),
                    *_described(what, arr.dtype, arr.shape, root, op))
 
-    def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
-        result = arr.copy()
-        self.all_reduce(seq, result, op, "reduce", root)
-        if self.rank == root:
-            arr[...] = result
-
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
         self._call(seq, "broadcast", self.lib.tg_broadcast, arr, arr.nbytes, root,
                    *_described("broadcast", arr.dtype, arr.shape, root))
