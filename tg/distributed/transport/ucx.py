@@ -38,6 +38,7 @@ import hashlib
 import hmac
 import ipaddress
 import logging
+import os
 import select
 import socket
 import struct
@@ -55,6 +56,7 @@ from tg.distributed.transport.wire import DATA, DESC, FRAME, MAGIC, MAX_CONTROL,
 HEADER, PAYLOAD, ABORT, AUTH, CONTROL = 0, 1, 2, 3, 4    # tag part (wire.DATA, a collective's data, is 1)
 COLLECTIVE, POINT = 0, 1                        # tag channel
 SPIN = 200                                      # progress polls before sleeping on the event fd
+SPIN_OVERSUBSCRIBED = 4                         # with more ranks than cores the peer needs the core
 INLINE = 8 << 10                                # payloads up to this ride in the header's message
 _PART_MASK = 0xF << 60
 SEQ = struct.Struct("<I")        # a header-less control message starts with its call's number
@@ -189,6 +191,8 @@ class UcxTransport(Transport):
         from ucxx._lib.arr import Array
         self.api, self.Array = api, Array
         self.rank, self.world, self.timeout = rank, world, timeout
+        # a group larger than this host's cores is (at least in part) oversubscribed: sleep sooner
+        self.spin = SPIN_OVERSUBSCRIBED if world > len(os.sched_getaffinity(0)) else SPIN
         self.closed = False
         self.lock = threading.RLock()
         self.worker = api.UCXWorker(ucx_context(context_options(host)))
@@ -238,7 +242,7 @@ class UcxTransport(Transport):
         deadline = 0.0
         polls = 0
         while True:
-            armed = self._poll(requests, peer, what, polls >= SPIN)
+            armed = self._poll(requests, peer, what, polls >= self.spin)
             if armed is None:
                 break
             if not deadline:
