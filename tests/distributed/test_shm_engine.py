@@ -26,8 +26,8 @@ def ops_for(dtype: str) -> list[str]:
 def values(rank: int, dtype: str, n: int, salt: int = 0) -> np.ndarray:
     rng = np.random.default_rng([rank, n, salt, DTYPES.index(dtype)])
     kind = np.dtype(dtype).kind
-    if kind == "b":
-        return rng.integers(0, 2, n).astype(bool)
+    if kind == "b":      # bytes 0, 1 and 2: numpy reads any nonzero byte as True, and so must the engine
+        return rng.integers(0, 3, n).astype(np.uint8).view(bool)
     if kind in "iu":
         info = np.iinfo(dtype)
         return rng.integers(max(info.min, -100), min(info.max, 100), n, endpoint=True).astype(dtype)
@@ -47,6 +47,8 @@ UFUNC = {"SUM": np.add, "AVG": np.add, "PRODUCT": np.multiply, "MIN": np.minimum
 def reduced(parts: list[np.ndarray], op: str) -> np.ndarray:
     """The reduction in rank order, in the dtype (float16 in float32, rounded once), as numpy does it."""
     dtype = parts[0].dtype
+    if dtype.kind == "b":
+        parts = [p != 0 for p in parts]        # canonical bools: True is 1
     if dtype.kind == "b":
         fn = {"SUM": np.logical_or, "MAX": np.logical_or, "BOR": np.logical_or, "PRODUCT": np.logical_and,
               "MIN": np.logical_and, "BAND": np.logical_and, "BXOR": np.logical_xor}[op]
@@ -156,6 +158,30 @@ def test_engine_against_numpy_in_many_rounds(world, slot_bytes):
     for rank, r in enumerate(results):
         assert r["bad"] == [], f"rank {rank}: {r['bad']}"
     assert all(r["digests"] == results[0]["digests"] for r in results), "the ranks' all_reduce bits differ"
+
+
+def misuse(rank: int, world: int) -> list[str]:
+    import tg.distributed as dist
+    said = []
+    for call in (lambda: dist.all_to_all_single(np.zeros((), np.float32), np.ones((), np.float32)),
+                 lambda: dist.all_reduce(np.frombuffer(bytearray(13), np.uint8)[1:].view(np.float32))):
+        try:
+            call()
+            said.append("no error")
+        except ValueError as e:
+            said.append(str(e))
+    x = np.ones(3, np.float32)
+    dist.all_reduce(x)           # the group is still usable
+    return [*said, str(x.tolist())]
+
+
+def test_calls_the_engine_cannot_take_raise_at_the_call():
+    """A 0-d all_to_all (no equal parts to send) and an unaligned array (the engine's C reads typed
+    memory) are ValueErrors on every rank, before anything moves."""
+    for r in run_ranks(2, misuse, backend="shm"):
+        assert "first dim divisible by 2" in r[0], r
+        assert "aligned" in r[1], r
+        assert r[2] == "[2.0, 2.0, 2.0]"
 
 
 def segments_in_use(rank: int, world: int) -> dict:

@@ -525,9 +525,9 @@ def _as_host(t: Any, what: str) -> tuple[np.ndarray, Callable[[], None] | None]:
     Anything a collective cannot carry raises here, at the call, before any byte moves."""
     if isinstance(t, np.ndarray):
         carried(t.dtype, what)
-        if not t.flags.c_contiguous or not t.flags.writeable:
-            raise ValueError(f"[distributed] {what}: numpy arrays must be C-contiguous and writeable; use "
-                             f"np.ascontiguousarray")
+        if not t.flags.c_contiguous or not t.flags.writeable or not t.flags.aligned:
+            raise ValueError(f"[distributed] {what}: numpy arrays must be C-contiguous, aligned and "
+                             f"writeable; pass a copy (np.array(x)) instead")
         return t, None
     from tg import Tensor
     if not isinstance(t, Tensor):
@@ -896,7 +896,8 @@ def all_to_all_single(output: Any, input: Any, group: Any = None, async_op: bool
     g = _group(group)
     out, after = _as_host(output, "all_to_all_single")
     inp, _ = _as_host(input, "all_to_all_single")
-    if out.shape != inp.shape or out.dtype != inp.dtype or (inp.shape and inp.shape[0] % g.size):
+    uneven = inp.shape[0] % g.size if inp.shape else g.size > 1      # a 0-d tensor has no parts to send
+    if out.shape != inp.shape or out.dtype != inp.dtype or uneven:
         raise ValueError(
             f"[distributed] all_to_all_single: input and output must have the same shape, with a first "
             f"dim divisible by {g.size}; got {list(inp.shape)} and {list(out.shape)}"

@@ -110,11 +110,9 @@ static int wait_for(engine *e, int peer, int off, uint64_t want) {
         double t = now();
         if (t >= next_check) {
             int rc = check_peers(e);
-            if (rc != OK) return rc;
-            if (t - start > e->timeout) {
-                e->culprit = peer;
-                return TIMEOUT;
-            }
+            if (rc == OK && t - start > e->timeout) e->culprit = peer, rc = TIMEOUT;
+            /* the peer may have arrived while this rank was off the core: only then a failure */
+            if (rc != OK) return __atomic_load_n(c, __ATOMIC_ACQUIRE) >= want ? OK : rc;
             next_check = t + 1e-3;
         }
         if (t - start < e->spin) {
@@ -223,16 +221,19 @@ SIGNED(int8_t, i8) SIGNED(int16_t, i16) SIGNED(int32_t, i32) SIGNED(int64_t, i64
         }                                                                                         \
     }
 COMPLEX(float, c64, f32) COMPLEX(double, c128, f64)
-/* bool (0 or 1): SUM, MAX, BOR are or; PROD, MIN, BAND are and; BXOR is xor */
+/* bool: SUM, MAX, BOR are or; PROD, MIN, BAND are and; BXOR is xor; any nonzero byte is true */
+static void b_or(uint8_t *d, const uint8_t *a, const uint8_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = (a[i] | b[i]) != 0; }
+static void b_and(uint8_t *d, const uint8_t *a, const uint8_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] && b[i]; }
+static void b_xor(uint8_t *d, const uint8_t *a, const uint8_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = (a[i] != 0) != (b[i] != 0); }
 
 typedef void (*binop)(void *, const void *, const void *, uint64_t);
 
 static binop pick(int dtype, int op) {
     int sum = op == R_SUM || op == R_AVG;
     if (dtype == D_BOOL) {
-        if (sum || op == R_MAX || op == R_BOR) return (binop)u8_bor;
-        if (op == R_BXOR) return (binop)u8_bxor;
-        return (binop)u8_band;
+        if (sum || op == R_MAX || op == R_BOR) return (binop)b_or;
+        if (op == R_BXOR) return (binop)b_xor;
+        return (binop)b_and;
     }
 #define INT_CASE(CODE, U, S)                                                                      \
     case CODE:                                                                                    \
@@ -347,7 +348,7 @@ int tg_barrier(engine *e, uint64_t hash, const char *desc, uint32_t len) {
 static int all_reduce_parts(engine *e, uint8_t *buf, uint64_t count, int dtype, int op, uint64_t hash,
                             const char *desc, uint32_t len) {
     int n = e->n, me = e->rank, es = SIZE[dtype];
-    uint64_t per = e->slot_bytes / ((uint64_t)n * es), chunk = per * n, rounds = CEIL(count, chunk);
+    uint64_t per = e->slot_bytes / ((uint64_t)n * es), chunk = per * n, rounds = count ? CEIL(count, chunk) : 1;
     const void *srcs[n];
     for (uint64_t k = 0; k < rounds; k++) {
         uint64_t lo = k * chunk, m = count - lo < chunk ? count - lo : chunk;
@@ -528,14 +529,20 @@ int tg_all_to_all(engine *e, const void *in, void *out, const uint64_t *starts, 
 
 /* ------------------------------------------------------------------ set-up and reports */
 
+void tg_engine_free(engine *e);
+
 engine *tg_engine_new(int rank, int n, uint64_t slot_bytes, uint8_t **segs, const int *fds, double timeout) {
+    if (n < 1 || slot_bytes < (uint64_t)n * 16) return NULL;   /* a round must carry an element per rank */
     engine *e = calloc(1, sizeof(engine));
     if (!e) return NULL;
     e->rank = rank, e->n = n, e->slot_bytes = slot_bytes, e->timeout = timeout;
     e->seg = calloc(n, sizeof(uint8_t *));
     e->fds = calloc(n > 1 ? n - 1 : 1, sizeof(struct pollfd));
     e->fd_rank = calloc(n > 1 ? n - 1 : 1, sizeof(int));
-    if (!e->seg || !e->fds || !e->fd_rank) return NULL;
+    if (!e->seg || !e->fds || !e->fd_rank) {
+        tg_engine_free(e);
+        return NULL;
+    }
     for (int r = 0, i = 0; r < n; r++) {
         e->seg[r] = segs[r];
         if (r == rank) continue;

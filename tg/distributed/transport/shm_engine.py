@@ -91,7 +91,7 @@ def library() -> ctypes.CDLL:
         suffix = ".so"
         # -ffp-contract=off: products and sums rounded as written, never fused into multiply-adds
         flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off",
-                 "-x", "c", "-"]
+                 "-fwrapv", "-x", "c", "-"]
 
         def __init__(self) -> None:
             self.cc = config.TG_CC
@@ -150,14 +150,17 @@ class ShmEngine:
         sockets = (_int * len(fds))(*fds)
         self.handle = self.lib.tg_engine_new(rank, len(segments), SLOT_BYTES, addresses, sockets, timeout)
         if not self.handle:
-            raise MemoryError("[distributed] the shared-memory engine could not allocate its state")
+            raise MemoryError(f"[distributed] the shared-memory engine could not start: no memory for its "
+                              f"state, or {SLOT_BYTES}-byte slots too small for {len(segments)} ranks")
         crowded = len(segments) > len(os.sched_getaffinity(0))
         self.tune(SPINS_OVERSUBSCRIBED if crowded else SPINS, SPIN_S, PARTS_FROM)
 
     def tune(self, spins: int, spin_s: float, parts_from: int) -> None:
         """Polls before a wait yields, seconds it yields before it sleeps, and the all_reduce size (bytes)
         from which each rank reduces one part (two rounds a chunk) instead of all of it (one round)."""
-        self.lib.tg_engine_tune(self.handle, spins, spin_s, parts_from)
+        with self.lock:
+            if self.handle:
+                self.lib.tg_engine_tune(self.handle, spins, spin_s, parts_from)
 
     def named(self, ranks: list[int]) -> ShmEngine:
         """This engine, naming ranks by their global numbers (ranks[r] for group rank r) in errors."""
@@ -165,13 +168,17 @@ class ShmEngine:
         return self
 
     def _call(self, seq: int, what: str, fn: Callable[..., int], *args: Any) -> None:
-        """fn(engine, *args): one collective, the descriptor last among args; raises what went wrong."""
+        """fn(engine, *args): one collective, the descriptor last among args; raises what went wrong
+        (what the C state says about it is read before the lock goes: close() may free it then)."""
         with self.lock:
             if not self.handle:
                 raise DistributedError("[distributed] the group's transport is closed")
             rc = fn(self.handle, *args)
-        if rc != OK:
-            self._raise(rc, seq, what)
+            if rc == OK:
+                return
+            peer = self.lib.tg_engine_culprit(self.handle)
+            descs = [self._desc(r) for r in range(len(self.ranks))] if rc == DISAGREE else []
+        self._raise(rc, seq, what, peer, descs)
 
     # ------------------------------------------------------------------ the collectives
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp, what: str = "all_reduce",
@@ -208,10 +215,11 @@ class ShmEngine:
                    *_described("scatter", out.dtype, out.shape, root))
 
     def all_to_all(self, seq: int, out: np.ndarray, inp: np.ndarray) -> None:
-        """Block i of out (np.array_split's blocks) is block `rank` of rank i's inp."""
+        """Block i of out is block `rank` of rank i's inp: n blocks of one size (the API checks it)."""
         n = len(self.ranks)
-        sizes = [len(b) for b in np.array_split(np.empty(inp.size, np.uint8), n)]
-        starts = np.cumsum([0] + sizes[:-1]).tolist()
+        assert inp.size % n == 0 and out.size == inp.size, "all_to_all: equal blocks"
+        sizes = [inp.size // n] * n
+        starts = [i * (inp.size // n) for i in range(n)]
         src = inp.copy() if np.may_share_memory(out, inp) else inp    # blocks of out land before inp is read
         self._call(seq, "all_to_all", self.lib.tg_all_to_all, src, out, (_u64 * n)(*starts),
                    (_u64 * n)(*sizes), inp.itemsize, *_described("all_to_all", inp.dtype, inp.shape))
@@ -220,11 +228,9 @@ class ShmEngine:
         self._call(seq, op, self.lib.tg_barrier, *_described(op, np.dtype(np.uint8), (0,)))
 
     # ------------------------------------------------------------------ failures
-    def _raise(self, rc: int, seq: int, what: str) -> None:
+    def _raise(self, rc: int, seq: int, what: str, peer: int, descs: list[bytes]) -> None:
         if rc == DISAGREE:
-            raise wire.disagreement(f"collective #{seq}", [self._desc(r) for r in range(len(self.ranks))],
-                                   self.ranks)
-        peer = self.lib.tg_engine_culprit(self.handle)
+            raise wire.disagreement(f"collective #{seq}", descs, self.ranks)
         if rc == TIMEOUT:
             raise DistributedError(f"[distributed] {what} #{seq}: rank {self.ranks[self.rank]} timed out "
                                    f"after {self.timeout:.0f}s waiting for rank {self.ranks[peer]}")
@@ -238,14 +244,14 @@ class ShmEngine:
         n = self.lib.tg_engine_desc(self.handle, r, buf, DESC_CAP)
         return buf.raw[:n]
 
-    def close(self) -> None:
-        """Free the C state and unmap, once no call is in progress (the transport has closed the
-        connections, which ends any wait within a millisecond); a call that does not end in time keeps
-        them (leaked, never freed under it)."""
+    def close(self) -> bool:
+        """Free the C state and unmap, once no call is in progress (the transport has shut its
+        connections down, which ends any wait within a millisecond); True when done. A call that does
+        not end in time keeps them (leaked, never freed under it): False."""
         if not self.lock.acquire(timeout=5.0):
             log.warning("[distributed] a collective did not end after its group closed; its shared memory "
                         "stays mapped")
-            return
+            return False
         try:
             if self.handle:
                 self.lib.tg_engine_free(self.handle)
@@ -254,3 +260,4 @@ class ShmEngine:
                     s.close()
         finally:
             self.lock.release()
+        return True

@@ -559,16 +559,20 @@ class TcpTransport(Transport):
             p.queue.put(None)
             for sk in (p.sock, p.p2p):
                 try:
-                    sk.shutdown(socket.SHUT_RDWR)
+                    sk.shutdown(socket.SHUT_RDWR)    # wakes a wait in the engine, which polls these
                 except OSError:
                     pass
-                sk.close()
+        # the engine goes before the sockets: their numbers must not be reused while it may poll them
+        # (a call that does not end leaves the engine, and so the sockets, to the process's exit)
+        freed = self.engine.close() if self.engine is not None else True
+        for p in self.peers.values():
+            if freed:
+                p.sock.close()
+                p.p2p.close()
             for ring in (p.shm_out, p.shm_in):
                 if ring is not None:
                     ring.unlink()
                     ring.close()
-        if self.engine is not None:
-            self.engine.close()
 
 
 def _connect(host: str, port: int, timeout: float) -> socket.socket:
