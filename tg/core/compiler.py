@@ -100,6 +100,25 @@ class Compiler:
         raise NotImplementedError
 
 
+class CCompiler(Compiler):
+    """The system C compiler (TG_CC) building one source into a shared library with `flags`; `what`
+    names the source in errors (its text is written next to the failed output)."""
+    suffix = ".so"
+
+    def __init__(self, flags: list[str], what: str) -> None:
+        self.cc, self.flags, self.what = config.TG_CC, flags, what
+        self.ident = f"{self.cc} {cc_version(self.cc)} {' '.join(self.flags)}"
+
+    def compile_to(self, src: str, out: Path) -> None:
+        proc = subprocess.run([self.cc, *self.flags, "-o", str(out)], input=src, capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            where = out.with_suffix(".c")
+            where.write_text(src)
+            raise CompileError(f"{self.what} failed to compile (source written to {where}):\n"
+                               f"{proc.stderr.strip()}")
+
+
 def _enter(built: Path, path: Path) -> None:
     """Put a copy of the built binary (a hard link where the file system has them) at path, atomically,
     through a temporary name no one else uses: a copy is only ever written into a file it created."""

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import cast
 
 from tg import config
-from tg.core.compiler import CompileError, Compiler, cc_version
+from tg.core.compiler import CCompiler, CompileError
 from tg.core.device import Buffer, Compiled, HostAllocator, Program
 from tg.core.renderer import C_FILE_NAMES, DIALECTS, CStyleRenderer
 
@@ -24,19 +24,16 @@ def _vector_bytes() -> int:
     return 64 if " avx512f" in flags else 32
 
 
-class ClangCompiler(Compiler):
-    suffix = ".so"
+class ClangCompiler(CCompiler):
     parallel = True      # each build is its own compiler process
 
     def __init__(self) -> None:
-        self.cc = config.TG_CC
         # -fno-tree-loop-vectorize: the kernels are vectorized by tg's own codegen; GCC 12's loop
         # vectorizer also miscompiles nested reductions over negative-stride views (a flipped sum
         # came out wrong; tests/core/test_view_fuzz.py pins it).
-        self.flags = ["-shared", "-fPIC", "-O3", "-fno-tree-loop-vectorize", "-march=native", "-fopenmp",
-                      "-fwrapv", "-fno-math-errno",
-                      "-ffp-contract=fast", "-fno-strict-aliasing", "-x", "c", "-"]
-        self.ident = f"{self.cc} {cc_version(self.cc)} {' '.join(self.flags)}"
+        super().__init__(["-shared", "-fPIC", "-O3", "-fno-tree-loop-vectorize", "-march=native",
+                          "-fopenmp", "-fwrapv", "-fno-math-errno", "-ffp-contract=fast",
+                          "-fno-strict-aliasing", "-x", "c", "-"], "[cpu] a generated kernel")
 
     batches = True
 
@@ -52,18 +49,6 @@ class ClangCompiler(Compiler):
                               capture_output=True, text=True)
         if proc.returncode != 0:
             raise CompileError(f"[cpu] the C compiler failed on a batch of kernels:\n{proc.stderr.strip()}")
-
-    def compile_to(self, src: str, out: Path) -> None:
-        proc = subprocess.run(
-            [self.cc, *self.flags, "-o", str(out)], input=src, capture_output=True, text=True
-        )
-        if proc.returncode != 0:
-            where = out.with_suffix(".c")
-            where.write_text(src)
-            raise CompileError(
-                f"[cpu] the C compiler failed on a generated kernel (source written to {where}):\n"
-                f"{proc.stderr.strip()}"
-            )
 
 
 def _pointer(b: Buffer) -> ctypes.c_void_p:

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
+from tg.distributed.transport.wire import DESC
+
 if TYPE_CHECKING:
     from tg.distributed.algorithms import ReduceOp
 
@@ -83,11 +85,15 @@ class Transport(Protocol):
 
     def send_control(self, peer: int, seq: int, payload: bytes, fixed: bool) -> Sent:
         """A control message of call seq (the agreement's); `fixed`: every rank's message of this step has
-        this size (the receiver names it), else its size travels with it."""
+        this size (the receiver names it), else its size travels with it. A DESC frame here."""
+        return self.isend(peer, DESC, seq, 0, payload)
 
     def recv_control(self, peer: int, seq: int, size: int | None, what: str) -> bytes:
         """peer's next control message of call seq: `size` bytes (a fixed one), or any size up to
-        wire.MAX_CONTROL (None). Raises, naming the peer, on a message of another call or kind."""
+        wire.MAX_CONTROL (None). Raises, naming the peer, on a message of another call or kind. A DESC
+        frame here (recv_frame refuses one over MAX_CONTROL)."""
+        _, _, n = self.recv_frame(peer, DESC, seq, what)
+        return self.recv_bytes(peer, n)
 
     def recv_frame(self, peer: int, expect_kind: int, seq: int, what: str) -> tuple[int, int, int]:
         """Read peer's next frame header: (kind, arg, payload bytes). Raises, naming the peer, on an

@@ -21,14 +21,12 @@ import ctypes
 import functools
 import logging
 import os
-import subprocess
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from tg import config
 from tg.distributed.errors import DistributedError
 from tg.distributed.transport import wire
 
@@ -85,24 +83,11 @@ RESTYPES = {"tg_engine_new": _vp, "tg_engine_free": None, "tg_engine_tune": None
 def library() -> ctypes.CDLL:
     """The engine, compiled on first use (cached on disk by source, compiler and flags). Raises
     CompileError when the C compiler is missing or fails."""
-    from tg.core.compiler import CompileError, Compiler, cc_version
-
-    class EngineCompiler(Compiler):
-        suffix = ".so"
-        # -ffp-contract=off: products and sums rounded as written, never fused into multiply-adds
-        flags = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off",
-                 "-fwrapv", "-x", "c", "-"]
-
-        def __init__(self) -> None:
-            self.cc = config.TG_CC
-            self.ident = f"{self.cc} {cc_version(self.cc)} {' '.join(self.flags)}"
-
-        def compile_to(self, src: str, out: Path) -> None:
-            proc = subprocess.run([self.cc, *self.flags, "-o", str(out)], input=src, capture_output=True,
-                                  text=True)
-            if proc.returncode != 0:
-                raise CompileError(f"[distributed] the C compiler failed on {SOURCE.name}:\n{proc.stderr}")
-    lib = ctypes.CDLL(str(EngineCompiler().compile(SOURCE.read_text())))
+    from tg.core.compiler import CCompiler
+    # -ffp-contract=off: products and sums rounded as written, never fused into multiply-adds
+    compiler = CCompiler(["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off",
+                          "-fwrapv", "-x", "c", "-"], f"[distributed] {SOURCE.name}")
+    lib = ctypes.CDLL(str(compiler.compile(SOURCE.read_text())))
     for name, args in SIGNATURES.items():
         fn = getattr(lib, name)
         fn.argtypes = list(args)

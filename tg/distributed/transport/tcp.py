@@ -82,33 +82,33 @@ class _FrameReceive:
     def wait(self) -> int:
         _, _, n = self.t.recv_frame(self.peer, DATA, self.seq, self.what)
         if n == len(self.view) and n:
-            self.t.recv_into(self.peer, self.view)
+            self._take(n)
         return n
 
+    def _take(self, n: int) -> None:
+        self.t.recv_into(self.peer, self.view)
 
-class _FrameReduce:
-    """A DATA frame's payload reduced into dst, read when waited for (TcpTransport.irecv_reduce)."""
+
+class _FrameReduce(_FrameReceive):
+    """A DATA frame's payload reduced into dst (through tmp, or in place from a shared-memory slot),
+    read when waited for (TcpTransport.irecv_reduce)."""
 
     def __init__(self, t: TcpTransport, peer: int, seq: int, dst: np.ndarray, reduce: Callable[..., None],
                  tmp: np.ndarray, base: np.ndarray | None, what: str):
-        self.t, self.peer, self.seq, self.what = t, peer, seq, what
+        view = memoryview(tmp).cast("B") if tmp.nbytes else memoryview(b"")  # type: ignore[arg-type]
+        super().__init__(t, peer, seq, view, what)
         self.dst, self.reduce, self.tmp, self.base = dst, reduce, tmp, base
 
-    def wait(self) -> int:
-        t, p = self.t, self.t.peers[self.peer]
-        _, _, n = t.recv_frame(self.peer, DATA, self.seq, self.what)
-        if n != self.dst.nbytes:
-            return n
-        if p.shm_slot is not None and n:
-            assert p.shm_in is not None
-            self.reduce(self.dst, p.shm_in.slot(p.shm_slot, n).view(self.dst.dtype), self.base)
-            p.shm_slot = None
-            p.shm_in.ctrl[0] += 1
-            return n
-        if n:
-            t.recv_into(self.peer, memoryview(self.tmp).cast("B"))  # type: ignore[arg-type]  # a buffer
-        self.reduce(self.dst, self.tmp, self.base)
-        return n
+    def _take(self, n: int) -> None:
+        p = self.t.peers[self.peer]
+        if p.shm_slot is None:
+            super()._take(n)
+            self.reduce(self.dst, self.tmp, self.base)
+            return
+        assert p.shm_in is not None
+        self.reduce(self.dst, p.shm_in.slot(p.shm_slot, n).view(self.dst.dtype), self.base)
+        p.shm_slot = None
+        p.shm_in.ctrl[0] += 1
 
 
 def _cannot_map(rank: int, said: str) -> DistributedError:
@@ -443,13 +443,6 @@ class TcpTransport(Transport):
             ) from None
         except (OSError, ConnectionError):
             raise self._peer_error(p, "the connection closed mid-message") from None
-
-    def send_control(self, peer: int, seq: int, payload: bytes, fixed: bool) -> SendHandle:
-        return self.isend(peer, DESC, seq, 0, payload)
-
-    def recv_control(self, peer: int, seq: int, size: int | None, what: str) -> bytes:
-        _, _, n = self.recv_frame(peer, DESC, seq, what)     # at most MAX_CONTROL bytes (recv_frame)
-        return self.recv_bytes(peer, n)
 
     def irecv(self, peer: int, seq: int, view: memoryview, what: str) -> _FrameReceive:
         """Deferred: frames arrive in order on the peer's socket, so the read happens at wait()."""

@@ -50,7 +50,7 @@ from typing import Any
 from tg import config
 from tg.distributed.errors import DistributedError
 from tg.distributed.store import TCPStore
-from tg.distributed.transport.base import Transport
+from tg.distributed.transport.base import Sent, Transport
 from tg.distributed.transport.wire import DATA, DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step, header
 
 HEADER, PAYLOAD, ABORT, AUTH, CONTROL = 0, 1, 2, 3, 4    # tag part (wire.DATA, a collective's data, is 1)
@@ -288,17 +288,19 @@ class UcxTransport(Transport):
         self.in_flight.append(sent)
         return sent
 
-    def _send(self, peer: int, channel: int, header: bytes, payload: Any) -> _Sent:
-        inline = len(payload) <= INLINE
-        head = bytearray(header) + payload if inline else bytearray(header)
+    def _post(self, peer: int, messages: list[tuple[int, Any]]) -> _Sent:
+        """Tagged sends of (tag, buffer) on peer's data endpoint, in order, kept until UCX is done."""
         with self.lock:
             ep = self.eps[peer]
-            reqs = [ep.tag_send(self.Array(head), self.api.UCXXTag(_tag(HEADER, channel, self.rank)))]
-            if not inline:
-                reqs.append(
-                    ep.tag_send(self.Array(payload), self.api.UCXXTag(_tag(PAYLOAD, channel, self.rank)))
-                )
-            return self._keep(_Sent(self, peer, reqs, (head, payload)))
+            reqs = [ep.tag_send(self.Array(buf), self.api.UCXXTag(tag)) for tag, buf in messages]
+            return self._keep(_Sent(self, peer, reqs, tuple(buf for _, buf in messages)))
+
+    def _send(self, peer: int, channel: int, header: bytes, payload: Any) -> _Sent:
+        """A frame: the header with the payload inside it (up to INLINE bytes), or then the payload."""
+        if len(payload) <= INLINE:
+            return self._post(peer, [(_tag(HEADER, channel, self.rank), bytearray(header) + payload)])
+        return self._post(peer, [(_tag(HEADER, channel, self.rank), bytearray(header)),
+                                 (_tag(PAYLOAD, channel, self.rank), payload)])
 
     def _recv(self, peer: int, part: int, channel: int, buf: Any, what: str) -> None:
         with self.lock:
@@ -310,25 +312,18 @@ class UcxTransport(Transport):
         header."""
         if kind != DATA:
             return self._send(peer, COLLECTIVE, header(kind, seq, arg, len(payload)), payload)
-        with self.lock:
-            tag = self.api.UCXXTag(_tag(DATA, COLLECTIVE, self.rank, seq))
-            req = self.eps[peer].tag_send(self.Array(payload), tag)
-            return self._keep(_Sent(self, peer, [req], (payload,)))
+        return self._post(peer, [(_tag(DATA, COLLECTIVE, self.rank, seq), payload)])
 
-    def send_control(self, peer: int, seq: int, payload: bytes, fixed: bool) -> _Sent:
+    def send_control(self, peer: int, seq: int, payload: bytes, fixed: bool) -> Sent:
         """A fixed-size message goes without a header: its call's number, then the payload."""
         if not fixed:
-            return self.isend(peer, DESC, seq, 0, payload)
+            return Transport.send_control(self, peer, seq, payload, fixed)
         msg = SEQ.pack(seq & 0xFFFFFFFF) + payload
-        with self.lock:
-            tag = self.api.UCXXTag(_tag(CONTROL, COLLECTIVE, self.rank))
-            req = self.eps[peer].tag_send(self.Array(msg), tag)
-            return self._keep(_Sent(self, peer, [req], (msg,)))
+        return self._post(peer, [(_tag(CONTROL, COLLECTIVE, self.rank), msg)])
 
     def recv_control(self, peer: int, seq: int, size: int | None, what: str) -> bytes:
         if size is None:
-            _, _, n = self.recv_frame(peer, DESC, seq, what)
-            return self.recv_bytes(peer, n)
+            return Transport.recv_control(self, peer, seq, size, what)
         msg = bytearray(SEQ.size + size)
         self._recv(peer, CONTROL, COLLECTIVE, msg, what)
         check_in_step(DESC, SEQ.unpack_from(msg)[0], DESC, seq, peer, self.rank, what)
