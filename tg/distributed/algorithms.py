@@ -397,13 +397,13 @@ class Alone:
 
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp, what: str = "all_reduce",
                    root: int = -1) -> None:
-        pass
+        """Nothing to do: the one rank's values are the reduction (AVG divides by 1)."""
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
-        pass
+        """Nothing to do: the one rank is the root."""
 
     def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray], shape: tuple) -> None:
-        pass         # the group placed this rank's part, which is all of it
+        """Nothing to do: the group placed this rank's part, which is all of it."""
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
         if chunks:
@@ -420,7 +420,7 @@ class Alone:
         out[...] = inp
 
     def barrier(self, seq: int, op: str = "barrier") -> None:
-        pass
+        """Nothing to wait for: every rank (the one) has arrived."""
 
 
 class OverTransport:
