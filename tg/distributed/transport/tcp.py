@@ -31,6 +31,7 @@ from tg.distributed.transport.wire import ABORT, DATA, DESC, FRAME, MAGIC, MAX_C
 log = logging.getLogger("tg.distributed.transport.tcp")
 DIRECT_SEND = 1 << 16                  # smaller payloads are sent from the calling thread
 SOCK_BUF = 4 << 20
+PIECE = 256 << 10                      # bytes received and reduced at a time (fits L2)
 IN_SHM = 1                             # frame flag: the payload waits in shared-memory slot `arg`
 SHM_SLOTS, SHM_SLOT_BYTES = 8, 4 << 20
 
@@ -102,8 +103,15 @@ class _FrameReduce(_FrameReceive):
     def _take(self, n: int) -> None:
         p = self.t.peers[self.peer]
         if p.shm_slot is None:
-            super()._take(n)
-            self.reduce(self.dst, self.tmp, self.base)
+            # in pieces that stay in L2: each is read from the socket and reduced while still in cache
+            # (one pass over the chunk through the tmp buffer would write and read it all in memory)
+            step = max(PIECE // self.tmp.itemsize, 1)
+            dst, base = self.dst.reshape(-1), None if self.base is None else self.base.reshape(-1)
+            tmp = self.tmp.reshape(-1)[:step]
+            for i in range(0, dst.size, step):
+                piece = tmp[:min(step, dst.size - i)]
+                self.t.recv_into(self.peer, memoryview(piece).cast("B"))  # type: ignore[arg-type]
+                self.reduce(dst[i:i + len(piece)], piece, None if base is None else base[i:i + len(piece)])
             return
         assert p.shm_in is not None
         self.reduce(self.dst, p.shm_in.slot(p.shm_slot, n).view(self.dst.dtype), self.base)
