@@ -1,20 +1,35 @@
-"""Core benchmark: one table, each row with a ratio to a reference measured in the same run.
+"""Core benchmark: tables with ratios to references measured in the same run.
 
     python scripts/bench_core.py                  # CPU device, all rows
     python scripts/bench_core.py --device CPU,CL  # a device column: the same rows on each device
     python scripts/bench_core.py --quick          # smaller sizes, for a smoke run
 
-Rows: (a) a fused elementwise chain on 16M float32 ending in a sum (a read-only kernel), GB/s read
-vs np.copyto bandwidth, and the same chain writing its 16M outputs; (b) float32
-matmul GFLOPS vs numpy's matmul (same thread count); (c) sum over the last axis of 4096x4096, GB/s
-vs np.copyto; (d) first-call latency (trace + compile, empty cache) and cached-call latencies.
-On a device other than the CPU, bandwidth rows compare with that device's own device-to-device copy
-(measured in the same run), every timed call waits for the device, and a float16 matmul row is added
-(against PyTorch on CUDA when it is importable, else against the float32 row).
+Table 1, per device: (a) a fused elementwise chain on 16M float32 ending in a sum (a read-only kernel),
+GB/s read vs np.copyto bandwidth, and the same chain writing its 16M outputs; (b) float32 matmul GFLOPS
+vs numpy's matmul on devices other than the CPU; (c) sum over the last axis of 4096x4096, GB/s vs
+np.copyto; (d) first-call latency (trace + compile, empty cache) and cached-call latencies. On a device
+other than the CPU, bandwidth rows compare with that device's own device-to-device copy (measured in
+the same run), every timed call waits for the device, and a float16 matmul row is added (against
+PyTorch on CUDA when it is importable, else against the float32 row).
+
+Table 2, the CPU's compute kernels against the libraries a user would otherwise call: matmul in the
+layouts training produces (A B, A^T B, A B^T, batched) against numpy's OpenBLAS with its native kernel
+and torch (MKL / oneDNN); conv2d forward and both backward kernels against torch; row-wise softmax,
+log_softmax, layer_norm and cross_entropy against numpy and torch. Each row also gives tg's fraction
+of the machine's limit measured in the same run: the FMA peak of all cores (a generated loop of 16
+independent vector FMAs per core) for compute, np.copyto's bandwidth for the row reductions. The
+contenders take turns (three rounds; a cell is the best time of any round). tg runs eagerly, as a
+user's script would (its scheduling included), with an empty search cache for none of it: kernels
+are built and searched (TG_BEAM) before timing.
+
+This process unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE before numpy loads, so OpenBLAS picks its
+kernel for this CPU (an environment forcing Haswell's on an AVX-512 CPU halves its speed); the line
+above table 2 says which kernel threadpoolctl reports. Nothing else (tests, CI) changes them.
 """
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import subprocess
 import sys
@@ -22,7 +37,10 @@ import tempfile
 import textwrap
 import time
 
-import numpy as np
+for _name in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):     # before numpy loads OpenBLAS: its native kernel
+    os.environ.pop(_name, None)
+
+import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tg import Device, Tensor, TinyJit  # noqa: E402
@@ -182,9 +200,9 @@ def device_rows(device: str, quick: bool) -> list[tuple[str, ...]]:
     rows.append((device, f"    same chain, {n_elem >> 20}M f32 out (reads + writes)", f"{ours:.1f} GB/s",
                  f"{ref:.1f} GB/s {copy_name}", f"{ours / ref:.2f}x", ""))
     # 4096 is the size the CUDA targets name; an OpenCL device on a CPU would take minutes there
-    sizes = [256] if quick else {"CUDA": [1024, 2048, 4096], "CL": [512, 1024]}.get(split_device(device)[0],
-                                                                                   [512, 1024, 2048])
-    for n in sizes:
+    sizes = [] if not gpu else [256] if quick else {"CUDA": [1024, 2048, 4096]}.get(split_device(device)[0],
+                                                                                      [512, 1024])
+    for n in sizes:     # the CPU's matmul is in table 2, against the libraries
         ours, ref, ref_name = bench_matmul(n, device)
         target = ">= 0.5x" if n == 1024 and not gpu else (">= 0.3x" if n == 4096 and gpu else "")
         rows.append((device, f"(b) matmul {n} f32", f"{ours:.1f} GFLOPS", f"{ref:.1f} GFLOPS {ref_name}",
@@ -215,6 +233,226 @@ def device_rows(device: str, quick: bool) -> list[tuple[str, ...]]:
     return rows
 
 
+# ---------------------------------------------------------------------------- table 2: CPU vs libraries
+
+FMA_LOOP = """
+#include <omp.h>
+typedef float vf __attribute__((vector_size(BYTES)));
+double tg_fma_seconds(long iters, float mul, float add, float* out) {
+  double start = omp_get_wtime();
+  #pragma omp parallel
+  {
+    vf m = (vf){} + mul, c = (vf){} + add;
+    vf a0 = (vf){} + 1, a1 = a0 + 1, a2 = a1 + 1, a3 = a2 + 1, a4 = a3 + 1, a5 = a4 + 1, a6 = a5 + 1;
+    vf a7 = a6 + 1, a8 = a7 + 1, a9 = a8 + 1, a10 = a9 + 1, a11 = a10 + 1, a12 = a11 + 1, a13 = a12 + 1;
+    vf a14 = a13 + 1, a15 = a14 + 1;
+    for (long i = 0; i < iters; i++) {
+      a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c; a4 = a4 * m + c; a5 = a5 * m + c;
+      a6 = a6 * m + c; a7 = a7 * m + c; a8 = a8 * m + c; a9 = a9 * m + c; a10 = a10 * m + c;
+      a11 = a11 * m + c; a12 = a12 * m + c; a13 = a13 * m + c; a14 = a14 * m + c; a15 = a15 * m + c;
+    }
+    vf s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11 + a12 + a13 + a14 + a15;
+    float all = 0;
+    for (int i = 0; i < BYTES / 4; i++) all += s[i];     /* every lane is used: none can be dropped */
+    out[omp_get_thread_num()] = all;
+  }
+  return omp_get_wtime() - start;
+}
+int tg_fma_threads(void) { return omp_get_max_threads(); }
+"""
+
+
+def fma_peak() -> float:
+    """GFLOPS of 16 independent chains of vector FMAs on every core: the most the CPU computes."""
+    from tg.core.runtime.ops_cpu import ClangCompiler, _vector_bytes
+    width = _vector_bytes()
+    lib = ctypes.CDLL(str(ClangCompiler().compile(FMA_LOOP.replace("BYTES", str(width)))))
+    lib.tg_fma_seconds.restype = ctypes.c_double
+    iters = 20_000_000
+    sums = np.zeros(lib.tg_fma_threads(), np.float32)
+    args = (ctypes.c_long(iters), ctypes.c_float(0.9999), ctypes.c_float(1e-6),   # unknown to the compiler
+            ctypes.c_void_p(sums.ctypes.data))
+    seconds = min(lib.tg_fma_seconds(*args) for _ in range(5))
+    return lib.tg_fma_threads() * iters * 16 * (width // 4) * 2 / seconds / 1e9
+
+
+def blas_kernel() -> str:
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return "numpy's BLAS kernel unknown (pip install threadpoolctl)"
+    found = [f"{i.get('internal_api')} {i.get('version')} kernel {i.get('architecture')}, "
+             f"{i.get('num_threads')} threads" for i in threadpool_info() if i.get("user_api") == "blas"]
+    return "numpy's BLAS: " + ("; ".join(found) or "none found")
+
+
+def load_torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(os.cpu_count() or 1)
+    return torch
+
+
+def race(contenders: dict, repeat: int, rounds: int = 3) -> dict:
+    """The best time of each contender (name -> no-argument call, or None), taking turns in rounds with
+    a pause between (OpenMP's and OpenBLAS's threads spin a while after a call: not on the next one)."""
+    best = {name: float("inf") for name, fn in contenders.items() if fn is not None}
+    for _ in range(rounds):
+        for name in best:
+            best[name] = min(best[name], best_of(contenders[name], repeat=repeat, warmup=1))
+            time.sleep(0.2)
+    return best
+
+
+def matmul_case(shape: str, torch) -> tuple[float, dict]:
+    """(flops, contenders) of one matmul layout: 'n' or 'b<batch>' then a size, '^T' marks a transposed
+    operand (A^T B: a stored as (k, m))."""
+    layout, n = shape.split()
+    n = int(n)
+    batch = int(layout[1:]) if layout.startswith("b") else 0
+    rng = np.random.default_rng(0)
+    a_np = rng.random((batch, n, n) if batch else (n, n), dtype=np.float32)
+    b_np = rng.random((batch, n, n) if batch else (n, n), dtype=np.float32)
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+    if layout == "AtB":
+        a, a_np = a.T, a_np.T
+    if layout == "ABt":
+        b, b_np = b.T, b_np.T
+    got = (a @ b).numpy()
+    assert np.allclose(got, a_np @ b_np, rtol=1e-3, atol=1e-3 * n), f"tg matmul {shape} is wrong"
+    contenders = {"tg": lambda: (a @ b).realize(), "numpy": lambda: a_np @ b_np, "torch": None}
+    if torch is not None:
+        ta, tb = torch.from_numpy(np.ascontiguousarray(a_np.swapaxes(-1, -2))).swapaxes(-1, -2) \
+            if layout == "AtB" else torch.from_numpy(a_np), \
+            torch.from_numpy(np.ascontiguousarray(b_np.swapaxes(-1, -2))).swapaxes(-1, -2) \
+            if layout == "ABt" else torch.from_numpy(b_np)
+        contenders["torch"] = lambda: ta @ tb
+    return 2 * max(batch, 1) * n ** 3, contenders
+
+
+def conv_case(b: int, cin: int, cout: int, hw: int, pad: int, which: str, torch) -> tuple[float, dict]:
+    """(flops, contenders) of a 3x3 conv2d: the forward, or the gradient of its input or weight."""
+    rng = np.random.default_rng(0)
+    x_np = rng.random((b, cin, hw, hw), dtype=np.float32)
+    w_np = rng.random((cout, cin, 3, 3), dtype=np.float32) - 0.5
+    out_hw = hw + 2 * pad - 2
+    g_np = rng.random((b, cout, out_hw, out_hw), dtype=np.float32)
+    flops = 2 * b * cout * cin * 9 * out_hw * out_hw
+    x, w, g = Tensor(x_np).realize(), Tensor(w_np).realize(), Tensor(g_np).realize()
+
+    def tg_run() -> None:
+        xx = Tensor(x.lazydata, requires_grad=which == "input grad") if which == "input grad" else x
+        ww = Tensor(w.lazydata, requires_grad=which == "weight grad") if which == "weight grad" else w
+        y = xx.conv2d(ww, padding=pad)
+        if which == "forward":
+            y.realize()
+            return
+        (y * g).sum().backward()
+        (xx if which == "input grad" else ww).grad.realize()
+    contenders = {"tg": tg_run, "numpy": None, "torch": None}
+    if torch is not None:
+        tx, tw, tgr = torch.from_numpy(x_np), torch.from_numpy(w_np), torch.from_numpy(g_np)
+        F = torch.nn.functional
+
+        def torch_run() -> None:
+            xx = tx.requires_grad_(which == "input grad")
+            ww = tw.requires_grad_(which == "weight grad")
+            with torch.set_grad_enabled(which != "forward"):
+                y = F.conv2d(xx, ww, padding=pad)
+                if which != "forward":
+                    torch.autograd.grad(y, xx if which == "input grad" else ww, tgr)
+        contenders["torch"] = torch_run
+    return flops, contenders
+
+
+def rows_case(op: str, n: int, torch) -> tuple[float, dict]:
+    """(bytes read, contenders) of a row-wise op on an n x n float32 matrix."""
+    rng = np.random.default_rng(0)
+    x_np = rng.standard_normal((n, n), dtype=np.float32)
+    y_np = rng.integers(0, n, n)
+    x, y = Tensor(x_np).realize(), Tensor(y_np).realize()
+    from tg.nn import functional as tgF
+
+    def np_softmax(v: np.ndarray) -> np.ndarray:
+        e = np.exp(v - v.max(axis=-1, keepdims=True))
+        return e / e.sum(axis=-1, keepdims=True)
+
+    def np_log_softmax(v: np.ndarray) -> np.ndarray:
+        s = v - v.max(axis=-1, keepdims=True)
+        return s - np.log(np.exp(s).sum(axis=-1, keepdims=True))
+    ours = {"softmax": lambda: x.softmax(-1).realize(), "log_softmax": lambda: x.log_softmax(-1).realize(),
+            "layer_norm": lambda: tgF.layer_norm(x, n).realize(),
+            "cross_entropy": lambda: tgF.cross_entropy(x, y).realize()}[op]
+    theirs = {"softmax": lambda: np_softmax(x_np), "log_softmax": lambda: np_log_softmax(x_np),
+              "layer_norm": lambda: (x_np - x_np.mean(-1, keepdims=True))
+              / np.sqrt(x_np.var(-1, keepdims=True) + 1e-5),
+              "cross_entropy": lambda: -np_log_softmax(x_np)[np.arange(n), y_np].mean()}[op]
+    contenders = {"tg": ours, "numpy": theirs, "torch": None}
+    if torch is not None:
+        tx, ty = torch.from_numpy(x_np), torch.from_numpy(y_np)
+        F = torch.nn.functional
+        contenders["torch"] = {"softmax": lambda: torch.softmax(tx, -1),
+                               "log_softmax": lambda: torch.log_softmax(tx, -1),
+                               "layer_norm": lambda: F.layer_norm(tx, (n,)),
+                               "cross_entropy": lambda: F.cross_entropy(tx, ty)}[op]
+    return x_np.nbytes, contenders
+
+
+def cpu_library_rows(quick: bool) -> tuple[list[tuple[str, ...]], str]:
+    torch = load_torch()
+    peak, copy = fma_peak(), copy_bandwidth(1 << 22 if quick else 1 << 24)
+    rows: list[tuple[str, ...]] = []
+
+    def add(name: str, work: float, contenders: dict, unit: str, limit: float, target_ref: str, target: float,
+            repeat: int) -> None:
+        times = race(contenders, repeat)
+        rate = {k: work / t / 1e9 for k, t in times.items()}
+        ref = rate.get(target_ref) if target_ref != "limit" else None
+        ratio = rate["tg"] / ref if ref else rate["tg"] / limit
+        cell = lambda k: f"{rate[k]:.1f}" if k in rate else "-"   # noqa: E731
+        best_lib = max((v for k, v in rate.items() if k != "tg"), default=None)
+        rows.append((name, f"{cell('tg')} {unit}", cell("numpy"), cell("torch"),
+                     f"{rate['tg'] / best_lib:.2f}x" if best_lib else "-", f"{rate['tg'] / limit:.2f}",
+                     f">= {target:.1f}x {target_ref}", "ok" if ratio >= target else "MISS"))
+
+    sizes = [256] if quick else [1024, 2048, 4096]
+    for n in sizes:
+        flops, c = matmul_case(f"n {n}", torch)
+        add(f"(e) matmul {n} f32", flops, c, "GFLOPS", peak, "numpy", 0.8, 3 if n < 4096 else 1)
+    for layout in ("AtB", "ABt", "b8"):
+        n = 256 if quick else (1024 if layout == "b8" else 2048)
+        flops, c = matmul_case(f"{layout} {n}", torch)
+        label = {"AtB": "A^T B", "ABt": "A B^T", "b8": "batched 8 x"}[layout]
+        add(f"(e) matmul {label} {n} f32", flops, c, "GFLOPS", peak, "numpy", 0.8, 3)
+    convs = [(2, 16, 16, 16, 1)] if quick else \
+        [(16, 64, 64, 56, 1), (128, 32, 64, 26, 0), (128, 1, 32, 28, 0)]     # the issue's, bench_train's CNN
+    for b, cin, cout, hw, pad in convs:
+        for which in ("forward", "input grad", "weight grad"):
+            if cin == 1 and which == "input grad":
+                continue              # the first layer of the CNN has no input gradient
+            flops, c = conv_case(b, cin, cout, hw, pad, which, torch)
+            add(f"(f) conv 3x3 {cin}->{cout} {hw}x{hw} b{b} {which}", flops, c, "GFLOPS", peak,
+                "torch", 1.0, 2)
+    n = 1024 if quick else 4096
+    for op in ("softmax", "log_softmax", "layer_norm", "cross_entropy"):
+        nbytes, c = rows_case(op, n, torch)
+        add(f"(g) {op} rows of {n}x{n} f32 (GB/s in)", nbytes, c, "GB/s", copy, "limit", 0.6, 3)
+    head = (f"limits (same run): FMA peak {peak:.0f} GFLOPS on {os.cpu_count()} cores, "
+            f"np.copyto {copy:.1f} GB/s; {blas_kernel()}; "
+            f"torch {torch.__version__ if torch is not None else 'not installed'}")
+    return rows, head
+
+
+def print_table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> None:
+    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
+    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", default="CPU", help="a device or a comma-separated list (CPU,CL,CUDA)")
@@ -222,15 +460,16 @@ def main() -> None:
     args = ap.parse_args()
     devices = [d.strip().upper() for d in args.device.split(",") if d.strip()]
     rows = [row for device in devices for row in device_rows(device, args.quick)]
-    header = ("device", "benchmark", "tg", "reference (same run)", "ratio", "target")
-    widths = [max(len(r[i]) for r in rows + [header]) for i in range(len(header))]
     names = {d: Device[d].hardware for d in devices}
     print(f"tg bench_core  devices={', '.join(f'{d} ({n})' if n != d else d for d, n in names.items())}  "
           f"cores={os.cpu_count()}  numpy={np.__version__}")
-    print("  ".join(h.ljust(w) for h, w in zip(header, widths)))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(("device", "benchmark", "tg", "reference (same run)", "ratio", "target"), rows)
+    if "CPU" in devices:
+        lib_rows, head = cpu_library_rows(args.quick)
+        print()
+        print("CPU kernels against libraries (best of 3 interleaved rounds; tg eager)")
+        print(head)
+        print_table(("benchmark", "tg", "numpy", "torch", "tg/best", "of limit", "target", ""), lib_rows)
 
 
 if __name__ == "__main__":

@@ -73,7 +73,17 @@ KNOBS: dict[str, Knob] = {
         Knob("TG_DISABLE_CACHE", int, 0, "1 compiles every kernel afresh and never touches the disk cache"),
         Knob("TG_CC", str, "cc", "C compiler the CPU device calls"),
         Knob("TG_CPU_THREADS", int, 0, "threads a CPU kernel may use (OpenMP); 0 means one per core"),
-        Knob("TG_NOOPT", int, 0, "1 turns off the loop optimisations (upcast, vector lanes, unroll)"),
+        Knob("TG_NOOPT", int, 0,
+             "1 turns off the loop optimisations (upcast, vector lanes, unroll, GEMM blocking)"),
+        Knob(
+            "TG_BEAM",
+            float,
+            5.0,
+            "seconds a large contraction (matmul) may spend, once per kernel and machine, timing block "
+            "sizes on the CPU (the winner is kept in TG_CACHE_DIR/search); 0 uses the rule of thumb",
+        ),
+        Knob("TG_BEAM_MIN_MACS", int, 1 << 28,
+             "multiply-adds from which a contraction's block sizes are searched"),
         Knob(
             "TG_OPTIM_CAPTURE",
             int,

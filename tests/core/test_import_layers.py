@@ -24,6 +24,8 @@ LAYERS = [
     ["tg.core.codegen.uops"],
     ["tg.core.codegen.linearizer"],
     ["tg.core.renderer"],
+    ["tg.core.codegen.gemm"],
+    ["tg.core.codegen.search"],
     ["tg.core.compiler", "tg.core.device"],
     [
         "tg.core.runtime.ops_cpu",

@@ -73,25 +73,31 @@ def _coef(idx: Node, v: Var) -> int | None:
     return c
 
 
+def normalized(kernel: Kernel) -> tuple[KOp, tuple[int, ...], list[bool]]:
+    """The kernel's AST with every view at the full shape, dims that every buffer walks contiguously
+    merged, size-1 dims dropped and reduce dims last: (ast, shape, which dims reduce)."""
+    ast = kernel.ast
+    reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
+    full = kernel.full_shape
+    ast = map_sts(ast, lambda st: st.expand(full) if st.shape != full else st)
+    reduce_axes = set(reduce_node.arg) if reduce_node is not None else set()
+    ast, shape, is_reduce = Dims.merge(ast, full, reduce_axes)
+    order = [d for d in range(len(shape)) if not is_reduce[d]] + \
+        [d for d in range(len(shape)) if is_reduce[d]]
+    if order != list(range(len(shape))):
+        ast = map_sts(ast, lambda st: st.permute(tuple(order)))
+        shape = tuple(shape[d] for d in order)
+        is_reduce = [is_reduce[d] for d in order]
+    return ast, shape, is_reduce
+
+
 class Dims:
     """The kernel's shape after merging and reordering, with the chosen optimisations."""
 
     def __init__(
         self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool, group_size: int = 256
     ):
-        ast = kernel.ast
-        self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
-        full = kernel.full_shape
-        ast = map_sts(ast, lambda st: st.expand(full) if st.shape != full else st)
-        reduce_axes = set(self.reduce_node.arg) if self.reduce_node is not None else set()
-        ast, shape, is_reduce = self._merge(ast, full, reduce_axes)
-        order = [d for d in range(len(shape)) if not is_reduce[d]] + [
-            d for d in range(len(shape)) if is_reduce[d]
-        ]
-        if order != list(range(len(shape))):
-            ast = map_sts(ast, lambda st: st.permute(tuple(order)))
-            shape = tuple(shape[d] for d in order)
-            is_reduce = [is_reduce[d] for d in order]
+        ast, shape, is_reduce = normalized(kernel)
         self.ast = ast
         self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
         self.dims = [Dim(s, r) for s, r in zip(shape, is_reduce)]
@@ -111,7 +117,7 @@ class Dims:
         ]
 
     @staticmethod
-    def _merge(ast: KOp, shape: tuple[int, ...], reduce_axes: set[int]):
+    def merge(ast: KOp, shape: tuple[int, ...], reduce_axes: set[int]):
         is_reduce = [d in reduce_axes and shape[d] > 1 for d in range(len(shape))]
         keep = [d for d in range(len(shape)) if shape[d] != 1]
         variables = [Var(f"x{d}", 0, max(s - 1, 0)) for d, s in enumerate(shape)]

@@ -90,3 +90,20 @@ class CPUDevice(Compiled):
         self.renderer = CStyleRenderer(DIALECTS["c"], threads=config.TG_CPU_THREADS)
         self.program = CPUProgram
         self.lower_options = {"cpu_vector_bytes": _vector_bytes()}
+
+    def lower(self, kernel):
+        """A large contraction (matmul in any layout, batched) becomes a blocked, packed loop nest
+        (codegen/gemm.py) where the rule or the search (codegen/search.py) says it pays; every other
+        kernel the one-pass loop nest of the linearizer."""
+        from tg.core.codegen import gemm, search
+        from tg.core.renderer import linearize_for
+        lanes = _vector_bytes() // 4
+        c = None if config.TG_NOOPT else gemm.find(kernel, lanes)
+        if c is not None:
+            def one_pass(name: str) -> str:
+                lin = linearize_for(kernel, self.renderer.d, **self.lower_options)
+                return self.renderer.render(lin, name)
+            p = search.choose(c, gemm.name(c), lanes, self.renderer, self.compiler, one_pass)
+            if p is not None:
+                return gemm.lower(c, p, self.renderer, lanes)
+        return super().lower(kernel)

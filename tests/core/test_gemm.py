@@ -1,0 +1,230 @@
+"""Contractions on the CPU go through the blocked, packed loop nest of tg/core/codegen/gemm.py: which
+kernels are found to be contractions, and that the nest computes what numpy does in every operand
+layout, batched, with epilogues, odd sizes (edges in every block), block sizes of every shape and the
+fallback without packing buffers."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from tg import Device, Tensor
+from tg.core.codegen import gemm
+from tg.core.renderer import linearize_for
+from tg.core.runtime.ops_cpu import ClangCompiler, _vector_bytes
+from tg.core.schedule import create_schedule
+
+LANES = _vector_bytes() // 4
+rng = np.random.default_rng(7)
+
+
+def kernels(out: Tensor) -> list:
+    return [it.kernel for it in create_schedule([out.lazydata]) if it.kind == "kernel"]
+
+
+def contraction(out: Tensor) -> gemm.Contraction | None:
+    found = [gemm.find(k, LANES) for k in kernels(out)]
+    return next((c for c in found if c is not None), None)
+
+
+def rand(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def close(got: np.ndarray, want: np.ndarray) -> None:
+    scale = np.abs(want).max() + 1e-9
+    assert np.abs(got - want).max() / scale < 2e-6, np.abs(got - want).max() / scale
+
+
+# ---------------------------------------------------------------------------- what is a contraction
+
+def test_matmul_is_a_contraction_with_the_store_plain():
+    c = contraction(Tensor(rand(300, 200)) @ Tensor(rand(200, 150)))
+    assert c is not None and c.sizes == (1, 300, 150, 200) and c.ldc == 150 and not c.epilogue
+
+
+@pytest.mark.parametrize("layout", ["A B^T", "A^T B", "A^T B^T"])
+def test_transposed_operands_are_contractions(layout):
+    a = Tensor(rand(200, 300)).T if layout.startswith("A^T") else Tensor(rand(300, 200))
+    b = Tensor(rand(150, 200)).T if layout.endswith("B^T") else Tensor(rand(200, 150))
+    c = contraction(a @ b)
+    assert c is not None and c.sizes == (1, 300, 150, 200)
+
+
+def test_batched_and_broadcast_batches():
+    c = contraction(Tensor(rand(3, 100, 210)) @ Tensor(rand(3, 210, 220)))
+    assert c is not None and c.sizes == (3, 100, 220, 210)
+    c = contraction(Tensor(rand(3, 100, 210)) @ Tensor(rand(210, 220)))
+    assert c is not None and c.sizes[1:] == (300, 220, 210)        # the batch merges into M
+
+
+def test_an_epilogue_fuses_after_the_reduce():
+    c = contraction((Tensor(rand(300, 200)) @ Tensor(rand(200, 150)) + Tensor(rand(150))).relu())
+    assert c is not None and c.epilogue
+
+
+def test_what_is_not_a_contraction():
+    assert contraction(Tensor(rand(64, 64)) @ Tensor(rand(64, 64))) is None       # too small to pay
+    assert contraction((Tensor(rand(2000, 3000)) + 1).sum(axis=1)) is None        # no product
+    assert contraction((Tensor(rand(300, 1, 200)) * Tensor(rand(1, 150, 200))).amax(axis=2)) is None
+
+
+# ---------------------------------------------------------------------------- against numpy
+
+@pytest.mark.parametrize("m,k,n", [(257, 263, 131), (130, 1100, 97), (1000, 37, 150), (63, 1025, 260)])
+@pytest.mark.parametrize("layout", ["A B", "A B^T", "A^T B", "A^T B^T"])
+def test_matmul_matches_numpy(m, k, n, layout):
+    a_np = rand(k, m).T if layout.startswith("A^T") else rand(m, k)
+    b_np = rand(n, k).T if layout.endswith("B^T") else rand(k, n)
+    a = Tensor(np.ascontiguousarray(a_np.T)).T if layout.startswith("A^T") else Tensor(a_np)
+    b = Tensor(np.ascontiguousarray(b_np.T)).T if layout.endswith("B^T") else Tensor(b_np)
+    out = a @ b
+    assert contraction(out) is not None
+    close(out.numpy(), a_np.astype(np.float64) @ b_np)
+
+
+def test_batched_matmul_and_an_epilogue_match_numpy():
+    a, b, bias = rand(3, 129, 200), rand(3, 200, 170), rand(170)
+    out = ((Tensor(a) @ Tensor(b)) * 0.5 + Tensor(bias)).relu()
+    assert contraction(out) is not None
+    close(out.numpy(), np.maximum((a.astype(np.float64) @ b) * 0.5 + bias, 0))
+
+
+def test_factors_that_are_expressions_are_evaluated_by_the_packing():
+    a, b = rand(300, 200), rand(200, 150)
+    out = (Tensor(a) * 2).exp() @ Tensor(b).half().float()
+    assert contraction(out) is not None
+    close(out.numpy(), np.exp(a.astype(np.float64) * 2) @ b.astype(np.float16).astype(np.float64))
+
+
+def test_gradients_of_a_matmul_match_numpy():
+    """Backward makes the transposed layouts (A^T G and G B^T) as contractions of their own."""
+    a, b, g = rand(300, 260), rand(260, 170), rand(300, 170)
+    ta, tb = Tensor(a, requires_grad=True), Tensor(b, requires_grad=True)
+    ((ta @ tb) * Tensor(g)).sum().backward()
+    close(ta.grad.numpy(), g.astype(np.float64) @ b.T)
+    close(tb.grad.numpy(), a.T.astype(np.float64) @ g)
+
+
+# ---------------------------------------------------------------------------- the generated nest itself
+
+def build(c: gemm.Contraction, p: gemm.Params, prefix: str = ""):
+    dev = Device["CPU"]
+    src = prefix + gemm.render(c, p, dev.renderer, "g_test", LANES)
+    lib = ctypes.CDLL(str(ClangCompiler().compile(src)))
+    return lib.g_test
+
+
+def run(fn, out: np.ndarray, *ins: np.ndarray) -> None:
+    fn(*[ctypes.c_void_p(a.ctypes.data) for a in (out, *ins)])
+
+
+@pytest.mark.parametrize("p", [gemm.Params(6, 4 * LANES, 512, 256, 4096),
+                               gemm.Params(8, 2 * LANES, 64, 24, 2 * LANES),
+                               gemm.Params(3, LANES, 17, 5, LANES), gemm.Params(1, LANES, 1000, 1, 3 * LANES),
+                               gemm.Params(8, 3 * LANES, 100, 40, 100)])
+def test_every_block_shape_computes_the_same(p):
+    """Block sizes that divide nothing: partial K blocks (partial sums kept in the output), partial
+    row and column blocks, more row blocks than threads and fewer, a column block that is not a whole
+    number of panels (rounded down to one)."""
+    a, b = rand(141, 700), rand(700, 3 * LANES + 5)
+    c = contraction(Tensor(a) @ Tensor(b))
+    assert c is not None
+    fn = build(c, gemm.clamp(c, p, LANES))
+    out = np.full((141, 3 * LANES + 5), np.nan, np.float32)
+    run(fn, out, a, b)
+    close(out, a.astype(np.float64) @ b)
+
+
+def test_without_packing_buffers_the_plain_loops_compute_it():
+    """aligned_alloc failing (memory exhausted) takes the unblocked loops instead of crashing."""
+    a, b, bias = rand(200, 300), rand(300, 90), rand(90)
+    c = contraction(Tensor(a) @ Tensor(b) + Tensor(bias))
+    assert c is not None
+    no_memory = "#include <stdlib.h>\n#define aligned_alloc(a, n) ((void*)0)\n"
+    fn = build(c, gemm.params(c, LANES), prefix=no_memory)
+    out = np.zeros((200, 90), np.float32)
+    run(fn, out, a, b, bias)
+    close(out, a.astype(np.float64) @ b + bias)
+
+
+def test_two_contractions_share_a_translation_unit():
+    """Their helpers are named after the kernel and their macros undefined at the end, so the compiler
+    can build two contraction kernels (and others) in one batch, and each computes its own."""
+    a1, b1, a2, b2 = rand(300, 200), rand(200, 150), rand(3, 100, 210), rand(3, 210, 220)
+    c1 = contraction(Tensor(a1) @ Tensor(b1))
+    c2 = contraction(Tensor(a2) @ Tensor(b2))
+    assert c1 is not None and c2 is not None
+    dev = Device["CPU"]
+    srcs = [gemm.render(c1, gemm.params(c1, LANES), dev.renderer, "g_one", LANES),
+            gemm.render(c2, gemm.params(c2, LANES), dev.renderer, "g_two", LANES)]
+    paths = ClangCompiler().compile_batch(srcs)
+    out1, out2 = np.zeros((300, 150), np.float32), np.zeros((3, 100, 220), np.float32)
+    run(ctypes.CDLL(str(paths[0])).g_one, out1, a1, b1)
+    run(ctypes.CDLL(str(paths[1])).g_two, out2, a2, b2)
+    close(out1, a1.astype(np.float64) @ b1)
+    close(out2, a2.astype(np.float64) @ b2)
+
+
+# ---------------------------------------------------------------------------- the search of block sizes
+
+def one_pass(c: gemm.Contraction):
+    dev = Device["CPU"]
+    lin = linearize_for(c.kernel, dev.renderer.d, **dev.lower_options)
+    return lambda name: dev.renderer.render(lin, name)
+
+
+def test_the_search_times_candidates_once_and_remembers_the_winner(monkeypatch, tmp_path):
+    from tg.core.codegen import search
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TG_BEAM", "30")
+    monkeypatch.setenv("TG_BEAM_MIN_MACS", "1")
+    a, b = rand(300, 200), rand(200, 150)
+    c = contraction(Tensor(a) @ Tensor(b))
+    assert c is not None
+    dev = Device["CPU"]
+    built: list[str] = []
+    compiler = ClangCompiler()
+    original = compiler.compile
+    monkeypatch.setattr(compiler, "compile", lambda src: (built.append(src), original(src))[1])
+    first = search.choose(c, "g_search", LANES, dev.renderer, compiler, one_pass(c))
+    assert len(built) == len(set(built)) == len(search.candidates(LANES)) + 1   # nests, the one-pass kernel
+    records = list((tmp_path / "search").glob("*.json"))
+    assert len(records) == 1 and not list((tmp_path / "search").glob("*.tmp"))
+    built.clear()
+    assert search.choose(c, "g_search", LANES, dev.renderer, compiler, one_pass(c)) == first
+    assert built == []                                        # the second run builds and times nothing
+    if first is not None:                                     # and a winning nest computes the product
+        out = np.zeros((300, 150), np.float32)
+        run(build(c, first), out, a, b)
+        close(out, a.astype(np.float64) @ b)
+
+
+def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_searched_again(
+        monkeypatch, tmp_path):
+    from tg.core.codegen import search
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    big = contraction(Tensor(rand(600, 300)) @ Tensor(rand(300, 1100)))
+    small = contraction(Tensor(rand(300, 200)) @ Tensor(rand(200, 150)))
+    assert big is not None and small is not None
+    dev = Device["CPU"]
+    compiler = ClangCompiler()
+
+    def choose(c: gemm.Contraction):
+        return search.choose(c, "g_s", LANES, dev.renderer, compiler, one_pass(c))
+    monkeypatch.setenv("TG_BEAM_MIN_MACS", str(1 << 40))       # the rule: the nest only for large matrices
+    assert choose(big) == gemm.params(big, LANES) and choose(small) is None
+    monkeypatch.setenv("TG_BEAM_MIN_MACS", "1")
+    monkeypatch.setenv("TG_BEAM", "0")
+    assert choose(big) == gemm.params(big, LANES)
+    assert not (tmp_path / "search").exists()
+    monkeypatch.setenv("TG_BEAM", "0.000001")                 # the budget: only the rule's choice is timed
+    assert choose(big) == gemm.params(big, LANES)
+    record = next((tmp_path / "search").glob("*.json"))
+    assert '"tried": 1,' in record.read_text()
+    record.write_text("{not json")
+    monkeypatch.setenv("TG_BEAM", "30")
+    assert choose(big) in [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in search.candidates(LANES)],
+                           gemm.params(big, LANES)]
+    assert '"tried": 1,' not in record.read_text()

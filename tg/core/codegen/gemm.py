@@ -1,0 +1,444 @@
+"""Contractions on the CPU as a blocked, packed loop nest: the levels of GotoBLAS and BLIS, generated
+from the kernel's own AST.
+
+A kernel is a *contraction* when its one reduce is a float32 SUM of a product `x * y` in which x does
+not depend on some output dims (the N dims) and y not on others (the M dims); output dims both depend
+on are batch dims, the reduce dims are K. Matmul in every operand layout (A B, A^T B, A B^T, batched,
+broadcast) is one, and so is a product whose factors are any elementwise expressions of their loads
+(a cast, a scale): packing evaluates them.
+
+The loop nest, for each batch index:
+
+    for jc in N by NC:                     B's block (KC x NC) is packed once, shared by the threads,
+      for pc in K by KC:                   in panels of NR columns, each KC x NR contiguous
+        pack B[pc:pc+KC, jc:jc+NC]
+        for ic in M by MC (threads):       A's block (MC x KC) is packed per thread, in panels of MR rows
+          pack A[ic:ic+MC, pc:pc+KC]
+          for jr in NC by NR:              B's micro-panel stays in L1 while
+            for ir in MC by MR:            A's micro-panels stream from L2
+              micro-kernel: C[ir:ir+MR, jr:jr+NR] (+)= A panel x B panel, MR x NR/VW vector registers
+
+The micro-kernel keeps an MR x NR tile of C in registers (NR a multiple of the SIMD width) and per k
+loads NR/VW vectors of B and broadcasts MR values of A. C is written straight into the output when the
+store is plain (row m at m * ldc, unit stride along n, float32), partial sums of earlier K blocks
+included; otherwise (edges, an epilogue such as a bias or an activation fused after the reduce, a
+strided or converting store) each tile goes through a small buffer and the epilogue runs per element
+on the last K block. A store that is not plain allows no K blocking (its partial sums would have
+nowhere to live), so it gets one K block.
+
+The block sizes (MR, NR, KC, MC, NC) come from `params` (a rule of thumb) or from the search in
+`tg/core/codegen/search.py`, which times candidates and remembers the winner on disk.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tg.core.codegen.linearizer import Linearized, _coef, normalized
+from tg.core.dtype import dtypes
+from tg.core.kernel import AstOps, Kernel, KOp
+from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps
+from tg.core.renderer import _C_TYPES, CStyleRenderer, _lit
+from tg.core.shape import prod
+from tg.core.symbolic import Node, Var, num
+
+MIN_MACS = 1 << 22        # smaller contractions are not considered (nothing to amortize packing)
+
+
+@dataclass(frozen=True)
+class Params:
+    """Block sizes: an MR x NR register tile, KC of the reduce per block, MC rows of A per thread's
+    block, NC columns of B per shared block."""
+    mr: int
+    nr: int
+    kc: int
+    mc: int
+    nc: int
+
+
+@dataclass
+class Contraction:
+    """A kernel found to be a contraction, in its normalized dims."""
+    kernel: Kernel
+    ast: KOp
+    shape: tuple[int, ...]
+    b_dims: list[int]
+    m_dims: list[int]
+    n_dims: list[int]
+    k_dims: list[int]
+    x: KOp               # the factor indexed by (batch, m, k)
+    y: KOp               # the factor indexed by (batch, k, n)
+    red: KOp
+    ldc: int             # the row stride of the store (C[m * ldc + n])
+
+    def size(self, dims: list[int]) -> int:
+        return prod(self.shape[d] for d in dims)
+
+    @property
+    def sizes(self) -> tuple[int, int, int, int]:
+        """(batch, M, N, K)"""
+        return (self.size(self.b_dims), self.size(self.m_dims), self.size(self.n_dims),
+                self.size(self.k_dims))
+
+    @property
+    def store(self) -> KOp:
+        return self.ast
+
+    @property
+    def epilogue(self) -> bool:
+        return self.ast.src[0] is not self.red
+
+
+def _vars(shape: tuple[int, ...]) -> list[Var]:
+    return [Var(f"x{d}", 0, max(s - 1, 0)) for d, s in enumerate(shape)]
+
+
+def _leaves(tree: KOp) -> list[KOp]:
+    return [n for n in tree.walk() if n.op in (AstOps.LOAD, BufferOps.CONST)]
+
+
+def _depends(tree: KOp, variables: list[Var]) -> set[int]:
+    """The dims whose index some load or constant of tree (or its validity) uses."""
+    used: set[int] = set()
+    for n in _leaves(tree):
+        idx, valid = n.arg[1].expr_idxs(variables)
+        names = {v.name for v in idx.vars() | valid.vars()}
+        used |= {d for d, v in enumerate(variables) if v.name in names}
+    return used
+
+
+def find(kernel: Kernel, lanes: int) -> Contraction | None:
+    """The kernel as a contraction worth blocking (lanes: float32s per SIMD vector), or None."""
+    if kernel.assign or kernel.buf_dtypes[0] != dtypes.float32:
+        return None
+    reds = [n for n in kernel.ast.walk() if isinstance(n.op, ReduceOps)]
+    if len(reds) != 1 or reds[0].op is not ReduceOps.SUM or reds[0].dtype != dtypes.float32:
+        return None
+    ast, shape, is_reduce = normalized(kernel)
+    red = next(n for n in ast.walk() if isinstance(n.op, ReduceOps))
+    if red.src[0].op is not BinaryOps.MUL or ast.dtype != dtypes.float32:
+        return None
+    variables = _vars(shape)
+    x, y = red.src[0].src
+    dx, dy = _depends(x, variables), _depends(y, variables)
+    out = [d for d in range(len(shape)) if not is_reduce[d]]
+    m_dims = [d for d in out if d in dx and d not in dy]
+    n_dims = [d for d in out if d in dy and d not in dx]
+    b_dims = [d for d in out if (d in dx) == (d in dy)]
+    k_dims = [d for d in range(len(shape)) if is_reduce[d]]
+    if len(m_dims) != 1 or len(n_dims) != 1 or len(k_dims) != 1:
+        return None
+    # the vectors run along n: n is the side the store walks with unit stride
+    ldc = _plain(ast, variables, m_dims, n_dims, b_dims)
+    if ldc is None:
+        x, y, m_dims, n_dims = y, x, n_dims, m_dims
+        ldc = _plain(ast, variables, m_dims, n_dims, b_dims)
+    if ldc is None:
+        return None
+    c = Contraction(kernel, ast, shape, b_dims, m_dims, n_dims, k_dims, x, y, red, ldc)
+    _, m, n, k = c.sizes
+    if m * n * k < MIN_MACS or m < 16 or n < 2 * lanes or k < 16:
+        return None
+    return c
+
+
+def _plain(store: KOp, variables: list[Var], m_dims: list[int], n_dims: list[int],
+           b_dims: list[int]) -> int | None:
+    """C's row stride when the store writes row m at m * ldc and walks n with unit stride, the rest
+    depending on batch dims only; else None."""
+    idx, valid = store.arg[1].expr_idxs(variables)
+    if not (valid.is_const and valid.min == 1):
+        return None
+    vm, vn = variables[m_dims[0]], variables[n_dims[0]]
+    if _coef(idx, vn) != 1:
+        return None
+    ldc = _coef(idx, vm)
+    if ldc is None or ldc < 1:
+        return None
+    rest = idx.substitute({vm: num(0), vn: num(0)})
+    names = {v.name for v in rest.vars()}
+    if any(variables[d].name in names for d in range(len(variables)) if d not in b_dims):
+        return None
+    return ldc
+
+
+def worth(c: Contraction) -> bool:
+    """Whether the nest beats the one-pass kernel (linearizer.py's register tiles over unpacked operands)
+    without timing them: only once the matrices outgrow the caches that kernel relies on. Measured on a
+    Zen 5 core at 1 and 2 threads: the one-pass kernel is 5-25% faster below 1024 columns or a reduce
+    of 256, the nest 5-30% faster from 1024 x 1024 x 256 up."""
+    _, m, n, k = c.sizes
+    return m >= 512 and n >= 1024 and k >= 256
+
+
+def params(c: Contraction, lanes: int) -> Params:
+    """Block sizes by rule of thumb (what the search on a Zen 5 core found best across sizes): a 6 x 4
+    vector tile for long reduces, 8 x 2 otherwise; KC of a few hundred; MC and NC capped by the
+    matrix."""
+    _, m, n, k = c.sizes
+    if lanes < 16:                      # AVX2: 16 vector registers, 12 of them accumulators
+        mr, nr, kc = 6, 2 * lanes, 256
+    elif k >= 1024 and n >= 4 * lanes:  # AVX-512: 32 registers, 24 of them accumulators
+        mr, nr, kc = 6, 4 * lanes, 512
+    else:
+        mr, nr, kc = 8, 2 * lanes, 384
+    return clamp(c, Params(mr, nr, kc, 256, 4096), lanes)
+
+
+def clamp(c: Contraction, p: Params, lanes: int) -> Params:
+    """p fitted to the contraction: no block larger than its matrix."""
+    _, m, n, k = c.sizes
+    nr = max(lanes, min(p.nr, -(-n // lanes) * lanes))
+    kc = min(p.kc, k)
+    mc = max(p.mr, min(p.mc, -(-m // p.mr) * p.mr))
+    nc = max(nr, min(p.nc // nr * nr, -(-n // nr) * nr))       # whole panels: the packed block holds nc
+    return Params(p.mr, nr, kc, mc, nc)
+
+
+# ---------------------------------------------------------------------------- rendering
+
+class _Expr:
+    """Scalar C for a KOp tree at given index variables: one statement per ALU node (shared nodes
+    once), loads and constants inline."""
+
+    def __init__(self, renderer: CStyleRenderer, variables: list[Node]):
+        self.r, self.variables = renderer, variables
+        self.lines: list[str] = []
+        self.names: dict[int, str] = {}
+
+    def __call__(self, n: KOp) -> str:
+        if id(n) in self.names:
+            return self.names[id(n)]
+        if n.op is BufferOps.CONST:
+            value, st = n.arg
+            _, valid = st.expr_idxs(self.variables)
+            lit = _lit(value, n.dtype, self.r.d)
+            if valid.is_const:
+                return lit if valid.min == 1 else _lit(0, n.dtype, self.r.d)
+            return f"(({valid.render()})?{lit}:{_lit(0, n.dtype, self.r.d)})"
+        if n.op is AstOps.LOAD:
+            buf, st = n.arg
+            idx, valid = st.expr_idxs(self.variables)
+            return self.r.load_scalar(buf, n.dtype, idx, valid)
+        args = [self(s) for s in n.src]
+        src_dtype = n.src[-1].dtype if n.op is TernaryOps.WHERE else n.src[0].dtype
+        name = f"t{len(self.lines)}"
+        expr = self.r.scalar_expr(n.op, n.dtype, src_dtype, args, n.arg)
+        self.lines.append(f"{self.r.ctype(n.dtype)} {name} = {expr};")
+        self.names[id(n)] = name
+        return name
+
+
+def _decode(c: Contraction, dims: list[int], flat: str) -> list[str]:
+    """C lines setting each dim's variable x<d> from a flat index over dims (outermost first)."""
+    lines, stride = [], 1
+    for d in reversed(dims):
+        size = c.shape[d]
+        expr = flat if stride == 1 else f"({flat} / {stride})"
+        lines.append(f"long x{d} = {expr} % {size};" if d != dims[0] else f"long x{d} = {expr};")
+        stride *= size
+    return lines
+
+
+def _context(c: Contraction, dims: list[int]) -> list[Node]:
+    """Index variables for the given dims, 0 for the others."""
+    variables = _vars(c.shape)
+    return [variables[d] if d in dims else num(0) for d in range(len(c.shape))]
+
+
+def _inner_stride(c: Contraction, tree: KOp, dims: list[int]) -> int | None:
+    """The stride of tree's first load along the innermost of dims (None if not affine or no load)."""
+    loads = [n for n in tree.walk() if n.op is AstOps.LOAD]
+    if not loads:
+        return None
+    idx, _ = loads[0].arg[1].expr_idxs(_vars(c.shape))
+    return _coef(idx, _vars(c.shape)[dims[-1]])
+
+
+def _pack(c: Contraction, renderer: CStyleRenderer, side: str, p: Params) -> list[str]:
+    """The body packing one block of x (side "a": rows m, panels of MR) or y (side "b": columns n,
+    panels of NR) into `dst`: panel-major, k-major within a panel, zeros past the matrix's edge. A full
+    panel runs without bound checks, its inner loop marked for SIMD (the source contiguous along it when
+    the panel's rows are the inner loop)."""
+    tree, dims, width, total = (c.x, c.m_dims, p.mr, "M") if side == "a" else (c.y, c.n_dims, p.nr, "N")
+    lo = "ic" if side == "a" else "jc"
+    ex = _Expr(renderer, _context(c, c.b_dims + dims + c.k_dims))
+    value = ex(tree)
+    rows_inner = _inner_stride(c, tree, dims) == 1     # the source is contiguous along m (or n)
+    row_lines = ["long row = " + lo + " + panel + i;", *_decode(c, dims, "row")]
+    k_lines = ["long k = pc + kk;", *_decode(c, c.k_dims, "k")]
+    outer, inner = (("kk", "kc", k_lines), ("i", "rows", row_lines)) if rows_inner else \
+        (("i", "rows", row_lines), ("kk", "kc", k_lines))
+
+    def loops(simd: bool) -> list[str]:
+        return [f"for (long {outer[0]} = 0; {outer[0]} < {outer[1]}; {outer[0]}++) {{",
+                *["  " + x for x in outer[2]],
+                *(["  #pragma omp simd"] if simd else []),
+                f"  for (long {inner[0]} = 0; {inner[0]} < {inner[1]}; {inner[0]}++) {{",
+                *["    " + x for x in [*inner[2], *ex.lines, f"dst[kk * {width} + i] = {value};"]],
+                "  }", "}"]
+    return [f"long rows = {total} - ({lo} + panel) < {width} ? {total} - ({lo} + panel) : {width};",
+            f"if (rows == {width}) {{", *["  " + x for x in loops(True)], "} else {",
+            f"  for (long z = 0; z < kc * {width}; z++) dst[z] = 0.0f;",
+            *["  " + x for x in loops(False)], "}"]
+
+
+def _micro(name: str, p: Params, lanes: int) -> list[str]:
+    """The register tile: c (+)= a panel (kc x MR) times b panel (kc x NR)."""
+    nv = p.nr // lanes
+    out = [f"static inline __attribute__((always_inline)) void {name}_micro(long kc, "
+           f"const float* restrict a, const float* restrict b, float* restrict c, long ldc, int add) {{"]
+    out += [f"  f32v c{i}_{j} = (f32v){{}};" for i in range(p.mr) for j in range(nv)]
+    out.append("  for (long k = 0; k < kc; k++) {")
+    out += [f"    f32v b{j} = *(const f32v*)(b + k * {p.nr} + {j * lanes});" for j in range(nv)]
+    for i in range(p.mr):
+        fmas = " ".join(f"c{i}_{j} += a{i} * b{j};" for j in range(nv))
+        out.append(f"    {{ float a{i} = a[k * {p.mr} + {i}]; {fmas} }}")
+    out.append("  }")
+    for i in range(p.mr):
+        for j in range(nv):
+            addr = f"(f32v*)(c + {i} * ldc + {j * lanes})"
+            out.append(f"  if (add) c{i}_{j} += *{addr};")
+            out.append(f"  *{addr} = c{i}_{j};")
+    out.append("}")
+    return out
+
+
+def _finish_tile(c: Contraction, renderer: CStyleRenderer, p: Params) -> list[str]:
+    """A tile held in `tile`: rows and columns inside the matrix get (partial sums of earlier K blocks
+    added, then) the epilogue and the store."""
+    ex = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.n_dims))
+    ex.names[id(c.red)] = "acc"
+    value = ex(c.ast.src[0])
+    inner = [f"float acc = tile[i * {p.nr} + j];",
+             f"float* cp = data0 + cbase + (m0 + i) * {c.ldc} + n0 + j;",
+             "if (pc > 0) acc += *cp;", "if (!last) { *cp = acc; continue; }",
+             *_decode(c, c.m_dims, "(m0 + i)"), *_decode(c, c.n_dims, "(n0 + j)"), *ex.lines,
+             f"*cp = {value};"]
+    return [f"for (long i = 0; i < {p.mr} && m0 + i < M; i++)",
+            f"  for (long j = 0; j < {p.nr} && n0 + j < N; j++) {{", *["    " + x for x in inner], "  }"]
+
+
+def _naive(c: Contraction, renderer: CStyleRenderer, name: str) -> list[str]:
+    """The contraction as three plain loops: what runs if the packing buffers cannot be allocated."""
+    ex = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.n_dims + c.k_dims))
+    prod_value = ex(c.red.src[0])
+    red_lines = ex.lines
+    epi = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.n_dims))
+    epi.names[id(c.red)] = "acc"
+    value = epi(c.ast.src[0])
+    idx, _ = c.ast.arg[1].expr_idxs(_context(c, c.b_dims + c.m_dims + c.n_dims))     # a plain store
+    return [f"static void {name}_naive({_params(c)}) {{",
+            "  for (long bb = 0; bb < BATCH; bb++)",
+            "  for (long m = 0; m < M; m++)",
+            "  for (long n = 0; n < N; n++) {",
+            *["    " + x for x in [*_decode(c, c.b_dims, "bb"), *_decode(c, c.m_dims, "m"),
+                                   *_decode(c, c.n_dims, "n")]],
+            "    float acc = 0.0f;",
+            "    for (long k = 0; k < K; k++) {",
+            *["      " + x for x in [*_decode(c, c.k_dims, "k"), *red_lines, f"acc += {prod_value};"]],
+            "    }",
+            *["    " + x for x in [*epi.lines, f"data0[{idx.render()}] = {value};"]],
+            "  }", "}"]
+
+
+def _params(c: Contraction) -> str:
+    k = c.kernel
+    return ", ".join(f"{'' if i == 0 else 'const '}{_C_TYPES[dt.name]}* restrict data{i}"
+                     for i, dt in enumerate(k.buf_dtypes))
+
+
+def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
+    """The C source of the contraction as one function `name` taking the kernel's buffers."""
+    batch, m, n, k = c.sizes
+    threads = f" num_threads({renderer.threads})" if renderer.threads else ""
+    ap_floats = p.kc * (p.mc + p.mr)
+    bp_floats = p.kc * p.nc
+    cbase = c.ast.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()
+    tile_body = _finish_tile(c, renderer, p)
+    direct = f"if (ir + {p.mr} <= mc && jr + {p.nr} <= nc{' && !last' if c.epilogue else ''})"
+    body = [
+        f"void {name}({_params(c)}) {{",
+        f"  int max_threads = {renderer.threads or 'omp_get_max_threads()'};",
+        f"  float* bp = (float*)aligned_alloc(64, sizeof(float) * {bp_floats});",
+        f"  float* ap_all = (float*)aligned_alloc(64, sizeof(float) * {ap_floats} * (long)max_threads);",
+        "  if (!bp || !ap_all) {",
+        "    free(bp); free(ap_all);",
+        f"    {name}_naive({', '.join(f'data{i}' for i in range(len(c.kernel.buf_dtypes)))});",
+        "    return;",
+        "  }",
+        f"  #pragma omp parallel{threads}",
+        "  {",
+        "    int nth = omp_get_num_threads();",
+        f"    float* ap = ap_all + (long)omp_get_thread_num() * {ap_floats};",
+        f"    float tile[{p.mr * p.nr}] __attribute__((aligned(64)));",
+        f"    long blocks = (M + {p.mc} - 1) / {p.mc};",
+        "    blocks = (blocks + nth - 1) / nth * nth;     /* as many blocks per thread */",
+        f"    long mcb = ((M + blocks - 1) / blocks + {p.mr} - 1) / {p.mr} * {p.mr};",
+        "    int by_rows = (M + mcb - 1) / mcb >= nth;   /* else threads share a row block's columns */",
+        "    for (long bb = 0; bb < BATCH; bb++) {",
+        *["      " + x for x in _decode(c, c.b_dims, "bb")],
+        f"      long cbase = {cbase};",
+        f"      for (long jc = 0; jc < N; jc += {p.nc}) {{",
+        f"        long nc = N - jc < {p.nc} ? N - jc : {p.nc};",
+        f"        for (long pc = 0; pc < K; pc += {p.kc}) {{",
+        f"          long kc = K - pc < {p.kc} ? K - pc : {p.kc};",
+        "          int last = pc + kc >= K;",
+        "          #pragma omp for schedule(static)",
+        f"          for (long panel = 0; panel < nc; panel += {p.nr}) {{",
+        "            float* dst = bp + panel * kc;",
+        *["            " + x for x in _pack(c, renderer, "b", p)],
+        "          }",
+        "          #pragma omp for schedule(static)",
+        "          for (long ic_blk = 0; ic_blk < (by_rows ? (M + mcb - 1) / mcb : nth); ic_blk++) {",
+        "            long ic_first = by_rows ? ic_blk * mcb : 0, ic_end = by_rows ? ic_first + mcb : M;",
+        "            long jr_first = 0, jr_step = 1;",
+        "            if (!by_rows) { jr_first = ic_blk; jr_step = nth; }",
+        "            for (long ic = ic_first; ic < ic_end && ic < M; ic += mcb) {",
+        "              long mc = M - ic < mcb ? M - ic : mcb;",
+        f"              for (long panel = 0; panel < mc; panel += {p.mr}) {{",
+        "                float* dst = ap + panel * kc;",
+        *["                " + x for x in _pack(c, renderer, "a", p)],
+        "              }",
+        f"              for (long jr = jr_first * {p.nr}; jr < nc; jr += jr_step * {p.nr})",
+        f"                for (long ir = 0; ir < mc; ir += {p.mr}) {{",
+        "                  long m0 = ic + ir, n0 = jc + jr;",
+        f"                  {direct} {{",
+        f"                    {name}_micro(kc, ap + ir * kc, bp + jr * kc, "
+        f"data0 + cbase + m0 * {c.ldc} + n0, {c.ldc}, pc > 0);",
+        "                    continue;",
+        "                  }",
+        f"                  {name}_micro(kc, ap + ir * kc, bp + jr * kc, tile, {p.nr}, 0);",
+        *["                  " + x for x in tile_body],
+        "                }",
+        "            }",
+        "          }",
+        "        }",
+        "      }",
+        "    }",
+        "  }",
+        "  free(bp);",
+        "  free(ap_all);",
+        "}",
+    ]
+    defines = [f"#define BATCH {batch}L", f"#define M {m}L", f"#define N {n}L", f"#define K {k}L"]
+    undefs = ["#undef BATCH", "#undef M", "#undef N", "#undef K"]
+    head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + \
+        renderer.v.header.replace("BYTES", str(4 * lanes))
+    lines = [*defines, *_micro(name, p, lanes), *_naive(c, renderer, name), *body, *undefs]
+    return head + "\n".join(lines) + "\n"
+
+
+def name(c: Contraction) -> str:
+    """The kernel's name, as the linearizer names a reduce: r_ and its normalized dims."""
+    return "r_" + "_".join(str(s) for s in c.shape)
+
+
+def lower(c: Contraction, p: Params, renderer: CStyleRenderer, lanes: int) -> tuple[str, str, Linearized]:
+    """(name, source, info) of the contraction's nest with block sizes p."""
+    kname = name(c)
+    batch, m, n, k = c.sizes
+    kernel = c.kernel
+    mem = sum(size * dt.itemsize for size, dt in zip(kernel.buf_sizes, kernel.buf_dtypes))
+    info = Linearized(kname, [], list(kernel.buf_dtypes), lanes, 1, prod(c.shape), 2 * batch * m * n * k, mem)
+    info.extra["gemm"] = p
+    return kname, render(c, p, renderer, kname, lanes), info

@@ -1,0 +1,141 @@
+"""How a contraction runs, chosen by timing candidates (tinygrad calls its search BEAM), the winner
+remembered on disk per kernel and machine, so a second run pays nothing.
+
+The rules of thumb in gemm.worth and gemm.params were measured on one machine for square-ish
+matrices; a shape with a short side, a long reduce or another CPU may want other tiles, or the
+one-pass kernel. The search builds the candidates (the one-pass kernel, the rule's nest, nests of other
+register tiles and K blocks), one compiler run per core, runs each on scratch buffers of the kernel's
+sizes, and keeps the fastest. It runs for contractions of at least TG_BEAM_MIN_MACS
+multiply-adds (where a kernel runs long enough that a few percent matter, and its build already takes
+a while), within TG_BEAM seconds; TG_BEAM=0 turns it off. Results live in
+TG_CACHE_DIR/search/<key>.json, keyed by the kernel's normalized AST, the thread count, the CPU and
+the compiler, written atomically.
+
+    >>> from tg.core.codegen.search import candidates
+    >>> len(candidates(16)) > 1
+    True
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import astuple
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from tg import config
+from tg.core.codegen import gemm
+from tg.core.dtype import dtypes
+
+
+def candidates(lanes: int) -> list[tuple[int, int, int, int, int]]:
+    """(MR, NR, KC, MC, NC) to try: register tiles that fit the vector registers (32 with AVX-512, 16
+    with AVX2, a few left for the loads), each with a short and a long K block."""
+    if lanes >= 16:
+        tiles = [(6, 4 * lanes), (8, 2 * lanes), (12, 2 * lanes), (8, 3 * lanes)]
+    else:
+        tiles = [(6, 2 * lanes), (4, 3 * lanes), (8, lanes)]
+    return [(mr, nr, kc, mc, 4096) for mr, nr in tiles for kc, mc in ((256, 144), (512, 256))]
+
+
+def _cpu() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return os.uname().machine
+    names = (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name"))
+    return next(names, os.uname().machine)
+
+
+VERSION = 1      # of the candidates and what their block sizes mean: a change makes earlier records moot
+
+
+def _key(c: gemm.Contraction, threads: int, ident: str) -> str:
+    raw = repr((VERSION, c.ast.key, threads, _cpu(), ident))
+    return hashlib.sha256(raw.encode()).hexdigest()[:40]
+
+
+def _path(key: str) -> Path:
+    return Path(config.TG_CACHE_DIR) / "search" / f"{key}.json"
+
+
+def _remember(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
+    with os.fdopen(fd, "w") as f:
+        json.dump(record, f)
+    os.replace(tmp, path)
+
+
+def _recall(path: Path) -> tuple[bool, gemm.Params | None]:
+    """(found, the winner: block sizes, or None for the one-pass kernel)."""
+    try:
+        record = json.loads(path.read_text())
+        won = record["params"]
+        return True, None if won is None else gemm.Params(*[int(v) for v in won])
+    except (OSError, ValueError, KeyError, TypeError):
+        return False, None     # absent, or damaged (a crash mid-write cannot leave one: the write is atomic)
+
+
+def _scratch(kernel: Any) -> list[np.ndarray]:
+    """Buffers of the kernel's sizes and dtypes: small random floats in, anything out (a contraction
+    indexes memory by its loop variables only, so the values cannot send a load out of bounds)."""
+    rng = np.random.default_rng(0)
+    bufs = []
+    for size, dt in zip(kernel.buf_sizes, kernel.buf_dtypes):
+        arr = np.zeros(max(size, 1), dt.np)
+        if dt.is_float and dt != dtypes.bfloat16:    # bfloat16's bits stay 0: a zero is a zero
+            arr[...] = rng.random(arr.size, np.float32)
+        bufs.append(arr)
+    return bufs
+
+
+def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: Any,
+           one_pass: Callable[[str], str]) -> gemm.Params | None:
+    """How to run contraction c: block sizes for the nest, or None for the one-pass kernel whose source
+    `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob and the
+    size allow), else the rule of thumb (gemm.worth, gemm.params)."""
+    rule = gemm.params(c, lanes) if gemm.worth(c) else None
+    batch, m, n, k = c.sizes
+    if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
+        return rule
+    path = _path(_key(c, renderer.threads, compiler.ident))
+    found, known = _recall(path)
+    if found:
+        return known
+    nests = [gemm.clamp(c, gemm.Params(*t), lanes) for t in candidates(lanes)]
+    other = None if rule is not None else gemm.params(c, lanes)       # the rule's other choice
+    tried: list[gemm.Params | None] = list(dict.fromkeys([rule, other, *nests]))
+    srcs = [one_pass(f"{name}_s{i}") if p is None else gemm.render(c, p, renderer, f"{name}_s{i}", lanes)
+            for i, p in enumerate(tried)]
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:     # one compiler run per core
+        libs = list(pool.map(compiler.compile, srcs))
+    bufs = _scratch(c.kernel)
+    args = [ctypes.c_void_p(b.ctypes.data) for b in bufs]
+    timings: dict[int, float] = {}
+    for i, lib in enumerate(libs):
+        fn = getattr(ctypes.CDLL(str(lib)), f"{name}_s{i}")
+        fn.restype = None
+        fn(*args)                                  # warm: pages, caches
+        runs = []
+        for _ in range(2):
+            t = time.perf_counter()
+            fn(*args)
+            runs.append(time.perf_counter() - t)
+        timings[i] = min(runs)
+        if time.perf_counter() - start > config.TG_BEAM:
+            break
+    best = min(timings, key=lambda i: timings[i])
+    won = tried[best]
+    _remember(path, {"params": None if won is None else list(astuple(won)), "seconds": timings[best],
+                     "rule_seconds": timings[0], "sizes": list(c.sizes), "tried": len(timings),
+                     "of": len(tried)})
+    return won
