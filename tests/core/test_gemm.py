@@ -70,6 +70,19 @@ def test_what_is_not_a_contraction():
     assert contraction((Tensor(rand(300, 1, 200)) * Tensor(rand(1, 150, 200))).amax(axis=2)) is None
 
 
+def test_in_place_updates_that_read_their_target_keep_the_one_pass_kernel():
+    """The nest keeps partial sums in the output: fine for an assign into memory it does not read (what
+    .numpy() does), not for one reading the old values (c += a @ b)."""
+    a, b, c0 = rand(300, 200), rand(200, 150), rand(300, 150)
+    dest = Tensor(np.zeros((300, 150), np.float32)).realize()
+    assert contraction(dest.assign(Tensor(a) @ Tensor(b))) is not None
+    c = Tensor(c0).realize()
+    update = c.assign(c + Tensor(a) @ Tensor(b))
+    assert contraction(update) is None
+    update.realize()
+    close(c.numpy(), c0 + a.astype(np.float64) @ b)
+
+
 # ---------------------------------------------------------------------------- against numpy
 
 @pytest.mark.parametrize("m,k,n", [(257, 263, 131), (130, 1100, 97), (1000, 37, 150), (63, 1025, 260)])

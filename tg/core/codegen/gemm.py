@@ -108,8 +108,10 @@ def _depends(tree: KOp, variables: list[Var]) -> set[int]:
 
 def find(kernel: Kernel, lanes: int) -> Contraction | None:
     """The kernel as a contraction worth blocking (lanes: float32s per SIMD vector), or None."""
-    if kernel.assign or kernel.buf_dtypes[0] != dtypes.float32:
+    if kernel.buf_dtypes[0] != dtypes.float32:
         return None
+    if any(n.op is AstOps.LOAD and n.arg[0] == 0 for n in kernel.ast.walk()):
+        return None      # an in-place update reading its target: the partial sums in it would be read
     reds = [n for n in kernel.ast.walk() if isinstance(n.op, ReduceOps)]
     if len(reds) != 1 or reds[0].op is not ReduceOps.SUM or reds[0].dtype != dtypes.float32:
         return None
