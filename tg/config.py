@@ -78,9 +78,9 @@ KNOBS: dict[str, Knob] = {
         Knob(
             "TG_BEAM",
             float,
-            5.0,
-            "seconds a large contraction (matmul) may spend, once per kernel and machine, timing block "
-            "sizes on the CPU (the winner is kept in TG_CACHE_DIR/search); 0 uses the rule of thumb",
+            2.0,
+            "seconds a process may spend timing how its large contractions (matmuls) run on the CPU, "
+            "once per kernel and machine (the winners are kept in TG_CACHE_DIR/search); 0: rules of thumb",
         ),
         Knob("TG_BEAM_MIN_MACS", int, 1 << 28,
              "multiply-adds from which a contraction's block sizes are searched"),

@@ -193,6 +193,7 @@ def test_the_search_times_candidates_once_and_remembers_the_winner(monkeypatch, 
     monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TG_BEAM", "30")
     monkeypatch.setenv("TG_BEAM_MIN_MACS", "1")
+    monkeypatch.setattr(search, "_spent", [0.0])
     a, b = rand(300, 200), rand(200, 150)
     c = contraction(Tensor(a) @ Tensor(b))
     assert c is not None
@@ -218,6 +219,7 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
         monkeypatch, tmp_path):
     from tg.core.codegen import search
     monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(search, "_spent", [0.0])
     big = contraction(Tensor(rand(600, 300)) @ Tensor(rand(300, 1100)))
     small = contraction(Tensor(rand(300, 200)) @ Tensor(rand(200, 150)))
     assert big is not None and small is not None
@@ -236,6 +238,12 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     assert choose(big) == gemm.params(big, LANES)
     record = next((tmp_path / "search").glob("*.json"))
     assert '"tried": 1,' in record.read_text()
+    (tmp_path / "search" / "elsewhere").mkdir()
+    record.rename(tmp_path / "search" / "elsewhere" / record.name)
+    assert choose(big) == gemm.params(big, LANES)             # spent: the rule, unrecorded
+    assert not list((tmp_path / "search").glob("*.json"))
+    (tmp_path / "search" / "elsewhere" / record.name).rename(record)
+    monkeypatch.setattr(search, "_spent", [0.0])
     record.write_text("{not json")
     monkeypatch.setenv("TG_BEAM", "30")
     assert choose(big) in [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in search.candidates(LANES)],

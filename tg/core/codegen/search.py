@@ -6,8 +6,9 @@ matrices; a shape with a short side, a long reduce or another CPU may want other
 one-pass kernel. The search builds the candidates (the one-pass kernel, the rule's nest, nests of other
 register tiles and K blocks), one compiler run per core, runs each on scratch buffers of the kernel's
 sizes, and keeps the fastest. It runs for contractions of at least TG_BEAM_MIN_MACS
-multiply-adds (where a kernel runs long enough that a few percent matter, and its build already takes
-a while), within TG_BEAM seconds; TG_BEAM=0 turns it off. Results live in
+multiply-adds (where a kernel runs long enough that a few percent matter), within TG_BEAM seconds for
+the whole process (so a cold first step pays at most that; a kernel met after the budget is spent takes
+the rule, unrecorded, and is searched by a later process); TG_BEAM=0 turns it off. Results live in
 TG_CACHE_DIR/search/<key>.json, keyed by the kernel's normalized AST, the thread count, the CPU and
 the compiler, written atomically.
 
@@ -97,14 +98,18 @@ def _scratch(kernel: Any) -> list[np.ndarray]:
     return bufs
 
 
+_spent = [0.0]      # seconds this process has searched: TG_BEAM bounds the total
+
+
 def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: Any,
            one_pass: Callable[[str], str]) -> gemm.Params | None:
     """How to run contraction c: block sizes for the nest, or None for the one-pass kernel whose source
-    `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob and the
-    size allow), else the rule of thumb (gemm.worth, gemm.params)."""
+    `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
+    and what is left of this process's budget allow), else the rule of thumb (gemm.worth, gemm.params)."""
     rule = gemm.params(c, lanes) if gemm.worth(c) else None
     batch, m, n, k = c.sizes
-    if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
+    budget = config.TG_BEAM - _spent[0]
+    if budget <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
         return rule
     path = _path(_key(c, renderer.threads, compiler.ident))
     found, known = _recall(path)
@@ -113,29 +118,42 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     nests = [gemm.clamp(c, gemm.Params(*t), lanes) for t in candidates(lanes)]
     other = None if rule is not None else gemm.params(c, lanes)       # the rule's other choice
     tried: list[gemm.Params | None] = list(dict.fromkeys([rule, other, *nests]))
-    srcs = [one_pass(f"{name}_s{i}") if p is None else gemm.render(c, p, renderer, f"{name}_s{i}", lanes)
-            for i, p in enumerate(tried)]
     start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:     # one compiler run per core
-        libs = list(pool.map(compiler.compile, srcs))
-    bufs = _scratch(c.kernel)
-    args = [ctypes.c_void_p(b.ctypes.data) for b in bufs]
-    timings: dict[int, float] = {}
-    for i, lib in enumerate(libs):
-        fn = getattr(ctypes.CDLL(str(lib)), f"{name}_s{i}")
-        fn.restype = None
-        fn(*args)                                  # warm: pages, caches
-        runs = []
-        for _ in range(2):
-            t = time.perf_counter()
-            fn(*args)
-            runs.append(time.perf_counter() - t)
-        timings[i] = min(runs)
-        if time.perf_counter() - start > config.TG_BEAM:
-            break
+    try:
+        timings = _time(c, tried, name, lanes, renderer, compiler, one_pass, start + budget)
+    finally:
+        _spent[0] += time.perf_counter() - start
     best = min(timings, key=lambda i: timings[i])
     won = tried[best]
     _remember(path, {"params": None if won is None else list(astuple(won)), "seconds": timings[best],
                      "rule_seconds": timings[0], "sizes": list(c.sizes), "tried": len(timings),
                      "of": len(tried)})
     return won
+
+
+def _time(c: gemm.Contraction, tried: list, name: str, lanes: int, renderer: Any, compiler: Any,
+          one_pass: Callable[[str], str], deadline: float) -> dict[int, float]:
+    """Seconds of a run of each candidate, in order, until the deadline (the first always): built a
+    core's worth at a time (one compiler run each), each run once to warm, then the faster of two."""
+    bufs = _scratch(c.kernel)
+    args = [ctypes.c_void_p(b.ctypes.data) for b in bufs]
+    timings: dict[int, float] = {}
+    workers = os.cpu_count() or 1
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for first in range(0, len(tried), workers):
+            batch = list(enumerate(tried))[first:first + workers]
+            srcs = [one_pass(f"{name}_s{i}") if p is None else gemm.render(c, p, renderer, f"{name}_s{i}", lanes)
+                    for i, p in batch]
+            for (i, _), lib in zip(batch, pool.map(compiler.compile, srcs)):
+                fn = getattr(ctypes.CDLL(str(lib)), f"{name}_s{i}")
+                fn.restype = None
+                fn(*args)
+                runs = []
+                for _ in range(2):
+                    t = time.perf_counter()
+                    fn(*args)
+                    runs.append(time.perf_counter() - t)
+                timings[i] = min(runs)
+                if time.perf_counter() > deadline:
+                    return timings
+    return timings
