@@ -142,8 +142,8 @@ def _time(c: gemm.Contraction, tried: list, name: str, lanes: int, renderer: Any
     with ThreadPoolExecutor(max_workers=workers) as pool:
         for first in range(0, len(tried), workers):
             batch = list(enumerate(tried))[first:first + workers]
-            srcs = [one_pass(f"{name}_s{i}") if p is None else gemm.render(c, p, renderer, f"{name}_s{i}", lanes)
-                    for i, p in batch]
+            srcs = [one_pass(f"{name}_s{i}") if p is None else
+                    gemm.render(c, p, renderer, f"{name}_s{i}", lanes) for i, p in batch]
             for (i, _), lib in zip(batch, pool.map(compiler.compile, srcs)):
                 fn = getattr(ctypes.CDLL(str(lib)), f"{name}_s{i}")
                 fn.restype = None
