@@ -25,8 +25,8 @@ LAYERS = [
     ["tg.core.codegen.linearizer"],
     ["tg.core.renderer"],
     ["tg.core.codegen.gemm"],
-    ["tg.core.codegen.search"],
     ["tg.core.compiler", "tg.core.device"],
+    ["tg.core.codegen.search"],
     [
         "tg.core.runtime.ops_cpu",
         "tg.core.runtime.ops_cl",

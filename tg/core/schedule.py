@@ -176,7 +176,12 @@ class _KernelBuilder:
         self.reads_own_target_elsewhere = False
 
     def buf_index(self, base: LazyBuffer) -> int:
-        if base is self.target:
+        """The kernel's buffer for base: 0 for the target, also when base is another lazy buffer over the
+        target's memory (so a kernel never gets one memory under two names: its loads of the target say
+        so in the AST, which codegen relies on: the GEMM nest keeps partial sums in its output)."""
+        memory = self.target.realized
+        if base is self.target or (memory is not None and base.realized is memory
+                                   and base.dtype == self.target.dtype):
             return 0
         for i, b in enumerate(self.inputs):
             if b is base:

@@ -19,12 +19,11 @@ The loop nest, for each batch index:
               micro-kernel: C[ir:ir+MR, jr:jr+NR] (+)= A panel x B panel, MR x NR/VW vector registers
 
 The micro-kernel keeps an MR x NR tile of C in registers (NR a multiple of the SIMD width) and per k
-loads NR/VW vectors of B and broadcasts MR values of A. C is written straight into the output when the
-store is plain (row m at m * ldc, unit stride along n, float32), partial sums of earlier K blocks
-included; otherwise (edges, an epilogue such as a bias or an activation fused after the reduce, a
-strided or converting store) each tile goes through a small buffer and the epilogue runs per element
-on the last K block. A store that is not plain allows no K blocking (its partial sums would have
-nowhere to live), so it gets one K block.
+loads NR/VW vectors of B and broadcasts MR values of A. The store must be plain (row m at m * ldc, unit
+stride along n, float32): the output holds the partial sums of the K blocks, so a kernel that reads its
+own output is not taken. A full tile is written straight into it; an edge tile, and on the last K block
+any tile of a kernel with an epilogue (a bias or an activation fused after the reduce), goes through a
+small buffer and a per-element loop that adds the partial sums and applies the epilogue.
 
 The block sizes (MR, NR, KC, MC, NC) come from `params` (a rule of thumb) or from the search in
 `tg/core/codegen/search.py`, which times candidates and remembers the winner on disk.
@@ -353,8 +352,8 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
     """The C source of the contraction as one function `name` taking the kernel's buffers."""
     batch, m, n, k = c.sizes
     threads = f" num_threads({renderer.threads})" if renderer.threads else ""
-    ap_floats = p.kc * (p.mc + p.mr)
-    bp_floats = p.kc * p.nc
+    ap_floats = -(-p.kc * (p.mc + p.mr) // 16) * 16      # whole 64-byte lines: what aligned_alloc takes
+    bp_floats = -(-p.kc * p.nc // 16) * 16
     cbase = c.ast.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()
     tile_body = _finish_tile(c, renderer, p)
     direct = f"if (ir + {p.mr} <= mc && jr + {p.nr} <= nc{' && !last' if c.epilogue else ''})"

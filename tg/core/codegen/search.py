@@ -21,6 +21,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import logging
 import os
 import tempfile
 import time
@@ -33,7 +34,10 @@ import numpy as np
 
 from tg import config
 from tg.core.codegen import gemm
+from tg.core.compiler import CompileError
 from tg.core.dtype import dtypes
+
+log = logging.getLogger("tg.core.codegen.search")
 
 
 def candidates(lanes: int) -> list[tuple[int, int, int, int, int]]:
@@ -58,8 +62,8 @@ def _cpu() -> str:
 VERSION = 1      # of the candidates and what their block sizes mean: a change makes earlier records moot
 
 
-def _key(c: gemm.Contraction, threads: int, ident: str) -> str:
-    raw = repr((VERSION, c.ast.key, threads, _cpu(), ident))
+def _key(c: gemm.Contraction, threads: int, ident: str, lanes: int) -> str:
+    raw = repr((VERSION, c.ast.key, threads, lanes, _cpu(), ident))
     return hashlib.sha256(raw.encode()).hexdigest()[:40]
 
 
@@ -68,21 +72,35 @@ def _path(key: str) -> Path:
 
 
 def _remember(path: Path, record: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        json.dump(record, f)
-    os.replace(tmp, path)
+    """Write record atomically; a cache that cannot be written (read-only, full) only costs a later
+    process the search again."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
-def _recall(path: Path) -> tuple[bool, gemm.Params | None]:
-    """(found, the winner: block sizes, or None for the one-pass kernel)."""
+def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, gemm.Params | None]:
+    """("none" | "partial" | "done", the winner: block sizes, or None for the one-pass kernel). Block
+    sizes that the nest could not run as they are (edited, or from another CPU) count as none."""
     try:
         record = json.loads(path.read_text())
         won = record["params"]
-        return True, None if won is None else gemm.Params(*[int(v) for v in won])
+        done = "done" if record["tried"] >= record["of"] else "partial"
+        if won is None:
+            return done, None
+        p = gemm.Params(*[int(v) for v in won])
     except (OSError, ValueError, KeyError, TypeError):
-        return False, None     # absent, or damaged (a crash mid-write cannot leave one: the write is atomic)
+        return "none", None    # absent, or damaged (a crash mid-write cannot leave one: the write is atomic)
+    if min(astuple(p)) < 1 or p.nr % lanes or gemm.clamp(c, p, lanes) != p:
+        return "none", None
+    return done, p
 
 
 def _scratch(kernel: Any) -> list[np.ndarray]:
@@ -108,13 +126,15 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     and what is left of this process's budget allow), else the rule of thumb (gemm.worth, gemm.params)."""
     rule = gemm.params(c, lanes) if gemm.worth(c) else None
     batch, m, n, k = c.sizes
-    budget = config.TG_BEAM - _spent[0]
-    if budget <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
+    if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
         return rule
-    path = _path(_key(c, renderer.threads, compiler.ident))
-    found, known = _recall(path)
-    if found:
+    path = _path(_key(c, renderer.threads, compiler.ident, lanes))
+    state, known = _recall(path, c, lanes)
+    budget = config.TG_BEAM - _spent[0]
+    if state == "done" or (state == "partial" and budget <= 0):
         return known
+    if budget <= 0:
+        return rule
     nests = [gemm.clamp(c, gemm.Params(*t), lanes) for t in candidates(lanes)]
     other = None if rule is not None else gemm.params(c, lanes)       # the rule's other choice
     tried: list[gemm.Params | None] = list(dict.fromkeys([rule, other, *nests]))
@@ -123,12 +143,22 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
         timings = _time(c, tried, name, lanes, renderer, compiler, one_pass, start + budget)
     finally:
         _spent[0] += time.perf_counter() - start
+    if not timings:
+        return rule
     best = min(timings, key=lambda i: timings[i])
     won = tried[best]
     _remember(path, {"params": None if won is None else list(astuple(won)), "seconds": timings[best],
-                     "rule_seconds": timings[0], "sizes": list(c.sizes), "tried": len(timings),
+                     "rule_seconds": timings.get(0), "sizes": list(c.sizes), "tried": len(timings),
                      "of": len(tried)})
     return won
+
+
+def _build(compiler: Any, src: str) -> Path | None:
+    try:
+        return compiler.compile(src)
+    except (CompileError, OSError) as e:
+        log.warning("[search] a candidate kernel did not build (%s); it is left out", str(e).splitlines()[0])
+        return None
 
 
 def _time(c: gemm.Contraction, tried: list, name: str, lanes: int, renderer: Any, compiler: Any,
@@ -144,7 +174,9 @@ def _time(c: gemm.Contraction, tried: list, name: str, lanes: int, renderer: Any
             batch = list(enumerate(tried))[first:first + workers]
             srcs = [one_pass(f"{name}_s{i}") if p is None else
                     gemm.render(c, p, renderer, f"{name}_s{i}", lanes) for i, p in batch]
-            for (i, _), lib in zip(batch, pool.map(compiler.compile, srcs)):
+            for (i, _), lib in zip(batch, pool.map(_build, [compiler] * len(srcs), srcs)):
+                if lib is None:
+                    continue          # a candidate that does not build is not a choice
                 fn = getattr(ctypes.CDLL(str(lib)), f"{name}_s{i}")
                 fn.restype = None
                 fn(*args)
