@@ -94,19 +94,16 @@ VECTOR_MATH = """
 static inline f32v tg_exp2_v(f32v x) {
   f32v xc = TG_SEL(x > 128.0f, ((f32v){} + 128.0f), x);
   xc = TG_SEL(xc < -150.0f, ((f32v){} - 150.0f), xc);
-  f32v t = xc + 0.5f;
-  i32v n = __builtin_convertvector(t, i32v);
-  n = n + (__builtin_convertvector(n, f32v) > t);            /* floor(x + 0.5) */
-  f32v f = xc - __builtin_convertvector(n, f32v);            /* in [-0.5, 0.5] */
+  f32v k = (xc + 12582912.0f) - 12582912.0f;                 /* round to nearest: 1.5 * 2**23 */
+  i32v n = __builtin_convertvector(k, i32v);                 /* exact: k is a whole number */
+  f32v f = xc - k;                                           /* in [-0.5, 0.5] */
   f32v p = ((f32v){}) + 1.535336188319500e-4f;
   p = p * f + 1.339887440266574e-3f; p = p * f + 9.618437357674640e-3f;
   p = p * f + 5.550332471162809e-2f; p = p * f + 2.402264791363012e-1f;
   p = p * f + 6.931472028550421e-1f; p = p * f + 1.0f;
-  i32v half = n >> 1;                                        /* 2**n as two normal factors */
+  i32v half = n >> 1;                                        /* 2**n as two normal factors: */
   f32v r = (p * (f32v)((half + 127) << 23)) * (f32v)((n - half + 127) << 23);
-  r = TG_SEL(x >= 128.0f, ((f32v){} + INFINITY), r);
-  r = TG_SEL(x < -150.0f, ((f32v){}), r);
-  return TG_SEL(x != x, x, r);
+  return TG_SEL(x != x, x, r);     /* clamped at 128: p = 1 and 2**128 is inf; at -150: 2**-150 is 0 */
 }
 static inline f32v tg_log2_v(f32v x) {
   i32v sub = (((i32v)x >> 23) & 0xff) == 0;                   /* subnormal (or zero) input */
