@@ -172,8 +172,8 @@ def run(fn, out: np.ndarray, *ins: np.ndarray) -> None:
 def test_every_block_shape_computes_the_same(p, threads):
     """Block sizes that divide nothing: partial K blocks (partial sums kept in the output), partial
     row and column blocks, more row blocks than threads and fewer, a column block that is not a whole
-    number of panels (rounded down to one). At 8 threads some row blocks are fewer than the threads, so
-    the threads split each block's columns instead."""
+    number of panels (rounded down to one). At 8 threads the rows are too few for a share each (under
+    four panels a thread), so the threads split each block's columns instead."""
     a, b = rand(141, 1100), rand(1100, 3 * LANES + 5)
     c = contraction(T(a) @ T(b))
     assert c is not None

@@ -190,7 +190,7 @@ def clamp(c: Contraction, p: Params, lanes: int) -> Params:
     _, m, n, k = c.sizes
     nr = max(lanes, min(p.nr, -(-n // lanes) * lanes))
     kc = min(p.kc, k)
-    mc = max(p.mr, min(p.mc, -(-m // p.mr) * p.mr))
+    mc = max(p.mr, min(p.mc, -(-m // p.mr) * p.mr) // p.mr * p.mr)     # whole panels
     nc = max(nr, min(p.nc // nr * nr, -(-n // nr) * nr))       # whole panels: the packed block holds nc
     return Params(p.mr, nr, kc, mc, nc)
 
@@ -372,10 +372,7 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         "    int nth = omp_get_num_threads();",
         f"    float* ap = ap_all + (long)omp_get_thread_num() * {ap_floats};",
         f"    float tile[{p.mr * p.nr}] __attribute__((aligned(64)));",
-        f"    long blocks = (M + {p.mc} - 1) / {p.mc};",
-        "    blocks = (blocks + nth - 1) / nth * nth;     /* as many blocks per thread */",
-        f"    long mcb = ((M + blocks - 1) / blocks + {p.mr} - 1) / {p.mr} * {p.mr};",
-        "    int by_rows = (M + mcb - 1) / mcb >= nth;   /* else threads share a row block's columns */",
+        f"    int by_rows = M >= 4L * {p.mr} * nth;   /* else the threads share each row block's columns */",
         "    for (long bb = 0; bb < BATCH; bb++) {",
         *["      " + x for x in _decode(c, c.b_dims, "bb")],
         f"      long cbase = {cbase};",
@@ -390,12 +387,15 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         *["            " + x for x in _pack(c, renderer, "b", p)],
         "          }",
         "          #pragma omp for schedule(static)",
-        "          for (long ic_blk = 0; ic_blk < (by_rows ? (M + mcb - 1) / mcb : nth); ic_blk++) {",
-        "            long ic_first = by_rows ? ic_blk * mcb : 0, ic_end = by_rows ? ic_first + mcb : M;",
-        "            long jr_first = 0, jr_step = 1;",
-        "            if (!by_rows) { jr_first = ic_blk; jr_step = nth; }",
-        "            for (long ic = ic_first; ic < ic_end && ic < M; ic += mcb) {",
-        "              long mc = M - ic < mcb ? M - ic : mcb;",
+        "          for (long part = 0; part < nth; part++) {    /* one per thread */",
+        "            long lo = 0, hi = M, jr_first = part, jr_step = nth;",
+        "            if (by_rows) {            /* an equal share of the rows, in whole panels */",
+        f"              lo = M * part / nth / {p.mr} * {p.mr};",
+        f"              hi = part == nth - 1 ? M : M * (part + 1) / nth / {p.mr} * {p.mr};",
+        "              jr_first = 0; jr_step = 1;",
+        "            }",
+        f"            for (long ic = lo; ic < hi; ic += {p.mc}) {{",
+        f"              long mc = hi - ic < {p.mc} ? hi - ic : {p.mc};",
         f"              for (long panel = 0; panel < mc; panel += {p.mr}) {{",
         "                float* dst = ap + panel * kc;",
         *["                " + x for x in _pack(c, renderer, "a", p)],

@@ -59,7 +59,7 @@ def _cpu() -> str:
     return next(names, os.uname().machine)
 
 
-VERSION = 1      # of the candidates and what their block sizes mean: a change makes earlier records moot
+VERSION = 2      # of the candidates and what their block sizes mean: a change makes earlier records moot
 
 
 def _key(c: gemm.Contraction, threads: int, ident: str, lanes: int) -> str:
