@@ -76,3 +76,30 @@ def test_folded_lanes_give_the_bits_of_the_scalar_tree(monkeypatch):
     for folded, scalar in zip(*results):
         assert folded.dtype == scalar.dtype
         assert np.array_equal(folded.view(np.uint32), scalar.view(np.uint32))
+
+
+def test_values_constant_along_the_lanes_may_have_any_type():
+    """A row's int64 class index beside the row's float32 values (cross-entropy's pick) keeps its
+    lanes: the index stays a scalar, broadcast where it meets the vectors; the result is numpy's."""
+    from tg.core.codegen.linearizer import Dims
+    from tg.core.runtime.ops_cpu import _vector_bytes
+    from tg.core.schedule import create_schedule
+    from tg.nn import functional as F
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((37, 160)).astype(np.float32)
+    y = rng.integers(0, 160, 37)
+    xt, yt = Tensor(x, device="CPU"), Tensor(y, device="CPU")
+    loss = F.cross_entropy(xt, yt)
+    kernels = [it.kernel for it in create_schedule([loss.lazydata]) if it.kind == "kernel"]
+    picks = [k for k in kernels
+             if any(n.dtype.name == "int64" for n in k.ast.walk()) and x.size in k.buf_sizes]
+    assert len(picks) == 1 and Dims(picks[0], _vector_bytes(), True, False).lane_dim is not None
+    shifted = x - x.max(1, keepdims=True)
+    logp = shifted - np.log(np.exp(shifted).sum(1, keepdims=True))
+    np.testing.assert_allclose(loss.numpy(), -logp[np.arange(37), y].mean(), rtol=1e-5)
+    # a value that does vary along the lanes in a type without SIMD keeps the kernel scalar
+    z = Tensor(rng.integers(-5, 5, (8, 64)), device="CPU")
+    total = (z * 3).sum(1)
+    k = next(it.kernel for it in create_schedule([total.lazydata]) if it.kind == "kernel")
+    assert Dims(k, _vector_bytes(), True, False).lane_dim is None
+    np.testing.assert_array_equal(total.numpy(), (z.numpy() * 3).sum(1))

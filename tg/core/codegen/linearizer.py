@@ -106,8 +106,9 @@ class Dims:
         self.loop_order: list[int] = [d for d, dim in enumerate(self.dims) if not dim.reduce]
         self.group_dim: int | None = None
         self.max_group = 1 << (max(group_size, 1).bit_length() - 1)   # a power of two: the tree halves it
+        self._lanes_ok: dict[int, bool] = {}
         if not config.TG_NOOPT:
-            self._optimise(vector_width_bytes, use_lanes and self._vectorizable(), gpu)
+            self._optimise(vector_width_bytes, use_lanes, gpu)
         self.parallel = [d for d in self.loop_order if self.dims[d].loops > 1]
 
     # ---- analysis helpers
@@ -147,13 +148,28 @@ class Dims:
             ast = map_sts(ast, lambda st: st.reshape(new_shape))
         return ast, new_shape, new_reduce
 
-    def _vectorizable(self) -> bool:
-        for n in self.ast.walk():
-            if n.dtype not in VECTOR_DTYPES:
-                return False
-            if n.op is UnaryOps.CAST and n.src[0].dtype not in VECTOR_DTYPES:
-                return False
-        return True
+    def _vectorizable(self, d: int) -> bool:
+        """Whether every value that varies along dim d has a SIMD type. Values constant along it stay
+        scalars, whatever their type, and are broadcast where they meet the vectors (a row's int64
+        class index beside the row's float32 logits)."""
+        if d not in self._lanes_ok:
+            var = Var(f"x{d}", 0, max(self.dims[d].size - 1, 0))
+            variables = [var if i == d else Var(f"x{i}", 0, max(dim.size - 1, 0))
+                         for i, dim in enumerate(self.dims)]
+            varies: dict[int, bool] = {}
+            ok = True
+            for n in self.ast.walk():          # sources before their users
+                # a reduce's accumulators are vectors in any kernel with lanes
+                varies[id(n)] = isinstance(n.op, ReduceOps) or any(varies[id(x)] for x in n.src)
+                if n.op in (AstOps.LOAD, BufferOps.CONST, AstOps.STORE):     # and where it is written
+                    idx, valid = n.arg[1].expr_idxs(variables)
+                    varies[id(n)] = varies[id(n)] or var in idx.vars() or var in valid.vars()
+                if varies[id(n)] and (n.dtype not in VECTOR_DTYPES or
+                                      (n.op is UnaryOps.CAST and n.src[0].dtype not in VECTOR_DTYPES)):
+                    ok = False
+                    break
+            self._lanes_ok[d] = ok
+        return self._lanes_ok[d]
 
     def _coefs(self, d: int, inside_reduce: bool | None) -> list[tuple[KOp, int | None, bool]]:
         """(node, coefficient of dim d, whether validity uses d) for every load/store/const."""
@@ -174,7 +190,7 @@ class Dims:
         dims = self.dims
 
         def fits(d: int) -> bool:
-            return dims[d].size % width == 0
+            return dims[d].size % width == 0 and self._vectorizable(d)
 
         def store_unit(d: int) -> bool:
             return all(c == 1 and not uses for n, c, uses in self._coefs(d, None) if n.op is AstOps.STORE)
