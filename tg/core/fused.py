@@ -135,7 +135,7 @@ def _shifted_exp(x: LazyBuffer, axis: int) -> tuple[LazyBuffer, LazyBuffer]:
 def _softmax(x: LazyBuffer, axis: int) -> LazyBuffer:
     """exp(x - max) / sum(exp(x - max)) along axis."""
     _, e = _shifted_exp(x, axis)
-    return e.e(BinaryOps.MUL, _keep(x, e.r(ReduceOps.SUM, (axis,))).e(UnaryOps.RECIP))
+    return e.e(BinaryOps.MUL, _keep(x, e.r(ReduceOps.SUM, (axis,)).e(UnaryOps.RECIP)))   # 1 / sum per row
 
 
 class Softmax(Function):
