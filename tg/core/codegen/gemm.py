@@ -79,10 +79,6 @@ class Contraction:
                 self.size(self.k_dims))
 
     @property
-    def store(self) -> KOp:
-        return self.ast
-
-    @property
     def epilogue(self) -> bool:
         return self.ast.src[0] is not self.red
 
@@ -112,12 +108,11 @@ def find(kernel: Kernel, lanes: int) -> Contraction | None:
     if any(n.op is AstOps.LOAD and n.arg[0] == 0 for n in kernel.ast.walk()):
         return None      # an in-place update reading its target: the partial sums in it would be read
     reds = [n for n in kernel.ast.walk() if isinstance(n.op, ReduceOps)]
-    if len(reds) != 1 or reds[0].op is not ReduceOps.SUM or reds[0].dtype != dtypes.float32:
-        return None
+    if len(reds) != 1 or reds[0].op is not ReduceOps.SUM or reds[0].dtype != dtypes.float32 or \
+            reds[0].src[0].op is not BinaryOps.MUL or kernel.ast.dtype != dtypes.float32:
+        return None      # (checked before normalizing: most reduce kernels are not products)
     ast, shape, is_reduce = normalized(kernel)
     red = next(n for n in ast.walk() if isinstance(n.op, ReduceOps))
-    if red.src[0].op is not BinaryOps.MUL or ast.dtype != dtypes.float32:
-        return None
     variables = _vars(shape)
     x, y = red.src[0].src
     dx, dy = _depends(x, variables), _depends(y, variables)
@@ -251,8 +246,9 @@ def _inner_stride(c: Contraction, tree: KOp, dims: list[int]) -> int | None:
     loads = [n for n in tree.walk() if n.op is AstOps.LOAD]
     if not loads:
         return None
-    idx, _ = loads[0].arg[1].expr_idxs(_vars(c.shape))
-    return _coef(idx, _vars(c.shape)[dims[-1]])
+    variables = _vars(c.shape)
+    idx, _ = loads[0].arg[1].expr_idxs(variables)
+    return _coef(idx, variables[dims[-1]])
 
 
 def _pack(c: Contraction, renderer: CStyleRenderer, side: str, p: Params) -> list[str]:
@@ -304,12 +300,17 @@ def _micro(name: str, p: Params, lanes: int) -> list[str]:
     return out
 
 
+def _epilogue(c: Contraction, renderer: CStyleRenderer) -> tuple[_Expr, str]:
+    """The stored value at an output (b, m, n), the reduce's result being the C variable `acc`."""
+    ex = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.n_dims))
+    ex.names[id(c.red)] = "acc"
+    return ex, ex(c.ast.src[0])
+
+
 def _finish_tile(c: Contraction, renderer: CStyleRenderer, p: Params) -> list[str]:
     """A tile held in `tile`: rows and columns inside the matrix get (partial sums of earlier K blocks
     added, then) the epilogue and the store."""
-    ex = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.n_dims))
-    ex.names[id(c.red)] = "acc"
-    value = ex(c.ast.src[0])
+    ex, value = _epilogue(c, renderer)
     inner = [f"float acc = tile[i * {p.nr} + j];",
              f"float* cp = data0 + cbase + (m0 + i) * {c.ldc} + n0 + j;",
              "if (pc > 0) acc += *cp;", "if (!last) { *cp = acc; continue; }",
@@ -324,9 +325,7 @@ def _naive(c: Contraction, renderer: CStyleRenderer, name: str) -> list[str]:
     ex = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.n_dims + c.k_dims))
     prod_value = ex(c.red.src[0])
     red_lines = ex.lines
-    epi = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.n_dims))
-    epi.names[id(c.red)] = "acc"
-    value = epi(c.ast.src[0])
+    epi, value = _epilogue(c, renderer)
     idx, _ = c.ast.arg[1].expr_idxs(_context(c, c.b_dims + c.m_dims + c.n_dims))     # a plain store
     return [f"static void {name}_naive({_params(c)}) {{",
             "  for (long bb = 0; bb < BATCH; bb++)",
