@@ -189,6 +189,56 @@ def transport_kind(rank: int, world: int) -> list:
     return [dist.get_backend(), dist._State.default.transport.kind if world > 1 else "local"]
 
 
+def ucx_engine_suite(rank: int, world: int) -> dict:
+    """Large all_reduce on the ucx transport: the C engine's ring, its pieces wrapping round its scratch
+    (blocks of several pieces), odd sizes, each dtype family, against numpy; the bits each rank got."""
+    import hashlib
+
+    import tg.distributed as dist
+    bad, digests = [], []
+    cases = [("float64", "SUM", (1 << 18) + 5), ("float32", "AVG", (1 << 19) + 3), ("float16", "SUM", 300001),
+             ("int64", "MAX", (1 << 17) + 1), ("bool", "BOR", 1 << 20), ("uint8", "BXOR", (1 << 20) + 7)]
+    for dtype, op, n in cases:
+        parts = [inputs(r, dtype, n) for r in range(world)]
+        x = parts[rank].copy()
+        dist.all_reduce(x, op=getattr(dist.ReduceOp, op))
+        want = expected(op, parts)
+        if not close(x, want.astype(dtype) if dtype != "bool" else want, dtype):
+            bad.append(f"all_reduce {op} {dtype}[{n}]")
+        digests.append(hashlib.sha256(x.tobytes()).hexdigest())
+    return {"bad": bad, "digests": digests, "coll": type(dist._State.default.coll).__name__}
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_ucx_engine_all_reduce_against_numpy(world):
+    require("ucx")
+    results = run_ranks(world, ucx_engine_suite, timeout=300, backend="ucx")
+    assert all(r["coll"] == "UcxCollectives" for r in results), results[0]["coll"]   # the engine ran
+    assert all(r["bad"] == [] for r in results), [r["bad"] for r in results]
+    assert all(r["digests"] == results[0]["digests"] for r in results)     # the same bits on every rank
+
+
+def ucx_engine_missing_on_one_rank(rank: int, world: int) -> dict:
+    """Rank 1 cannot build the engine (as without a C compiler): every rank then runs the Python ring."""
+    import tg.distributed as dist
+    from tg.core.compiler import CompileError
+    from tg.distributed.transport import ucx_engine
+    if rank == 1:
+        def no_compiler() -> None:
+            raise CompileError("[distributed] ucx_engine.c failed to compile (test)")
+        ucx_engine.library = no_compiler
+    dist.init_process_group()
+    x = np.full((1 << 16) + 3, rank + 1.0, np.float32)
+    dist.all_reduce(x)
+    return {"ok": bool((x == world * (world + 1) / 2).all()), "coll": type(dist._State.default.coll).__name__}
+
+
+def test_ucx_engine_missing_on_one_rank_means_none_uses_it():
+    require("ucx")
+    results = run_ranks(3, ucx_engine_missing_on_one_rank, init=False, backend="ucx")
+    assert results == [{"ok": True, "coll": "OverTransport"}] * 3
+
+
 # the tcp backend's one-rank group has no transport, so tcp, shm and rings are the same at world 1
 @pytest.mark.parametrize(
     "world,backend", [(w, b) for w in (1, 2, 3, 4) for b in BACKENDS if w > 1 or b not in ("shm", "rings")]

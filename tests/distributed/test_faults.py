@@ -54,21 +54,22 @@ def test_sigkilled_rank_is_named_within_seconds(tmp_path, world, backend):
         assert f"rank {world - 1}" in message, message
 
 
-def mismatched_shapes(rank: int, world: int) -> str:
+def mismatched_shapes(rank: int, world: int, n: int) -> str:
     try:
-        dist.all_reduce(np.zeros(8 if rank == 0 else 16, np.float32))
+        dist.all_reduce(np.zeros(n if rank == 0 else 2 * n, np.float32))
     except dist.DistributedError as e:
         return str(e)
     return "no error"
 
 
 @pytest.mark.parametrize("backend", ["tcp", "shm", "rings", "ucx", "mpi"])
-def test_mismatched_shapes_raise_on_every_rank(backend):
-    results = run_ranks(3, mismatched_shapes, allow_errors=True, backend=backend)
+@pytest.mark.parametrize("n", [8, 1 << 14])       # in the agreement's frames; the ring (ucx: in C)
+def test_mismatched_shapes_raise_on_every_rank(backend, n):
+    results = run_ranks(3, mismatched_shapes, n, allow_errors=True, backend=backend)
     for message in results:
         assert (
-            "collective #1: rank 0 called all_reduce float32[8] op=SUM, but ranks 1, 2 called all_reduce "
-            "float32[16]" in message
+            f"collective #1: rank 0 called all_reduce float32[{n}] op=SUM, but ranks 1, 2 called all_reduce "
+            f"float32[{2 * n}]" in message
         ), message
 
 

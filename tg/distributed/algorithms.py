@@ -446,18 +446,24 @@ class OverTransport:
                    root: int = -1) -> None:
         work = arr if arr.dtype.kind != "f" or arr.itemsize >= 4 else arr.astype(np.float32)
         flat = work.reshape(-1)
-        folded = flat.nbytes <= FOLD     # small: the data rides in the agreement's frames
-        c = self.call(seq, what, arr, root=root, red=op, agree=not folded)
-        if folded:
-            riding = flat.copy()         # written back once the ranks agree: a disagreement moves nothing
-            c.agree(riding, reducer(op, work.dtype))
-            flat[...] = riding
-        else:
-            all_reduce(c, flat, reducer(op, work.dtype))
+        self.reduce_flat(seq, what, arr, root, op, flat)
         if op is ReduceOp.AVG:
             np.divide(flat, self.size, out=flat, casting="unsafe")
         if work is not arr:
             arr[...] = work
+
+    def reduce_flat(self, seq: int, what: str, arr: np.ndarray, root: int, op: ReduceOp,
+                    flat: np.ndarray) -> None:
+        """all_reduce's agreement and data movement, over flat (arr's values, float16 widened; AVG is
+        summed here and divided by the caller)."""
+        folded = flat.nbytes <= FOLD     # small: the data rides in the agreement's frames
+        c = self.call(seq, what, arr, root=root, red=op, agree=not folded)
+        if folded:
+            riding = flat.copy()         # written back once the ranks agree: a disagreement moves nothing
+            c.agree(riding, reducer(op, flat.dtype))
+            flat[...] = riding
+        else:
+            all_reduce(c, flat, reducer(op, flat.dtype))
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
         broadcast(self.call(seq, "broadcast", arr, root=root), arr.reshape(-1), root)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from tg.distributed.errors import DistributedError
-from tg.distributed.transport import wire
+from tg.distributed.transport import native, wire
 
 if TYPE_CHECKING:
     from tg.distributed.algorithms import ReduceOp
@@ -46,18 +46,7 @@ DESC_CAP = 4096           # bytes of a descriptor read back for an error (the C 
 SOURCE = Path(__file__).with_name("shm_engine.c")
 
 
-class _Memory:
-    """A C argument for an array's memory: a ctypes view of it (passed by reference: cheaper than numpy's
-    .ctypes.data) when the array is writeable, its address otherwise."""
-
-    @classmethod
-    def from_param(cls, arr: np.ndarray) -> Any:
-        if arr.flags.writeable and arr.nbytes:
-            return ctypes.byref(ctypes.c_char.from_buffer(arr))  # type: ignore[arg-type]  # ndarray: a buffer
-        return ctypes.c_void_p(arr.ctypes.data)
-
-
-_u64, _vp, _int, _dbl, _mem = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int, ctypes.c_double, _Memory
+_u64, _vp, _int, _dbl, _mem = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int, ctypes.c_double, native.Memory
 _desc = (_u64, ctypes.c_char_p, ctypes.c_uint32)          # every collective ends with its descriptor
 SIGNATURES: dict[str, tuple] = {
     "tg_barrier": (_vp, *_desc),
@@ -79,20 +68,10 @@ RESTYPES = {"tg_engine_new": _vp, "tg_engine_free": None, "tg_engine_tune": None
             "tg_engine_desc": ctypes.c_uint32, "tg_engine_head_bytes": _u64, "tg_engine_slot_head": _u64}
 
 
-@functools.cache
 def library() -> ctypes.CDLL:
-    """The engine, compiled on first use (cached on disk by source, compiler and flags). Raises
-    CompileError when the C compiler is missing or fails."""
-    from tg.core.compiler import CCompiler
-    # -ffp-contract=off: products and sums rounded as written, never fused into multiply-adds
-    compiler = CCompiler(["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off",
-                          "-fwrapv", "-x", "c", "-"], f"[distributed] {SOURCE.name}")
-    lib = ctypes.CDLL(str(compiler.compile(SOURCE.read_text())))
-    for name, args in SIGNATURES.items():
-        fn = getattr(lib, name)
-        fn.argtypes = list(args)
-        fn.restype = RESTYPES.get(name, _int)
-    return lib
+    """The engine, compiled on first use (cached on disk). Raises CompileError when the C compiler is
+    missing or fails."""
+    return native.build(SOURCE, SIGNATURES, RESTYPES)
 
 
 def segment_bytes() -> int:
@@ -108,12 +87,6 @@ def _described(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1,
     loop repeats a few)."""
     desc, h = wire.described(op, dtype, shape, root, 0 if red is None else red.value)
     return h, desc, len(desc)
-
-
-@functools.lru_cache(maxsize=256)
-def _codes(dtype: np.dtype, op: ReduceOp) -> tuple[int, int]:
-    """The C side's numbers for a dtype and a reduce op."""
-    return wire.DTYPE_CODES.index(dtype.str), op.value
 
 
 def _pointers(arrays: list[np.ndarray]) -> ctypes.Array:
@@ -168,7 +141,7 @@ class ShmEngine:
     # ------------------------------------------------------------------ the collectives
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp, what: str = "all_reduce",
                    root: int = -1) -> None:
-        self._call(seq, what, self.lib.tg_all_reduce, arr, arr.size, *_codes(arr.dtype, op),
+        self._call(seq, what, self.lib.tg_all_reduce, arr, arr.size, *native.codes(arr.dtype, op),
                    *_described(what, arr.dtype, arr.shape, root, op))
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
@@ -192,7 +165,7 @@ class ShmEngine:
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
         """out (contiguous, not overlapping inp) gets block `rank` of inp reduced over the ranks."""
         self._call(seq, "reduce_scatter", self.lib.tg_reduce_scatter, inp, out, out.size,
-                   *_codes(inp.dtype, op), *_described("reduce_scatter", inp.dtype, inp.shape, -1, op))
+                   *native.codes(inp.dtype, op), *_described("reduce_scatter", inp.dtype, inp.shape, -1, op))
 
     def scatter(self, seq: int, out: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
         ins = _pointers(chunks) if self.rank == root else None

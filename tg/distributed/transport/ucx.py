@@ -18,6 +18,9 @@ stays eager (copied through UCX's shared-memory fifo, in pipelined fragments) up
 between ranks of one host, which measured faster than rendezvous over CMA below 4 MiB; ucxx's own
 default (8 KiB, tuned for GPU buffers) is replaced unless the user set UCX_RNDV_THRESH.
 
+An all_reduce past 32 KiB runs in C instead (`ucx_engine.py`: the agreement and the ring in one call,
+the same messages in pieces that are reduced while in cache), when every rank of the group built it.
+
 Waiting progresses the worker, then sleeps on its event file descriptor (no core is burnt while a
 peer computes). While waiting, a closed control endpoint (UCX reports a dead process at once)
 raises naming that peer, and a standing receive catches the ABORT message a failing rank sends to
@@ -194,6 +197,7 @@ class UcxTransport(Transport):
         # a group larger than this host's cores is (at least in part) oversubscribed: sleep sooner
         self.spin = SPIN_OVERSUBSCRIBED if world > len(os.sched_getaffinity(0)) else SPIN
         self.closed = False
+        self.engine: Any = None           # the C all_reduce (ucx_engine.py), once every rank has it
         self.lock = threading.RLock()
         self.worker = api.UCXWorker(ucx_context(context_options(host)))
         self.worker.init_blocking_progress_mode()
@@ -212,6 +216,15 @@ class UcxTransport(Transport):
                 self.ctl[peer] = api.UCXEndpoint.create_from_worker_address(self.worker, address, True)
                 self.eps[peer] = api.UCXEndpoint.create_from_worker_address(self.worker, address, False)
         self._prove(secret, prefix)
+        from tg.distributed.transport import ucx_engine
+        self.engine = ucx_engine.start(self, store, prefix)
+
+    def collectives(self, ranks: list[int]) -> Any:
+        """The algorithms over this transport, with the large all_reduce in the engine (ucx_engine.py)
+        when every rank has it."""
+        from tg.distributed.algorithms import OverTransport
+        from tg.distributed.transport.ucx_engine import UcxCollectives
+        return OverTransport(self, ranks) if self.engine is None else UcxCollectives(self, ranks, self.engine)
 
     def _proof(self, secret: bytes, prefix: str, src: int, dst: int, channel: int) -> bytes:
         return hmac.new(secret, f"tg-ucx|{prefix}|{src}->{dst}|{channel}".encode(), hashlib.sha256).digest()
@@ -268,14 +281,19 @@ class UcxTransport(Transport):
         with self.lock:
             while self.worker.progress_once():
                 pass
-            if self.abort_req.completed:
-                raise DistributedError(self._abort_reason())
-            if all(r.completed for r in requests):
+            if all(r.completed for r in requests) and not self.abort_req.completed:
                 return None
-            if peer is not None and not self.ctl[peer].alive:
-                raise DistributedError(f"[distributed] rank {peer} died or aborted: {what}: its UCX endpoint "
-                                       f"closed (noticed by rank {self.rank})")
+            self.failures(peer, what)
             return may_sleep and self.worker.arm()
+
+    def failures(self, peer: int | None, what: str) -> None:
+        """Raise what ucxx has seen go wrong: an ABORT message from any rank, or peer's control endpoint
+        closed (a dead process)."""
+        if self.abort_req.completed:
+            raise DistributedError(self._abort_reason())
+        if peer is not None and not self.ctl[peer].alive:
+            raise DistributedError(f"[distributed] rank {peer} died or aborted: {what}: its UCX endpoint "
+                                   f"closed (noticed by rank {self.rank})")
 
     def _abort_reason(self) -> str:
         n = min(int.from_bytes(self.abort_buf[:4], "little"), MAX_CONTROL)
@@ -425,3 +443,5 @@ class UcxTransport(Transport):
                     pass
             self.eps.clear()
             self.ctl.clear()
+            if self.engine is not None:
+                self.engine.close()

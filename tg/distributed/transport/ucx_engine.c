@@ -1,0 +1,370 @@
+/* tg's UCX engine: a large all_reduce of the ucx transport, agreement and ring, in one C call.
+ *
+ * It speaks the exact messages of the Python algorithms (algorithms.py over ucx.py), on the worker
+ * and data endpoints ucxx made: the agreement's fixed-size frames (tag part CONTROL: the call's
+ * number, the MIN and MAX of the descriptor hashes, FOLD bytes of room) in the pattern of recursive
+ * doubling, then a ring reduce-scatter and all-gather whose data messages carry tag part DATA and
+ * the call's number. What differs from the Python ring is the size of the messages: PIECE bytes
+ * (set by the Python side), small enough that a piece is reduced while it is still in cache, which
+ * costs a C loop nothing and Python a call per piece. Every rank of a group uses the engine or none
+ * does (the Python side agrees on it when the group starts), so the pieces always match.
+ *
+ * Waiting progresses the worker (which also runs ucxx's own callbacks: its standing ABORT receive,
+ * the control endpoints' error handlers), spins `spins` polls, then arms the worker and sleeps on its
+ * event fd. At least every millisecond of waiting it calls back into Python (`check(peer)`), which
+ * looks at what ucxx saw (an ABORT from any rank, the waited-for peer's control endpoint closed);
+ * nonzero stops the call. Past the job's timeout the wait ends naming the peer not heard from.
+ *
+ * Nothing received is used as a size: every receive is posted with this rank's own sizes, which the
+ * agreement has shown equal everywhere, and a message of another length is an error naming its rank.
+ */
+#define _GNU_SOURCE
+#include <poll.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <ucp/api/ucp.h>
+
+enum { OK = 0, DISAGREE = 1, TIMEOUT = 2, STOPPED = 3, BAD_STEP = 4, BAD_SIZE = 5, UCX_FAILED = 6 };
+
+#include "reductions.c"     /* spliced in by native.source() */
+
+#define PART_CONTROL 4ULL
+#define PART_DATA 1ULL
+#define FOLD 512              /* room for data in every agreement frame (algorithms.FOLD) */
+#define FRAME (4 + 16 + FOLD) /* the call's number, (min, max) of the hashes, the room */
+#define MAX_OPS 64            /* agreement messages a call keeps in flight (2 log2(n) + 2) */
+
+typedef int (*check_fn)(int peer);
+
+typedef struct {
+    ucp_worker_h worker;
+    ucp_ep_h *eps;            /* data endpoints by rank (NULL for this rank) */
+    int rank, n, efd, spins;
+    double timeout, yield_s;  /* seconds: the job's timeout; yielding before sleeping */
+    uint64_t piece;           /* bytes per data message */
+    int slots;                /* pieces of scratch for received partial sums */
+    check_fn check;
+    uint8_t *tmp;             /* received partial sums (reduce-scatter) */
+    uint64_t tmp_bytes;
+    /* what the last failed call saw */
+    int culprit;
+    uint32_t got_seq;
+    uint64_t got_bytes, want_bytes;
+    ucs_status_t status;
+} engine;
+
+typedef struct {
+    void *req;                /* UCX's request while in flight */
+    int peer, recv, done;
+    uint64_t want;
+    ucp_tag_recv_info_t info;
+    ucs_status_t status;
+} op;
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t tag(uint64_t part, int src, uint64_t seq) {
+    return (part << 60) | ((seq & 0xFFFFFFULL) << 32) | (uint64_t)(uint32_t)src;    /* channel 0 */
+}
+
+/* ------------------------------------------------------------------ messages */
+
+static ucp_request_param_t params(op *o) {
+    ucp_request_param_t p;
+    memset(&p, 0, sizeof p);
+    p.op_attr_mask = UCP_OP_ATTR_FIELD_DATATYPE | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    p.datatype = ucp_dt_make_contig(1);
+    p.memory_type = UCS_MEMORY_TYPE_HOST;
+    if (o->recv) {
+        p.op_attr_mask |= UCP_OP_ATTR_FIELD_RECV_INFO;
+        p.recv_info.tag_info = &o->info;
+    }
+    return p;
+}
+
+static int started(engine *e, op *o, ucs_status_ptr_t r) {
+    if (UCS_PTR_IS_ERR(r)) {
+        e->status = UCS_PTR_STATUS(r), e->culprit = o->peer;
+        o->done = 1;
+        return UCX_FAILED;
+    }
+    o->req = r;
+    o->done = r == NULL;
+    o->status = UCS_OK;
+    return OK;
+}
+
+static int post_recv(engine *e, op *o, int peer, void *buf, uint64_t n, uint64_t t) {
+    o->peer = peer, o->recv = 1, o->want = n;
+    o->info.length = n;       /* what an immediate completion reports */
+    ucp_request_param_t p = params(o);
+    return started(e, o, ucp_tag_recv_nbx(e->worker, buf, n, t, ~0ULL, &p));
+}
+
+static int post_send(engine *e, op *o, int peer, const void *buf, uint64_t n, uint64_t t) {
+    o->peer = peer, o->recv = 0, o->want = n;
+    ucp_request_param_t p = params(o);
+    return started(e, o, ucp_tag_send_nbx(e->eps[peer], buf, n, t, &p));
+}
+
+/* Whether o has completed (freeing its request then). */
+static int test(op *o) {
+    if (o->done) return 1;
+    ucs_status_t s = o->recv ? ucp_tag_recv_request_test(o->req, &o->info) : ucp_request_check_status(o->req);
+    if (s == UCS_INPROGRESS) return 0;
+    ucp_request_free(o->req);
+    o->req = NULL, o->done = 1, o->status = s;
+    return 1;
+}
+
+/* Progress until o completes; then whether it went as agreed. */
+static int wait_op(engine *e, op *o) {
+    int polls = 0;
+    double start = 0, checked = 0;
+    while (!test(o)) {
+        if (ucp_worker_progress(e->worker)) continue;
+        if (++polls < e->spins) continue;
+        double t = now();
+        if (start == 0) start = checked = t;
+        if (t - start > e->timeout) {
+            e->culprit = o->peer;
+            return TIMEOUT;
+        }
+        if (t - checked >= 1e-3) {
+            checked = t;
+            if (e->check(o->peer)) {
+                e->culprit = o->peer;
+                return STOPPED;
+            }
+        }
+        if (t - start < e->yield_s) {       /* the peer may need this core (more ranks than cores) */
+            sched_yield();
+        } else if (ucp_worker_arm(e->worker) == UCS_OK) {
+            struct pollfd fd = {e->efd, POLLIN, 0};
+            poll(&fd, 1, 1);
+        }
+    }
+    if (o->status == UCS_ERR_MESSAGE_TRUNCATED) {
+        e->culprit = o->peer, e->want_bytes = o->want, e->got_bytes = o->want + 1;
+        return BAD_SIZE;
+    }
+    if (o->status != UCS_OK) {
+        e->status = o->status, e->culprit = o->peer;
+        return UCX_FAILED;
+    }
+    if (o->recv && o->info.length != o->want) {
+        e->culprit = o->peer, e->want_bytes = o->want, e->got_bytes = o->info.length;
+        return BAD_SIZE;
+    }
+    return OK;
+}
+
+static int wait_all(engine *e, op *ops, int k) {
+    for (int i = 0; i < k; i++) {
+        int rc = wait_op(e, &ops[i]);
+        if (rc != OK) return rc;
+    }
+    return OK;
+}
+
+/* After a failure: receives still posted are cancelled (nothing lands after the call returns), the
+   requests of sends left to complete on their own. */
+static void abandon(engine *e, op *ops, int k) {
+    for (int i = 0; i < k; i++) {
+        if (ops[i].done || !ops[i].req) continue;
+        if (ops[i].recv) ucp_request_cancel(e->worker, ops[i].req);
+        ucp_request_free(ops[i].req);
+        ops[i].req = NULL, ops[i].done = 1;
+    }
+}
+
+#define TRY(x) do { int rc_ = (x); if (rc_ != OK) { abandon(e, ops, nops); return rc_; } } while (0)
+
+/* ------------------------------------------------------------------ the agreement */
+
+/* Every rank in the same call: the MIN and MAX of the descriptor hashes go round as algorithms.agree
+   sends them (ranks beyond the largest power of two fold in first and hear the result last). */
+static int agree(engine *e, uint32_t seq, uint64_t hash) {
+    int n = e->n, r = e->rank, p2 = 1, nops = 0;
+    while (p2 * 2 <= n) p2 *= 2;
+    uint64_t lo = hash, hi = hash;
+    uint8_t frames[MAX_OPS][FRAME], got[FRAME];
+    op ops[MAX_OPS];
+    int peers[MAX_OPS], merges[MAX_OPS], steps = 0;   /* the exchange, in order: send or merge */
+    if (r >= p2) {
+        peers[steps] = r - p2, merges[steps++] = 0;
+        peers[steps] = r - p2, merges[steps++] = 1;
+    } else {
+        if (r + p2 < n) peers[steps] = r + p2, merges[steps++] = 1;
+        for (int mask = 1; mask < p2; mask <<= 1) {
+            peers[steps] = r ^ mask, merges[steps++] = 0;
+            peers[steps] = r ^ mask, merges[steps++] = 1;
+        }
+        if (r + p2 < n) peers[steps] = r + p2, merges[steps++] = 0;
+    }
+    for (int s = 0; s < steps; s++) {
+        if (!merges[s]) {
+            uint8_t *f = frames[nops];
+            memset(f, 0, FRAME);
+            memcpy(f, &seq, 4), memcpy(f + 4, &lo, 8), memcpy(f + 12, &hi, 8);
+            TRY(post_send(e, &ops[nops], peers[s], f, FRAME, tag(PART_CONTROL, e->rank, 0)));
+            nops++;
+            continue;
+        }
+        op in;
+        int rc = post_recv(e, &in, peers[s], got, FRAME, tag(PART_CONTROL, peers[s], 0));
+        if (rc == OK) rc = wait_op(e, &in);
+        if (rc != OK) {
+            abandon(e, &in, 1);
+            abandon(e, ops, nops);
+            return rc;
+        }
+        uint32_t theirs_seq;
+        uint64_t theirs_lo, theirs_hi;
+        memcpy(&theirs_seq, got, 4), memcpy(&theirs_lo, got + 4, 8), memcpy(&theirs_hi, got + 12, 8);
+        if (theirs_seq != seq) {
+            e->culprit = peers[s], e->got_seq = theirs_seq;
+            abandon(e, ops, nops);
+            return BAD_STEP;
+        }
+        lo = theirs_lo < lo ? theirs_lo : lo;
+        hi = theirs_hi > hi ? theirs_hi : hi;
+    }
+    TRY(wait_all(e, ops, nops));
+    return lo == hi ? OK : DISAGREE;
+}
+
+/* ------------------------------------------------------------------ the ring */
+
+static uint64_t edge(uint64_t count, int n, int i) { return count * (uint64_t)i / (uint64_t)n; }
+
+/* Block b of the ring: [edge(b), edge(b + 1)) elements, as algorithms._blocks splits. */
+#define BLOCK_START(b) edge(count, n, (b))
+#define BLOCK_LEN(b) (edge(count, n, (b) + 1) - edge(count, n, (b)))
+
+static int grow(engine *e, uint64_t bytes) {
+    if (e->tmp_bytes >= bytes) return OK;
+    free(e->tmp);
+    e->tmp = aligned_alloc(64, (bytes + 63) / 64 * 64);
+    e->tmp_bytes = e->tmp ? bytes : 0;
+    if (!e->tmp) {
+        e->status = UCS_ERR_NO_MEMORY, e->culprit = e->rank;
+        return UCX_FAILED;
+    }
+    return OK;
+}
+
+/* One step of the ring: receive block rb from the previous rank while sending block sb to the next,
+   both in pieces. With `reduce`, pieces land in e->slots pieces of scratch, reused in turn (so it stays
+   in cache), and each is combined into rb as soon as it lands; the next piece's receive is posted into
+   the freed slot. Without, pieces land straight in rb. */
+static int ring_step(engine *e, uint8_t *buf, uint64_t count, int es, binop f, int reduce, int sb, int rb,
+                     uint32_t seq) {
+    int n = e->n, nxt = (e->rank + 1) % n, prv = (e->rank + n - 1) % n;
+    uint64_t per = e->piece / es ? e->piece / es : 1;
+    uint64_t rlen = BLOCK_LEN(rb), slen = BLOCK_LEN(sb);
+    int nr = (int)((rlen + per - 1) / per), ns = (int)((slen + per - 1) / per);
+    int window = reduce && e->slots < nr ? e->slots : nr;      /* receives in flight */
+    op *ops = calloc((size_t)(nr + ns) + 1, sizeof(op));
+    if (!ops) {
+        e->status = UCS_ERR_NO_MEMORY, e->culprit = e->rank;
+        return UCX_FAILED;
+    }
+    uint64_t rtag = tag(PART_DATA, prv, seq);
+    uint8_t *dst0 = buf + BLOCK_START(rb) * es;
+#define PIECE_LEN(j, len) ((len) - (uint64_t)(j) * per < per ? (len) - (uint64_t)(j) * per : per)
+#define LANDS(j) (reduce ? e->tmp + (uint64_t)((j) % window) * per * es : dst0 + (uint64_t)(j) * per * es)
+    int rc = OK;
+    for (int j = 0; j < window && rc == OK; j++)
+        rc = post_recv(e, &ops[j], prv, LANDS(j), PIECE_LEN(j, rlen) * es, rtag);
+    for (int j = 0; j < ns && rc == OK; j++) {
+        uint64_t lo = (uint64_t)j * per;
+        rc = post_send(e, &ops[nr + j], nxt, buf + (BLOCK_START(sb) + lo) * es, PIECE_LEN(j, slen) * es,
+                       tag(PART_DATA, e->rank, seq));
+    }
+    for (int j = 0; j < nr && rc == OK; j++) {
+        rc = wait_op(e, &ops[j]);
+        if (rc != OK || !reduce) continue;
+        uint64_t m = PIECE_LEN(j, rlen);
+        uint8_t *dst = dst0 + (uint64_t)j * per * es, *got = LANDS(j);
+        for (uint64_t k = 0; k < m; k += BLOCK) {      /* dst = dst op received, as the Python ring */
+            uint64_t b = m - k < BLOCK ? m - k : BLOCK;
+            f(dst + k * es, dst + k * es, got + k * es, b);
+        }
+        if (j + window < nr) {
+            rc = post_recv(e, &ops[j + window], prv, LANDS(j + window), PIECE_LEN(j + window, rlen) * es, rtag);
+        }
+    }
+#undef PIECE_LEN
+#undef LANDS
+    if (rc == OK) rc = wait_all(e, ops + nr, ns);
+    if (rc != OK) abandon(e, ops, nr + ns);
+    free(ops);
+    return rc;
+}
+
+/* all_reduce of buf (count elements; float16 arrives widened to float32, AVG as SUM: the Python side
+   divides): the agreement, then reduce-scatter and all-gather around the ring. */
+int tg_ucx_all_reduce(engine *e, void *buf, uint64_t count, int dtype, int op_code, uint32_t seq, uint64_t hash) {
+    int rc = agree(e, seq, hash);
+    if (rc != OK) return rc;
+    int n = e->n, r = e->rank, es = SIZE[dtype];
+    binop f = pick(dtype, op_code == R_AVG ? R_SUM : op_code);
+    if (!f || dtype == D_F16) {
+        e->status = UCS_ERR_INVALID_PARAM, e->culprit = r;
+        return UCX_FAILED;
+    }
+    uint64_t per = e->piece / es ? e->piece / es : 1, most = count / n + 1;
+    if ((rc = grow(e, (most < per * e->slots ? most : per * e->slots) * es)) != OK) return rc;
+    for (int s = 0; s < n - 1; s++) {          /* block r - s - 2 arrives with the previous rank's sum */
+        rc = ring_step(e, buf, count, es, f, 1, (r - s - 1 + 2 * n) % n, (r - s - 2 + 2 * n) % n, seq);
+        if (rc != OK) return rc;
+    }
+    for (int s = 0; s < n - 1; s++) {          /* then the reduced blocks go round */
+        rc = ring_step(e, buf, count, es, f, 0, (r - s + n) % n, (r - s - 1 + n) % n, seq);
+        if (rc != OK) return rc;
+    }
+    return OK;
+}
+
+/* ------------------------------------------------------------------ the engine */
+
+engine *tg_ucx_new(void *worker, void **eps, int rank, int n, double timeout, int spins, double yield_s,
+                   uint64_t piece, int slots, check_fn check) {
+    engine *e = calloc(1, sizeof(engine));
+    if (!e) return NULL;
+    e->eps = calloc((size_t)n, sizeof(ucp_ep_h));
+    if (!e->eps) {
+        free(e);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) e->eps[i] = (ucp_ep_h)eps[i];
+    e->worker = (ucp_worker_h)worker;
+    e->rank = rank, e->n = n, e->timeout = timeout, e->spins = spins, e->yield_s = yield_s;
+    if (ucp_worker_get_efd(e->worker, &e->efd) != UCS_OK) e->efd = -1;    /* then waits sleep 1 ms */
+    e->piece = piece ? piece : 1;
+    e->slots = slots > 0 ? slots : 1;
+    e->check = check;
+    return e;
+}
+
+void tg_ucx_free(engine *e) {
+    if (!e) return;
+    free(e->tmp);
+    free(e->eps);
+    free(e);
+}
+
+/* What the last failed call saw: the peer, the frame's call number, the sizes, UCX's status text. */
+int tg_ucx_culprit(engine *e) { return e->culprit; }
+uint32_t tg_ucx_got_seq(engine *e) { return e->got_seq; }
+uint64_t tg_ucx_got_bytes(engine *e) { return e->got_bytes; }
+uint64_t tg_ucx_want_bytes(engine *e) { return e->want_bytes; }
+const char *tg_ucx_status(engine *e) { return ucs_status_string(e->status); }
