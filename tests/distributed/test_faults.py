@@ -142,26 +142,33 @@ def test_misuse_errors_at_the_call():
         dist.init_process_group(rank=5, world_size=2)
 
 
-def stuck_peer(rank: int, world: int) -> str:
-    """Rank 1 is alive but stops taking part; rank 0's large broadcast must time out, not hang."""
+def stuck_peer(rank: int, world: int, call: str) -> str:
+    """Rank 1 is alive but stops taking part; rank 0's large broadcast (or all_reduce: under ucx, the
+    C engine's wait) must time out, not hang."""
     if rank == 1:
         time.sleep(12)
         return "slept"
     start = time.time()
     try:
-        dist.broadcast(np.zeros(16 << 20, np.float32), src=0)
+        if call == "broadcast":
+            dist.broadcast(np.zeros(16 << 20, np.float32), src=0)
+        else:
+            dist.all_reduce(np.zeros(1 << 20, np.float32))
         dist.barrier()
     except dist.DistributedError as e:
         return f"{time.time() - start:.1f}|{e}"
     return "no error"
 
 
-@pytest.mark.parametrize("backend", ["tcp", "shm", "ucx"])
-def test_alive_but_stuck_peer_times_out(backend):
-    results = run_ranks(2, stuck_peer, allow_errors=True, dist_timeout=3, backend=backend)
+@pytest.mark.parametrize("backend,call", [("tcp", "broadcast"), ("shm", "broadcast"), ("ucx", "broadcast"),
+                                          ("ucx", "all_reduce")])
+def test_alive_but_stuck_peer_times_out(backend, call):
+    results = run_ranks(2, stuck_peer, call, allow_errors=True, dist_timeout=3, backend=backend)
     elapsed, message = results[0].split("|", 1)
     assert float(elapsed) < 10, results[0]
     assert "rank 1" in message or "timed out" in message
+    if call == "all_reduce":
+        assert "timed out after 3s waiting for rank 1" in message, message
 
 
 def pending_reader(rank: int, world: int) -> list:

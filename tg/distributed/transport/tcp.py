@@ -30,7 +30,6 @@ from tg.distributed.transport.wire import ABORT, DATA, DESC, FRAME, MAGIC, MAX_C
 
 log = logging.getLogger("tg.distributed.transport.tcp")
 DIRECT_SEND = 1 << 16                  # smaller payloads are sent from the calling thread
-SOCK_BUF = 4 << 20
 PIECE = 256 << 10                      # bytes received and reduced at a time (fits L2)
 IN_SHM = 1                             # frame flag: the payload waits in shared-memory slot `arg`
 SHM_SLOTS, SHM_SLOT_BYTES = 8, 4 << 20
@@ -347,12 +346,13 @@ class TcpTransport(Transport):
 
     def _add_peer(self, peer: int, sock: socket.socket, p2p: socket.socket) -> None:
         # Blocking sockets with kernel-level timeouts: no poll per call, and no read or write ever
-        # blocks longer than the job's timeout (a peer that is alive but stuck included).
+        # blocks longer than the job's timeout (a peer that is alive but stuck included). Buffer sizes
+        # are left to Linux's autotuning (up to tcp_rmem/tcp_wmem's maximum): a fixed SO_SNDBUF/
+        # SO_RCVBUF turns it off and is capped by rmem_max (208 KiB on many hosts); at 32 MiB over
+        # loopback autotuning measured 10.8-10.9 ms against 11.1-11.3 ms with 4 MiB.
         tv = struct.pack("ll", int(self.timeout), int((self.timeout % 1) * 1e6))
         for sk in (sock, p2p):
             sk.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            sk.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCK_BUF)
-            sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCK_BUF)
             sk.settimeout(None)
             sk.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
             sk.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)

@@ -196,7 +196,7 @@ class UcxTransport(Transport):
         self.rank, self.world, self.timeout = rank, world, timeout
         # a group larger than this host's cores is (at least in part) oversubscribed: sleep sooner
         self.spin = SPIN_OVERSUBSCRIBED if world > len(os.sched_getaffinity(0)) else SPIN
-        self.closed = False
+        self.closed = self.closing = False
         self.engine: Any = None           # the C all_reduce (ucx_engine.py), once every rank has it
         self.lock = threading.RLock()
         self.worker = api.UCXWorker(ucx_context(context_options(host)))
@@ -291,6 +291,9 @@ class UcxTransport(Transport):
         closed (a dead process)."""
         if self.abort_req.completed:
             raise DistributedError(self._abort_reason())
+        if self.closing:
+            raise DistributedError(f"[distributed] {what}: the group's transport was closed on rank "
+                                   f"{self.rank} while the call waited")
         if peer is not None and not self.ctl[peer].alive:
             raise DistributedError(f"[distributed] rank {peer} died or aborted: {what}: its UCX endpoint "
                                    f"closed (noticed by rank {self.rank})")
@@ -432,6 +435,7 @@ class UcxTransport(Transport):
     def close(self) -> None:
         if self.closed:
             return
+        self.closing = True      # an engine call waiting in another thread stops (failures), freeing the lock
         self.closed = True
         with self.lock:
             for ep in [*self.eps.values(), *self.ctl.values()]:

@@ -48,6 +48,8 @@ typedef struct {
     int slots;                /* pieces of scratch for received partial sums */
     check_fn check;
     uint8_t *tmp;             /* received partial sums (reduce-scatter) */
+    /* the agreement's frames: here, not on the stack, as a failed call may leave a send in flight */
+    uint8_t frames[MAX_OPS][FRAME], got[FRAME];
     uint64_t tmp_bytes;
     /* what the last failed call saw */
     int culprit;
@@ -89,29 +91,25 @@ static ucp_request_param_t params(op *o) {
     return p;
 }
 
-static int started(engine *e, op *o, ucs_status_ptr_t r) {
-    if (UCS_PTR_IS_ERR(r)) {
-        e->status = UCS_PTR_STATUS(r), e->culprit = o->peer;
-        o->done = 1;
-        return UCX_FAILED;
-    }
-    o->req = r;
-    o->done = r == NULL;
-    o->status = UCS_OK;
-    return OK;
+/* An operation just posted: in flight, done, or failed at once (then done, with its status, which
+   wait_op judges like any other completion). */
+static void started(op *o, ucs_status_ptr_t r) {
+    o->req = UCS_PTR_IS_ERR(r) ? NULL : r;
+    o->done = r == NULL || UCS_PTR_IS_ERR(r);
+    o->status = UCS_PTR_IS_ERR(r) ? UCS_PTR_STATUS(r) : UCS_OK;
 }
 
-static int post_recv(engine *e, op *o, int peer, void *buf, uint64_t n, uint64_t t) {
+static void post_recv(engine *e, op *o, int peer, void *buf, uint64_t n, uint64_t t) {
     o->peer = peer, o->recv = 1, o->want = n;
     o->info.length = n;       /* what an immediate completion reports */
     ucp_request_param_t p = params(o);
-    return started(e, o, ucp_tag_recv_nbx(e->worker, buf, n, t, ~0ULL, &p));
+    started(o, ucp_tag_recv_nbx(e->worker, buf, n, t, ~0ULL, &p));
 }
 
-static int post_send(engine *e, op *o, int peer, const void *buf, uint64_t n, uint64_t t) {
+static void post_send(engine *e, op *o, int peer, const void *buf, uint64_t n, uint64_t t) {
     o->peer = peer, o->recv = 0, o->want = n;
     ucp_request_param_t p = params(o);
-    return started(e, o, ucp_tag_send_nbx(e->eps[peer], buf, n, t, &p));
+    started(o, ucp_tag_send_nbx(e->eps[peer], buf, n, t, &p));
 }
 
 /* Whether o has completed (freeing its request then). */
@@ -185,8 +183,6 @@ static void abandon(engine *e, op *ops, int k) {
     }
 }
 
-#define TRY(x) do { int rc_ = (x); if (rc_ != OK) { abandon(e, ops, nops); return rc_; } } while (0)
-
 /* ------------------------------------------------------------------ the agreement */
 
 /* Every rank in the same call: the MIN and MAX of the descriptor hashes go round as algorithms.agree
@@ -195,7 +191,7 @@ static int agree(engine *e, uint32_t seq, uint64_t hash) {
     int n = e->n, r = e->rank, p2 = 1, nops = 0;
     while (p2 * 2 <= n) p2 *= 2;
     uint64_t lo = hash, hi = hash;
-    uint8_t frames[MAX_OPS][FRAME], got[FRAME];
+    uint8_t (*frames)[FRAME] = e->frames, *got = e->got;
     op ops[MAX_OPS];
     int peers[MAX_OPS], merges[MAX_OPS], steps = 0;   /* the exchange, in order: send or merge */
     if (r >= p2) {
@@ -214,13 +210,13 @@ static int agree(engine *e, uint32_t seq, uint64_t hash) {
             uint8_t *f = frames[nops];
             memset(f, 0, FRAME);
             memcpy(f, &seq, 4), memcpy(f + 4, &lo, 8), memcpy(f + 12, &hi, 8);
-            TRY(post_send(e, &ops[nops], peers[s], f, FRAME, tag(PART_CONTROL, e->rank, 0)));
+            post_send(e, &ops[nops], peers[s], f, FRAME, tag(PART_CONTROL, e->rank, 0));
             nops++;
             continue;
         }
         op in;
-        int rc = post_recv(e, &in, peers[s], got, FRAME, tag(PART_CONTROL, peers[s], 0));
-        if (rc == OK) rc = wait_op(e, &in);
+        post_recv(e, &in, peers[s], got, FRAME, tag(PART_CONTROL, peers[s], 0));
+        int rc = wait_op(e, &in);
         if (rc != OK) {
             abandon(e, &in, 1);
             abandon(e, ops, nops);
@@ -237,7 +233,11 @@ static int agree(engine *e, uint32_t seq, uint64_t hash) {
         lo = theirs_lo < lo ? theirs_lo : lo;
         hi = theirs_hi > hi ? theirs_hi : hi;
     }
-    TRY(wait_all(e, ops, nops));
+    int rc = wait_all(e, ops, nops);
+    if (rc != OK) {
+        abandon(e, ops, nops);
+        return rc;
+    }
     return lo == hi ? OK : DISAGREE;
 }
 
@@ -282,11 +282,11 @@ static int ring_step(engine *e, uint8_t *buf, uint64_t count, int es, binop f, i
 #define PIECE_LEN(j, len) ((len) - (uint64_t)(j) * per < per ? (len) - (uint64_t)(j) * per : per)
 #define LANDS(j) (reduce ? e->tmp + (uint64_t)((j) % window) * per * es : dst0 + (uint64_t)(j) * per * es)
     int rc = OK;
-    for (int j = 0; j < window && rc == OK; j++)
-        rc = post_recv(e, &ops[j], prv, LANDS(j), PIECE_LEN(j, rlen) * es, rtag);
-    for (int j = 0; j < ns && rc == OK; j++) {
+    for (int j = 0; j < window; j++)
+        post_recv(e, &ops[j], prv, LANDS(j), PIECE_LEN(j, rlen) * es, rtag);
+    for (int j = 0; j < ns; j++) {
         uint64_t lo = (uint64_t)j * per;
-        rc = post_send(e, &ops[nr + j], nxt, buf + (BLOCK_START(sb) + lo) * es, PIECE_LEN(j, slen) * es,
+        post_send(e, &ops[nr + j], nxt, buf + (BLOCK_START(sb) + lo) * es, PIECE_LEN(j, slen) * es,
                        tag(PART_DATA, e->rank, seq));
     }
     for (int j = 0; j < nr && rc == OK; j++) {
@@ -298,9 +298,8 @@ static int ring_step(engine *e, uint8_t *buf, uint64_t count, int es, binop f, i
             uint64_t b = m - k < BLOCK ? m - k : BLOCK;
             f(dst + k * es, dst + k * es, got + k * es, b);
         }
-        if (j + window < nr) {
-            rc = post_recv(e, &ops[j + window], prv, LANDS(j + window), PIECE_LEN(j + window, rlen) * es, rtag);
-        }
+        if (j + window < nr)
+            post_recv(e, &ops[j + window], prv, LANDS(j + window), PIECE_LEN(j + window, rlen) * es, rtag);
     }
 #undef PIECE_LEN
 #undef LANDS
