@@ -271,6 +271,7 @@ class Dims:
         if gpu:
             self._optimise_gpu(out_dims)
             return
+        self._unroll_masks(out_dims)
         if self.reduce_node is not None and self.lane_dim is not None and self._tile_for_reuse(out_dims):
             return
         self._split_accumulators(out_dims, red_dims)
@@ -291,27 +292,41 @@ class Dims:
         assert lane is not None
         lane_reduce = dims[lane].reduce
         tiled_for: set[int] = set()     # loads whose reuse a tile dim already exploits
-        for d in reversed(out_dims):
-            if d == lane:
-                continue
-            reused = [id(n) for n, c, _ in self._coefs(d, True) if c == 0 and n.op is AstOps.LOAD]
-            if not reused or set(reused) <= tiled_for:
-                continue
-            dims[d].upcast = next(
-                (up for up in ((4, 2) if lane_reduce else (8, 4, 2)) if dims[d].size % up == 0), 1
-            )
-            if dims[d].upcast == 1:
-                continue
-            tiled_for |= set(reused)
-            if not lane_reduce:
-                if dims[lane].loops % 2 == 0:
-                    dims[lane].upcast = 2
-                # keep the reused strip hot in cache: walk the other dim innermost
-                self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
-                return True
-            if len(tiled_for) >= 2 or sum(dims[x].upcast > 1 for x in out_dims) >= 2:
-                return True         # a 2-d tile: each of two inputs is reused across one tile dim
+        # a lane-reduce tile takes 3 (a conv's 9 window positions) only where no dim took 4 or 2
+        for allowed in ((4, 2), (3,)) if lane_reduce else ((8, 4, 2),):
+            for d in reversed(out_dims):
+                if d == lane or dims[d].upcast > 1:
+                    continue
+                reused = [id(n) for n, c, _ in self._coefs(d, True) if c == 0 and n.op is AstOps.LOAD]
+                if not reused or set(reused) <= tiled_for:
+                    continue
+                up = next((u for u in allowed if dims[d].size % u == 0), 1)
+                if up == 1:
+                    continue
+                dims[d].upcast = up
+                tiled_for |= set(reused)
+                if not lane_reduce:
+                    if dims[lane].loops % 2 == 0:
+                        dims[lane].upcast = 2
+                    # keep the reused strip hot in cache: walk the other dim innermost
+                    self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
+                    return True
+                if len(tiled_for) >= 2 or sum(dims[x].upcast > 1 for x in out_dims) >= 2:
+                    return True         # a 2-d tile: each of two inputs is reused across one tile dim
         return bool(tiled_for)
+
+    def _unroll_masks(self, out_dims: list[int]) -> None:
+        """A short output dim that some load's validity depends on is unrolled whole: each unrolled copy
+        then knows its index, and the masks fold to constants. (Unfolding a conv's input windows sums
+        one masked load per window position, of which one is valid: a branch-free sum of nine selects
+        per element becomes nine plain copies.)"""
+        dims, unrolled = self.dims, 1
+        for d in reversed(out_dims):
+            if d == self.lane_dim or dims[d].size > MASK_UNROLL or unrolled * dims[d].size > MASK_UNROLL:
+                continue
+            if any(uses and n.op is AstOps.LOAD for n, _, uses in self._coefs(d, None)):
+                dims[d].upcast = dims[d].size
+                unrolled *= dims[d].size
 
     def _split_accumulators(self, out_dims: list[int], red_dims: list[int]) -> None:
         """Independent accumulators so a reduce is not one long dependency chain (or, without a
@@ -325,6 +340,7 @@ class Dims:
             dims[d].upcast = next((up for up in (4, 2) if dims[d].size % up == 0 and dims[d].size > up), 1)
 
 
+MASK_UNROLL = 16                # output dims at most this long, masked on, are unrolled (_unroll_masks)
 GROUP_MAX_OUTPUTS = 1 << 14     # a reduce with fewer outputs, over at least GROUP_MIN_REDUCE
 GROUP_MIN_REDUCE = 256          # elements each, may be shared by a work-group
 
@@ -392,6 +408,8 @@ class Lowerer:
         if n.op is AstOps.LOAD:
             buf, st = n.arg
             idx, valid = st.expr_idxs(ctx)
+            if valid.is_const and valid.min == 0:          # never valid here: no load at all
+                return self.emit(UOps.CONST, n.dtype, arg=_zero(n.dtype))
             idx = narrowed(idx, valid, self.lane_var)
             return self.emit(UOps.LOAD, n.dtype, arg=(buf, idx, valid, self._access(idx, valid)),
                              vec=self._uses_lane(idx) or self._uses_lane(valid))

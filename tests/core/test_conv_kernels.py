@@ -1,0 +1,84 @@
+"""How a small-channel conv's kernels are built on the CPU (issue 21: bench_train's first CNN layer):
+the window stack's masks fold away, the weight gradient's reduce is tiled over both of its reused
+inputs, and the results are numpy's."""
+import numpy as np
+import pytest
+
+from tg import Tensor
+
+
+def conv_ref(x: np.ndarray, w: np.ndarray, dilation: int = 1, stride: int = 1) -> np.ndarray:
+    """Direct 2-d convolution (cross-correlation, as torch), in float64."""
+    b, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    oh, ow = (h - dilation * (kh - 1) - 1) // stride + 1, (wd - dilation * (kw - 1) - 1) // stride + 1
+    out = np.zeros((b, o, oh, ow))
+    for i in range(kh):
+        for j in range(kw):
+            patch = x[:, :, i * dilation:i * dilation + (oh - 1) * stride + 1:stride,
+                      j * dilation:j * dilation + (ow - 1) * stride + 1:stride]
+            out += np.einsum("bchw,oc->bohw", patch.astype(np.float64), w[:, :, i, j].astype(np.float64))
+    return out
+
+
+def kernels_of(t: Tensor) -> list:
+    from tg.core.schedule import create_schedule
+    return [it.kernel for it in create_schedule([t.lazydata]) if it.kind == "kernel"]
+
+
+def dims_of(kernel):
+    from tg.core.codegen.linearizer import Dims
+    from tg.core.runtime.ops_cpu import _vector_bytes
+    return Dims(kernel, _vector_bytes(), True, False)
+
+
+def source_of(kernel) -> str:
+    from tg.core.codegen.linearizer import linearize
+    from tg.core.device import Device
+    from tg.core.runtime.ops_cpu import _vector_bytes
+    return Device["CPU"].renderer.render(linearize(kernel, _vector_bytes()), "k")
+
+
+def test_window_stack_masks_fold_to_plain_copies():
+    """The stack of shifted windows is a sum of masked loads, one valid per window position; the
+    position dim (9) is unrolled whole, so each copy knows its position and no select is left."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 1, 11, 13)).astype(np.float32)
+    w = rng.standard_normal((5, 1, 3, 3)).astype(np.float32)
+    y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"))
+    stacks = [k for k in kernels_of(y) if len(k.buf_sizes) == 2]       # the window stack: one input
+    assert stacks, "the conv no longer unfolds its windows in a kernel of their own"
+    for k in stacks:
+        assert any(d.size == 9 and d.upcast == 9 for d in dims_of(k).dims)
+        body = source_of(k).split("void k(", 1)[1]
+        assert "?" not in body, body                     # no masked load survives the unroll
+    np.testing.assert_allclose(y.numpy(), conv_ref(x, w), rtol=1e-5, atol=1e-5)
+
+
+def test_weight_grad_tiles_window_positions_by_three():
+    """dW[o, k] sums g[b, o, p] * unfolded x[b, k, p]: g is reused across the 9 window positions and x
+    across the output channels, so both are register-tiled (positions by 3, as 9 has no 4 or 2)."""
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((3, 1, 14, 14)).astype(np.float32)
+    w = rng.standard_normal((8, 1, 3, 3)).astype(np.float32)
+    g = rng.standard_normal((3, 8, 12, 12)).astype(np.float32)
+    wt = Tensor(w, device="CPU", requires_grad=True)
+    (Tensor(x, device="CPU").conv2d(wt) * Tensor(g, device="CPU")).sum().backward()
+    kernels = kernels_of(wt.grad)
+    tiled = [k for k in kernels if any(d.size == 9 and d.upcast == 3 for d in dims_of(k).dims)]
+    assert tiled, [[(d.size, d.upcast, d.lanes) for d in dims_of(k).dims] for k in kernels]
+    want = np.zeros_like(w, dtype=np.float64)
+    for i in range(3):
+        for j in range(3):
+            want[:, 0, i, j] = np.einsum("bohw,bhw->o", g.astype(np.float64), x[:, 0, i:i + 12, j:j + 12])
+    np.testing.assert_allclose(wt.grad.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("stride,dilation", [(1, 1), (1, 2), (2, 1), (2, 2)])
+def test_overlapping_windows_match_numpy(stride, dilation):
+    """Windows taken by shrinking (stride 1) or by strided indexing (stride 2), with dilation."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 3, 13, 11)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), stride=stride, dilation=dilation)
+    np.testing.assert_allclose(y.numpy(), conv_ref(x, w, dilation, stride), rtol=1e-4, atol=1e-4)
