@@ -239,6 +239,29 @@ def test_ucx_engine_missing_on_one_rank_means_none_uses_it():
     assert results == [{"ok": True, "coll": "OverTransport"}] * 3
 
 
+def p2p_while_engine_waits(rank: int, world: int) -> list:
+    """Rank 0's large all_reduce waits in the engine (async) while rank 0 sends to rank 1, which takes
+    part in the all_reduce only once it has received: the send must go on during the wait."""
+    import tg.distributed as dist
+    x = np.full(1 << 20, rank + 1.0, np.float32)
+    msg = np.arange(1000, dtype=np.float32)
+    if rank == 0:
+        work = dist.all_reduce(x, async_op=True)
+        dist.send(msg, 1)
+        work.wait()
+    else:
+        got = np.zeros_like(msg)
+        dist.recv(got, 0)
+        assert np.array_equal(got, msg)
+        dist.all_reduce(x)
+    return [float(x.min()), float(x.max())]
+
+
+def test_point_to_point_goes_on_while_an_engine_all_reduce_waits():
+    require("ucx")
+    assert run_ranks(2, p2p_while_engine_waits, backend="ucx", timeout=60, dist_timeout=20) == [[3.0, 3.0]] * 2
+
+
 # the tcp backend's one-rank group has no transport, so tcp, shm and rings are the same at world 1
 @pytest.mark.parametrize(
     "world,backend", [(w, b) for w in (1, 2, 3, 4) for b in BACKENDS if w > 1 or b not in ("shm", "rings")]

@@ -292,7 +292,7 @@ class Dims:
         assert lane is not None
         lane_reduce = dims[lane].reduce
         tiled_for: set[int] = set()     # loads whose reuse a tile dim already exploits
-        # a lane-reduce tile takes 3 (a conv's 9 window positions) only where no dim took 4 or 2
+        # 3 (a conv weight gradient's 9 window positions) is tried only after every dim was offered 4 or 2
         for allowed in ((4, 2), (3,)) if lane_reduce else ((8, 4, 2),):
             for d in reversed(out_dims):
                 if d == lane or dims[d].upcast > 1:
@@ -319,7 +319,10 @@ class Dims:
         """A short output dim that some load's validity depends on is unrolled whole: each unrolled copy
         then knows its index, and the masks fold to constants. (Unfolding a conv's input windows sums
         one masked load per window position, of which one is valid: a branch-free sum of nine selects
-        per element becomes nine plain copies.)"""
+        per element becomes nine plain copies.) Elementwise kernels only: in a reduce each unrolled copy
+        would multiply the accumulators the tiles hold."""
+        if self.reduce_node is not None:
+            return
         dims, unrolled = self.dims, 1
         for d in reversed(out_dims):
             if d == self.lane_dim or dims[d].size > MASK_UNROLL or unrolled * dims[d].size > MASK_UNROLL:
@@ -335,7 +338,7 @@ class Dims:
         if red_dims:
             d = red_dims[-1]
             dims[d].upcast = next((up for up in (4, 2) if dims[d].loops % up == 0 and dims[d].loops > up), 1)
-        elif self.lane_dim is None and out_dims:
+        elif self.lane_dim is None and out_dims and dims[out_dims[-1]].upcast == 1:   # not unrolled already
             d = out_dims[-1]
             dims[d].upcast = next((up for up in (4, 2) if dims[d].size % up == 0 and dims[d].size > up), 1)
 

@@ -39,7 +39,7 @@
 
 enum { OK = 0, DISAGREE = 1, TIMEOUT = 2, PEER_SOCKET = 3 };
 
-#include "reductions.c"     /* spliced in by engine_source() (shm_engine.py) */
+#include "reductions.c"     /* spliced in by native.source() */
 
 typedef struct {
     int rank, n;

@@ -435,7 +435,7 @@ class UcxTransport(Transport):
     def close(self) -> None:
         if self.closed:
             return
-        self.closing = True      # an engine call waiting in another thread stops (failures), freeing the lock
+        self.closing = True      # an engine call waiting in another thread stops (failures)
         self.closed = True
         with self.lock:
             for ep in [*self.eps.values(), *self.ctl.values()]:
@@ -447,5 +447,5 @@ class UcxTransport(Transport):
                     pass
             self.eps.clear()
             self.ctl.clear()
-            if self.engine is not None:
-                self.engine.close()
+        if self.engine is not None:        # outside the lock: a call waiting in the engine needs it to end
+            self.engine.close()

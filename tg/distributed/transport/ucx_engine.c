@@ -10,16 +10,17 @@
  * does (the Python side agrees on it when the group starts), so the pieces always match.
  *
  * Waiting progresses the worker (which also runs ucxx's own callbacks: its standing ABORT receive,
- * the control endpoints' error handlers), spins `spins` polls, then arms the worker and sleeps on its
- * event fd. At least every millisecond of waiting it calls back into Python (`check(peer)`), which
- * looks at what ucxx saw (an ABORT from any rank, the waited-for peer's control endpoint closed);
- * nonzero stops the call. Past the job's timeout the wait ends naming the peer not heard from.
+ * the control endpoints' error handlers), spins `spins` polls, yields the core for `yield_s`, then
+ * sleeps. At least every millisecond of waiting it calls back into Python (`check(peer, sleep)`),
+ * which looks at what ucxx saw (an ABORT from any rank, the waited-for peer's control endpoint
+ * closed; nonzero stops the call) and, to sleep, arms the worker and waits on its event fd for up to
+ * a millisecond with the transport's lock released, so point-to-point calls of other threads go on
+ * meanwhile. Past the job's timeout the wait ends naming the peer not heard from.
  *
  * Nothing received is used as a size: every receive is posted with this rank's own sizes, which the
  * agreement has shown equal everywhere, and a message of another length is an error naming its rank.
  */
 #define _GNU_SOURCE
-#include <poll.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -33,23 +34,25 @@ enum { OK = 0, DISAGREE = 1, TIMEOUT = 2, STOPPED = 3, BAD_STEP = 4, BAD_SIZE = 
 
 #define PART_CONTROL 4ULL
 #define PART_DATA 1ULL
-#define FOLD 512              /* room for data in every agreement frame (algorithms.FOLD) */
-#define FRAME (4 + 16 + FOLD) /* the call's number, (min, max) of the hashes, the room */
+/* an agreement frame: the call's number, (min, max) of the hashes, room for algorithms.FOLD bytes */
+#define FRAME_HEAD (4 + 16)
 #define MAX_OPS 64            /* agreement messages a call keeps in flight (2 log2(n) + 2) */
 
-typedef int (*check_fn)(int peer);
+typedef int (*check_fn)(int peer, int sleep);
 
 typedef struct {
     ucp_worker_h worker;
     ucp_ep_h *eps;            /* data endpoints by rank (NULL for this rank) */
-    int rank, n, efd, spins;
+    int rank, n, spins;
     double timeout, yield_s;  /* seconds: the job's timeout; yielding before sleeping */
     uint64_t piece;           /* bytes per data message */
     int slots;                /* pieces of scratch for received partial sums */
     check_fn check;
     uint8_t *tmp;             /* received partial sums (reduce-scatter) */
-    /* the agreement's frames: here, not on the stack, as a failed call may leave a send in flight */
-    uint8_t frames[MAX_OPS][FRAME], got[FRAME];
+    /* the agreement's frames (MAX_OPS to send, one received): here, not on the stack, as a failed
+       call may leave a send in flight */
+    uint8_t *frames, *got;
+    uint64_t frame;
     uint64_t tmp_bytes;
     /* what the last failed call saw */
     int culprit;
@@ -135,19 +138,15 @@ static int wait_op(engine *e, op *o) {
             e->culprit = o->peer;
             return TIMEOUT;
         }
-        if (t - checked >= 1e-3) {
+        int sleep = t - start >= e->yield_s;
+        if (sleep || t - checked >= 1e-3) {
             checked = t;
-            if (e->check(o->peer)) {
+            if (e->check(o->peer, sleep)) {
                 e->culprit = o->peer;
                 return STOPPED;
             }
         }
-        if (t - start < e->yield_s) {       /* the peer may need this core (more ranks than cores) */
-            sched_yield();
-        } else if (ucp_worker_arm(e->worker) == UCS_OK) {
-            struct pollfd fd = {e->efd, POLLIN, 0};
-            poll(&fd, 1, 1);
-        }
+        if (!sleep) sched_yield();          /* the peer may need this core (more ranks than cores) */
     }
     if (o->status == UCS_ERR_MESSAGE_TRUNCATED) {
         e->culprit = o->peer, e->want_bytes = o->want, e->got_bytes = o->want + 1;
@@ -172,8 +171,9 @@ static int wait_all(engine *e, op *ops, int k) {
     return OK;
 }
 
-/* After a failure: receives still posted are cancelled (nothing lands after the call returns), the
-   requests of sends left to complete on their own. */
+/* After a failure: receives not yet matched are cancelled, the requests of the others (a receive
+   already landing, a send) are left to complete on their own. Every failure then aborts the transport,
+   whose closing endpoints end them; the scratch they may write is freed only after that. */
 static void abandon(engine *e, op *ops, int k) {
     for (int i = 0; i < k; i++) {
         if (ops[i].done || !ops[i].req) continue;
@@ -191,7 +191,8 @@ static int agree(engine *e, uint32_t seq, uint64_t hash) {
     int n = e->n, r = e->rank, p2 = 1, nops = 0;
     while (p2 * 2 <= n) p2 *= 2;
     uint64_t lo = hash, hi = hash;
-    uint8_t (*frames)[FRAME] = e->frames, *got = e->got;
+    uint8_t *got = e->got;
+    uint64_t frame = e->frame;
     op ops[MAX_OPS];
     int peers[MAX_OPS], merges[MAX_OPS], steps = 0;   /* the exchange, in order: send or merge */
     if (r >= p2) {
@@ -207,15 +208,15 @@ static int agree(engine *e, uint32_t seq, uint64_t hash) {
     }
     for (int s = 0; s < steps; s++) {
         if (!merges[s]) {
-            uint8_t *f = frames[nops];
-            memset(f, 0, FRAME);
+            uint8_t *f = e->frames + (uint64_t)nops * frame;
+            memset(f, 0, frame);
             memcpy(f, &seq, 4), memcpy(f + 4, &lo, 8), memcpy(f + 12, &hi, 8);
-            post_send(e, &ops[nops], peers[s], f, FRAME, tag(PART_CONTROL, e->rank, 0));
+            post_send(e, &ops[nops], peers[s], f, frame, tag(PART_CONTROL, e->rank, 0));
             nops++;
             continue;
         }
         op in;
-        post_recv(e, &in, peers[s], got, FRAME, tag(PART_CONTROL, peers[s], 0));
+        post_recv(e, &in, peers[s], got, frame, tag(PART_CONTROL, peers[s], 0));
         int rc = wait_op(e, &in);
         if (rc != OK) {
             abandon(e, &in, 1);
@@ -284,11 +285,15 @@ static int ring_step(engine *e, uint8_t *buf, uint64_t count, int es, binop f, i
     int rc = OK;
     for (int j = 0; j < window; j++)
         post_recv(e, &ops[j], prv, LANDS(j), PIECE_LEN(j, rlen) * es, rtag);
-    for (int j = 0; j < ns; j++) {
-        uint64_t lo = (uint64_t)j * per;
-        post_send(e, &ops[nr + j], nxt, buf + (BLOCK_START(sb) + lo) * es, PIECE_LEN(j, slen) * es,
-                       tag(PART_DATA, e->rank, seq));
-    }
+    /* a reduce-scatter sends piece j + window once piece j has come in: the next rank, which runs the
+       same loop, then finds a receive posted for most pieces, instead of UCX holding a whole block of
+       unexpected messages (and copying it once more) */
+    int sent = 0, ahead = reduce ? window : ns;
+#define SEND_UP_TO(k) \
+    for (; sent < ns && sent < (k); sent++) \
+        post_send(e, &ops[nr + sent], nxt, buf + (BLOCK_START(sb) + (uint64_t)sent * per) * es, \
+                  PIECE_LEN(sent, slen) * es, tag(PART_DATA, e->rank, seq))
+    SEND_UP_TO(ahead);
     for (int j = 0; j < nr && rc == OK; j++) {
         rc = wait_op(e, &ops[j]);
         if (rc != OK || !reduce) continue;
@@ -300,7 +305,10 @@ static int ring_step(engine *e, uint8_t *buf, uint64_t count, int es, binop f, i
         }
         if (j + window < nr)
             post_recv(e, &ops[j + window], prv, LANDS(j + window), PIECE_LEN(j + window, rlen) * es, rtag);
+        SEND_UP_TO(j + 1 + ahead);
     }
+    if (rc == OK) SEND_UP_TO(ns);
+#undef SEND_UP_TO
 #undef PIECE_LEN
 #undef LANDS
     if (rc == OK) rc = wait_all(e, ops + nr, ns);
@@ -335,19 +343,24 @@ int tg_ucx_all_reduce(engine *e, void *buf, uint64_t count, int dtype, int op_co
 
 /* ------------------------------------------------------------------ the engine */
 
+void tg_ucx_free(engine *e);
+
+
 engine *tg_ucx_new(void *worker, void **eps, int rank, int n, double timeout, int spins, double yield_s,
-                   uint64_t piece, int slots, check_fn check) {
+                   uint64_t piece, int slots, uint64_t fold, check_fn check) {
     engine *e = calloc(1, sizeof(engine));
     if (!e) return NULL;
+    e->frame = FRAME_HEAD + fold;
     e->eps = calloc((size_t)n, sizeof(ucp_ep_h));
-    if (!e->eps) {
-        free(e);
+    e->frames = malloc(MAX_OPS * e->frame);
+    e->got = malloc(e->frame);
+    if (!e->eps || !e->frames || !e->got) {
+        tg_ucx_free(e);
         return NULL;
     }
     for (int i = 0; i < n; i++) e->eps[i] = (ucp_ep_h)eps[i];
     e->worker = (ucp_worker_h)worker;
     e->rank = rank, e->n = n, e->timeout = timeout, e->spins = spins, e->yield_s = yield_s;
-    if (ucp_worker_get_efd(e->worker, &e->efd) != UCS_OK) e->efd = -1;    /* then waits sleep 1 ms */
     e->piece = piece ? piece : 1;
     e->slots = slots > 0 ? slots : 1;
     e->check = check;
@@ -356,6 +369,8 @@ engine *tg_ucx_new(void *worker, void **eps, int rank, int n, double timeout, in
 
 void tg_ucx_free(engine *e) {
     if (!e) return;
+    free(e->frames);
+    free(e->got);
     free(e->tmp);
     free(e->eps);
     free(e);

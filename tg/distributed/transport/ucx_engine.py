@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import select
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tg.distributed.algorithms import SMALL, Call, OverTransport, ReduceOp
+from tg.distributed.algorithms import FOLD, SMALL, Call, OverTransport, ReduceOp
 from tg.distributed.errors import DistributedError
 from tg.distributed.transport import native, wire
 
@@ -33,12 +35,13 @@ SOURCE = Path(__file__).with_name("ucx_engine.c")
 PIECE = 128 << 10          # bytes per data message (measured: 128-512 KiB alike, 1 MiB slower from 8 MiB up)
 SLOTS = 4                  # pieces of scratch that received partial sums land in, in turn: half an L2
 YIELD_S = 2e-4             # seconds a waiting rank yields its core before it sleeps on the worker's fd
+SLEEP_S = 1e-3             # seconds of one sleep (then the failures are looked at again)
 OK, DISAGREE, TIMEOUT, STOPPED, BAD_STEP, BAD_SIZE, UCX_FAILED = range(7)
 
-CHECK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int)
+CHECK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_int, ctypes.c_int)
 _u64, _vp, _int = ctypes.c_uint64, ctypes.c_void_p, ctypes.c_int
 SIGNATURES: dict[str, tuple] = {
-    "tg_ucx_new": (_vp, _vp, _int, _int, ctypes.c_double, _int, ctypes.c_double, _u64, _int, CHECK),
+    "tg_ucx_new": (_vp, _vp, _int, _int, ctypes.c_double, _int, ctypes.c_double, _u64, _int, _u64, CHECK),
     "tg_ucx_free": (_vp,),
     "tg_ucx_all_reduce": (_vp, native.Memory, _u64, _int, _int, ctypes.c_uint32, _u64),
     "tg_ucx_culprit": (_vp,),
@@ -64,11 +67,10 @@ def library() -> ctypes.CDLL:
 def start(transport: UcxTransport, store: TCPStore, prefix: str) -> UcxEngine | None:
     """The group's engine when every rank could build it, else None on every rank (a rank that could not
     says why)."""
-    from tg.core.compiler import CompileError
     engine = None
     try:
         engine = UcxEngine(transport)
-    except (CompileError, OSError, ImportError, MemoryError) as e:
+    except Exception as e:  # noqa: BLE001 - whatever stops this rank's engine, every rank goes without
         log.warning("[distributed] rank %d: no UCX engine (%s); large all_reduce runs in Python",
                     transport.rank, str(e).splitlines()[0])
     store.set(f"{prefix}/ucx-engine/{transport.rank}", b"1" if engine else b"0")
@@ -88,18 +90,31 @@ class UcxEngine:
         self.t, self.lib = transport, library()
         self.stopped: BaseException | None = None
         self.what = ""
+        self.busy = threading.Lock()             # held by a call in C: close() frees the state after it
         self.check = CHECK(self._check)          # kept: C holds the pointer
         eps = (_vp * transport.world)(*[transport.eps[p].handle if p in transport.eps else None
                                          for p in range(transport.world)])
         t = transport
         self.handle = self.lib.tg_ucx_new(t.worker.handle, eps, t.rank, t.world, t.timeout, t.spin, YIELD_S,
-                                          PIECE, SLOTS, self.check)
+                                          PIECE, SLOTS, FOLD, self.check)
         if not self.handle:
             raise MemoryError("[distributed] the UCX engine could not start: no memory for its state")
 
-    def _check(self, peer: int) -> int:
+    def _check(self, peer: int, sleep: int) -> int:
+        """From C, while it waits on peer: nonzero to stop (the reason kept in `stopped`). To sleep, the
+        worker is armed and its event fd waited on with the transport's lock released, so other threads'
+        point-to-point calls (which take it) go on while this collective waits."""
+        t = self.t
         try:
-            self.t.failures(peer, self.what)
+            t.failures(peer, self.what)
+            if sleep:
+                armed = t.worker.arm()
+                t.lock.release()
+                try:
+                    if armed:
+                        select.select([t.fd], [], [], SLEEP_S)
+                finally:
+                    t.lock.acquire()
         except BaseException as e:  # noqa: BLE001 - re-raised by all_reduce once C has returned
             self.stopped = e
             return 1
@@ -109,7 +124,7 @@ class UcxEngine:
                    ranks: list[int]) -> None:
         """The ring all_reduce of flat (contiguous, float16 already widened), agreement included."""
         t = self.t
-        with t.lock:
+        with self.busy, t.lock:
             if not self.handle:
                 raise DistributedError("[distributed] the group's transport is closed")
             self.stopped, self.what = None, f"{what} #{seq}"
@@ -130,7 +145,7 @@ class UcxEngine:
             raise DistributedError(f"[distributed] {where}: rank {ranks[t.rank]} timed out after "
                                    f"{t.timeout:.0f}s waiting for rank {ranks[peer]}")
         if rc == BAD_STEP:
-            wire.check_in_step(wire.DESC, got_seq, wire.DESC, seq, ranks[peer], ranks[t.rank], where)
+            wire.check_in_step(wire.DESC, got_seq, wire.DESC, seq, peer, t.rank, where)   # as recv_control
         if rc == BAD_SIZE:
             raise DistributedError(f"[distributed] {where}: rank {ranks[peer]} sent "
                                    f"{'more than ' + str(want) if got == want + 1 else got} bytes, rank "
@@ -139,11 +154,20 @@ class UcxEngine:
                                f"aborted (noticed by rank {ranks[t.rank]})")
 
     def close(self) -> None:
-        """Free the C state (after the endpoints are closed: nothing lands in its scratch afterwards)."""
-        with self.t.lock:
+        """Free the C state, once no call is in it (the transport closes its endpoints first, and a call
+        waiting in C stops at its next look at the failures). Called without the transport's lock, which
+        such a call needs to return. A call that does not end in time keeps the state (leaked, never
+        freed under it)."""
+        if not self.busy.acquire(timeout=5.0):
+            log.warning("[distributed] a UCX engine call did not end after its transport closed; its state "
+                        "stays allocated")
+            return
+        try:
             if self.handle:
                 self.lib.tg_ucx_free(self.handle)
                 self.handle = None
+        finally:
+            self.busy.release()
 
 
 class UcxCollectives(OverTransport):
