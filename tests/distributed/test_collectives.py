@@ -259,7 +259,8 @@ def p2p_while_engine_waits(rank: int, world: int) -> list:
 
 def test_point_to_point_goes_on_while_an_engine_all_reduce_waits():
     require("ucx")
-    assert run_ranks(2, p2p_while_engine_waits, backend="ucx", timeout=60, dist_timeout=20) == [[3.0, 3.0]] * 2
+    results = run_ranks(2, p2p_while_engine_waits, backend="ucx", timeout=60, dist_timeout=20)
+    assert results == [[3.0, 3.0]] * 2
 
 
 # the tcp backend's one-rank group has no transport, so tcp, shm and rings are the same at world 1
