@@ -82,9 +82,10 @@ def start(transport: UcxTransport, store: TCPStore, prefix: str) -> UcxEngine | 
 
 
 class UcxEngine:
-    """The C state over one transport's worker and data endpoints. Calls run under the transport's lock;
-    while one waits, the engine calls back `_check`, which raises (into `stopped`) what the transport's
-    own waits would: an ABORT from any rank, the waited-for peer's control endpoint closed."""
+    """The C state over one transport's worker and data endpoints. Calls run under the transport's lock,
+    released while a wait sleeps; while one waits, the engine calls back `_check`, which raises (into
+    `stopped`) what the transport's own waits would: an ABORT from any rank, the waited-for peer's
+    control endpoint closed, the transport closing."""
 
     def __init__(self, transport: UcxTransport):
         self.t, self.lib = transport, library()
