@@ -207,10 +207,11 @@ class Call:
                 send(r + p2)
         self.finish()
         if lo != hi:
-            self._name_the_odd_ranks()
+            self.name_the_odd_ranks()
 
-    def _name_the_odd_ranks(self) -> None:
-        """Every rank saw the disagreement: each sends every other its descriptor, so all raise alike."""
+    def name_the_odd_ranks(self) -> None:
+        """Every rank saw the disagreement (in `agree`, or in the ucx engine's own agreement): each sends
+        every other its descriptor, so all raise alike."""
         n, r = self.t.world, self.t.rank
         for peer in range(n):
             if peer != r:

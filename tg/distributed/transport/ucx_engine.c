@@ -49,11 +49,11 @@ typedef struct {
     int slots;                /* pieces of scratch for received partial sums */
     check_fn check;
     uint8_t *tmp;             /* received partial sums (reduce-scatter) */
+    uint64_t tmp_bytes;
     /* the agreement's frames (MAX_OPS to send, one received): here, not on the stack, as a failed
        call may leave a send in flight */
     uint8_t *frames, *got;
     uint64_t frame;
-    uint64_t tmp_bytes;
     /* what the last failed call saw */
     int culprit;
     uint32_t got_seq;

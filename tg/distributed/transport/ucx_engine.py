@@ -139,7 +139,7 @@ class UcxEngine:
             status = (self.lib.tg_ucx_status(self.handle) or b"?").decode()
         where = f"{what} #{seq}"
         if rc == DISAGREE:
-            Call(t, seq, desc, what, ranks)._name_the_odd_ranks()
+            Call(t, seq, desc, what, ranks).name_the_odd_ranks()
         if rc == STOPPED and self.stopped is not None:
             raise self.stopped
         if rc == TIMEOUT:
