@@ -3,6 +3,7 @@
     python3 scripts/gpu_check.py                  # CUDA (GPU 0)
     python3 scripts/gpu_check.py --device CUDA:1  # another GPU; CL and CL:N check an OpenCL device
     python3 scripts/gpu_check.py --quick          # a subset of the tests and small sizes (under a minute)
+    python3 scripts/gpu_check.py --report DIR     # also keep pytest's whole log and JUnit XML in DIR
 
 On the device it runs, in this order:
 
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -118,7 +120,7 @@ def parse_junit(path: Path) -> SuiteCounts:
     return counts
 
 
-def check_suites(device: str, quick: bool, workers: str) -> Row:
+def check_suites(device: str, quick: bool, workers: str, report_dir: Path | None = None) -> Row:
     targets = QUICK_SUITES + ["-k", QUICK_FILTER] if quick else SUITES
     parallel = ["-n", workers] if importlib.util.find_spec("xdist") and workers != "0" else []
     env = {**os.environ, "TG_DEVICE": device, "TG_TEST_DEVICES": device}
@@ -130,6 +132,11 @@ def check_suites(device: str, quick: bool, workers: str) -> Row:
         proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
         seconds = time.perf_counter() - start
         counts = parse_junit(report) if report.exists() else None
+        if report_dir is not None:
+            report_dir.mkdir(parents=True, exist_ok=True)
+            (report_dir / "pytest.log").write_text(proc.stdout + proc.stderr)
+            if report.exists():
+                shutil.copyfile(report, report_dir / "junit.xml")
     name = "op suites" + (" (quick subset)" if quick else "")
     where = " ".join(["pytest", *parallel, *(QUICK_SUITES if quick else SUITES)])
     tail = (proc.stdout + proc.stderr)[-3000:]
@@ -308,6 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="auto",
                     help="pytest-xdist workers for the op suites (default auto: one per core; each worker "
                          "opens the device, so cap it where many cores share one GPU; 0: one process)")
+    ap.add_argument("--report", type=Path, default=None, metavar="DIR",
+                    help="write the op suites' whole pytest log (pytest.log) and JUnit XML (junit.xml) "
+                         "to DIR")
     args = ap.parse_args(argv)
     kind = args.device.partition(":")[0].upper()
     if kind not in KINDS:
@@ -324,7 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"[gpu_check] {what} on {device} ...", flush=True)
 
     say("op suites" + (" (quick subset)" if args.quick else ""))
-    rows = [guarded("op suites", lambda: check_suites(device, args.quick, args.workers))]
+    rows = [guarded("op suites", lambda: check_suites(device, args.quick, args.workers, args.report))]
     say("TinyJit training step")
     rows.append(guarded("TinyJit training step", lambda: check_jit(device)))
     say("DDP step")

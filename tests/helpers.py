@@ -11,6 +11,19 @@ def kernel_count(*outs: Tensor) -> int:
     return sum(1 for it in items if it.kind == "kernel")
 
 
+def kernels_of(t: Tensor) -> list:
+    """The kernels that realizing t would run, unrun."""
+    return [it.kernel for it in create_schedule([t.lazydata]) if it.kind == "kernel"]
+
+
+def cpu_source(kernel) -> str:
+    """The C source the CPU device would compile for a kernel, as function `k`."""
+    from tg.core.codegen.linearizer import linearize
+    from tg.core.device import Device
+    from tg.core.runtime.ops_cpu import _vector_bytes
+    return Device["CPU"].renderer.render(linearize(kernel, _vector_bytes()), "k")
+
+
 def assert_kernels(out: Tensor | tuple[Tensor, ...], n: int) -> None:
     outs = out if isinstance(out, tuple) else (out,)
     got = kernel_count(*outs)

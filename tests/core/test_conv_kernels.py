@@ -1,8 +1,10 @@
 """How a small-channel conv's kernels are built on the CPU (issue 21: bench_train's first CNN layer):
-the window stack's masks fold away, the weight gradient's reduce is tiled over both of its reused
-inputs, and the results are numpy's."""
+its windows are copied with plain loads, a stack of shifted windows (as pools take them) has its
+masks folded away, the weight gradient's reduce is tiled over both of its reused inputs, and the
+results are numpy's."""
 import numpy as np
 import pytest
+from helpers import cpu_source, kernels_of
 
 from tg import Tensor
 
@@ -21,37 +23,41 @@ def conv_ref(x: np.ndarray, w: np.ndarray, dilation: int = 1, stride: int = 1) -
     return out
 
 
-def kernels_of(t: Tensor) -> list:
-    from tg.core.schedule import create_schedule
-    return [it.kernel for it in create_schedule([t.lazydata]) if it.kind == "kernel"]
-
-
 def dims_of(kernel):
     from tg.core.codegen.linearizer import Dims
     from tg.core.runtime.ops_cpu import _vector_bytes
     return Dims(kernel, _vector_bytes(), True, False)
 
 
-def source_of(kernel) -> str:
-    from tg.core.codegen.linearizer import linearize
-    from tg.core.device import Device
-    from tg.core.runtime.ops_cpu import _vector_bytes
-    return Device["CPU"].renderer.render(linearize(kernel, _vector_bytes()), "k")
-
-
 def test_window_stack_masks_fold_to_plain_copies():
-    """The stack of shifted windows is a sum of masked loads, one valid per window position; the
-    position dim (9) is unrolled whole, so each copy knows its position and no select is left."""
+    """A stack of shifted windows (as overlapping pools take them) is a sum of masked loads, one valid
+    per window position; the position dim (9) is unrolled whole, so each copy knows its position and
+    no select is left."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 1, 11, 13)).astype(np.float32)
+    t = Tensor(x, device="CPU")
+    y = Tensor.stack([t[:, :, i:i + 9, j:j + 11] for i in range(3) for j in range(3)], dim=2)
+    stacks = kernels_of(y)
+    assert len(stacks) == 1
+    assert any(d.size == 9 and d.upcast == 9 for d in dims_of(stacks[0]).dims)
+    body = cpu_source(stacks[0]).split("void k(", 1)[1]
+    assert "?" not in body, body                     # no masked load survives the unroll
+    want = np.stack([x[:, :, i:i + 9, j:j + 11] for i in range(3) for j in range(3)], axis=2)
+    np.testing.assert_array_equal(y.numpy(), want)
+
+
+def test_conv_copies_its_windows_with_plain_loads():
+    """conv2d copies the windows out once, each read straight from the input (an affine index: no
+    mask, no select), then one reduce multiplies them with the weight."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((3, 1, 11, 13)).astype(np.float32)
     w = rng.standard_normal((5, 1, 3, 3)).astype(np.float32)
     y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"))
-    stacks = [k for k in kernels_of(y) if len(k.buf_sizes) == 2]       # the window stack: one input
-    assert stacks, "the conv no longer unfolds its windows in a kernel of their own"
-    for k in stacks:
-        assert any(d.size == 9 and d.upcast == 9 for d in dims_of(k).dims)
-        body = source_of(k).split("void k(", 1)[1]
-        assert "?" not in body, body                     # no masked load survives the unroll
+    kernels = kernels_of(y)
+    copies = [k for k in kernels if len(k.buf_sizes) == 2]       # the windows: one input
+    assert len(kernels) == 2 and len(copies) == 1, [k.buf_sizes for k in kernels]
+    body = cpu_source(copies[0]).split("void k(", 1)[1]
+    assert "?" not in body, body
     np.testing.assert_allclose(y.numpy(), conv_ref(x, w), rtol=1e-5, atol=1e-5)
 
 

@@ -81,6 +81,10 @@ COMPOSITES = {
     "linear": (lambda x, w, b: x.linear(w, b), [r(2, 3), r(4, 3), r(4)]),
     "conv2d": (lambda x, w, b: x.conv2d(w, b, stride=2, padding=1), [r(1, 2, 5, 5), r(3, 2, 3, 3), r(3)]),
     "conv2d_groups": (lambda x, w: x.conv2d(w, groups=2, dilation=2), [r(1, 4, 6, 6), r(2, 2, 2, 2)]),
+    # windows whose strided span passes the padded edge (3 * 3 > 8 - 2 * 2 + 1), and 1x1 at stride 2
+    "conv2d_strided": (lambda x, w, b: x.conv2d(w, b, stride=(3, 2), padding=(2, 1), dilation=(2, 1)),
+                       [r(2, 2, 8, 7), r(3, 2, 3, 2), r(3)]),
+    "conv2d_1x1": (lambda x, w: x.conv2d(w, stride=2), [r(1, 3, 5, 4), r(2, 3, 1, 1)]),
     "max_pool2d": (lambda x: x.max_pool2d(2), [r(1, 2, 4, 4)]),
     "avg_pool2d": (lambda x: x.avg_pool2d(3, stride=2, padding=1), [r(1, 1, 5, 5)]),
     "getitem": (lambda a: a[[2, 0, 2], 1:], [r(4, 3)]),

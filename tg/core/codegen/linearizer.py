@@ -95,9 +95,12 @@ class Dims:
     """The kernel's shape after merging and reordering, with the chosen optimisations."""
 
     def __init__(
-        self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool, group_size: int = 256
+        self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool, group_size: int = 256,
+        part: tuple[KOp, tuple[int, ...], list[bool]] | None = None
     ):
-        ast, shape, is_reduce = normalized(kernel)
+        """`part`: one piece of a kernel split along a ragged lane dim (see `ragged`), already
+        normalized; it is optimised as it is, never split again."""
+        ast, shape, is_reduce = normalized(kernel) if part is None else part
         self.ast = ast
         self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
         self.dims = [Dim(s, r) for s, r in zip(shape, is_reduce)]
@@ -105,11 +108,25 @@ class Dims:
         self.parallel: list[int] = []   # output dims whose loops run in parallel, outermost first
         self.loop_order: list[int] = [d for d, dim in enumerate(self.dims) if not dim.reduce]
         self.group_dim: int | None = None
+        # an output dim the widest SIMD vectors do not divide, where only narrower ones (or none) fit
+        # elsewhere: linearize splits the kernel along it into a part the widest lanes divide and a
+        # scalar tail (a conv's 26x26 = 676 outputs: 42 vectors of 16 and 4 left, not 169 of 4)
+        self.ragged: int | None = None
+        self.may_split = part is None and not gpu
+        # whether the kernel reads the memory it writes (then a split's tail may not overlap the rest)
+        self.rereads = kernel.assign or any(n.op is AstOps.LOAD and n.arg[0] == 0 for n in ast.walk())
         self.max_group = 1 << (max(group_size, 1).bit_length() - 1)   # a power of two: the tree halves it
         self._lanes_ok: dict[int, bool] = {}
         if not config.TG_NOOPT:
             self._optimise(vector_width_bytes, use_lanes, gpu)
-        self.parallel = [d for d in self.loop_order if self.dims[d].loops > 1]
+        # the outer loops are shared among the threads, as few as give PARALLEL_ITEMS pieces: inner
+        # loops stay plain loops (no index decoded from a collapsed counter per element) for the compiler
+        self.parallel = []
+        pieces = 1
+        for d in self.loop_order:
+            if self.dims[d].loops > 1 and pieces < PARALLEL_ITEMS:
+                self.parallel.append(d)
+                pieces *= self.dims[d].loops
 
     # ---- analysis helpers
     def sts(self) -> list[tuple[KOp, ShapeTracker]]:
@@ -183,13 +200,20 @@ class Dims:
             out.append((n, _coef(idx, variables[d]), variables[d] in valid.vars()))
         return out
 
-    def _pick_lane_dim(self, width: int, out_dims: list[int], red_dims: list[int]) -> int | None:
+    def _pick_lane_dim(self, width: int, out_dims: list[int], red_dims: list[int],
+                       ragged: bool = False) -> int | None:
         """The dim whose consecutive elements become SIMD lanes. In a reduce kernel the loads in
         the inner loop matter most: every one of them must walk the lane dim with unit stride
-        or not at all (no gathers). Then prefer a dim the store is unit-stride on."""
+        or not at all (no gathers). Then prefer a dim the store is unit-stride on. `ragged`: an
+        output dim longer than a vector that width does not divide (for a split; of at least RAGGED_MIN
+        vectors where the split's tail must be scalar)."""
         dims = self.dims
 
         def fits(d: int) -> bool:
+            if ragged:
+                size = dims[d].size
+                least = RAGGED_MIN * width if self.rereads else width + 1
+                return not dims[d].reduce and size % width != 0 and size >= least and self._vectorizable(d)
             return dims[d].size % width == 0 and self._vectorizable(d)
 
         def store_unit(d: int) -> bool:
@@ -268,6 +292,8 @@ class Dims:
         red_dims = [d for d, dim in enumerate(dims) if dim.reduce]
         if lanes_ok:
             self._pick_lanes(vector_width_bytes, out_dims, red_dims)
+            if self.ragged is not None:
+                return                  # only a probe: each part is optimised on its own
         if gpu:
             self._optimise_gpu(out_dims)
             return
@@ -282,8 +308,14 @@ class Dims:
         for width in [w for w in (widest, widest // 2, widest // 4) if w >= 4]:
             self.lane_dim = self._pick_lane_dim(width, out_dims, red_dims)
             if self.lane_dim is not None:
-                self.dims[self.lane_dim].lanes = width
+                break
+        if self.may_split and widest >= 4 and (self.lane_dim is None or width < widest):
+            ragged = self._pick_lane_dim(widest, out_dims, red_dims, ragged=True)
+            if ragged is not None:
+                self.ragged, self.lane_dim = ragged, None
                 return
+        if self.lane_dim is not None:
+            self.dims[self.lane_dim].lanes = width
 
     def _tile_for_reuse(self, out_dims: list[int]) -> bool:
         """Register tiles for broadcast inputs (matmul: a row of B is reused by every row of A).
@@ -308,8 +340,12 @@ class Dims:
                 if not lane_reduce:
                     if dims[lane].loops % 2 == 0:
                         dims[lane].upcast = 2
-                    # keep the reused strip hot in cache: walk the other dim innermost
-                    self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
+                    # keep the reused strip hot in cache: walk the other dim innermost. Not where
+                    # all of it stays in cache anyway (a conv's few window positions): the stores
+                    # then run along the lanes instead of jumping between rows of the output
+                    reach = prod(x.size for x in dims if x.reduce) * dims[lane].size * 4
+                    if reach > REORDER_MIN_BYTES:
+                        self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
                     return True
                 if len(tiled_for) >= 2 or sum(dims[x].upcast > 1 for x in out_dims) >= 2:
                     return True         # a 2-d tile: each of two inputs is reused across one tile dim
@@ -317,7 +353,7 @@ class Dims:
 
     def _unroll_masks(self, out_dims: list[int]) -> None:
         """A short output dim that some load's validity depends on is unrolled whole: each unrolled copy
-        then knows its index, and the masks fold to constants. (Unfolding a conv's input windows sums
+        then knows its index, and the masks fold to constants. (A stack of a pool's shifted windows sums
         one masked load per window position, of which one is valid: a branch-free sum of nine selects
         per element becomes nine plain copies.) Elementwise kernels only: in a reduce each unrolled copy
         would multiply the accumulators the tiles hold."""
@@ -343,6 +379,9 @@ class Dims:
             dims[d].upcast = next((up for up in (4, 2) if dims[d].size % up == 0 and dims[d].size > up), 1)
 
 
+PARALLEL_ITEMS = 2048          # OpenMP collapses outer loops until there are this many pieces of work
+REORDER_MIN_BYTES = 256 << 10  # lane-dim strips of a tile's reduce at least this big are walked outermost
+RAGGED_MIN = 4                  # vectors a ragged lane dim with a scalar tail spans at least (Dims.ragged)
 MASK_UNROLL = 16                # output dims at most this long, masked on, are unrolled (_unroll_masks)
 GROUP_MAX_OUTPUTS = 1 << 14     # a reduce with fewer outputs, over at least GROUP_MIN_REDUCE
 GROUP_MIN_REDUCE = 256          # elements each, may be shared by a work-group
@@ -613,7 +652,11 @@ def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = Tr
               group_size: int = 256) -> Linearized:
     """The kernel as UOps. On GPUs, group_size is the largest work-group a reduce may be shared by."""
     dims = Dims(kernel, vector_width_bytes, use_lanes, gpu, group_size)
-    uops = Lowerer(kernel, dims, gpu).lower()
+    if dims.ragged is not None:
+        uops, lanes = _split_ragged(kernel, dims, vector_width_bytes)
+    else:
+        uops = Lowerer(kernel, dims, gpu).lower()
+        lanes = dims.dims[dims.lane_dim].lanes if dims.lane_dim is not None else 1
     full = prod(d.size for d in dims.dims)
     out_size = prod(d.size for d in dims.dims if not d.reduce)
     flops = 0
@@ -630,10 +673,40 @@ def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = Tr
     shape_name = "_".join(str(d.size) for d in dims.dims) or "1"
     name = ("r_" if dims.reduce_node is not None else "E_") + shape_name
     gsize = prod(d.loops for d in dims.dims if not d.reduce) * max(dims.local_size, 1) if gpu else 1
-    lanes = dims.dims[dims.lane_dim].lanes if dims.lane_dim is not None else 1
     out = Linearized(name, uops, list(kernel.buf_dtypes), lanes, gsize, full, flops, mem, dims.local_size)
-    out.extra["streaming"] = _streaming_ok(out, dims, kernel)
+    out.extra["streaming"] = dims.ragged is None and _streaming_ok(out, dims, kernel)
     return out
+
+
+def _part(dims: Dims, d: int, lo: int, hi: int) -> tuple[KOp, tuple[int, ...], list[bool]]:
+    """The normalized kernel of dims restricted to lo..hi along dim d."""
+    shape = tuple(x.size for x in dims.dims)
+    arg = tuple((lo, hi) if i == d else (0, n) for i, n in enumerate(shape))
+    return (map_sts(dims.ast, lambda st: st.shrink(arg)),
+            tuple(hi - lo if i == d else n for i, n in enumerate(shape)), [x.reduce for x in dims.dims])
+
+
+def _split_ragged(kernel: Kernel, dims: Dims, vector_width_bytes: int) -> tuple[list[UOp], int]:
+    """The kernel as two loop nests in one function, along its ragged dim of size S: the part the
+    widest vectors (W lanes) divide, with SIMD lanes, then the rest. Where no load reads the output's
+    memory, the rest is one more vector, over the last W outputs (S - W to S): it recomputes and
+    rewrites a few outputs of the first part, with the same values. Else (an in-place update) the rest
+    is scalar. The second nest reuses the parameters."""
+    d = dims.ragged
+    assert d is not None
+    size, width = dims.dims[d].size, max(vector_width_bytes // 4, 1)
+    split = size - size % width
+    main = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, 0, split))
+    lanes = main.dims[main.lane_dim].lanes if main.lane_dim is not None else 1
+    tail = None
+    if not dims.rereads:
+        tail = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, size - width, size))
+        if tail.lane_dim is None or tail.dims[tail.lane_dim].lanes != lanes:
+            tail = None                 # the nests share one vector type
+    if tail is None:
+        tail = Dims(kernel, vector_width_bytes, False, False, part=_part(dims, d, split, size))
+    uops = Lowerer(kernel, main, False).lower()
+    return uops + [u for u in Lowerer(kernel, tail, False).lower() if u.op is not UOps.DEFINE_GLOBAL], lanes
 
 
 STREAM_MIN_BYTES = 4 << 20

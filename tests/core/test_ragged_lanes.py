@@ -1,0 +1,89 @@
+"""Kernels split along a ragged lane dim (linearizer: Dims.ragged, _split_ragged): an output dim that
+the widest SIMD vectors do not divide becomes one loop nest with the widest lanes over the part they
+divide and a scalar one over the rest. Every result must be numpy's, whatever the split."""
+import numpy as np
+import pytest
+from helpers import cpu_source, kernels_of
+
+from tg import Tensor, dtypes
+
+
+def widest() -> int:
+    from tg.core.runtime.ops_cpu import _vector_bytes
+    return _vector_bytes() // 4
+
+
+def split_kernels(t: Tensor) -> list:
+    from tg.core.codegen.linearizer import linearize
+    from tg.core.runtime.ops_cpu import _vector_bytes
+    return [k for k in kernels_of(t) if linearize(k, _vector_bytes()).lanes == widest() and
+            _ragged(k) is not None]
+
+
+def _ragged(kernel):
+    from tg.core.codegen.linearizer import Dims
+    from tg.core.runtime.ops_cpu import _vector_bytes
+    return Dims(kernel, _vector_bytes(), True, False).ragged
+
+
+def test_conv_reduce_takes_the_widest_lanes_with_a_scalar_tail():
+    """bench_train's first conv layer: 26 x 26 = 676 outputs per channel, which 16 does not divide
+    (only 4 does): 42 vectors of 16, then the last 4 outputs scalar, in a second loop nest."""
+    if widest() < 8:
+        pytest.skip("no vectors wider than 4 lanes on this CPU: nothing is ragged")
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((6, 1, 28, 28)).astype(np.float32)
+    w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"))
+    split = split_kernels(y)
+    assert len(split) == 1, [k.name for k in kernels_of(y)]
+    body = cpu_source(split[0]).split("void k(", 1)[1]
+    assert body.count("for (int g0 = 0;") == 2, body          # two loop nests, one function
+    want = sum(np.einsum("bhw,o->bohw", x[:, 0, i:i + 26, j:j + 26].astype(np.float64), w[:, 0, i, j])
+               for i in range(3) for j in range(3))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def _cases(rng):
+    """(name, tg function of the inputs, numpy function, input arrays): dims that neither 16 nor 8
+    lanes divide (AVX-512, AVX2), in elementwise, reduce, padded, broadcast, matmul and int kernels."""
+    f = lambda *s: rng.standard_normal(s).astype(np.float32)    # noqa: E731
+    return [
+        ("add-mul", lambda a, b: a + b * 2, lambda a, b: a + b * 2, [f(3, 131), f(3, 131)]),
+        # rows of 26 (a slice: not mergeable): one vector of 16, then one over outputs 10..25
+        ("short-rows", lambda a: a[:, 2:28] * 3, lambda a: a[:, 2:28] * 3, [f(7, 30)]),
+        ("broadcast", lambda a, b: a * b - 1, lambda a, b: a * b - 1, [f(133), f(5, 1)]),
+        ("sum-axis0", lambda a: a.sum(0), lambda a: a.sum(0), [f(9, 200)]),
+        ("max-rows", lambda a: a.amax(1), lambda a: a.max(1), [f(131, 7)]),
+        ("pad", lambda a: a.pad(((0, 0), (3, 2))) * 3, lambda a: np.pad(a, ((0, 0), (3, 2))) * 3,
+         [f(4, 100)]),
+        ("matmul", lambda a, b: a @ b, lambda a, b: a @ b, [f(7, 9), f(9, 100)]),
+        ("exp-where", lambda a: (a > 0).where(a.exp(), a * 0.5),
+         lambda a: np.where(a > 0, np.exp(a), a * 0.5), [f(2, 3, 75)]),
+        ("int", lambda a: (a * 7).cast(dtypes.int32) % 5, lambda a: np.mod((a * 7).astype(np.int32), 5),
+         [f(2, 99)]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(9))
+def test_ragged_kernels_match_numpy(case):
+    rng = np.random.default_rng(case)
+    name, fn, ref, arrays = _cases(rng)[case]
+    out = fn(*[Tensor(a, device="CPU") for a in arrays])
+    if widest() >= 8:
+        assert split_kernels(out), f"{name}: no kernel was split"
+    got = out.numpy()
+    np.testing.assert_allclose(got, ref(*arrays), rtol=1e-5, atol=1e-5, err_msg=name)
+
+
+def test_in_place_update_of_a_ragged_buffer():
+    """An assign (an optimizer step's kind of kernel) writes both parts into the existing memory, each
+    output once."""
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 197)).astype(np.float32)
+    t = Tensor(a.copy(), device="CPU").realize()
+    update = t.assign(t * 2 + 1)
+    if widest() >= 8:      # split, with a scalar tail: a vector over the last outputs would read some twice
+        assert split_kernels(update)
+    update.realize()
+    np.testing.assert_allclose(t.numpy(), a * 2 + 1, rtol=1e-6)
