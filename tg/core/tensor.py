@@ -33,8 +33,6 @@ from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, BufferOps, UnaryOps
 from tg.core.shape import broadcast_shape, prod
 
-POOL_BY_STACK = True
-
 
 class MinMax(NamedTuple):
     """What aminmax gives: (min, max)."""
@@ -3024,48 +3022,27 @@ class Tensor:
                 + tuple(n + 2 * i + 1 for i in range(nsp))
             )
             return x.permute(order)
-        if POOL_BY_STACK:
-            # Overlapping windows as a stack of k shifted, strided views: the gradient is then a sum
-            # of shifted pads (one elementwise kernel) instead of a masked sum over repeats.
-            views = []
-            for offs in itertools.product(*[range(k) for k in kernel]):
-                if all(s == 1 for s in stride):      # one shrink (indexing costs ~10x more to build)
-                    views.append(x.shrink(tuple((0, t) for t in lead) + tuple(
-                        (off * d, off * d + o) for off, o, d in zip(offs, outs, dilation))))
-                    continue
-                v = x
-                for j, (off, o, s, d) in enumerate(zip(offs, outs, stride, dilation)):
-                    ax = n + j
-                    start = off * d
-                    idx = [slice(None)] * v.ndim
-                    idx[ax] = slice(start, start + (o - 1) * s + 1, s)
-                    v = v[tuple(idx)]
-                views.append(v)
-            # stacked ahead of the spatial dims so each window offset is a contiguous image
-            win = Tensor.stack(views, dim=n)                                   # (..., prod(kernel), *outs)
-            win = win.reshape(lead + tuple(kernel) + tuple(outs))
-            return win.permute(tuple(range(n)) + tuple(n + nsp + i for i in range(nsp))
-                               + tuple(n + i for i in range(nsp)))
-        # Repeat each spatial dim and re-read it in rows of length L = i + d (+ a multiple of i,
-        # which changes nothing mod i): row r, column c is then x[c + r*d], so window k of output
-        # position o sits at row k, column o*s.
-        rows = [i + d + max(0, math.ceil((o * s - i - d) / i)) * i
-                for i, d, o, s in zip(spatial, dilation, outs, stride)]
-        reps = [math.ceil(k * L / i) for k, i, L in zip(kernel, spatial, rows)]
-        keep = tuple((0, s) for s in lead)
-        x = x.reshape(lead + tuple(v for i in spatial for v in (1, i)))
-        x = x.expand(lead + tuple(v for r, i in zip(reps, spatial) for v in (r, i)))
-        x = x.reshape(lead + tuple(r * i for r, i in zip(reps, spatial)))
-        x = x.shrink(keep + tuple((0, k * L) for k, L in zip(kernel, rows)))
-        x = x.reshape(lead + tuple(v for k, L in zip(kernel, rows) for v in (k, L)))
-        x = x.shrink(keep + tuple(v for k, o, s in zip(kernel, outs, stride) for v in ((0, k), (0, o * s))))
-        x = x.reshape(lead + tuple(v for k, o, s in zip(kernel, outs, stride) for v in (k, o, s)))
-        x = x.shrink(keep + tuple(v for k, o in zip(kernel, outs) for v in ((0, k), (0, o), (0, 1))))
-        x = x.reshape(lead + tuple(v for k, o in zip(kernel, outs) for v in (k, o)))
-        order = (
-            tuple(range(n)) + tuple(n + 2 * i + 1 for i in range(nsp)) + tuple(n + 2 * i for i in range(nsp))
-        )
-        return x.permute(order)
+        # Overlapping windows as a stack of k shifted, strided views: the gradient is then a sum
+        # of shifted pads (one elementwise kernel) instead of a masked sum over repeats.
+        views = []
+        for offs in itertools.product(*[range(k) for k in kernel]):
+            if all(s == 1 for s in stride):      # one shrink (indexing costs ~10x more to build)
+                views.append(x.shrink(tuple((0, t) for t in lead) + tuple(
+                    (off * d, off * d + o) for off, o, d in zip(offs, outs, dilation))))
+                continue
+            v = x
+            for j, (off, o, s, d) in enumerate(zip(offs, outs, stride, dilation)):
+                ax = n + j
+                start = off * d
+                idx = [slice(None)] * v.ndim
+                idx[ax] = slice(start, start + (o - 1) * s + 1, s)
+                v = v[tuple(idx)]
+            views.append(v)
+        # stacked ahead of the spatial dims so each window offset is a contiguous image
+        win = Tensor.stack(views, dim=n)                                   # (..., prod(kernel), *outs)
+        win = win.reshape(lead + tuple(kernel) + tuple(outs))
+        return win.permute(tuple(range(n)) + tuple(n + nsp + i for i in range(nsp))
+                           + tuple(n + i for i in range(nsp)))
 
     def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
                dilation: Any = 1, groups: builtins.int = 1) -> Tensor:
