@@ -387,9 +387,12 @@ class Conv2d(Function):
         win = view.permute((0, 1, 4, 5, 2, 3)).contiguous().permute((0, 1, 4, 5, 2, 3))
         g, cout_g = groups, cout // groups
         self.full = (n, g, cout_g, cin_g, oh, ow, kh, kw)
-        self.win = win.reshape((n, g, 1, cin_g, oh, ow, kh, kw)).expand(self.full)
-        self.w = w.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(self.full)
-        out = self.win.e(BinaryOps.MUL, self.w).r(ReduceOps.SUM, (3, 6, 7)).reshape((n, cout, oh, ow))
+        win = win.reshape((n, g, 1, cin_g, oh, ow, kh, kw)).expand(self.full)
+        wide = w.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(self.full)
+        # backward keeps only what its gradients read: the windows (kh*kw times the input) for dweight
+        self.win = win if self.needs_input_grad[1] else None
+        self.w = wide if self.needs_input_grad[0] else None
+        out = win.e(BinaryOps.MUL, wide).r(ReduceOps.SUM, (3, 6, 7)).reshape((n, cout, oh, ow))
         if bias is not None:
             out = out.e(BinaryOps.ADD, bias.reshape((1, cout, 1, 1)).expand(out.shape))
         return out
@@ -399,8 +402,8 @@ class Conv2d(Function):
         n, g, cout_g, cin_g, oh, ow, kh, kw = self.full
         spread = grad.reshape((n, g, cout_g, 1, oh, ow, 1, 1)).expand(self.full)
         dw = spread.e(BinaryOps.MUL, self.win).r(ReduceOps.SUM, (0, 4, 5)).reshape(self.w_shape) \
-            if need[1] else None
-        dx = self._dx(spread.e(BinaryOps.MUL, self.w).r(ReduceOps.SUM, (2,))) if need[0] else None
+            if self.win is not None else None
+        dx = self._dx(spread.e(BinaryOps.MUL, self.w).r(ReduceOps.SUM, (2,))) if self.w is not None else None
         if not self.has_bias:
             return dx, dw
         return dx, dw, grad.r(ReduceOps.SUM, (0, 2, 3)).reshape((self.w_shape[0],)) if need[2] else None

@@ -110,7 +110,8 @@ class Dims:
         self.group_dim: int | None = None
         # an output dim the widest SIMD vectors do not divide, where only narrower ones (or none) fit
         # elsewhere: linearize splits the kernel along it into a part the widest lanes divide and a
-        # scalar tail (a conv's 26x26 = 676 outputs: 42 vectors of 16 and 4 left, not 169 of 4)
+        # tail (a conv's 26x26 = 676 outputs: 42 vectors of 16, then one over outputs 660..675, not 169
+        # vectors of 4; see _split_ragged)
         self.ragged: int | None = None
         self.may_split = part is None and not gpu
         # whether the kernel reads the memory it writes (then a split's tail may not overlap the rest)
@@ -230,6 +231,8 @@ class Dims:
             found = next((d for d in reversed(out_dims) if fits(d) and rule(d)), None)
             if found is not None:
                 return found
+        if ragged:             # never a split whose inner loads gather
+            return None
         last = red_dims[-1]
         if fits(last) and all(c in (0, 1) and not uses for n, c, uses in self._coefs(last, True)):
             return last
@@ -309,7 +312,8 @@ class Dims:
             self.lane_dim = self._pick_lane_dim(width, out_dims, red_dims)
             if self.lane_dim is not None:
                 break
-        if self.may_split and widest >= 4 and (self.lane_dim is None or width < widest):
+        lane_reduce = self.lane_dim is not None and self.dims[self.lane_dim].reduce
+        if self.may_split and widest >= 4 and not lane_reduce and (self.lane_dim is None or width < widest):
             ragged = self._pick_lane_dim(widest, out_dims, red_dims, ragged=True)
             if ragged is not None:
                 self.ragged, self.lane_dim = ragged, None
