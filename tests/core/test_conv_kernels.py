@@ -88,3 +88,38 @@ def test_overlapping_windows_match_numpy(stride, dilation):
     w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
     y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"), stride=stride, dilation=dilation)
     np.testing.assert_allclose(y.numpy(), conv_ref(x, w, dilation, stride), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", [
+    ((2, 4, 5, 6), (3, 4, 3, 3), {"padding": 1}),
+    ((1, 4, 7, 6), (2, 2, 2, 3), {"padding": (1, 2), "dilation": (2, 1), "groups": 2}),
+    ((2, 6, 6, 5), (6, 1, 3, 3), {"padding": 1, "groups": 6}),                     # depthwise
+])
+def test_input_gradient_as_a_conv_of_the_gradient(case):
+    """At stride 1, where the gradient's window copy is no larger than the window gradients, dx is a
+    conv of the output gradient with the weight flipped and its channel dims swapped per group; it
+    must equal dx summed the direct way, in float64."""
+    x_shape, w_shape, kw = case
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    xt = Tensor(x, device="CPU", requires_grad=True)
+    y = xt.conv2d(Tensor(w, device="CPU"), **kw)
+    assert y._ctx._as_conv()
+    g = rng.standard_normal(y.shape).astype(np.float32)
+    (y * Tensor(g, device="CPU")).sum().backward()
+    want = np.zeros(x.shape)
+    ph, pw = kw["padding"] if isinstance(kw["padding"], tuple) else (kw["padding"],) * 2
+    dh, dw = kw.get("dilation", (1, 1))
+    groups = kw.get("groups", 1)
+    cin_g, cout_g = x.shape[1] // groups, w.shape[0] // groups
+    padded = np.zeros((x.shape[0], x.shape[1], x.shape[2] + 2 * ph, x.shape[3] + 2 * pw))
+    for o in range(w.shape[0]):
+        gi = o // cout_g
+        for c in range(cin_g):
+            for i in range(w.shape[2]):
+                for j in range(w.shape[3]):
+                    padded[:, gi * cin_g + c, i * dh:i * dh + g.shape[2], j * dw:j * dw + g.shape[3]] += \
+                        g[:, o] * float(w[o, c, i, j])
+    want = padded[:, :, ph:ph + x.shape[2], pw:pw + x.shape[3]]
+    np.testing.assert_allclose(xt.grad.numpy(), want, rtol=1e-4, atol=1e-4)

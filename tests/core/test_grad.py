@@ -85,6 +85,9 @@ COMPOSITES = {
     "conv2d_strided": (lambda x, w, b: x.conv2d(w, b, stride=(3, 2), padding=(2, 1), dilation=(2, 1)),
                        [r(2, 2, 8, 7), r(3, 2, 3, 2), r(3)]),
     "conv2d_1x1": (lambda x, w: x.conv2d(w, stride=2), [r(1, 3, 5, 4), r(2, 3, 1, 1)]),
+    # stride 1 and fewer outputs than inputs: dx is taken as a conv of the gradient (Conv2d._as_conv)
+    "conv2d_dx_conv": (lambda x, w, b: x.conv2d(w, b, padding=(1, 2), dilation=(2, 1), groups=2),
+                       [r(1, 4, 7, 6), r(2, 2, 2, 3), r(2)]),
     "max_pool2d": (lambda x: x.max_pool2d(2), [r(1, 2, 4, 4)]),
     "avg_pool2d": (lambda x: x.avg_pool2d(3, stride=2, padding=1), [r(1, 1, 5, 5)]),
     "getitem": (lambda a: a[[2, 0, 2], 1:], [r(4, 3)]),
