@@ -399,12 +399,11 @@ class Conv2d(Function):
                 groups: int) -> LazyBuffer:
         self.x_shape, self.w_shape, self.has_bias = x.shape, w.shape, bias is not None
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        out, win, wide = _correlate(x, w, stride, padding, dilation, groups)
+        out, win, _ = _correlate(x, w, stride, padding, dilation, groups)
         self.full = win.shape
         # backward keeps only what its gradients read: the windows (kh*kw times the input) for dweight
         self.win = win if self.needs_input_grad[1] else None
-        self.weight: LazyBuffer | None = w if self.needs_input_grad[0] else None
-        self.w: LazyBuffer | None = wide if self.needs_input_grad[0] else None
+        self.weight = w if self.needs_input_grad[0] else None
         if bias is not None:
             cout = w.shape[0]
             out = out.e(BinaryOps.ADD, bias.reshape((1, cout, 1, 1)).expand(out.shape))
@@ -417,9 +416,11 @@ class Conv2d(Function):
         dw = spread.e(BinaryOps.MUL, self.win).r(ReduceOps.SUM, (0, 4, 5)).reshape(self.w_shape) \
             if self.win is not None else None
         dx = None
-        if self.w is not None:
-            dx = self._dx_as_conv(grad) if self._as_conv() else \
-                self._dx(spread.e(BinaryOps.MUL, self.w).r(ReduceOps.SUM, (2,)))
+        if self.weight is not None and self._as_conv():
+            dx = self._dx_as_conv(self.weight, grad)
+        elif self.weight is not None:
+            wide = self.weight.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(self.full)
+            dx = self._dx(spread.e(BinaryOps.MUL, wide).r(ReduceOps.SUM, (2,)))
         if not self.has_bias:
             return dx, dw
         return dx, dw, grad.r(ReduceOps.SUM, (0, 2, 3)).reshape((self.w_shape[0],)) if need[2] else None
@@ -437,14 +438,13 @@ class Conv2d(Function):
         return (self.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1)
                 and cout * h * wd <= cin * oh * ow)
 
-    def _dx_as_conv(self, grad: LazyBuffer) -> LazyBuffer:
+    def _dx_as_conv(self, weight: LazyBuffer, grad: LazyBuffer) -> LazyBuffer:
         """dx at stride 1: the gradient correlated with the weight flipped in both spatial dims, Cin/G
         and Cout/G swapped within each group, padded by (k - 1) * dilation - padding."""
-        assert self.weight is not None
         cout, cin_g, kh, kw = self.w_shape
         g = self.groups
         (ph, pw), (dh, dw) = self.padding, self.dilation
-        flipped = self.weight.flip((False, False, True, True)).reshape((g, cout // g, cin_g, kh, kw))
+        flipped = weight.flip((False, False, True, True)).reshape((g, cout // g, cin_g, kh, kw))
         swapped = flipped.permute((0, 2, 1, 3, 4)).reshape((g * cin_g, cout // g, kh, kw))
         pad = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
         return _correlate(grad, swapped, (1, 1), pad, self.dilation, g)[0]

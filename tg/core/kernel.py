@@ -77,6 +77,11 @@ class Kernel:
         return f"{kind}_" + "_".join(str(s) for s in shape)
 
     @cached_property
+    def reads_target(self) -> bool:
+        """Whether the kernel loads from buffer 0, the memory it writes."""
+        return any(n.op is AstOps.LOAD and n.arg[0] == 0 for n in self.ast.walk())
+
+    @cached_property
     def full_shape(self) -> tuple[int, ...]:
         shapes = [
             n.arg[1].shape for n in self.ast.walk() if n.op in (AstOps.LOAD, BufferOps.CONST, AstOps.STORE)

@@ -2987,13 +2987,17 @@ class Tensor:
                 f"[core] linear: input {self.shape} needs a weight of shape (out, {in_features}), "
                 f"got {weight.shape}"
             )
-        same = (weight.dtype == self.dtype and weight.device == self.device and self.dtype.is_float
-                and (bias is None or (bias.shape == weight.shape[:1] and bias.dtype == self.dtype
-                                      and bias.device == self.device)))
-        if same and self.numel() > 0:
+        if self._fusable_with(weight, bias) and self.numel() > 0:
             return apply(fused.Linear, self, weight, *([bias] if bias is not None else []))
         out = self.matmul(weight.T)
         return out + bias if bias is not None else out
+
+    def _fusable_with(self, weight: Tensor, bias: Tensor | None) -> builtins.bool:
+        """Whether a layer op (linear, conv2d) may run as its fused Function: the input a float, the
+        weight (and bias, of weight.shape[:1]) of its dtype and device."""
+        return (weight.dtype == self.dtype and weight.device == self.device and self.dtype.is_float
+                and (bias is None or (bias.shape == weight.shape[:1] and bias.dtype == self.dtype
+                                      and bias.device == self.device)))
 
     def _pool(self, kernel: tuple[builtins.int, ...], stride: tuple[builtins.int, ...],
               dilation: tuple[builtins.int, ...]) -> Tensor:
@@ -3071,10 +3075,7 @@ class Tensor:
         if isinstance(padding, str):
             raise ValueError("[core] conv2d: string padding is not supported; give ints")
         ph, pw = _pair(padding)
-        same = (weight.dtype == self.dtype and weight.device == self.device and self.dtype.is_float
-                and (bias is None or (bias.shape == (cout,) and bias.dtype == self.dtype
-                                      and bias.device == self.device)))
-        if same and self.numel() > 0 and weight.numel() > 0:
+        if self._fusable_with(weight, bias) and self.numel() > 0 and weight.numel() > 0:
             hp, wp = self.shape[2] + 2 * ph, self.shape[3] + 2 * pw
             if hp > dl[0] * (kh - 1) and wp > dl[1] * (kw - 1):      # else _pool says the window is too large
                 return apply(fused.Conv2d, self, weight, *([bias] if bias is not None else []), stride=st,

@@ -105,7 +105,7 @@ def find(kernel: Kernel, lanes: int) -> Contraction | None:
     """The kernel as a contraction worth blocking (lanes: float32s per SIMD vector), or None."""
     if kernel.buf_dtypes[0] != dtypes.float32:
         return None
-    if any(n.op is AstOps.LOAD and n.arg[0] == 0 for n in kernel.ast.walk()):
+    if kernel.reads_target:
         return None      # an in-place update reading its target: the partial sums in it would be read
     reds = [n for n in kernel.ast.walk() if isinstance(n.op, ReduceOps)]
     if len(reds) != 1 or reds[0].op is not ReduceOps.SUM or reds[0].dtype != dtypes.float32 or \

@@ -115,7 +115,7 @@ class Dims:
         self.ragged: int | None = None
         self.may_split = part is None and not gpu
         # whether the kernel reads the memory it writes (then a split's tail may not overlap the rest)
-        self.rereads = kernel.assign or any(n.op is AstOps.LOAD and n.arg[0] == 0 for n in ast.walk())
+        self.rereads = kernel.assign or kernel.reads_target
         self.max_group = 1 << (max(group_size, 1).bit_length() - 1)   # a power of two: the tree halves it
         self._lanes_ok: dict[int, bool] = {}
         if not config.TG_NOOPT:
@@ -128,6 +128,11 @@ class Dims:
             if self.dims[d].loops > 1 and pieces < PARALLEL_ITEMS:
                 self.parallel.append(d)
                 pieces *= self.dims[d].loops
+
+    @property
+    def lanes(self) -> int:
+        """SIMD lanes of the lane dim (1: none)."""
+        return self.dims[self.lane_dim].lanes if self.lane_dim is not None else 1
 
     # ---- analysis helpers
     def sts(self) -> list[tuple[KOp, ShapeTracker]]:
@@ -412,8 +417,7 @@ class Lowerer:
         self.kernel, self.dims, self.gpu = kernel, dims, gpu
         self.uops: list[UOp] = []
         self.cache: dict[Any, UOp] = {}
-        lane_dim = dims.lane_dim
-        self.lanes = dims.dims[lane_dim].lanes if lane_dim is not None else 1
+        self.lanes = dims.lanes
         self.lane_var = Var("lane", 0, self.lanes - 1) if self.lanes > 1 else None
         self.local_var = Var("lidx0", 0, dims.local_size - 1) if dims.group_dim is not None else None
 
@@ -659,8 +663,7 @@ def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = Tr
     if dims.ragged is not None:
         uops, lanes = _split_ragged(kernel, dims, vector_width_bytes)
     else:
-        uops = Lowerer(kernel, dims, gpu).lower()
-        lanes = dims.dims[dims.lane_dim].lanes if dims.lane_dim is not None else 1
+        uops, lanes = Lowerer(kernel, dims, gpu).lower(), dims.lanes
     full = prod(d.size for d in dims.dims)
     out_size = prod(d.size for d in dims.dims if not d.reduce)
     flops = 0
@@ -701,16 +704,16 @@ def _split_ragged(kernel: Kernel, dims: Dims, vector_width_bytes: int) -> tuple[
     size, width = dims.dims[d].size, max(vector_width_bytes // 4, 1)
     split = size - size % width
     main = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, 0, split))
-    lanes = main.dims[main.lane_dim].lanes if main.lane_dim is not None else 1
     tail = None
     if not dims.rereads:
         tail = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, size - width, size))
-        if tail.lane_dim is None or tail.dims[tail.lane_dim].lanes != lanes:
+        if tail.lane_dim is None or tail.lanes != main.lanes:
             tail = None                 # the nests share one vector type
     if tail is None:
         tail = Dims(kernel, vector_width_bytes, False, False, part=_part(dims, d, split, size))
-    uops = Lowerer(kernel, main, False).lower()
-    return uops + [u for u in Lowerer(kernel, tail, False).lower() if u.op is not UOps.DEFINE_GLOBAL], lanes
+    first = Lowerer(kernel, main, False).lower()
+    second = [u for u in Lowerer(kernel, tail, False).lower() if u.op is not UOps.DEFINE_GLOBAL]
+    return first + second, main.lanes
 
 
 STREAM_MIN_BYTES = 4 << 20
