@@ -9,7 +9,10 @@ reference over time of tg's transport): above 1.00 tg is faster.
 tg's transports: shm (the shared-memory engine: the default for ranks on one host), tcp (TG_SHM=0),
 rings (TG_SHM=2: sockets carry headers, per-pair shared-memory slots the payloads: what a group
 across hosts uses between ranks of one host) and ucx (ucxx). The limits are measured in the same run:
-np.copyto's bandwidth and one loopback TCP stream's.
+np.copyto's bandwidth, one loopback TCP stream's, and two ends of one loopback connection each sending
+and receiving 32 MiB at once (a C poll loop per end: what a 2-rank 32 MiB all_reduce must move over
+TCP, each way, with no reduction and no Python: at 2 ranks all_reduce's busbw is those bytes each way
+per second, so this is the tcp column's ceiling there).
 
     python scripts/bench_collectives.py                        # all_reduce at worlds 2, 3 and 4
     python scripts/bench_collectives.py --ops all --quick
@@ -274,6 +277,64 @@ def socket_bw() -> float:
     return total / dt / 1e9
 
 
+EXCHANGE_C = r"""
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/types.h>
+/* one end of a connection sends n bytes from out and receives n bytes into in, both at once */
+int exchange(int fd, const char *out, char *in, long n) {
+    long sent = 0, got = 0;
+    while (sent < n || got < n) {
+        struct pollfd p = {fd, (short)((sent < n ? POLLOUT : 0) | (got < n ? POLLIN : 0)), 0};
+        if (poll(&p, 1, 10000) <= 0) return -1;
+        if (p.revents & POLLIN) {
+            ssize_t k = recv(fd, in + got, n - got < (1 << 20) ? n - got : (1 << 20), MSG_DONTWAIT);
+            if (k == 0) return -1;
+            if (k > 0) got += k;
+        }
+        if (p.revents & POLLOUT) {
+            ssize_t k = send(fd, out + sent, n - sent < (1 << 20) ? n - sent : (1 << 20), MSG_DONTWAIT);
+            if (k > 0) sent += k;
+        }
+        if (p.revents & (POLLERR | POLLHUP)) return -1;
+    }
+    return 0;
+}
+"""
+
+
+def exchange_bw(nbytes: int = 32 << 20, tries: int = 5) -> float:
+    """Both ends of one loopback TCP connection each sending and receiving nbytes at once, one C poll loop
+    per end on its own thread (ctypes lets go of the GIL): GB/s each way, best of `tries`."""
+    import ctypes
+
+    from tg.core.compiler import CCompiler
+    cc = CCompiler(["-shared", "-fPIC", "-O2", "-x", "c", "-"], "the loopback exchange")
+    lib = ctypes.CDLL(str(cc.compile(EXCHANGE_C)))
+    lib.exchange.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
+    srv = socket.create_server(("127.0.0.1", 0))
+    a = socket.create_connection(srv.getsockname())
+    b, _ = srv.accept()
+    srv.close()
+    bufs = [np.ones(nbytes, np.uint8) for _ in range(4)]
+    best, codes = float("inf"), []
+    for _ in range(tries):
+        ends = [threading.Thread(target=lambda s, o, i: codes.append(lib.exchange(s.fileno(), o.ctypes.data,
+                                                                                  i.ctypes.data, nbytes)),
+                                 args=(s, bufs[k], bufs[k + 2])) for k, s in enumerate((a, b))]
+        t = time.perf_counter()
+        for th in ends:
+            th.start()
+        for th in ends:
+            th.join()
+        best = min(best, time.perf_counter() - t)
+    a.close()
+    b.close()
+    if any(codes):
+        raise RuntimeError("the loopback exchange failed")
+    return nbytes / best / 1e9
+
+
 def fmt_size(n: int) -> str:
     for unit, f in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= f:
@@ -380,7 +441,7 @@ def main() -> None:
         mpi_overhead_child(args)
         return
     print(f"tg bench_collectives  cores={os.cpu_count()}  limits: np.copyto {copy_bw():.2f} GB/s, "
-          f"loopback socket {socket_bw():.2f} GB/s")
+          f"loopback socket {socket_bw():.2f} GB/s one way, {exchange_bw():.2f} GB/s each way at once")
     transports = []
     for t in args.transports.split(","):
         why = available(t)
