@@ -286,3 +286,110 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     assert choose(big) in [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in search.candidates(LANES)],
                            gemm.params(big, LANES)]
     assert '"tried": 1,' not in record.read_text()
+
+
+# ---------------------------------------------------------------------------- the nest reading y in place
+
+def conv_ref(x: np.ndarray, w: np.ndarray, padding=(0, 0), dilation=(1, 1), groups: int = 1) -> np.ndarray:
+    """torch's conv2d at stride 1, summed directly in float64."""
+    (ph, pw), (dh, dw) = padding, dilation
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    o, cin_g, kh, kw = w.shape
+    oh, ow = xp.shape[2] - dh * (kh - 1), xp.shape[3] - dw * (kw - 1)
+    out = np.zeros((x.shape[0], o, oh, ow))
+    for co in range(o):
+        base = co // (o // groups) * cin_g
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, base:base + cin_g, i * dh:i * dh + oh, j * dw:j * dw + ow]
+                out[:, co] += np.einsum("bchw,c->bhw", patch, w[co, :, i, j].astype(np.float64))
+    return out
+
+
+@pytest.fixture
+def forced(monkeypatch):
+    """forced(p): every contraction, however small, runs with block sizes p (clamped to it), built
+    afresh; the list it returns collects the contractions that did."""
+    from tg.core.codegen import search
+    dev = Device["CPU"]
+    monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
+    monkeypatch.setattr(dev, "_by_ast", {})
+    monkeypatch.setattr(gemm, "MIN_MACS", 1)          # small cases, quick tests
+    seen: list = []
+
+    def force(p: gemm.Params):
+        def choose(c, name, lanes, renderer, compiler, one_pass):
+            seen.append(c)
+            return gemm.clamp(c, p, lanes) if not p.direct or gemm.direct_ok(c, lanes) else None
+        monkeypatch.setattr(search, "choose", choose)
+        return seen
+    return force
+
+
+def test_a_convs_reduce_reads_the_input_rows_in_place():
+    """At stride 1 a conv's reduce is a contraction whose y (the padded input's rows, through a window
+    view) is read where it lies: unit stride along the output positions, one offset per (Cin, kh, kw)."""
+    x = T(rand(2, 16, 40, 40))
+    c = contraction(x.conv2d(T(rand(24, 16, 3, 3)), padding=1))
+    assert c is not None and c.sizes == (2, 24, 40 * 42, 16 * 9) and len(c.k_dims) == 3
+    assert gemm.direct_ok(c, LANES) and gemm._separable(c)
+    assert gemm.direct_rule(c, LANES) is not None and gemm.direct_rule(c, LANES).direct
+    square = contraction(T(rand(300, 200)) @ T(rand(200, 150)))
+    assert square is not None and gemm.direct_ok(square, LANES) and gemm.direct_rule(square, LANES) is None
+
+
+DIRECT = [gemm.Params(8, 3 * LANES, 0, 0, 0, True), gemm.Params(6, 4 * LANES, 0, 0, 0, True),
+          gemm.Params(5, LANES, 0, 0, 0, True), gemm.Params(1, 2 * LANES, 0, 0, 0, True)]
+
+
+@pytest.mark.parametrize("p", DIRECT)
+@pytest.mark.parametrize("case", [
+    ((3, 16, 30, 29), (27, 16, 3, 3), {"padding": (1, 1)}),
+    ((2, 8, 25, 21), (40, 4, 3, 2), {"padding": (2, 0), "dilation": (2, 3), "groups": 2}),
+    ((2, 24, 19, 23), (40, 24, 1, 1), {"padding": (0, 0)}),
+])
+def test_the_direct_nest_computes_convs_as_a_float64_sum(p, case, forced):
+    """Odd channel counts (edge panels of M), rows of positions that whole tiles do not divide (the last
+    tile overlaps), groups (the weight depends on a batch dim: a table per batch index), dilation,
+    asymmetric padding and 1x1 kernels."""
+    x_shape, w_shape, kw = case
+    x, w = rand(*x_shape), rand(*w_shape)
+    seen = forced(p)
+    out = T(x).conv2d(T(w), **kw)
+    got = out.numpy()
+    assert seen and all(gemm.direct_ok(c, LANES) for c in seen)
+    want = conv_ref(x, w, kw["padding"], kw.get("dilation", (1, 1)), kw.get("groups", 1))
+    close(got, want)
+
+
+@pytest.mark.parametrize("p", DIRECT[:3])
+def test_the_direct_nest_computes_batched_matmuls_with_an_epilogue(p, forced):
+    """A batched A @ B (x depends on the batch: packed once per batch index) with an epilogue (through
+    the tile), N = 2 vectors and 3 more (two tiles of 2 vectors, overlapping) and 3 vectors and 5 more."""
+    for n in (2 * LANES + 3, 3 * LANES + 5):
+        a, b, bias = rand(3, 37, 70), rand(3, 70, n), rand(n)
+        seen = forced(p)
+        out = ((T(a) @ T(b)) * 0.5 + T(bias)).relu()
+        got = out.numpy()
+        assert seen and seen[-1].epilogue
+        close(got, np.maximum((a.astype(np.float64) @ b) * 0.5 + bias, 0))
+
+
+def test_a_weight_gradients_columns_are_a_run_of_dims(nest, monkeypatch):
+    """dW[o, (c, i, j)] sums g[b, o, p] times the window copy over b and p: its columns (Cin, kh, kw)
+    are one run in the store though not in the copy, and its reduce runs over two dims (images and
+    positions); the packed nest computes it."""
+    monkeypatch.setattr(gemm, "MIN_MACS", 1)
+    x, w, g = rand(4, 16, 20, 20), rand(24, 16, 3, 3), rand(4, 24, 9, 9)
+    wt = T(w, requires_grad=True)
+    y = T(x).conv2d(wt, stride=2, padding=0)
+    (y * T(g)).sum().backward()
+    c = contraction(wt.grad)
+    assert c is not None and len(c.n_dims) >= 2 and c.size(c.n_dims) == 16 * 9 and len(c.k_dims) == 2
+    want = np.zeros(w.shape)
+    for i in range(3):
+        for j in range(3):
+            patch = x[:, :, i:i + 17:2, j:j + 17:2].astype(np.float64)
+            want[:, :, i, j] = np.einsum("bohw,bchw->oc", g, patch)
+    close(wt.grad.numpy(), want)
+    assert nest()

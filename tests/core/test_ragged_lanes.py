@@ -28,8 +28,9 @@ def _ragged(kernel):
 
 
 def test_conv_reduce_takes_the_widest_lanes_with_an_overlapping_tail():
-    """bench_train's first conv layer: 26 x 26 = 676 outputs per channel, which 16 does not divide
-    (only 4 does): 42 vectors of 16, then, in a second loop nest, one vector over outputs 660..675."""
+    """bench_train's first conv layer, computed over rows of the input's width (fused._correlate_rows):
+    26 x 28 = 728 outputs per channel, which 16 does not divide (only 8 does): 45 vectors of 16, then,
+    in a second loop nest, one vector over outputs 712..727."""
     if widest() < 8:
         pytest.skip("no vectors wider than 4 lanes on this CPU: nothing is ragged")
     rng = np.random.default_rng(0)
@@ -42,7 +43,7 @@ def test_conv_reduce_takes_the_widest_lanes_with_an_overlapping_tail():
     assert body.count("for (int g0 = 0;") == 2, body          # two loop nests, one function
     if widest() == 16:
         tail = body.split("for (int g0 = 0;")[2]
-        assert "+660)" in tail and "*(f32v*)(data0+" in tail, tail      # a vector store at 676 - 16
+        assert "+712)" in tail and "*(f32v*)(data0+" in tail, tail      # a vector store at 728 - 16
     want = sum(np.einsum("bhw,o->bohw", x[:, 0, i:i + 26, j:j + 26].astype(np.float64), w[:, 0, i, j])
                for i in range(3) for j in range(3))
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -362,47 +362,103 @@ def _placed(g: LazyBuffer, axis: int, start: int, stride: int, size: int) -> Laz
     return g.pad(tuple((start, size - start - span) if a == axis else (0, 0) for a in range(len(g.shape))))
 
 
-def _correlate(x: LazyBuffer, w: LazyBuffer, stride: tuple[int, int], padding: tuple[int, int],
-               dilation: tuple[int, int], groups: int) -> tuple[LazyBuffer, LazyBuffer, LazyBuffer]:
-    """conv2d's forward: (out (N, Cout, oh, ow), the windows and the weight, both expanded to
-    (N, G, Cout/G, Cin/G, oh, ow, kh, kw)). The windows of the padded x are copied out once, laid
-    out (N, Cin, kh, kw, oh, ow): the weight gradient's reduce over N, oh and ow reads the copy ~8x
-    faster than the view."""
+def _out_size(size: int, pad: int, k: int, stride: int, dilation: int) -> int:
+    return (size + 2 * pad - dilation * (k - 1) - 1) // stride + 1
+
+
+def _window_copy(x: LazyBuffer, kernel: tuple[int, int], stride: tuple[int, int], padding: tuple[int, int],
+                 dilation: tuple[int, int], groups: int, cout: int) -> LazyBuffer:
+    """The windows of the padded x copied out once, laid out (N, Cin, kh, kw, oh, ow), seen expanded
+    to (N, G, Cout/G, Cin/G, oh, ow, kh, kw): the weight gradient's reduce over N, oh and ow reads the
+    copy ~8x faster than the view."""
     n, cin, h, wd = x.shape
-    cout, cin_g, kh, kw = w.shape
-    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
+    (kh, kw), (ph, pw), (sh, sw), (dh, dw) = kernel, padding, stride, dilation
     xp = x.pad(((0, 0), (0, 0), (ph, ph), (pw, pw))) if ph or pw else x
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    oh, ow = _out_size(h, ph, kh, sh, dh), _out_size(wd, pw, kw, sw, dw)
     view = windows(xp, (kh, kw), stride, dilation, (oh, ow))
     win = view.permute((0, 1, 4, 5, 2, 3)).contiguous().permute((0, 1, 4, 5, 2, 3))
-    g, cout_g = groups, cout // groups
-    full = (n, g, cout_g, cin_g, oh, ow, kh, kw)
-    win = win.reshape((n, g, 1, cin_g, oh, ow, kh, kw)).expand(full)
-    wide = w.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(full)
-    out = win.e(BinaryOps.MUL, wide).r(ReduceOps.SUM, (3, 6, 7)).reshape((n, cout, oh, ow))
-    return out, win, wide
+    full = (n, groups, cout // groups, cin // groups, oh, ow, kh, kw)
+    return win.reshape((n, groups, 1, cin // groups, oh, ow, kh, kw)).expand(full)
+
+
+def _correlate(x: LazyBuffer, w: LazyBuffer, stride: tuple[int, int], padding: tuple[int, int],
+               dilation: tuple[int, int], groups: int) -> tuple[LazyBuffer, LazyBuffer | None]:
+    """conv2d's forward, (out (N, Cout, oh, ow), the window copy or None): at stride 1 over the
+    padded rows (_correlate_rows, no window copy), else one reduce over the window copy."""
+    if stride == (1, 1):
+        return _correlate_rows(x, w, padding, dilation, groups), None
+    cout, cin_g, kh, kw = w.shape
+    win = _window_copy(x, (kh, kw), stride, padding, dilation, groups, cout)
+    n, g, cout_g, _, oh, ow, _, _ = win.shape
+    wide = w.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(win.shape)
+    order = (0, 1, 2, 4, 5, 3, 6, 7)            # the reduce dims last and adjacent: Cin/G, kh and kw merge
+    out = win.permute(order).e(BinaryOps.MUL, wide.permute(order)).r(ReduceOps.SUM, (5, 6, 7))
+    return out.reshape((n, cout, oh, ow)), win
+
+
+def _row_windows(x: LazyBuffer, kernel: tuple[int, int], padding: tuple[int, int],
+                 dilation: tuple[int, int]) -> tuple[LazyBuffer, int, int, int]:
+    """(view (N, Cin, oh * W2, kh, kw), oh, ow, W2): the windows of x at stride 1 over its padded rows.
+    Each image plane is padded (and copied) once into rows of width W2 (the padded width), and window
+    offset (i, j) of output position p = r * W2 + c is plane[p + i * dh * W2 + j * dw]: affine in p
+    with unit stride and no mask, so output rows run as long vectors over consecutive rows. The W2 - ow
+    positions past each output row (2 of 58 at 56x56, padding 1) read neighbouring values: their
+    results are cut off. dh extra zero rows at the bottom keep the last row's reads inside the plane."""
+    n, cin, h, wd = x.shape
+    (kh, kw), (ph, pw), (dh, dw) = kernel, padding, dilation
+    oh, ow = _out_size(h, ph, kh, 1, dh), _out_size(wd, pw, kw, 1, dw)
+    w2 = max(wd + 2 * pw, kw * dw)             # a row holds every column offset j * dw
+    rows = h + 2 * ph + dh
+    xp = x.pad(((0, 0), (0, 0), (ph, ph + dh), (pw, w2 - wd - pw))).contiguous()
+    span = oh * w2
+    view = windows(xp.reshape((n, cin, rows * w2)), (kh * dh * w2,), (1,), (1,), (span,))
+    view = view.reshape((n, cin, span, kh, dh, w2))
+    view = view.shrink(((0, n), (0, cin), (0, span), (0, kh), (0, 1), (0, kw * dw)))
+    view = view.reshape((n, cin, span, kh, kw, dw))
+    view = view.shrink(((0, n), (0, cin), (0, span), (0, kh), (0, kw), (0, 1)))
+    return view.reshape((n, cin, span, kh, kw)), oh, ow, w2
+
+
+def _correlate_rows(x: LazyBuffer, w: LazyBuffer, padding: tuple[int, int], dilation: tuple[int, int],
+                    groups: int) -> LazyBuffer:
+    """conv2d at stride 1 as one reduce over the padded input rows where they lie (_row_windows): no
+    window copy; the outputs past each row's end are cut off."""
+    n, cin, _, _ = x.shape
+    cout, cin_g, kh, kw = w.shape
+    view, oh, ow, w2 = _row_windows(x, (kh, kw), padding, dilation)
+    g, cout_g, span = groups, cout // groups, oh * w2
+    full = (n, g, cout_g, span, cin_g, kh, kw)
+    win = view.reshape((n, g, 1, cin_g, span, kh, kw)).permute((0, 1, 2, 4, 3, 5, 6)).expand(full)
+    wide = w.reshape((1, g, cout_g, 1, cin_g, kh, kw)).expand(full)
+    out = win.e(BinaryOps.MUL, wide).r(ReduceOps.SUM, (4, 5, 6)).reshape((n, cout, oh, w2))
+    return out.shrink(((0, n), (0, cout), (0, oh), (0, ow))) if w2 != ow else out
 
 
 class Conv2d(Function):
     """torch's conv2d of x (N, Cin, H, W) with weight (Cout, Cin/G, kh, kw) (+ bias (Cout,)), the
-    composite Tensor.conv2d builds as one Function: the windows of the padded input are copied out
-    once (N, Cin, kh, kw, oh, ow), then one reduce multiplies them with the weight and sums over
-    Cin/G, kh and kw. Backward: dweight sums g times the windows over N, oh and ow. dx is either
-    itself such a conv (at stride 1, where its window copy is no larger: see _as_conv), of g padded
+    composite Tensor.conv2d builds as one Function. At stride 1 one reduce reads the input's padded
+    rows where they lie (_correlate_rows); at other strides the windows of the padded input are copied
+    out once (N, Cin, kh, kw, oh, ow) and one reduce multiplies them with the weight, summing over
+    Cin/G, kh and kw. Backward: dweight sums g times the window copy over N, oh and ow (at stride 1 the
+    copy is made then, from the kept input). dx is at stride 1 itself a conv (see _as_conv) of g padded
     by the window's reach less the padding, with the weight flipped and its channel dims swapped per
-    group; or g times the weight summed over Cout/G into window gradients, each of the kh * kw window
-    positions then added back where it was read from (shifted, strided), and the padding cut off."""
+    group; otherwise g times the weight summed over Cout/G into window gradients, each of the kh * kw
+    window positions then added back where it was read from (shifted, strided), and the padding cut
+    off."""
 
     def forward(self, x: LazyBuffer, w: LazyBuffer, bias: LazyBuffer | None = None, *,
                 stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int],
                 groups: int) -> LazyBuffer:
         self.x_shape, self.w_shape, self.has_bias = x.shape, w.shape, bias is not None
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
-        out, win, _ = _correlate(x, w, stride, padding, dilation, groups)
-        self.full = win.shape
-        # backward keeps only what its gradients read: the windows (kh*kw times the input) for dweight
+        out, win = _correlate(x, w, stride, padding, dilation, groups)
+        cout, cin_g, kh, kw = w.shape
+        oh, ow = out.shape[2:]
+        self.full = (x.shape[0], groups, cout // groups, cin_g, oh, ow, kh, kw)
+        # backward keeps only what its gradients read: for dweight the window copy (kh*kw times the
+        # input) where the forward made one, else the input, whose windows backward copies out
         self.win = win if self.needs_input_grad[1] else None
+        self.x = x if self.needs_input_grad[1] and win is None else None
         self.weight = w if self.needs_input_grad[0] else None
         if bias is not None:
             cout = w.shape[0]
@@ -413,8 +469,10 @@ class Conv2d(Function):
         need = self.needs_input_grad
         n, g, cout_g, cin_g, oh, ow, kh, kw = self.full
         spread = grad.reshape((n, g, cout_g, 1, oh, ow, 1, 1)).expand(self.full)
-        dw = spread.e(BinaryOps.MUL, self.win).r(ReduceOps.SUM, (0, 4, 5)).reshape(self.w_shape) \
-            if self.win is not None else None
+        win = self.win if self.x is None else \
+            _window_copy(self.x, (kh, kw), self.stride, self.padding, self.dilation, g, g * cout_g)
+        dw = spread.e(BinaryOps.MUL, win).r(ReduceOps.SUM, (0, 4, 5)).reshape(self.w_shape) \
+            if win is not None else None
         dx = None
         if self.weight is not None and self._as_conv():
             dx = self._dx_as_conv(self.weight, grad)
@@ -427,16 +485,13 @@ class Conv2d(Function):
 
     def _as_conv(self) -> bool:
         """Whether dx is taken as a conv of the gradient: at stride 1, with padding within the window's
-        reach (the gradient is then padded, never cut), and where that conv's window copy (Cout of
-        the input's H x W per image) is no larger than the window gradients the other way would write
-        (Cin of oh x ow). Measured: 64->64 channels at 56x56, padding 1: 17.7 ms against 22-23 ms;
-        32->64 at 26x26, no padding (a copy of 64 x 26 x 26 against 32 x 24 x 24): 26 ms against 18."""
-        n, cin, h, wd = self.x_shape
-        cout, _, kh, kw = self.w_shape
-        _, _, _, _, oh, ow, _, _ = self.full
+        reach (the gradient is then padded, never cut). That conv reads the padded gradient's rows where
+        they lie (_correlate_rows): no window copy, no col2im pass. Measured (min of 5): 64->64 channels
+        at 56x56, padding 1: 9.3 ms against 22-23 ms the other way; 32->64 at 26x26 (batch 128), no
+        padding, whose gradient is padded by 2: 11.6 ms against 17.5 ms."""
+        _, _, kh, kw = self.w_shape
         (ph, pw), (dh, dw) = self.padding, self.dilation
-        return (self.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1)
-                and cout * h * wd <= cin * oh * ow)
+        return self.stride == (1, 1) and ph <= dh * (kh - 1) and pw <= dw * (kw - 1)
 
     def _dx_as_conv(self, weight: LazyBuffer, grad: LazyBuffer) -> LazyBuffer:
         """dx at stride 1: the gradient correlated with the weight flipped in both spatial dims, Cin/G
@@ -447,7 +502,7 @@ class Conv2d(Function):
         flipped = weight.flip((False, False, True, True)).reshape((g, cout // g, cin_g, kh, kw))
         swapped = flipped.permute((0, 2, 1, 3, 4)).reshape((g * cin_g, cout // g, kh, kw))
         pad = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
-        return _correlate(grad, swapped, (1, 1), pad, self.dilation, g)[0]
+        return _correlate_rows(grad, swapped, pad, self.dilation, g)
 
     def _dx(self, dwin: LazyBuffer) -> LazyBuffer:
         """The input's gradient from the windows' (N, G, 1, Cin/G, oh, ow, kh, kw)."""

@@ -2,12 +2,15 @@
 from the kernel's own AST.
 
 A kernel is a *contraction* when its one reduce is a float32 SUM of a product `x * y` in which x does
-not depend on some output dims (the N dims) and y not on others (the M dims); output dims both depend
-on are batch dims, the reduce dims are K. Matmul in every operand layout (A B, A^T B, A B^T, batched,
-broadcast) is one, and so is a product whose factors are any elementwise expressions of their loads
-(a cast, a scale): packing evaluates them.
+not depend on some output dims (the N dims: C's columns) and y not on others (the M dims: C's rows),
+each a run of dims the store walks as one flat dim; the other output dims are batch dims (both factors
+or one of them depend on them: a conv's images), the reduce dims are K (any number). Matmul in every
+operand layout (A B, A^T B, A B^T, batched, broadcast) is one, and so is a product whose factors are
+any elementwise expressions of their loads (a cast, a scale): packing evaluates them. So are a
+stride-1 conv over its input rows (M = Cout/G, N = the positions, K = Cin/G x kh x kw) and a conv's
+weight gradient (N = Cin x kh x kw).
 
-The loop nest, for each batch index:
+The packed nest (render_packed), for each batch index:
 
     for jc in N by NC:                     B's block (KC x NC) is packed once, shared by the threads,
       for pc in K by KC:                   in panels of NR columns, each KC x NR contiguous
@@ -25,8 +28,12 @@ own output is not taken. A full tile is written straight into it; an edge tile, 
 any tile of a kernel with an epilogue (a bias or an activation fused after the reduce), goes through a
 small buffer and a per-element loop that adds the partial sums and applies the epilogue.
 
-The block sizes (MR, NR, KC, MC, NC) come from `params` (a rule of thumb) or from the search in
-`tg/core/codegen/search.py`, which times candidates and remembers the winner on disk.
+Where y is a plain load with unit stride along n (a conv's input rows through a window view),
+render_direct reads it where it lies: only A is packed, K runs whole, the micro-kernel's vectors come
+from y at a tabled offset per k. Packing such a y would copy each input element kh x kw times.
+
+The block sizes (MR, NR, KC, MC, NC, direct) come from `params` and `direct_rule` (rules of thumb) or
+from the search in `tg/core/codegen/search.py`, which times candidates and remembers the winner on disk.
 """
 from __future__ import annotations
 
@@ -38,7 +45,7 @@ from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps
 from tg.core.renderer import _C_TYPES, CStyleRenderer, _lit
 from tg.core.shape import prod
-from tg.core.symbolic import Node, Var, num
+from tg.core.symbolic import Lin, Node, Var, num
 
 MIN_MACS = 1 << 22        # smaller contractions are not considered (nothing to amortize packing)
 
@@ -52,6 +59,7 @@ class Params:
     kc: int
     mc: int
     nc: int
+    direct: bool = False     # y read where it lies, no packing, K whole (render_direct); kc, mc, nc unused
 
 
 @dataclass
@@ -117,19 +125,16 @@ def find(kernel: Kernel, lanes: int) -> Contraction | None:
     x, y = red.src[0].src
     dx, dy = _depends(x, variables), _depends(y, variables)
     out = [d for d in range(len(shape)) if not is_reduce[d]]
-    m_dims = [d for d in out if d in dx and d not in dy]
-    n_dims = [d for d in out if d in dy and d not in dx]
-    b_dims = [d for d in out if (d in dx) == (d in dy)]
+    only_x = [d for d in out if d in dx and d not in dy]
+    only_y = [d for d in out if d in dy and d not in dx]
     k_dims = [d for d in range(len(shape)) if is_reduce[d]]
-    if len(m_dims) != 1 or len(n_dims) != 1 or len(k_dims) != 1:
+    found = _rows_and_columns(ast, variables, shape, out, only_x, only_y)
+    if found is None:
         return None
-    # the vectors run along n: n is the side the store walks with unit stride
-    ldc = _plain(ast, variables, m_dims, n_dims, b_dims)
-    if ldc is None:
-        x, y, m_dims, n_dims = y, x, n_dims, m_dims
-        ldc = _plain(ast, variables, m_dims, n_dims, b_dims)
-    if ldc is None:
-        return None
+    m_dims, n_dims, ldc = found
+    if m_dims[0] in only_y:
+        x, y = y, x
+    b_dims = [d for d in out if d not in m_dims + n_dims]
     c = Contraction(kernel, ast, shape, b_dims, m_dims, n_dims, k_dims, x, y, red, ldc)
     _, m, n, k = c.sizes
     if m * n * k < MIN_MACS or m < 16 or n < 2 * lanes or k < 16:
@@ -137,24 +142,49 @@ def find(kernel: Kernel, lanes: int) -> Contraction | None:
     return c
 
 
-def _plain(store: KOp, variables: list[Var], m_dims: list[int], n_dims: list[int],
-           b_dims: list[int]) -> int | None:
-    """C's row stride when the store writes row m at m * ldc and walks n with unit stride, the rest
-    depending on batch dims only; else None."""
+def _run(coefs: dict[int, int | None], shape: tuple[int, ...], dims: list[int], inner: int,
+         base: int) -> list[int]:
+    """The dims of `dims` the store walks as one flat dim from `inner` (whose coefficient is base)
+    outwards: each next one's coefficient is base times the sizes inside it. Outermost first."""
+    run, span = [inner], base * shape[inner]
+    while (nxt := next((d for d in dims if d not in run and coefs[d] == span), None)) is not None:
+        run.insert(0, nxt)
+        span *= shape[nxt]
+    return run
+
+
+def _rows_and_columns(store: KOp, variables: list[Var], shape: tuple[int, ...], out: list[int],
+                      only_x: list[int], only_y: list[int]) -> tuple[list[int], list[int], int] | None:
+    """(m dims, n dims, ldc): C's rows and columns, each a run of output dims the store walks as one flat
+    dim, one run of dims only x depends on and one of dims only y does (in either role): the columns
+    from unit stride up, the rows from stride ldc up; the largest such pair. The other output dims are
+    batch dims, along which one factor may be constant (a conv's images: the weight is the same for
+    each). The weight gradient of a conv has columns (Cin, kh, kw): contiguous in the store, but not in
+    the input rows it reads."""
     idx, valid = store.arg[1].expr_idxs(variables)
     if not (valid.is_const and valid.min == 1):
         return None
-    vm, vn = variables[m_dims[0]], variables[n_dims[0]]
-    if _coef(idx, vn) != 1:
-        return None
-    ldc = _coef(idx, vm)
-    if ldc is None or ldc < 1:
-        return None
-    rest = idx.substitute({vm: num(0), vn: num(0)})
-    names = {v.name for v in rest.vars()}
-    if any(variables[d].name in names for d in range(len(variables)) if d not in b_dims):
-        return None
-    return ldc
+    coefs = {d: _coef(idx, variables[d]) for d in range(len(shape))}
+    best: tuple[int, list[int], list[int], int] | None = None
+    for rows, cols in ((only_x, only_y), (only_y, only_x)):
+        for inner_n in (d for d in cols if coefs[d] == 1):
+            n_dims = _run(coefs, shape, cols, inner_n, 1)
+            for inner_m in rows:
+                ldc = coefs[inner_m]
+                if ldc is None or ldc < 1:
+                    continue
+                m_dims = _run(coefs, shape, rows, inner_m, ldc)
+                size = prod(shape[d] for d in m_dims + n_dims)
+                if (best is None or size > best[0]) and _rest_is_batch(idx, variables, m_dims + n_dims, out):
+                    best = (size, m_dims, n_dims, ldc)
+    return None if best is None else (best[1], best[2], best[3])
+
+
+def _rest_is_batch(idx: Node, variables: list[Var], dims: list[int], out: list[int]) -> bool:
+    """Whether the store's index, less its rows and columns, uses output dims only (never a reduce
+    dim): those are the batch dims."""
+    rest = idx.substitute({variables[d]: num(0) for d in dims}).vars()
+    return {v.name for v in rest} <= {variables[d].name for d in out}
 
 
 def worth(c: Contraction) -> bool:
@@ -164,6 +194,17 @@ def worth(c: Contraction) -> bool:
     of 256, the nest 5-30% faster from 1024 x 1024 x 256 up."""
     _, m, n, k = c.sizes
     return m >= 512 and n >= 1024 and k >= 256
+
+
+def direct_rule(c: Contraction, lanes: int) -> Params | None:
+    """The direct nest (render_direct) by rule of thumb, for a reduce over several dims whose y reads
+    in place (a conv's Cin x kh x kw over the input rows): measured 1.2-1.5x the one-pass kernel at
+    64->64 channels, 56x56 and 32->64, 26x26, where that kernel loads each weight row with a stride.
+    A plain matmul, within +-20% of the one-pass kernel either way below 1024, is left to the search."""
+    if worth(c) or len(c.k_dims) < 2 or not direct_ok(c, lanes):
+        return None
+    mr = 8 if lanes >= 16 else 4          # 24 of AVX-512's 32 registers, 12 of AVX2's 16
+    return clamp(c, Params(mr, 3 * lanes, 0, 0, 0, True), lanes)
 
 
 def params(c: Contraction, lanes: int) -> Params:
@@ -184,6 +225,9 @@ def clamp(c: Contraction, p: Params, lanes: int) -> Params:
     """p fitted to the contraction: no block larger than its matrix."""
     _, m, n, k = c.sizes
     nr = max(lanes, min(p.nr, -(-n // lanes) * lanes))
+    if p.direct:               # whole vectors only: the last tile overlaps the one before, never passes N
+        nr = max(lanes, min(p.nr, n // lanes * lanes))
+        return Params(p.mr, nr, k, p.mr, nr, True)
     kc = min(p.kc, k)
     mc = max(p.mr, min(p.mc, -(-m // p.mr) * p.mr) // p.mr * p.mr)     # whole panels
     nc = max(nr, min(p.nc // nr * nr, -(-n // nr) * nr))       # whole panels: the packed block holds nc
@@ -348,7 +392,13 @@ def _params(c: Contraction) -> str:
 
 
 def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
-    """The C source of the contraction as one function `name` taking the kernel's buffers."""
+    """The C source of the contraction as one function `name` taking the kernel's buffers: the packed
+    nest, or with p.direct the one reading y where it lies."""
+    return (render_direct if p.direct else render_packed)(c, p, renderer, name, lanes)
+
+
+def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
+    """The packed nest (the module's docstring)."""
     batch, m, n, k = c.sizes
     threads = f" num_threads({renderer.threads})" if renderer.threads else ""
     ap_floats = -(-p.kc * (p.mc + p.mr) // 16) * 16      # whole 64-byte lines: what aligned_alloc takes
@@ -425,6 +475,132 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
     head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + \
         renderer.v.header.replace("BYTES", str(4 * lanes))
     lines = [*defines, *_micro(name, p, lanes), *_naive(c, renderer, name), *body, *undefs]
+    return head + "\n".join(lines) + "\n"
+
+
+def direct_ok(c: Contraction, lanes: int) -> bool:
+    """Whether y can be read where it lies (render_direct): one float32 load, no mask, unit stride along
+    n (its index is n plus a function of the batch and reduce dims), and at least one vector of n."""
+    y = c.y
+    if len(c.n_dims) != 1 or y.op is not AstOps.LOAD or y.dtype != dtypes.float32 or \
+            c.kernel.buf_dtypes[y.arg[0]] != dtypes.float32:
+        return False
+    variables = _vars(c.shape)
+    idx, valid = y.arg[1].expr_idxs(variables)
+    return valid.is_const and valid.min == 1 and _coef(idx, variables[c.n_dims[0]]) == 1 and \
+        c.size(c.n_dims) >= lanes
+
+
+def _micro_direct(name: str, p: Params, lanes: int) -> list[str]:
+    """The register tile of render_direct: c = a panel (K x MR) times the NR columns of y at b + koff[k]."""
+    nv = p.nr // lanes
+    out = [f"static inline __attribute__((always_inline)) void {name}_microd(const float* restrict a, "
+           f"const float* restrict b, const long* restrict koff, float* restrict c, long ldc) {{"]
+    out += [f"  f32v c{i}_{j} = (f32v){{}};" for i in range(p.mr) for j in range(nv)]
+    out.append("  for (long k = 0; k < K; k++) {")
+    out.append("    const float* bk = b + koff[k];")
+    out += [f"    f32v b{j} = *(const f32v*)(bk + {j * lanes});" for j in range(nv)]
+    for i in range(p.mr):
+        fmas = " ".join(f"c{i}_{j} += a{i} * b{j};" for j in range(nv))
+        out.append(f"    {{ float a{i} = a[k * {p.mr} + {i}]; {fmas} }}")
+    out.append("  }")
+    out += [f"  *(f32v*)(c + {i} * ldc + {j * lanes}) = c{i}_{j};" for i in range(p.mr) for j in range(nv)]
+    out.append("}")
+    return out
+
+
+def _separable(c: Contraction) -> bool:
+    """Whether y's index is a function of the batch dims plus one of the reduce dims (no term uses
+    both): a conv's image offset plus its window offsets. Then one table of K offsets serves every
+    batch index."""
+    variables = _vars(c.shape)
+    idx, _ = c.y.arg[1].expr_idxs(variables)
+    names = lambda dims: {variables[d].name for d in dims}        # noqa: E731
+    b_names, k_names = names(c.b_dims), names(c.k_dims)
+    atoms = [a for a, _ in idx.terms] if isinstance(idx, Lin) else [idx]
+    for atom in atoms:
+        used = {v.name for v in atom.vars()}
+        if used & b_names and used & k_names:
+            return False
+    return True
+
+
+def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
+    """The contraction with y read where it lies: a conv's input rows through a window view, whose
+    packing would copy every element kh x kw times. Only x is packed (all of M x K), and the offsets
+    of y's K rows are tabled; both once, or once per batch index where they depend on it. A piece of
+    work is one batch index, one tile of NR columns and a share of the MR-row panels (all of them,
+    unless there are too few pieces for the threads); it runs over all of K, so the tile's columns of
+    y stay in L1/L2 across the panels. The last tile overlaps the one before it rather than passing N
+    (the store then writes a few outputs twice, with equal values)."""
+    batch, m, n, k = c.sizes
+    threads = f" num_threads({renderer.threads})" if renderer.threads else ""
+    mp = -(-m // p.mr) * p.mr
+    ybuf = c.y.arg[0]
+    cbase = c.ast.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()
+    # once: one phase covering every batch index; else a phase per batch index, tables made afresh
+    once = _separable(c) and not (_depends(c.x, _vars(c.shape)) & set(c.b_dims))
+    koff = c.y.arg[1].expr_idxs(_context(c, c.k_dims if once else c.b_dims + c.k_dims))[0].render()
+    ybase = c.y.arg[1].expr_idxs(_context(c, c.b_dims))[0].render() if once else "0"
+    tile_body = _finish_tile(c, renderer, p)
+    direct = f"if (m0 + {p.mr} <= M{' && !last' if c.epilogue else ''})"
+    tables = ["#pragma omp for schedule(static)",
+              f"for (long panel = 0; panel < M; panel += {p.mr}) {{",
+              "  float* dst = ap + panel * K;",
+              *["  " + x for x in _pack(c, renderer, "a", p)], "}",
+              "#pragma omp for schedule(static)",
+              "for (long k = 0; k < K; k++) {",
+              *["  " + x for x in _decode(c, c.k_dims, "k")],
+              f"  koff[k] = {koff};", "}"]
+    body = [
+        f"void {name}({_params(c)}) {{",
+        f"  float* ap = (float*)aligned_alloc(64, sizeof(float) * {-(-mp * k // 16) * 16});",
+        "  long* koff = (long*)malloc(sizeof(long) * K);",
+        "  if (!ap || !koff) {",
+        "    free(ap); free(koff);",
+        f"    {name}_naive({', '.join(f'data{i}' for i in range(len(c.kernel.buf_dtypes)))});",
+        "    return;",
+        "  }",
+        f"  #pragma omp parallel{threads}",
+        "  {",
+        f"    float tile[{p.mr * p.nr}] __attribute__((aligned(64)));",
+        "    const long ic = 0, pc = 0, kc = K, last = 1;",
+        f"    const long per = {'BATCH' if once else '1'}, tiles = (N + {p.nr - 1}) / {p.nr}, "
+        f"panels = (M + {p.mr - 1}) / {p.mr};",
+        "    long share = 8L * omp_get_num_threads() / (per * tiles) + 1;    /* panel shares per tile */",
+        "    if (share > panels) share = panels;",
+        "    for (long phase = 0; phase < BATCH / per; phase++) {",
+        *["      " + x for x in (_decode(c, c.b_dims, "phase") if not once else [])],
+        *["      " + x for x in tables],
+        "      #pragma omp for schedule(static)",
+        "      for (long piece = 0; piece < per * tiles * share; piece++) {",
+        "        long bb = phase * per + piece / (tiles * share), t = piece / share % tiles, "
+        "part = piece % share;",
+        *["        " + x for x in _decode(c, c.b_dims, "bb")],
+        f"        long cbase = {cbase}, ybase = {ybase};",
+        f"        long n0 = t * {p.nr} + {p.nr} <= N ? t * {p.nr} : N - {p.nr};",
+        f"        for (long m0 = panels * part / share * {p.mr}; m0 < panels * (part + 1) / share * {p.mr}; "
+        f"m0 += {p.mr}) {{",
+        f"          {direct} {{",
+        f"            {name}_microd(ap + m0 * K, data{ybuf} + ybase + n0, koff, "
+        f"data0 + cbase + m0 * {c.ldc} + n0, {c.ldc});",
+        "            continue;",
+        "          }",
+        f"          {name}_microd(ap + m0 * K, data{ybuf} + ybase + n0, koff, tile, {p.nr});",
+        *["          " + x for x in tile_body],
+        "        }",
+        "      }",
+        "    }",
+        "  }",
+        "  free(ap);",
+        "  free(koff);",
+        "}",
+    ]
+    defines = [f"#define BATCH {batch}L", f"#define M {m}L", f"#define N {n}L", f"#define K {k}L"]
+    undefs = ["#undef BATCH", "#undef M", "#undef N", "#undef K"]
+    head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + \
+        renderer.v.header.replace("BYTES", str(4 * lanes))
+    lines = [*defines, *_micro_direct(name, p, lanes), *_naive(c, renderer, name), *body, *undefs]
     return head + "\n".join(lines) + "\n"
 
 

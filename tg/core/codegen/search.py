@@ -50,6 +50,13 @@ def candidates(lanes: int) -> list[tuple[int, int, int, int, int]]:
     return [(mr, nr, kc, mc, 4096) for mr, nr in tiles for kc, mc in ((256, 144), (512, 256))]
 
 
+def direct_candidates(lanes: int) -> list[tuple[int, int, int, int, int, bool]]:
+    """Register tiles for the nest that reads y where it lies (gemm.render_direct)."""
+    tiles = [(8, 3 * lanes), (6, 4 * lanes), (8, 2 * lanes), (4, 6 * lanes)] if lanes >= 16 else \
+        [(4, 3 * lanes), (6, 2 * lanes)]
+    return [(mr, nr, 0, 0, 0, True) for mr, nr in tiles]
+
+
 def _cpu() -> str:
     try:
         text = Path("/proc/cpuinfo").read_text()
@@ -59,7 +66,7 @@ def _cpu() -> str:
     return next(names, os.uname().machine)
 
 
-VERSION = 2      # of the candidates and what their block sizes mean: a change makes earlier records moot
+VERSION = 3      # of the candidates and what their block sizes mean: a change makes earlier records moot
 
 
 def _key(c: gemm.Contraction, threads: int, ident: str, lanes: int) -> str:
@@ -95,10 +102,12 @@ def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, gemm.Para
         done = "done" if record["tried"] >= record["of"] else "partial"
         if won is None:
             return done, None
-        p = gemm.Params(*[int(v) for v in won])
+        mr, nr, kc, mc, nc = (int(v) for v in won[:5])
+        p = gemm.Params(mr, nr, kc, mc, nc, bool(won[5]) if len(won) > 5 else False)
     except (OSError, ValueError, KeyError, TypeError):
         return "none", None    # absent, or damaged (a crash mid-write cannot leave one: the write is atomic)
-    if min(astuple(p)) < 1 or p.nr % lanes or gemm.clamp(c, p, lanes) != p:
+    if min(astuple(p)[:5]) < 1 or p.nr % lanes or gemm.clamp(c, p, lanes) != p or \
+            (p.direct and not gemm.direct_ok(c, lanes)):
         return "none", None
     return done, p
 
@@ -124,7 +133,7 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     """How to run contraction c: block sizes for the nest, or None for the one-pass kernel whose source
     `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
     and what is left of this process's budget allow), else the rule of thumb (gemm.worth, gemm.params)."""
-    rule = gemm.params(c, lanes) if gemm.worth(c) else None
+    rule = gemm.params(c, lanes) if gemm.worth(c) else gemm.direct_rule(c, lanes)
     batch, m, n, k = c.sizes
     if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
         return rule
@@ -135,7 +144,8 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
         return known
     if budget <= 0:
         return rule
-    nests = [gemm.clamp(c, gemm.Params(*t), lanes) for t in candidates(lanes)]
+    shapes = candidates(lanes) + (direct_candidates(lanes) if gemm.direct_ok(c, lanes) else [])
+    nests = [gemm.clamp(c, gemm.Params(*t), lanes) for t in shapes]
     other = None if rule is not None else gemm.params(c, lanes)       # the rule's other choice
     tried: list[gemm.Params | None] = list(dict.fromkeys([rule, other, *nests]))
     start = time.perf_counter()
@@ -174,7 +184,10 @@ def _time(c: gemm.Contraction, tried: list, name: str, lanes: int, renderer: Any
             batch = list(enumerate(tried))[first:first + workers]
             srcs = [one_pass(f"{name}_s{i}") if p is None else
                     gemm.render(c, p, renderer, f"{name}_s{i}", lanes) for i, p in batch]
-            for (i, _), lib in zip(batch, pool.map(_build, [compiler] * len(srcs), srcs)):
+            # every build of the batch done before any timing: a compiler still running on another
+            # core would stall the candidate's threads (measured: 0.6 ms runs timed at 4-8 ms)
+            libs = list(pool.map(_build, [compiler] * len(srcs), srcs))
+            for (i, _), lib in zip(batch, libs):
                 if lib is None:
                     continue          # a candidate that does not build is not a choice
                 fn = getattr(ctypes.CDLL(str(lib)), f"{name}_s{i}")
