@@ -279,12 +279,12 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     monkeypatch.setattr(search, "_spent", [0.0])
     record.write_text('{"params": [6, 7, 0, 1, 1], "tried": 9, "of": 9}')   # sizes no nest can run
     monkeypatch.setenv("TG_BEAM", "30")
-    assert choose(big) in [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in search.candidates(LANES)],
-                           gemm.params(big, LANES)]
+    shapes = search.candidates(LANES) + search.direct_candidates(LANES)     # y (a plain B) reads in place
+    choices = [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in shapes], gemm.params(big, LANES)]
+    assert choose(big) in choices
     record.write_text("{not json")
     monkeypatch.setenv("TG_BEAM", "30")
-    assert choose(big) in [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in search.candidates(LANES)],
-                           gemm.params(big, LANES)]
+    assert choose(big) in choices
     assert '"tried": 1,' not in record.read_text()
 
 
@@ -373,6 +373,21 @@ def test_the_direct_nest_computes_batched_matmuls_with_an_epilogue(p, forced):
         got = out.numpy()
         assert seen and seen[-1].epilogue
         close(got, np.maximum((a.astype(np.float64) @ b) * 0.5 + bias, 0))
+
+
+@pytest.mark.parametrize("p", DIRECT[:2])
+def test_the_direct_nest_reads_a_sliced_y_from_its_start(p, forced):
+    """y a slice of a larger buffer (a view with a start: a fused qkv's v, a shifted window): its
+    start is counted once, with one offset table for every batch index (B shared by the batch) and with
+    a table per batch index (a batched B, whose slices start in each batch's block)."""
+    a, big = rand(3, 40, 64), rand(64, 100)
+    seen = forced(p)
+    got = (T(a) @ T(big)[:, 16:16 + 2 * LANES + 7]).numpy()
+    assert seen and gemm._separable(seen[-1])
+    close(got, a.astype(np.float64) @ big[:, 16:16 + 2 * LANES + 7])
+    a2, big2 = rand(3, 40, 64), rand(3, 70, 90)
+    got = (T(a2) @ T(big2)[:, 6:, 3:3 + 2 * LANES + 5]).numpy()
+    close(got, a2.astype(np.float64) @ big2[:, 6:, 3:3 + 2 * LANES + 5])
 
 
 def test_a_weight_gradients_columns_are_a_run_of_dims(nest, monkeypatch):

@@ -324,13 +324,20 @@ def _pack(c: Contraction, renderer: CStyleRenderer, side: str, p: Params) -> lis
 
 
 def _micro(name: str, p: Params, lanes: int) -> list[str]:
-    """The register tile: c (+)= a panel (kc x MR) times b panel (kc x NR)."""
+    """The register tile: c (+)= a panel (kc x MR) times b panel (kc x NR), packed (`name`_micro); or,
+    for render_direct, c = a panel (K x MR) times the NR columns of y at b + koff[k] (`name`_microd)."""
     nv = p.nr // lanes
-    out = [f"static inline __attribute__((always_inline)) void {name}_micro(long kc, "
-           f"const float* restrict a, const float* restrict b, float* restrict c, long ldc, int add) {{"]
+    if p.direct:
+        head = f"{name}_microd(const float* restrict a, const float* restrict b, const long* restrict koff, "
+        loop, row = "K", ["    const float* bk = b + koff[k];"]
+    else:
+        head = f"{name}_micro(long kc, const float* restrict a, const float* restrict b, "
+        loop, row = "kc", [f"    const float* bk = b + k * {p.nr};"]
+    out = [f"static inline __attribute__((always_inline)) void {head}float* restrict c, long ldc"
+           f"{'' if p.direct else ', int add'}) {{"]
     out += [f"  f32v c{i}_{j} = (f32v){{}};" for i in range(p.mr) for j in range(nv)]
-    out.append("  for (long k = 0; k < kc; k++) {")
-    out += [f"    f32v b{j} = *(const f32v*)(b + k * {p.nr} + {j * lanes});" for j in range(nv)]
+    out += [f"  for (long k = 0; k < {loop}; k++) {{", *row]
+    out += [f"    f32v b{j} = *(const f32v*)(bk + {j * lanes});" for j in range(nv)]
     for i in range(p.mr):
         fmas = " ".join(f"c{i}_{j} += a{i} * b{j};" for j in range(nv))
         out.append(f"    {{ float a{i} = a[k * {p.mr} + {i}]; {fmas} }}")
@@ -338,7 +345,8 @@ def _micro(name: str, p: Params, lanes: int) -> list[str]:
     for i in range(p.mr):
         for j in range(nv):
             addr = f"(f32v*)(c + {i} * ldc + {j * lanes})"
-            out.append(f"  if (add) c{i}_{j} += *{addr};")
+            if not p.direct:
+                out.append(f"  if (add) c{i}_{j} += *{addr};")
             out.append(f"  *{addr} = c{i}_{j};")
     out.append("}")
     return out
@@ -389,6 +397,19 @@ def _params(c: Contraction) -> str:
     k = c.kernel
     return ", ".join(f"{'' if i == 0 else 'const '}{_C_TYPES[dt.name]}* restrict data{i}"
                      for i, dt in enumerate(k.buf_dtypes))
+
+
+def _source(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int,
+            body: list[str]) -> str:
+    """A nest's whole C source: headers, the sizes as macros (undefined at the end, so nests share a
+    translation unit), the micro-kernel, the plain loops it falls back to, then the function `body`."""
+    batch, m, n, k = c.sizes
+    defines = [f"#define BATCH {batch}L", f"#define M {m}L", f"#define N {n}L", f"#define K {k}L"]
+    undefs = ["#undef BATCH", "#undef M", "#undef N", "#undef K"]
+    head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + \
+        renderer.v.header.replace("BYTES", str(4 * lanes))
+    lines = [*defines, *_micro(name, p, lanes), *_naive(c, renderer, name), *body, *undefs]
+    return head + "\n".join(lines) + "\n"
 
 
 def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
@@ -470,12 +491,7 @@ def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         "  free(ap_all);",
         "}",
     ]
-    defines = [f"#define BATCH {batch}L", f"#define M {m}L", f"#define N {n}L", f"#define K {k}L"]
-    undefs = ["#undef BATCH", "#undef M", "#undef N", "#undef K"]
-    head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + \
-        renderer.v.header.replace("BYTES", str(4 * lanes))
-    lines = [*defines, *_micro(name, p, lanes), *_naive(c, renderer, name), *body, *undefs]
-    return head + "\n".join(lines) + "\n"
+    return _source(c, p, renderer, name, lanes, body)
 
 
 def direct_ok(c: Contraction, lanes: int) -> bool:
@@ -489,24 +505,6 @@ def direct_ok(c: Contraction, lanes: int) -> bool:
     idx, valid = y.arg[1].expr_idxs(variables)
     return valid.is_const and valid.min == 1 and _coef(idx, variables[c.n_dims[0]]) == 1 and \
         c.size(c.n_dims) >= lanes
-
-
-def _micro_direct(name: str, p: Params, lanes: int) -> list[str]:
-    """The register tile of render_direct: c = a panel (K x MR) times the NR columns of y at b + koff[k]."""
-    nv = p.nr // lanes
-    out = [f"static inline __attribute__((always_inline)) void {name}_microd(const float* restrict a, "
-           f"const float* restrict b, const long* restrict koff, float* restrict c, long ldc) {{"]
-    out += [f"  f32v c{i}_{j} = (f32v){{}};" for i in range(p.mr) for j in range(nv)]
-    out.append("  for (long k = 0; k < K; k++) {")
-    out.append("    const float* bk = b + koff[k];")
-    out += [f"    f32v b{j} = *(const f32v*)(bk + {j * lanes});" for j in range(nv)]
-    for i in range(p.mr):
-        fmas = " ".join(f"c{i}_{j} += a{i} * b{j};" for j in range(nv))
-        out.append(f"    {{ float a{i} = a[k * {p.mr} + {i}]; {fmas} }}")
-    out.append("  }")
-    out += [f"  *(f32v*)(c + {i} * ldc + {j * lanes}) = c{i}_{j};" for i in range(p.mr) for j in range(nv)]
-    out.append("}")
-    return out
 
 
 def _separable(c: Contraction) -> bool:
@@ -528,7 +526,7 @@ def _separable(c: Contraction) -> bool:
 def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
     """The contraction with y read where it lies: a conv's input rows through a window view, whose
     packing would copy every element kh x kw times. Only x is packed (all of M x K), and the offsets
-    of y's K rows are tabled; both once, or once per batch index where they depend on it. A piece of
+    of y's K rows are tabled; both once, or both once per batch index where either depends on it. A piece of
     work is one batch index, one tile of NR columns and a share of the MR-row panels (all of them,
     unless there are too few pieces for the threads); it runs over all of K, so the tile's columns of
     y stay in L1/L2 across the panels. The last tile overlaps the one before it rather than passing N
@@ -541,7 +539,9 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
     # once: one phase covering every batch index; else a phase per batch index, tables made afresh
     once = _separable(c) and not (_depends(c.x, _vars(c.shape)) & set(c.b_dims))
     koff = c.y.arg[1].expr_idxs(_context(c, c.k_dims if once else c.b_dims + c.k_dims))[0].render()
-    ybase = c.y.arg[1].expr_idxs(_context(c, c.b_dims))[0].render() if once else "0"
+    # koff holds y's index at batch 0, ybase what a batch index adds to it (its start counted once)
+    origin = c.y.arg[1].expr_idxs(_context(c, []))[0].render()
+    ybase = f"({c.y.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()}) - ({origin})" if once else "0"
     tile_body = _finish_tile(c, renderer, p)
     direct = f"if (m0 + {p.mr} <= M{' && !last' if c.epilogue else ''})"
     tables = ["#pragma omp for schedule(static)",
@@ -596,12 +596,7 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         "  free(koff);",
         "}",
     ]
-    defines = [f"#define BATCH {batch}L", f"#define M {m}L", f"#define N {n}L", f"#define K {k}L"]
-    undefs = ["#undef BATCH", "#undef M", "#undef N", "#undef K"]
-    head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + \
-        renderer.v.header.replace("BYTES", str(4 * lanes))
-    lines = [*defines, *_micro_direct(name, p, lanes), *_naive(c, renderer, name), *body, *undefs]
-    return head + "\n".join(lines) + "\n"
+    return _source(c, p, renderer, name, lanes, body)
 
 
 def name(c: Contraction) -> str:
