@@ -320,7 +320,7 @@ def forced(monkeypatch):
     def force(p: gemm.Params):
         def choose(c, name, lanes, renderer, compiler, one_pass):
             seen.append(c)
-            return gemm.clamp(c, p, lanes) if not p.direct or gemm.direct_ok(c, lanes) else None
+            return gemm.clamp(c, p, lanes) if gemm.runs(c, gemm.clamp(c, p, lanes), lanes) else None
         monkeypatch.setattr(search, "choose", choose)
         return seen
     return force
@@ -338,8 +338,8 @@ def test_a_convs_reduce_reads_the_input_rows_in_place():
     assert square is not None and gemm.direct_ok(square, LANES) and gemm.direct_rule(square, LANES) is None
 
 
-DIRECT = [gemm.Params(8, 3 * LANES, 0, 0, 0, True), gemm.Params(6, 4 * LANES, 0, 0, 0, True),
-          gemm.Params(5, LANES, 0, 0, 0, True), gemm.Params(1, 2 * LANES, 0, 0, 0, True)]
+DIRECT = [gemm.Params(8, 3 * LANES, 0, 0, 0, "direct"), gemm.Params(6, 4 * LANES, 0, 0, 0, "direct"),
+          gemm.Params(5, LANES, 0, 0, 0, "direct"), gemm.Params(1, 2 * LANES, 0, 0, 0, "direct")]
 
 
 @pytest.mark.parametrize("p", DIRECT)
@@ -388,6 +388,79 @@ def test_the_direct_nest_reads_a_sliced_y_from_its_start(p, forced):
     a2, big2 = rand(3, 40, 64), rand(3, 70, 90)
     got = (T(a2) @ T(big2)[:, 6:, 3:3 + 2 * LANES + 5]).numpy()
     close(got, a2.astype(np.float64) @ big2[:, 6:, 3:3 + 2 * LANES + 5])
+
+
+def wgrad_ref(x: np.ndarray, g: np.ndarray, w_shape: tuple, stride=(1, 1), padding=(0, 0), dilation=(1, 1),
+              groups: int = 1) -> np.ndarray:
+    """conv2d's weight gradient summed directly in float64."""
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+    o, cin_g, kh, kw = w_shape
+    oh, ow = g.shape[2:]
+    out = np.zeros(w_shape)
+    for co in range(o):
+        base = co // (o // groups) * cin_g
+        for i in range(kh):
+            for j in range(kw):
+                patch = xp[:, base:base + cin_g, i * dh:i * dh + (oh - 1) * sh + 1:sh,
+                           j * dw:j * dw + (ow - 1) * sw + 1:sw]
+                out[co, :, i, j] = np.einsum("bhw,bchw->c", g[:, co].astype(np.float64), patch)
+    return out
+
+
+BROADCAST = [gemm.Params(4, 6, 1024, 0, 0, "broadcast"), gemm.Params(2, 12, 64, 0, 0, "broadcast"),
+             gemm.Params(1, 5, 37, 0, 0, "broadcast")]
+
+
+@pytest.mark.parametrize("p", BROADCAST)
+@pytest.mark.parametrize("case", [
+    ((2, 16, 21, 19), (24, 16, 3, 3), {"padding": (1, 1)}),
+    ((2, 16, 23, 20), (40, 8, 3, 2), {"padding": (2, 0), "dilation": (2, 3), "groups": 2}),
+    ((3, 6, 17, 18), (40, 6, 3, 3), {"stride": (2, 1), "padding": (1, 2)}),
+])
+def test_the_broadcast_nest_computes_weight_gradients_as_a_float64_sum(p, case, forced):
+    """Rows that whole vectors do not fill (24, 20 a group and 40 output channels), columns that whole
+    tiles do not divide (Cin x kh x kw), K blocks that divide nothing (37, 64), several of them per
+    batch index, groups with dilation, strides."""
+    x_shape, w_shape, kw = case
+    x = rand(*x_shape)
+    wt = T(rand(*w_shape), requires_grad=True)
+    y = T(x).conv2d(wt, **kw)
+    g = rand(*y.shape)
+    seen = forced(p)
+    (y * T(g)).sum().backward()
+    got = wt.grad.numpy()
+    assert any(gemm.broadcast_ok(c) and len(c.n_dims) >= 2 for c in seen)
+    want = wgrad_ref(x, g, w_shape, kw.get("stride", (1, 1)), kw["padding"], kw.get("dilation", (1, 1)),
+                     kw.get("groups", 1))
+    close(got, want)
+
+
+@pytest.mark.parametrize("p", BROADCAST)
+def test_the_broadcast_nest_computes_batched_matmuls_of_expressions(p, forced):
+    """x an expression of its load (evaluated by the packing), batched x and y, odd M and N, a y sliced
+    from a larger buffer (its start counted once)."""
+    a, big = rand(3, 37, 70), rand(3, 80, 60)
+    seen = forced(p)
+    got = ((T(a) * 0.5).exp() @ T(big)[:, 4:74, 3:56]).numpy()
+    assert seen and gemm.broadcast_ok(seen[-1])
+    close(got, np.exp(a.astype(np.float64) * 0.5) @ big[:, 4:74, 3:56])
+
+
+def test_the_broadcast_rule_takes_long_reduces_over_column_runs():
+    """The rule: a conv's weight gradient (columns Cin x kh x kw) over a reduce of at least 1024
+    positions takes the broadcast nest; a short reduce, or a plain matmul, does not."""
+    def wgrad_contraction(hw: int):
+        wt = T(rand(32, 16, 3, 3), requires_grad=True)
+        (T(rand(2, 16, hw, hw)).conv2d(wt) * T(rand(2, 32, hw - 2, hw - 2))).sum().backward()
+        return contraction(wt.grad)
+    long, short = wgrad_contraction(40), wgrad_contraction(20)
+    assert long is not None and long.size(long.k_dims) >= 1024 and gemm.broadcast_ok(long)
+    rule = gemm.broadcast_rule(long, LANES)
+    assert rule is not None and rule.nest == "broadcast" and gemm.runs(long, rule, LANES)
+    assert short is None or gemm.broadcast_rule(short, LANES) is None
+    square = contraction(T(rand(300, 2000)) @ T(rand(2000, 150)))
+    assert square is not None and gemm.broadcast_ok(square) and gemm.broadcast_rule(square, LANES) is None
 
 
 def test_a_weight_gradients_columns_are_a_run_of_dims(nest, monkeypatch):

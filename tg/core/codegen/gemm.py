@@ -59,7 +59,11 @@ class Params:
     kc: int
     mc: int
     nc: int
-    direct: bool = False     # y read where it lies, no packing, K whole (render_direct); kc, mc, nc unused
+    nest: str = "packed"     # render_packed, render_direct or render_broadcast
+
+    @property
+    def direct(self) -> bool:
+        return self.nest == "direct"
 
 
 @dataclass
@@ -204,7 +208,7 @@ def direct_rule(c: Contraction, lanes: int) -> Params | None:
     if worth(c) or len(c.k_dims) < 2 or not direct_ok(c, lanes):
         return None
     mr = 8 if lanes >= 16 else 4          # 24 of AVX-512's 32 registers, 12 of AVX2's 16
-    return clamp(c, Params(mr, 3 * lanes, 0, 0, 0, True), lanes)
+    return clamp(c, Params(mr, 3 * lanes, 0, 0, 0, "direct"), lanes)
 
 
 def params(c: Contraction, lanes: int) -> Params:
@@ -225,9 +229,12 @@ def clamp(c: Contraction, p: Params, lanes: int) -> Params:
     """p fitted to the contraction: no block larger than its matrix."""
     _, m, n, k = c.sizes
     nr = max(lanes, min(p.nr, -(-n // lanes) * lanes))
-    if p.direct:               # whole vectors only: the last tile overlaps the one before, never passes N
+    if p.nest == "direct":     # whole vectors only: the last tile overlaps the one before, never passes N
         nr = max(lanes, min(p.nr, n // lanes * lanes))
-        return Params(p.mr, nr, k, p.mr, nr, True)
+        return Params(p.mr, nr, k, p.mr, nr, "direct")
+    if p.nest == "broadcast":  # MR vectors of rows, NR columns, the reduce in blocks of KC
+        mr = max(1, min(p.mr, -(-m // lanes)))
+        return Params(mr, max(1, min(p.nr, n)), max(1, min(p.kc, k)), mr, 1, "broadcast")
     kc = min(p.kc, k)
     mc = max(p.mr, min(p.mc, -(-m // p.mr) * p.mr) // p.mr * p.mr)     # whole panels
     nc = max(nr, min(p.nc // nr * nr, -(-n // nr) * nr))       # whole panels: the packed block holds nc
@@ -413,9 +420,19 @@ def _source(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lane
 
 
 def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
-    """The C source of the contraction as one function `name` taking the kernel's buffers: the packed
-    nest, or with p.direct the one reading y where it lies."""
-    return (render_direct if p.direct else render_packed)(c, p, renderer, name, lanes)
+    """The C source of the contraction as one function `name` taking the kernel's buffers: the nest
+    p.nest names."""
+    nests = {"packed": render_packed, "direct": render_direct, "broadcast": render_broadcast}
+    return nests[p.nest](c, p, renderer, name, lanes)
+
+
+def runs(c: Contraction, p: Params, lanes: int) -> bool:
+    """Whether the nest p names can run c as it is (block sizes from a record or a candidate)."""
+    if p.nest == "packed":
+        return p.nr % lanes == 0
+    if p.nest == "direct":
+        return p.nr % lanes == 0 and direct_ok(c, lanes)
+    return p.nest == "broadcast" and broadcast_ok(c)
 
 
 def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
@@ -594,6 +611,142 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         "  }",
         "  free(ap);",
         "  free(koff);",
+        "}",
+    ]
+    return _source(c, p, renderer, name, lanes, body)
+
+
+def _parts(c: Contraction, tree: KOp, groups: list[list[int]]) -> bool:
+    """Whether tree's index is a sum of parts each using the dims of one group only."""
+    variables = _vars(c.shape)
+    idx, _ = tree.arg[1].expr_idxs(variables)
+    sets = [{variables[d].name for d in g} for g in groups]
+    for atom in ([a for a, _ in idx.terms] if isinstance(idx, Lin) else [idx]):
+        used = {v.name for v in atom.vars()}
+        if sum(bool(used & g) for g in sets) > 1:
+            return False
+    return True
+
+
+def broadcast_ok(c: Contraction) -> bool:
+    """Whether render_broadcast can run c: y one float32 load, no mask, whose index is a part of the
+    columns plus a part of the reduce plus a part of the batch (a conv's window copy: channel and
+    window offset, position, image); no epilogue."""
+    y = c.y
+    if c.epilogue or y.op is not AstOps.LOAD or y.dtype != dtypes.float32 or \
+            c.kernel.buf_dtypes[y.arg[0]] != dtypes.float32:
+        return False
+    _, valid = y.arg[1].expr_idxs(_vars(c.shape))
+    return valid.is_const and valid.min == 1 and _parts(c, y, [c.n_dims, c.k_dims, c.b_dims])
+
+
+def broadcast_rule(c: Contraction, lanes: int) -> Params | None:
+    """render_broadcast by rule of thumb, for columns that are a run of several dims (a conv's weight
+    gradient: Cin x kh x kw, over images x positions of the window copy), which the one-pass kernel
+    and the packed nest read badly (a gather per column, or a pack per row of C), over a reduce of at
+    least 1024 (each batch index packs its x block anew): measured 64->64 at 56x56 (a reduce of 3136
+    per image): 11.4-12.3 ms against 19.8-20.1 ms for the one-pass kernel; 32->64 at 26x26 (576 per
+    image, 128 images): 10-12 ms against 9.4 ms, left to the one-pass kernel."""
+    if worth(c) or len(c.n_dims) < 2 or c.size(c.k_dims) < 1024 or not broadcast_ok(c):
+        return None
+    mr, nr = (4, 6) if lanes >= 16 else (2, 6)      # 24 of AVX-512's 32 registers, 12 of AVX2's 16
+    return clamp(c, Params(mr, nr, 1024, 0, 0, "broadcast"), lanes)
+
+
+def render_broadcast(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
+    """The contraction with C's rows as vectors and y's values broadcast from where they lie: per
+    reduce index, MR vectors of a packed, transposed block of x (MR * VW rows by KC) are multiplied by
+    NR scalars of y, each read at a tabled column offset plus a tabled reduce offset. Suits a short M
+    and a long K whose y no packing should copy: a conv's weight gradient, whose columns (Cin, kh, kw)
+    are rows of the window copy. The threads share the tiles (MR * VW rows by NR columns), the same
+    for every K block, so each owns its outputs; each packs its own x block. A tile adds its sums to C
+    after each K block (the first writes them)."""
+    mw = p.mr * lanes
+    block = -(-mw * p.kc // 16) * 16            # a thread's packed block of x, in whole 64-byte lines
+    threads = f" num_threads({renderer.threads})" if renderer.threads else ""
+    ybuf = c.y.arg[0]
+    origin = c.y.arg[1].expr_idxs(_context(c, []))[0].render()
+    part = lambda dims: c.y.arg[1].expr_idxs(_context(c, dims))[0].render()       # noqa: E731
+    cbase = c.ast.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()
+    ex = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.k_dims))
+    value = ex(c.x)
+    k_inner = _inner_stride(c, c.x, c.k_dims) == 1        # x contiguous along the reduce: walk it inside
+    loops = [("i", "MW"), ("kk", "kc")] if k_inner else [("kk", "kc"), ("i", "MW")]
+    pack = [f"for (long {loops[0][0]} = 0; {loops[0][0]} < {loops[0][1]}; {loops[0][0]}++)",
+            f"  for (long {loops[1][0]} = 0; {loops[1][0]} < {loops[1][1]}; {loops[1][0]}++) {{",
+            *["    " + x for x in ["long mm = m0 + i, k = k0 + kk;",
+                                   "if (mm >= M) { apk[kk * MW + i] = 0.0f; continue; }",
+                                   *_decode(c, c.m_dims, "mm"), *_decode(c, c.k_dims, "k"), *ex.lines,
+                                   f"apk[kk * MW + i] = {value};"]],
+            "  }"]
+    nr = p.nr
+    micro = [f"f32v acc{j}_{v} = (f32v){{}};" for j in range(nr) for v in range(p.mr)]
+    micro += [f"const float* col{j} = yb + yrow[n0 + {j} < N ? n0 + {j} : N - 1];" for j in range(nr)]
+    micro += ["for (long kk = 0; kk < kc; kk++) {",
+              "  long ko = ykoff[k0 + kk];",
+              *[f"  f32v a{v} = *(const f32v*)(apk + kk * MW + {v * lanes});" for v in range(p.mr)],
+              *[f"  {{ float b = col{j}[ko]; {' '.join(f'acc{j}_{v} += a{v} * b;' for v in range(p.mr))} }}"
+                for j in range(nr)],
+              "}"]
+    store = []
+    for j in range(nr):
+        for v in range(p.mr):
+            store += [f"*(f32v*)sums = acc{j}_{v};",
+                      f"for (long l = 0; l < {lanes}; l++) {{",
+                      f"  long mm = m0 + {v * lanes} + l;",
+                      f"  if (mm < M && n0 + {j} < N) {{",
+                      f"    float* cp = data0 + cbase + mm * {c.ldc} + n0 + {j};",
+                      "    *cp = first ? sums[l] : *cp + sums[l];",
+                      "  }", "}"]
+    body = [
+        f"void {name}({_params(c)}) {{",
+        f"  #define MW {mw}L",
+        "  long* yrow = (long*)malloc(sizeof(long) * N);",
+        "  long* ykoff = (long*)malloc(sizeof(long) * K);",
+        f"  int max_threads = {renderer.threads or 'omp_get_max_threads()'};",
+        f"  float* ap_all = (float*)aligned_alloc(64, sizeof(float) * {block} * (long)max_threads);",
+        "  if (!yrow || !ykoff || !ap_all) {",
+        "    free(yrow); free(ykoff); free(ap_all);",
+        f"    {name}_naive({', '.join(f'data{i}' for i in range(len(c.kernel.buf_dtypes)))});",
+        "    return;",
+        "  }",
+        "  for (long nn = 0; nn < N; nn++) {",
+        *["    " + x for x in _decode(c, c.n_dims, "nn")],
+        f"    yrow[nn] = {part(c.n_dims)};",
+        "  }",
+        "  for (long k = 0; k < K; k++) {",
+        *["    " + x for x in _decode(c, c.k_dims, "k")],
+        f"    ykoff[k] = ({part(c.k_dims)}) - ({origin});",
+        "  }",
+        f"  #pragma omp parallel{threads}",
+        "  {",
+        "    int nth = omp_get_num_threads(), tid = omp_get_thread_num();",
+        f"    float* apk = ap_all + (long)tid * {block};",
+        f"    float sums[{lanes}] __attribute__((aligned(64)));",
+        f"    long mtiles = (M + MW - 1) / MW, ntiles = (N + {nr - 1}) / {nr}, tiles = mtiles * ntiles;",
+        "    long lo = tiles * tid / nth, hi = tiles * (tid + 1) / nth;",
+        "    for (long bb = 0; bb < BATCH; bb++) {",
+        *["      " + x for x in _decode(c, c.b_dims, "bb")],
+        f"      long cbase = {cbase};",
+        f"      const float* yb = data{ybuf} + ({part(c.b_dims)}) - ({origin});",
+        f"      for (long k0 = 0; k0 < K; k0 += {p.kc}) {{",
+        f"        long kc = K - k0 < {p.kc} ? K - k0 : {p.kc};",
+        "        int first = k0 == 0;",
+        "        long packed = -1;",
+        "        for (long t = lo; t < hi; t++) {",
+        f"          long m0 = t / ntiles * MW, n0 = t % ntiles * {nr};",
+        "          if (m0 != packed) {",
+        *["            " + x for x in pack],
+        "            packed = m0;",
+        "          }",
+        *["          " + x for x in micro],
+        *["          " + x for x in store],
+        "        }",
+        "      }",
+        "    }",
+        "  }",
+        "  #undef MW",
+        "  free(yrow); free(ykoff); free(ap_all);",
         "}",
     ]
     return _source(c, p, renderer, name, lanes, body)

@@ -50,11 +50,18 @@ def candidates(lanes: int) -> list[tuple[int, int, int, int, int]]:
     return [(mr, nr, kc, mc, 4096) for mr, nr in tiles for kc, mc in ((256, 144), (512, 256))]
 
 
-def direct_candidates(lanes: int) -> list[tuple[int, int, int, int, int, bool]]:
+def direct_candidates(lanes: int) -> list[tuple[int, int, int, int, int, str]]:
     """Register tiles for the nest that reads y where it lies (gemm.render_direct)."""
     tiles = [(8, 3 * lanes), (6, 4 * lanes), (8, 2 * lanes), (4, 6 * lanes)] if lanes >= 16 else \
         [(4, 3 * lanes), (6, 2 * lanes)]
-    return [(mr, nr, 0, 0, 0, True) for mr, nr in tiles]
+    return [(mr, nr, 0, 0, 0, "direct") for mr, nr in tiles]
+
+
+def broadcast_candidates(lanes: int) -> list[tuple[int, int, int, int, int, str]]:
+    """Register tiles (vectors of rows x columns) for the nest that broadcasts y where it lies
+    (gemm.render_broadcast), a K block of 1024."""
+    tiles = [(4, 6), (2, 12), (4, 5), (3, 8)] if lanes >= 16 else [(2, 6), (3, 4)]
+    return [(mr, nr, 1024, 0, 0, "broadcast") for mr, nr in tiles]
 
 
 def _cpu() -> str:
@@ -66,7 +73,7 @@ def _cpu() -> str:
     return next(names, os.uname().machine)
 
 
-VERSION = 3      # of the candidates and what their block sizes mean: a change makes earlier records moot
+VERSION = 4      # of the candidates and what their block sizes mean: a change makes earlier records moot
 
 
 def _key(c: gemm.Contraction, threads: int, ident: str, lanes: int) -> str:
@@ -103,11 +110,10 @@ def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, gemm.Para
         if won is None:
             return done, None
         mr, nr, kc, mc, nc = (int(v) for v in won[:5])
-        p = gemm.Params(mr, nr, kc, mc, nc, bool(won[5]) if len(won) > 5 else False)
+        p = gemm.Params(mr, nr, kc, mc, nc, str(won[5]) if len(won) > 5 else "packed")
     except (OSError, ValueError, KeyError, TypeError):
         return "none", None    # absent, or damaged (a crash mid-write cannot leave one: the write is atomic)
-    if min(astuple(p)[:5]) < 1 or p.nr % lanes or gemm.clamp(c, p, lanes) != p or \
-            (p.direct and not gemm.direct_ok(c, lanes)):
+    if min(astuple(p)[:5]) < 1 or gemm.clamp(c, p, lanes) != p or not gemm.runs(c, p, lanes):
         return "none", None
     return done, p
 
@@ -133,7 +139,8 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     """How to run contraction c: block sizes for the nest, or None for the one-pass kernel whose source
     `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
     and what is left of this process's budget allow), else the rule of thumb (gemm.worth, gemm.params)."""
-    rule = gemm.params(c, lanes) if gemm.worth(c) else gemm.direct_rule(c, lanes)
+    rule = gemm.params(c, lanes) if gemm.worth(c) else \
+        gemm.direct_rule(c, lanes) or gemm.broadcast_rule(c, lanes)
     batch, m, n, k = c.sizes
     if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
         return rule
@@ -144,7 +151,8 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
         return known
     if budget <= 0:
         return rule
-    shapes = candidates(lanes) + (direct_candidates(lanes) if gemm.direct_ok(c, lanes) else [])
+    shapes = candidates(lanes) + (direct_candidates(lanes) if gemm.direct_ok(c, lanes) else []) + \
+        (broadcast_candidates(lanes) if gemm.broadcast_ok(c) else [])
     nests = [gemm.clamp(c, gemm.Params(*t), lanes) for t in shapes]
     other = None if rule is not None else gemm.params(c, lanes)       # the rule's other choice
     tried: list[gemm.Params | None] = list(dict.fromkeys([rule, other, *nests]))
