@@ -31,8 +31,12 @@ small buffer and a per-element loop that adds the partial sums and applies the e
 Where y is a plain load with unit stride along n (a conv's input rows through a window view),
 render_direct reads it where it lies: only A is packed, K runs whole, the micro-kernel's vectors come
 from y at a tabled offset per k. Packing such a y would copy each input element kh x kw times.
+render_broadcast turns C around for a short M and a long K whose columns y reads at tabled offsets (a
+conv's weight gradient over the window copy): the rows are vectors of a packed, transposed x block, y
+is broadcast a scalar per column and k from where it lies.
 
-The block sizes (MR, NR, KC, MC, NC, direct) come from `params` and `direct_rule` (rules of thumb) or
+The block sizes and the nest (MR, NR, KC, MC, NC, nest) come from `params`, `direct_rule` and
+`broadcast_rule` (rules of thumb) or
 from the search in `tg/core/codegen/search.py`, which times candidates and remembers the winner on disk.
 """
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """How a contraction runs, chosen by timing candidates (tinygrad calls its search BEAM), the winner
 remembered on disk per kernel and machine, so a second run pays nothing.
 
-The rules of thumb in gemm.worth and gemm.params were measured on one machine for square-ish
-matrices; a shape with a short side, a long reduce or another CPU may want other tiles, or the
-one-pass kernel. The search builds the candidates (the one-pass kernel, the rule's nest, nests of other
-register tiles and K blocks), one compiler run per core, runs each on scratch buffers of the kernel's
-sizes, and keeps the fastest. It runs for contractions of at least TG_BEAM_MIN_MACS
+The rules of thumb in gemm.worth, gemm.params, gemm.direct_rule and gemm.broadcast_rule were measured
+on one machine for a few shapes; a shape with a short side, a long reduce or another CPU may want other
+tiles, another nest, or the one-pass kernel. The search builds the candidates (the one-pass kernel, the
+rule's nest, packed nests of other register tiles and K blocks, and the nests reading y in place where
+they can), one compiler run per core, all of a batch built before any is timed, runs each on scratch
+buffers of the kernel's sizes, and keeps the fastest. It runs for contractions of at least TG_BEAM_MIN_MACS
 multiply-adds (where a kernel runs long enough that a few percent matter), within TG_BEAM seconds for
 the whole process (so a cold first step pays at most that; a kernel met after the budget is spent takes
 the rule, unrecorded, and is searched by a later process); TG_BEAM=0 turns it off. Results live in
