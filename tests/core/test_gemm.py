@@ -362,6 +362,22 @@ def test_the_direct_nest_computes_convs_as_a_float64_sum(p, case, forced):
     close(got, want)
 
 
+@pytest.mark.parametrize("hw", [94, 95])
+def test_the_direct_nest_streams_a_large_output_where_it_is_aligned(hw, forced):
+    """An output of 4 MiB or more bypasses the cache where a vector store is 64-byte aligned (with
+    AVX-512): rows of 96 x 94 positions are, rows of 97 x 95 (and the overlapping last tile) are not and
+    are stored plainly; either way the values are the direct sum's."""
+    x, w = rand(4, 16, hw, hw), rand(32, 16, 3, 3)
+    seen = forced(DIRECT[0])
+    got = T(x).conv2d(T(w), padding=1).numpy()
+    assert seen and seen[-1].kernel.buf_sizes[0] * 4 >= 4 << 20
+    if LANES == 16:
+        c = seen[-1]
+        src = gemm.render(c, gemm.clamp(c, DIRECT[0], LANES), Device["CPU"].renderer, "s", LANES)
+        assert "_mm512_stream_ps" in src and "_mm_sfence" in src
+    close(got, conv_ref(x, w, (1, 1)))
+
+
 @pytest.mark.parametrize("p", DIRECT[:3])
 def test_the_direct_nest_computes_batched_matmuls_with_an_epilogue(p, forced):
     """A batched A @ B (x depends on the batch: packed once per batch index) with an epilogue (through

@@ -43,7 +43,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tg.core.codegen.linearizer import Linearized, _coef, normalized
+from tg.core.codegen.linearizer import STREAM_MIN_BYTES, Linearized, _coef, normalized
 from tg.core.dtype import dtypes
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps
@@ -334,7 +334,7 @@ def _pack(c: Contraction, renderer: CStyleRenderer, side: str, p: Params) -> lis
             *["  " + x for x in loops(False)], "}"]
 
 
-def _micro(name: str, p: Params, lanes: int) -> list[str]:
+def _micro(name: str, p: Params, lanes: int, stream: bool = False) -> list[str]:
     """The register tile: c (+)= a panel (kc x MR) times b panel (kc x NR), packed (`name`_micro); or,
     for render_direct, c = a panel (K x MR) times the NR columns of y at b + koff[k] (`name`_microd)."""
     nv = p.nr // lanes
@@ -358,7 +358,11 @@ def _micro(name: str, p: Params, lanes: int) -> list[str]:
             addr = f"(f32v*)(c + {i} * ldc + {j * lanes})"
             if not p.direct:
                 out.append(f"  if (add) c{i}_{j} += *{addr};")
-            out.append(f"  *{addr} = c{i}_{j};")
+            if stream:        # an aligned vector bypasses the cache; the overlapping last tile's may not be
+                out.append(f"  if (((unsigned long)({addr}) & 63) == 0) _mm512_stream_ps((float*)({addr}), "
+                           f"(__m512)c{i}_{j}); else *{addr} = c{i}_{j};")
+            else:
+                out.append(f"  *{addr} = c{i}_{j};")
     out.append("}")
     return out
 
@@ -411,15 +415,15 @@ def _params(c: Contraction) -> str:
 
 
 def _source(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int,
-            body: list[str]) -> str:
+            body: list[str], stream: bool = False) -> str:
     """A nest's whole C source: headers, the sizes as macros (undefined at the end, so nests share a
     translation unit), the micro-kernel, the plain loops it falls back to, then the function `body`."""
     batch, m, n, k = c.sizes
     defines = [f"#define BATCH {batch}L", f"#define M {m}L", f"#define N {n}L", f"#define K {k}L"]
     undefs = ["#undef BATCH", "#undef M", "#undef N", "#undef K"]
     head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + \
-        renderer.v.header.replace("BYTES", str(4 * lanes))
-    lines = [*defines, *_micro(name, p, lanes), *_naive(c, renderer, name), *body, *undefs]
+        ("#include <immintrin.h>\n" if stream else "") + renderer.v.header.replace("BYTES", str(4 * lanes))
+    lines = [*defines, *_micro(name, p, lanes, stream), *_naive(c, renderer, name), *body, *undefs]
     return head + "\n".join(lines) + "\n"
 
 
@@ -565,6 +569,8 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
     ybase = f"({c.y.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()}) - ({origin})" if once else "0"
     tile_body = _finish_tile(c, renderer, p)
     direct = f"if (m0 + {p.mr} <= M{' && !last' if c.epilogue else ''})"
+    # a large output, written once, bypasses the cache (no read of each line before its write)
+    stream = lanes == 16 and c.kernel.buf_sizes[0] * 4 >= STREAM_MIN_BYTES
     tables = ["#pragma omp for schedule(static)",
               f"for (long panel = 0; panel < M; panel += {p.mr}) {{",
               "  float* dst = ap + panel * K;",
@@ -612,12 +618,14 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         "        }",
         "      }",
         "    }",
+        *(["    _mm_sfence();    /* this thread's streaming stores, before the region ends */"] if stream else
+          []),
         "  }",
         "  free(ap);",
         "  free(koff);",
         "}",
     ]
-    return _source(c, p, renderer, name, lanes, body)
+    return _source(c, p, renderer, name, lanes, body, stream)
 
 
 def _parts(c: Contraction, tree: KOp, groups: list[list[int]]) -> bool:
