@@ -82,7 +82,7 @@ KNOBS: dict[str, Knob] = {
             "seconds a process may spend timing how its large contractions (matmuls) run on the CPU, "
             "once per kernel and machine (the winners are kept in TG_CACHE_DIR/search); 0: rules of thumb",
         ),
-        Knob("TG_BEAM_MIN_MACS", int, 1 << 28,
+        Knob("TG_BEAM_MIN_MACS", int, 1 << 31,
              "multiply-adds from which a contraction's block sizes are searched"),
         Knob(
             "TG_OPTIM_CAPTURE",
