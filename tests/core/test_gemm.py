@@ -279,7 +279,8 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     monkeypatch.setattr(search, "_spent", [0.0])
     record.write_text('{"params": [6, 7, 0, 1, 1], "tried": 9, "of": 9}')   # sizes no nest can run
     monkeypatch.setenv("TG_BEAM", "30")
-    shapes = search.candidates(LANES) + search.direct_candidates(LANES)     # y (a plain B) reads in place
+    shapes = search.candidates(LANES) + search.direct_candidates(LANES) + \
+        search.broadcast_candidates(LANES)                        # y (a plain B) reads in place
     choices = [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in shapes], gemm.params(big, LANES)]
     assert choose(big) in choices
     record.write_text("{not json")
@@ -364,9 +365,9 @@ def test_the_direct_nest_computes_convs_as_a_float64_sum(p, case, forced):
 
 @pytest.mark.parametrize("hw", [94, 95])
 def test_the_direct_nest_streams_a_large_output_where_it_is_aligned(hw, forced):
-    """An output of 4 MiB or more bypasses the cache where a vector store is 64-byte aligned (with
-    AVX-512): rows of 96 x 94 positions are, rows of 97 x 95 (and the overlapping last tile) are not and
-    are stored plainly; either way the values are the direct sum's."""
+    """An output of 4 MiB or more bypasses the cache where a vector store into it is 64-byte aligned
+    (with AVX-512): rows of 96 x 94 positions are, rows of 97 x 95 mostly are not (one in 16 is) and
+    neither is the overlapping last tile, stored plainly; either way the values are the direct sum's."""
     x, w = rand(4, 16, hw, hw), rand(32, 16, 3, 3)
     seen = forced(DIRECT[0])
     got = T(x).conv2d(T(w), padding=1).numpy()

@@ -345,7 +345,7 @@ def _micro(name: str, p: Params, lanes: int, stream: bool = False) -> list[str]:
         head = f"{name}_micro(long kc, const float* restrict a, const float* restrict b, "
         loop, row = "kc", [f"    const float* bk = b + k * {p.nr};"]
     out = [f"static inline __attribute__((always_inline)) void {head}float* restrict c, long ldc"
-           f"{'' if p.direct else ', int add'}) {{"]
+           f"{', int nt' if p.direct else ', int add'}) {{"]
     out += [f"  f32v c{i}_{j} = (f32v){{}};" for i in range(p.mr) for j in range(nv)]
     out += [f"  for (long k = 0; k < {loop}; k++) {{", *row]
     out += [f"    f32v b{j} = *(const f32v*)(bk + {j * lanes});" for j in range(nv)]
@@ -358,9 +358,10 @@ def _micro(name: str, p: Params, lanes: int, stream: bool = False) -> list[str]:
             addr = f"(f32v*)(c + {i} * ldc + {j * lanes})"
             if not p.direct:
                 out.append(f"  if (add) c{i}_{j} += *{addr};")
-            if stream:        # an aligned vector bypasses the cache; the overlapping last tile's may not be
-                out.append(f"  if (((unsigned long)({addr}) & 63) == 0) _mm512_stream_ps((float*)({addr}), "
-                           f"(__m512)c{i}_{j}); else *{addr} = c{i}_{j};")
+            if stream:        # an aligned vector into C bypasses the cache (never one into the tile buffer,
+                # read back at once; nor the overlapping last tile's, unaligned)
+                out.append(f"  if (nt && ((unsigned long)({addr}) & 63) == 0) "
+                           f"_mm512_stream_ps((float*)({addr}), (__m512)c{i}_{j}); else *{addr} = c{i}_{j};")
             else:
                 out.append(f"  *{addr} = c{i}_{j};")
     out.append("}")
@@ -610,10 +611,10 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         f"m0 += {p.mr}) {{",
         f"          {direct} {{",
         f"            {name}_microd(ap + m0 * K, data{ybuf} + ybase + n0, koff, "
-        f"data0 + cbase + m0 * {c.ldc} + n0, {c.ldc});",
+        f"data0 + cbase + m0 * {c.ldc} + n0, {c.ldc}, 1);",
         "            continue;",
         "          }",
-        f"          {name}_microd(ap + m0 * K, data{ybuf} + ybase + n0, koff, tile, {p.nr});",
+        f"          {name}_microd(ap + m0 * K, data{ybuf} + ybase + n0, koff, tile, {p.nr}, 0);",
         *["          " + x for x in tile_body],
         "        }",
         "      }",
@@ -642,8 +643,8 @@ def _parts(c: Contraction, tree: KOp, groups: list[list[int]]) -> bool:
 
 def broadcast_ok(c: Contraction) -> bool:
     """Whether render_broadcast can run c: y one float32 load, no mask, whose index is a part of the
-    columns plus a part of the reduce plus a part of the batch (a conv's window copy: channel and
-    window offset, position, image); no epilogue."""
+    columns plus a part of the reduce plus a part of the batch (a conv's window copy read by the weight
+    gradient: channel and window offset; image and position; group); no epilogue."""
     y = c.y
     if c.epilogue or y.op is not AstOps.LOAD or y.dtype != dtypes.float32 or \
             c.kernel.buf_dtypes[y.arg[0]] != dtypes.float32:
