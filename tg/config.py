@@ -79,11 +79,11 @@ KNOBS: dict[str, Knob] = {
             "TG_BEAM",
             float,
             2.0,
-            "seconds a process may spend timing how its large contractions (matmuls) run on the CPU, "
+            "seconds a process may spend timing how its large contractions (matmuls, convs) run on the CPU, "
             "once per kernel and machine (the winners are kept in TG_CACHE_DIR/search); 0: rules of thumb",
         ),
         Knob("TG_BEAM_MIN_MACS", int, 1 << 31,
-             "multiply-adds from which a contraction's block sizes are searched"),
+             "multiply-adds from which a contraction's nest and block sizes are searched (below: rules)"),
         Knob(
             "TG_OPTIM_CAPTURE",
             int,

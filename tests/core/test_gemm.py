@@ -334,7 +334,8 @@ def test_a_convs_reduce_reads_the_input_rows_in_place():
     c = contraction(x.conv2d(T(rand(24, 16, 3, 3)), padding=1))
     assert c is not None and c.sizes == (2, 24, 40 * 42, 16 * 9) and len(c.k_dims) == 3
     assert gemm.direct_ok(c, LANES) and gemm._separable(c)
-    assert gemm.direct_rule(c, LANES) is not None and gemm.direct_rule(c, LANES).direct
+    rule = gemm.direct_rule(c, LANES)
+    assert rule is not None and rule.nest == "direct" and gemm.runs(c, rule, LANES)
     square = contraction(T(rand(300, 200)) @ T(rand(200, 150)))
     assert square is not None and gemm.direct_ok(square, LANES) and gemm.direct_rule(square, LANES) is None
 

@@ -65,10 +65,6 @@ class Params:
     nc: int
     nest: str = "packed"     # render_packed, render_direct or render_broadcast
 
-    @property
-    def direct(self) -> bool:
-        return self.nest == "direct"
-
 
 @dataclass
 class Contraction:
@@ -338,14 +334,15 @@ def _micro(name: str, p: Params, lanes: int, stream: bool = False) -> list[str]:
     """The register tile: c (+)= a panel (kc x MR) times b panel (kc x NR), packed (`name`_micro); or,
     for render_direct, c = a panel (K x MR) times the NR columns of y at b + koff[k] (`name`_microd)."""
     nv = p.nr // lanes
-    if p.direct:
+    direct = p.nest == "direct"
+    if direct:
         head = f"{name}_microd(const float* restrict a, const float* restrict b, const long* restrict koff, "
         loop, row = "K", ["    const float* bk = b + koff[k];"]
     else:
         head = f"{name}_micro(long kc, const float* restrict a, const float* restrict b, "
         loop, row = "kc", [f"    const float* bk = b + k * {p.nr};"]
     out = [f"static inline __attribute__((always_inline)) void {head}float* restrict c, long ldc"
-           f"{', int nt' if p.direct else ', int add'}) {{"]
+           f"{', int nt' if direct else ', int add'}) {{"]
     out += [f"  f32v c{i}_{j} = (f32v){{}};" for i in range(p.mr) for j in range(nv)]
     out += [f"  for (long k = 0; k < {loop}; k++) {{", *row]
     out += [f"    f32v b{j} = *(const f32v*)(bk + {j * lanes});" for j in range(nv)]
@@ -356,7 +353,7 @@ def _micro(name: str, p: Params, lanes: int, stream: bool = False) -> list[str]:
     for i in range(p.mr):
         for j in range(nv):
             addr = f"(f32v*)(c + {i} * ldc + {j * lanes})"
-            if not p.direct:
+            if not direct:
                 out.append(f"  if (add) c{i}_{j} += *{addr};")
             if stream:        # an aligned vector into C bypasses the cache (never one into the tile buffer,
                 # read back at once; nor the overlapping last tile's, unaligned)

@@ -139,7 +139,8 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
            one_pass: Callable[[str], str]) -> gemm.Params | None:
     """How to run contraction c: block sizes for the nest, or None for the one-pass kernel whose source
     `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
-    and what is left of this process's budget allow), else the rule of thumb (gemm.worth, gemm.params)."""
+    and what is left of this process's budget allow), else the rule of thumb (gemm.worth and gemm.params,
+    gemm.direct_rule, gemm.broadcast_rule)."""
     rule = gemm.params(c, lanes) if gemm.worth(c) else \
         gemm.direct_rule(c, lanes) or gemm.broadcast_rule(c, lanes)
     batch, m, n, k = c.sizes
