@@ -499,3 +499,41 @@ def test_a_weight_gradients_columns_are_a_run_of_dims(nest, monkeypatch):
             want[:, :, i, j] = np.einsum("bohw,bchw->oc", g, patch)
     close(wt.grad.numpy(), want)
     assert nest()
+
+
+def test_an_unfinished_search_goes_on_where_it_stopped(monkeypatch, tmp_path):
+    """Each process's budget times what it can; the next one times only the candidates not yet timed
+    (a search whose candidates outlast one budget finishes over a few processes instead of starting over
+    in every one), and once all are timed a process times nothing."""
+    from tg.core.codegen import search
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TG_BEAM_MIN_MACS", "1")
+    big = contraction(T(rand(600, 300)) @ T(rand(300, 1100)))
+    assert big is not None
+    dev = Device["CPU"]
+    compiler = ClangCompiler()
+    built: list[str] = []
+    original = compiler.compile
+    monkeypatch.setattr(compiler, "compile", lambda src: (built.append(src), original(src))[1])
+
+    def process(budget: str):
+        monkeypatch.setattr(search, "_spent", [0.0])        # a new process
+        monkeypatch.setenv("TG_BEAM", budget)
+        built.clear()
+        return search.choose(big, "g_r", LANES, dev.renderer, compiler, one_pass(big))
+    import json
+    process("0.000001")
+    record = next((tmp_path / "search").glob("*.json"))
+    first = json.loads(record.read_text())
+    assert first["tried"] >= 1 and first["tried"] < first["of"] and len(first["timed"]) == first["tried"]
+    process("0.000001")
+    second = json.loads(record.read_text())
+    assert second["tried"] > first["tried"]
+    kept = {json.dumps(k): sec for k, sec in second["timed"]}
+    assert all(kept[json.dumps(k)] == sec for k, sec in first["timed"])    # timed once, kept as timed
+    won = process("60")
+    last = json.loads(record.read_text())
+    assert last["tried"] == last["of"] and len(built) <= last["of"] - second["tried"]
+    best = min(sec for _, sec in last["timed"] if sec is not None)
+    assert last["seconds"] == best
+    assert process("60") == won and built == []              # done: nothing is timed again

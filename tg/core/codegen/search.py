@@ -11,7 +11,8 @@ multiply-adds (where a kernel runs long enough that a few percent matter), withi
 the whole process (so a cold first step pays at most that; a kernel met after the budget is spent takes
 the rule, unrecorded, and is searched by a later process); TG_BEAM=0 turns it off. Results live in
 TG_CACHE_DIR/search/<key>.json, keyed by the kernel's normalized AST, the thread count, the CPU and
-the compiler, written atomically.
+the compiler, written atomically, with every candidate's time: a search that one budget did not finish
+goes on in the next process with the candidates not yet timed.
 
     >>> from tg.core.codegen.search import candidates
     >>> len(candidates(16)) > 1
@@ -101,22 +102,32 @@ def _remember(path: Path, record: dict) -> None:
             os.unlink(tmp)
 
 
-def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, gemm.Params | None]:
-    """("none" | "partial" | "done", the winner: block sizes, or None for the one-pass kernel). Block
+Timed = dict[tuple | None, float]    # seconds of a run per candidate (astuple; None: the one-pass kernel)
+
+
+def _params(won: list) -> gemm.Params:
+    mr, nr, kc, mc, nc = (int(v) for v in won[:5])
+    return gemm.Params(mr, nr, kc, mc, nc, str(won[5]) if len(won) > 5 else "packed")
+
+
+def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, gemm.Params | None, Timed]:
+    """("none" | "partial" | "done", the winner: block sizes, or None for the one-pass kernel, and the
+    seconds of every candidate timed so far, so that a later process times only the others). Block
     sizes that the nest could not run as they are (edited, or from another CPU) count as none."""
     try:
         record = json.loads(path.read_text())
         won = record["params"]
         done = "done" if record["tried"] >= record["of"] else "partial"
+        timed: Timed = {None if t is None else astuple(_params(t)):
+                        float("inf") if sec is None else float(sec) for t, sec in record.get("timed", [])}
         if won is None:
-            return done, None
-        mr, nr, kc, mc, nc = (int(v) for v in won[:5])
-        p = gemm.Params(mr, nr, kc, mc, nc, str(won[5]) if len(won) > 5 else "packed")
+            return done, None, timed
+        p = _params(won)
     except (OSError, ValueError, KeyError, TypeError):
-        return "none", None    # absent, or damaged (a crash mid-write cannot leave one: the write is atomic)
+        return "none", None, {}   # absent, or damaged (a crash mid-write cannot leave one: writes are atomic)
     if min(astuple(p)[:5]) < 1 or gemm.clamp(c, p, lanes) != p or not gemm.runs(c, p, lanes):
-        return "none", None
-    return done, p
+        return "none", None, {}
+    return done, p, timed
 
 
 def _scratch(kernel: Any) -> list[np.ndarray]:
@@ -147,7 +158,7 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
         return rule
     path = _path(_key(c, renderer.threads, compiler.ident, lanes))
-    state, known = _recall(path, c, lanes)
+    state, known, timed = _recall(path, c, lanes)
     budget = config.TG_BEAM - _spent[0]
     if state == "done" or (state == "partial" and budget <= 0):
         return known
@@ -158,18 +169,24 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     nests = [gemm.clamp(c, gemm.Params(*t), lanes) for t in shapes]
     other = None if rule is not None else gemm.params(c, lanes)       # the rule's other choice
     tried: list[gemm.Params | None] = list(dict.fromkeys([rule, other, *nests]))
+    key = lambda p: None if p is None else astuple(p)           # noqa: E731
+    todo = [p for p in tried if key(p) not in timed]            # an unfinished search goes on where it was
     start = time.perf_counter()
     try:
-        timings = _time(c, tried, name, lanes, renderer, compiler, one_pass, start + budget)
+        timings = _time(c, todo, name, lanes, renderer, compiler, one_pass, start + budget)
     finally:
         _spent[0] += time.perf_counter() - start
-    if not timings:
+    timed = {k: v for k, v in timed.items() if k in {key(p) for p in tried}} | \
+        {key(todo[i]): sec for i, sec in timings.items()}
+    runnable = [p for p in tried if timed.get(key(p), float("inf")) < float("inf")]
+    if not runnable:
         return rule
-    best = min(timings, key=lambda i: timings[i])
-    won = tried[best]
-    _remember(path, {"params": None if won is None else list(astuple(won)), "seconds": timings[best],
-                     "rule_seconds": timings.get(0), "sizes": list(c.sizes), "tried": len(timings),
-                     "of": len(tried)})
+    won = min(runnable, key=lambda p: timed[key(p)])
+    _remember(path, {"params": None if won is None else list(astuple(won)), "seconds": timed[key(won)],
+                     "rule_seconds": timed.get(key(rule)), "sizes": list(c.sizes), "tried": len(timed),
+                     "of": len(tried),
+                     "timed": [[None if k is None else list(k), None if sec == float("inf") else sec]
+                               for k, sec in timed.items()]})
     return won
 
 
@@ -199,7 +216,8 @@ def _time(c: gemm.Contraction, tried: list, name: str, lanes: int, renderer: Any
             libs = list(pool.map(_build, [compiler] * len(srcs), srcs))
             for (i, _), lib in zip(batch, libs):
                 if lib is None:
-                    continue          # a candidate that does not build is not a choice
+                    timings[i] = float("inf")       # a candidate that does not build is not a choice
+                    continue
                 fn = getattr(ctypes.CDLL(str(lib)), f"{name}_s{i}")
                 fn.restype = None
                 fn(*args)
