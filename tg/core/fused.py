@@ -461,7 +461,6 @@ class Conv2d(Function):
         self.x = x if self.needs_input_grad[1] and win is None else None
         self.weight = w if self.needs_input_grad[0] else None
         if bias is not None:
-            cout = w.shape[0]
             out = out.e(BinaryOps.ADD, bias.reshape((1, cout, 1, 1)).expand(out.shape))
         return out
 

@@ -292,6 +292,16 @@ def _context(c: Contraction, dims: list[int]) -> list[Node]:
     return [variables[d] if d in dims else num(0) for d in range(len(c.shape))]
 
 
+def _index(c: Contraction, tree: KOp, dims: list[int]) -> str:
+    """C for the index of tree's load (or store) at the variables of dims, 0 for the others."""
+    return tree.arg[1].expr_idxs(_context(c, dims))[0].render()
+
+
+def _fallback(c: Contraction, name: str) -> str:
+    """The call of the plain loops (`name`_naive) on the kernel's buffers."""
+    return f"{name}_naive({', '.join(f'data{i}' for i in range(len(c.kernel.buf_dtypes)))});"
+
+
 def _inner_stride(c: Contraction, tree: KOp, dims: list[int]) -> int | None:
     """The stride of tree's first load along the innermost of dims (None if not affine or no load)."""
     loads = [n for n in tree.walk() if n.op is AstOps.LOAD]
@@ -447,7 +457,7 @@ def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
     threads = f" num_threads({renderer.threads})" if renderer.threads else ""
     ap_floats = -(-p.kc * (p.mc + p.mr) // 16) * 16      # whole 64-byte lines: what aligned_alloc takes
     bp_floats = -(-p.kc * p.nc // 16) * 16
-    cbase = c.ast.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()
+    cbase = _index(c, c.ast, c.b_dims)
     tile_body = _finish_tile(c, renderer, p)
     direct = f"if (ir + {p.mr} <= mc && jr + {p.nr} <= nc{' && !last' if c.epilogue else ''})"
     body = [
@@ -457,7 +467,7 @@ def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         f"  float* ap_all = (float*)aligned_alloc(64, sizeof(float) * {ap_floats} * (long)max_threads);",
         "  if (!bp || !ap_all) {",
         "    free(bp); free(ap_all);",
-        f"    {name}_naive({', '.join(f'data{i}' for i in range(len(c.kernel.buf_dtypes)))});",
+        f"    {_fallback(c, name)}",
         "    return;",
         "  }",
         f"  #pragma omp parallel{threads}",
@@ -534,16 +544,7 @@ def _separable(c: Contraction) -> bool:
     """Whether y's index is a function of the batch dims plus one of the reduce dims (no term uses
     both): a conv's image offset plus its window offsets. Then one table of K offsets serves every
     batch index."""
-    variables = _vars(c.shape)
-    idx, _ = c.y.arg[1].expr_idxs(variables)
-    names = lambda dims: {variables[d].name for d in dims}        # noqa: E731
-    b_names, k_names = names(c.b_dims), names(c.k_dims)
-    atoms = [a for a, _ in idx.terms] if isinstance(idx, Lin) else [idx]
-    for atom in atoms:
-        used = {v.name for v in atom.vars()}
-        if used & b_names and used & k_names:
-            return False
-    return True
+    return _parts(c, c.y, [c.b_dims, c.k_dims])
 
 
 def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
@@ -558,13 +559,13 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
     threads = f" num_threads({renderer.threads})" if renderer.threads else ""
     mp = -(-m // p.mr) * p.mr
     ybuf = c.y.arg[0]
-    cbase = c.ast.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()
+    cbase = _index(c, c.ast, c.b_dims)
     # once: one phase covering every batch index; else a phase per batch index, tables made afresh
     once = _separable(c) and not (_depends(c.x, _vars(c.shape)) & set(c.b_dims))
-    koff = c.y.arg[1].expr_idxs(_context(c, c.k_dims if once else c.b_dims + c.k_dims))[0].render()
+    koff = _index(c, c.y, c.k_dims if once else c.b_dims + c.k_dims)
     # koff holds y's index at batch 0, ybase what a batch index adds to it (its start counted once)
-    origin = c.y.arg[1].expr_idxs(_context(c, []))[0].render()
-    ybase = f"({c.y.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()}) - ({origin})" if once else "0"
+    origin = _index(c, c.y, [])
+    ybase = f"({_index(c, c.y, c.b_dims)}) - ({origin})" if once else "0"
     tile_body = _finish_tile(c, renderer, p)
     direct = f"if (m0 + {p.mr} <= M{' && !last' if c.epilogue else ''})"
     # a large output, written once, bypasses the cache (no read of each line before its write)
@@ -583,7 +584,7 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         "  long* koff = (long*)malloc(sizeof(long) * K);",
         "  if (!ap || !koff) {",
         "    free(ap); free(koff);",
-        f"    {name}_naive({', '.join(f'data{i}' for i in range(len(c.kernel.buf_dtypes)))});",
+        f"    {_fallback(c, name)}",
         "    return;",
         "  }",
         f"  #pragma omp parallel{threads}",
@@ -675,9 +676,8 @@ def render_broadcast(c: Contraction, p: Params, renderer: CStyleRenderer, name: 
     block = -(-mw * p.kc // 16) * 16            # a thread's packed block of x, in whole 64-byte lines
     threads = f" num_threads({renderer.threads})" if renderer.threads else ""
     ybuf = c.y.arg[0]
-    origin = c.y.arg[1].expr_idxs(_context(c, []))[0].render()
-    part = lambda dims: c.y.arg[1].expr_idxs(_context(c, dims))[0].render()       # noqa: E731
-    cbase = c.ast.arg[1].expr_idxs(_context(c, c.b_dims))[0].render()
+    origin = _index(c, c.y, [])
+    cbase = _index(c, c.ast, c.b_dims)
     ex = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.k_dims))
     value = ex(c.x)
     k_inner = _inner_stride(c, c.x, c.k_dims) == 1        # x contiguous along the reduce: walk it inside
@@ -717,16 +717,16 @@ def render_broadcast(c: Contraction, p: Params, renderer: CStyleRenderer, name: 
         f"  float* ap_all = (float*)aligned_alloc(64, sizeof(float) * {block} * (long)max_threads);",
         "  if (!yrow || !ykoff || !ap_all) {",
         "    free(yrow); free(ykoff); free(ap_all);",
-        f"    {name}_naive({', '.join(f'data{i}' for i in range(len(c.kernel.buf_dtypes)))});",
+        f"    {_fallback(c, name)}",
         "    return;",
         "  }",
         "  for (long nn = 0; nn < N; nn++) {",
         *["    " + x for x in _decode(c, c.n_dims, "nn")],
-        f"    yrow[nn] = {part(c.n_dims)};",
+        f"    yrow[nn] = {_index(c, c.y, c.n_dims)};",
         "  }",
         "  for (long k = 0; k < K; k++) {",
         *["    " + x for x in _decode(c, c.k_dims, "k")],
-        f"    ykoff[k] = ({part(c.k_dims)}) - ({origin});",
+        f"    ykoff[k] = ({_index(c, c.y, c.k_dims)}) - ({origin});",
         "  }",
         f"  #pragma omp parallel{threads}",
         "  {",
@@ -738,7 +738,7 @@ def render_broadcast(c: Contraction, p: Params, renderer: CStyleRenderer, name: 
         "    for (long bb = 0; bb < BATCH; bb++) {",
         *["      " + x for x in _decode(c, c.b_dims, "bb")],
         f"      long cbase = {cbase};",
-        f"      const float* yb = data{ybuf} + ({part(c.b_dims)}) - ({origin});",
+        f"      const float* yb = data{ybuf} + ({_index(c, c.y, c.b_dims)}) - ({origin});",
         f"      for (long k0 = 0; k0 < K; k0 += {p.kc}) {{",
         f"        long kc = K - k0 < {p.kc} ? K - k0 : {p.kc};",
         "        int first = k0 == 0;",
