@@ -28,9 +28,12 @@ def _compile_every_kernel_with_nvrtc(arch: str) -> None:
 
     def compile_for_cuda(items):
         for it in items:
-            if it.kind == "kernel" and it.kernel is not None and it.kernel.ast.key not in seen:
-                seen.add(it.kernel.ast.key)
-                compiler.compile(null.render(it.kernel, "cuda"))
+            if it.kind != "kernel" or it.kernel is None:
+                continue
+            for k in getattr(it.kernel, "members", [it.kernel]):     # a CPU row group: each of its kernels
+                if k.key not in seen:
+                    seen.add(k.key)
+                    compiler.compile(null.render(k, "cuda"))
     add_schedule_watcher(compile_for_cuda)
 
 

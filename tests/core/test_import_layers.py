@@ -24,7 +24,7 @@ LAYERS = [
     ["tg.core.codegen.uops"],
     ["tg.core.codegen.linearizer"],
     ["tg.core.renderer"],
-    ["tg.core.codegen.gemm"],
+    ["tg.core.codegen.gemm", "tg.core.codegen.rows"],
     ["tg.core.compiler", "tg.core.device"],
     ["tg.core.codegen.search"],
     [

@@ -326,11 +326,11 @@ class Compiled:
         of threads when the compiler allows it, so building overlaps rendering."""
         todo: dict[tuple, Any] = {}
         for k in kernels:
-            if k.ast.key not in self._by_ast:
-                todo.setdefault(k.ast.key, k)
+            if k.key not in self._by_ast:
+                todo.setdefault(k.key, k)
         if todo:
             self._build(todo)
-        return [self._by_ast[k.ast.key] for k in kernels]
+        return [self._by_ast[k.key] for k in kernels]
 
     def _build(self, todo: dict[tuple, Any]) -> None:
         from concurrent.futures import ThreadPoolExecutor

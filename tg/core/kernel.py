@@ -76,6 +76,11 @@ class Kernel:
         kind = "r" if red is not None else "E"
         return f"{kind}_" + "_".join(str(s) for s in shape)
 
+    @property
+    def key(self) -> tuple:
+        """What the kernel's code depends on (devices keep programs by it)."""
+        return self.ast.key
+
     @cached_property
     def reads_target(self) -> bool:
         """Whether the kernel loads from buffer 0, the memory it writes."""

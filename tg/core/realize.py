@@ -211,7 +211,7 @@ _REUSE: OrderedDict[GraphKey, _Reuse] = OrderedDict()
 def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int) -> list[ScheduleItem]:
     """A new schedule for todo, compiled, and kept by its structure s (when there is one) for the
     next graph of the same structure (a training step's second and later realizes)."""
-    items = create_schedule(todo, None if s is None else s.bases)
+    items = _fuse_rows(create_schedule(todo, None if s is None else s.bases), todo)
     GlobalCounters.schedules_built += 1
     _compile(items)
     if s is not None:
@@ -220,6 +220,15 @@ def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int) -> l
             _REUSE[s.key] = made
             while len(_REUSE) > limit:
                 _REUSE.popitem(last=False)
+    return items
+
+
+def _fuse_rows(items: list[ScheduleItem], outs: list[LazyBuffer]) -> list[ScheduleItem]:
+    """items with the row groups of each device that makes them (the CPU's) as one item each."""
+    for dev in {it.out.device for it in items if it.kind == "kernel"}:
+        fuse = getattr(Device[dev], "fuse_rows", None)
+        if fuse is not None:
+            items = fuse(items, outs)
     return items
 
 

@@ -282,10 +282,11 @@ DIALECTS: dict[str, Dialect] = {
 
 
 
-def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_size: int = 256) -> Linearized:
+def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_size: int = 256,
+                  serial: bool = False) -> Linearized:
     """The kernel lowered for a dialect: SIMD lanes where the dialect has vectors (as wide as its own
     width, or the running CPU's for C), global ids on GPU dialects, reduces shared by work-groups of
-    at most group_size items."""
+    at most group_size items; `serial`: no loop shared among threads."""
     vec = dialect.vec
     width = (vec.bytes or cpu_vector_bytes) if vec is not None else 0
     return linearize(
@@ -294,6 +295,7 @@ def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_siz
         use_lanes=width > 0,
         gpu=dialect.global_id is not None,
         group_size=group_size,
+        serial=serial,
     )
 
 
@@ -353,7 +355,8 @@ class CStyleRenderer:
 
     # Complexity: one branch per uop kind that opens or closes a scope; the shared indent and parallel-
     # region state stay local.
-    def render(self, lin: Linearized, name: str | None = None) -> str:  # noqa: C901
+    def render(self, lin: Linearized, name: str | None = None, storage: str = "") -> str:  # noqa: C901
+        """The kernel's source; `storage` goes before the function (static: a helper of another)."""
         d = self.d
         name = name or lin.name
         self.lanes = lin.lanes
@@ -422,7 +425,7 @@ class CStyleRenderer:
             vec_header = self.v.header.replace("BYTES", str(4 * lin.lanes))
         if streaming:
             vec_header = "#include <immintrin.h>\n" + vec_header
-        sig = f"{d.kernel_prefix}{name}({', '.join(params)}) {{"
+        sig = f"{storage}{d.kernel_prefix}{name}({', '.join(params)}) {{"
         return d.header + vec_header + sig + "\n" + "\n".join(body) + "\n}\n"
 
     def idx_type(self, lin: Linearized) -> str:

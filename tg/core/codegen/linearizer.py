@@ -96,10 +96,11 @@ class Dims:
 
     def __init__(
         self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool, group_size: int = 256,
-        part: tuple[KOp, tuple[int, ...], list[bool]] | None = None
+        part: tuple[KOp, tuple[int, ...], list[bool]] | None = None, serial: bool = False
     ):
         """`part`: one piece of a kernel split along a ragged lane dim (see `ragged`), already
-        normalized; it is optimised as it is, never split again."""
+        normalized; it is optimised as it is, never split again. `serial`: no loop is shared among
+        threads (a member of a row group, whose caller shares the rows; see rows.py)."""
         ast, shape, is_reduce = normalized(kernel) if part is None else part
         self.ast = ast
         self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
@@ -123,9 +124,10 @@ class Dims:
         # the outer loops are shared among the threads, as few as give PARALLEL_ITEMS pieces: inner
         # loops stay plain loops (no index decoded from a collapsed counter per element) for the compiler
         self.parallel = []
+        self.serial = serial
         pieces = 1
         for d in self.loop_order:
-            if self.dims[d].loops > 1 and pieces < PARALLEL_ITEMS:
+            if self.dims[d].loops > 1 and pieces < PARALLEL_ITEMS and not serial:
                 self.parallel.append(d)
                 pieces *= self.dims[d].loops
 
@@ -528,7 +530,8 @@ class Lowerer:
                 continue
             v = Var(f"g{d}", 0, loops - 1)
             loop_vars[d] = v
-            self.emit(UOps.LOOP, arg=(v, loops, len(parallel) if d == parallel[0] else 0), cache=False)
+            self.emit(UOps.LOOP, arg=(v, loops, len(parallel) if parallel and d == parallel[0] else 0),
+                      cache=False)
         return loop_vars
 
     # Complexity: one pass over tile elements, reduce loops and combine steps that share the
@@ -657,9 +660,10 @@ def _hashable(arg: Any) -> Any:
 
 
 def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = True, gpu: bool = False,
-              group_size: int = 256) -> Linearized:
-    """The kernel as UOps. On GPUs, group_size is the largest work-group a reduce may be shared by."""
-    dims = Dims(kernel, vector_width_bytes, use_lanes, gpu, group_size)
+              group_size: int = 256, serial: bool = False) -> Linearized:
+    """The kernel as UOps. On GPUs, group_size is the largest work-group a reduce may be shared by.
+    `serial`: one thread runs every loop (see Dims)."""
+    dims = Dims(kernel, vector_width_bytes, use_lanes, gpu, group_size, serial=serial)
     if dims.ragged is not None:
         uops, lanes = _split_ragged(kernel, dims, vector_width_bytes)
     else:
@@ -703,14 +707,16 @@ def _split_ragged(kernel: Kernel, dims: Dims, vector_width_bytes: int) -> tuple[
     assert d is not None
     size, width = dims.dims[d].size, max(vector_width_bytes // 4, 1)
     split = size - size % width
-    main = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, 0, split))
+    main = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, 0, split), serial=dims.serial)
     tail = None
     if not dims.rereads:
-        tail = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, size - width, size))
+        tail = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, size - width, size),
+                    serial=dims.serial)
         if tail.lane_dim is None or tail.lanes != main.lanes:
             tail = None                 # the nests share one vector type
     if tail is None:
-        tail = Dims(kernel, vector_width_bytes, False, False, part=_part(dims, d, split, size))
+        tail = Dims(kernel, vector_width_bytes, False, False, part=_part(dims, d, split, size),
+                    serial=dims.serial)
     first = Lowerer(kernel, main, False).lower()
     second = [u for u in Lowerer(kernel, tail, False).lower() if u.op is not UOps.DEFINE_GLOBAL]
     return first + second, main.lanes

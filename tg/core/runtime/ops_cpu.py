@@ -91,12 +91,23 @@ class CPUDevice(Compiled):
         self.program = CPUProgram
         self.lower_options = {"cpu_vector_bytes": _vector_bytes()}
 
+    def fuse_rows(self, items: list, outs: list) -> list:
+        """The schedule with its row groups of this device's kernels as one item each (codegen/rows.py)."""
+        from tg.core.codegen import gemm, rows
+        if config.TG_NOOPT:
+            return items
+        lanes = _vector_bytes() // 4
+        return rows.fuse(items, outs, self.name, lambda k: gemm.find(k, lanes) is None, config.TG_CPU_THREADS)
+
     def lower(self, kernel):
-        """A large contraction (matmul in any layout, batched) becomes a blocked, packed loop nest
+        """A row group (codegen/rows.py) becomes one function running its kernels block by block. A large
+        contraction (matmul in any layout, batched) becomes a blocked, packed loop nest
         (codegen/gemm.py) where the rule or the search (codegen/search.py) says it pays; every other
         kernel the one-pass loop nest of the linearizer."""
-        from tg.core.codegen import gemm, search
+        from tg.core.codegen import gemm, rows, search
         from tg.core.renderer import linearize_for
+        if isinstance(kernel, rows.RowGroup):
+            return rows.render(kernel, self.renderer, _vector_bytes())
         lanes = _vector_bytes() // 4
         c = None if config.TG_NOOPT else gemm.find(kernel, lanes)
         if c is not None:
