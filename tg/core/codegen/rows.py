@@ -96,35 +96,51 @@ def fuse(items: list, outs: list, device: str, member_ok: Any, threads: int = 0)
         return it.kind == "kernel" and it.out.device == device and isinstance(it.kernel, Kernel) and \
             not it.kernel.assign and prod(it.out.shape) > 0 and member_ok(it.kernel)
 
-    out, i = [], 0
-    while i < len(items):
+    out: list = []
+    done: set[int] = set()          # items already placed (set aside before a group, or grouped)
+    for i, it in enumerate(items):
+        if i in done:
+            continue
         made = None
-        if eligible(items[i]):
-            for end in reversed(_ends(items, i, readers, asked, eligible)):
-                made = _group(items[i:end + 1], threads)
+        if eligible(it):
+            for members, aside in reversed(_windows(items, i, readers, asked, eligible)):
+                made = _group([items[m] for m in members], threads)
                 if made is not None:
-                    i = end + 1
+                    out += [items[a] for a in aside]
+                    done |= set(members) | set(aside)
                     break
-        if made is None:
-            made = items[i]
-            i += 1
-        out.append(made)
+        out.append(made if made is not None else it)
     return out
 
 
-def _ends(items: list, first: int, readers: dict[int, list[int]], asked: set[int], eligible) -> list[int]:
-    """Where a group starting at item `first` may end: after item k, when every item before k writes a
-    buffer that only the items up to k read, and nobody asked for."""
-    ends, last_reader, k = [], first, first
-    while k + 1 < len(items) and k + 1 - first < MAX_MEMBERS and eligible(items[k + 1]):
-        rs = readers.get(id(items[k].out.base), [])     # item k joins as an internal buffer's writer
-        if id(items[k].out.base) in asked or not rs:
+def _windows(items: list, first: int, readers: dict[int, list[int]], asked: set[int],
+             eligible) -> list[tuple[list[int], list[int]]]:
+    """The groups that may start at item `first`, shortest first: (members, the items between them set
+    aside). A later item joins when it reads an earlier member's output; an item reading none (a kernel
+    computing something else) is set aside, to run before the group. A window closes where every
+    member but the last writes a buffer that only later members read, and nobody asked for."""
+    found: list[tuple[list[int], list[int]]] = []
+    members, aside, last_reader = [first], [], first
+    for k in range(first + 1, len(items)):
+        if len(members) == MAX_MEMBERS:
+            break
+        it, written = items[k], {id(items[m].out.base) for m in members}
+        if not any(id(b) in written for b in it.inputs):
+            if it.kind != "kernel" or it.kernel.assign:
+                break                # copies and in-place writes keep their place
+            aside.append(k)
+            continue
+        if not eligible(it):
+            break
+        prev = items[members[-1]].out.base       # the last member becomes an internal buffer's writer
+        rs = readers.get(id(prev), [])
+        if id(prev) in asked or not rs or any(r in aside for r in rs):
             break
         last_reader = max(last_reader, *rs)
-        k += 1
+        members.append(k)
         if last_reader <= k:
-            ends.append(k)
-    return ends
+            found.append((list(members), list(aside)))
+    return found
 
 
 def _group(members: list, threads: int):
@@ -299,7 +315,12 @@ def render(g: RowGroup, renderer, vector_bytes: int) -> tuple[str, str, Lineariz
     from tg.core.renderer import C_FILE_NAMES, linearize_for
     d, name = renderer.d, g.name
     pieces, flops, streams = [], 0, False
+    last_reader = {a.index: m for m, args in enumerate(g.args) for a in args[1:] if a.kind == "ext"}
     for m, (k, args) in enumerate(zip(g.members, g.args)):
+        # the last member reading an external input asks for the thread's next block of it, so memory
+        # delivers it while this block is computed
+        ahead = {j: a.step * g.block for j, a in enumerate(args) if j > 0 and a.kind == "ext"
+                 and last_reader[a.index] == m}
         lin = linearize_for(k, d, cpu_vector_bytes=vector_bytes, serial=True)
         out = args[0]
         if out.kind != "ext" or (out.step * g.block) % max(lin.lanes, 1):
@@ -307,7 +328,7 @@ def render(g: RowGroup, renderer, vector_bytes: int) -> tuple[str, str, Lineariz
         streams = streams or bool(lin.extra.get("streaming"))
         flops += lin.flops * (g.rows // g.block)
         renames = [f"#undef {n}\n#define {n} {n}_{name}_{m}" for n in C_FILE_NAMES]
-        pieces += renames + [renderer.render(lin, f"{name}_{m}", storage="static ")]
+        pieces += renames + [renderer.render(lin, f"{name}_{m}", storage="static ", prefetch=ahead)]
         pieces += [f"#undef {n}" for n in C_FILE_NAMES]
     params = [f"{'' if i == 0 else 'const '}{d.types[dt.name]}* {d.restrict}data{i}"
               for i, dt in enumerate(g.buf_dtypes)]
