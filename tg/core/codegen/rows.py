@@ -42,6 +42,7 @@ MIN_BYTES = 1 << 20          # re-read (or internal) bytes from which a group pa
 BLOCK_BYTES = 64 << 10       # a block of rows reads about this much of its external buffers
 SCRATCH_BYTES = 64 << 10     # internal buffers' block, on each thread's stack, at most
 MAX_MEMBERS = 8
+MAX_SCAN = 32                # items a group may span, set-aside ones included
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,14 @@ def fuse(items: list, outs: list, device: str, member_ok: Any, threads: int = 0)
             readers.setdefault(id(b), []).append(i)
     threads = threads or os.cpu_count() or 1
 
+    known: dict[int, bool] = {}
+
     def eligible(it) -> bool:
-        return it.kind == "kernel" and it.out.device == device and isinstance(it.kernel, Kernel) and \
-            not it.kernel.assign and prod(it.out.shape) > 0 and member_ok(it.kernel)
+        if id(it) not in known:
+            known[id(it)] = it.kind == "kernel" and it.out.device == device and \
+                isinstance(it.kernel, Kernel) and not it.kernel.assign and prod(it.out.shape) > 0 and \
+                member_ok(it.kernel)
+        return known[id(it)]
 
     out: list = []
     done: set[int] = set()          # items already placed (set aside before a group, or grouped)
@@ -121,7 +127,7 @@ def _windows(items: list, first: int, readers: dict[int, list[int]], asked: set[
     member but the last writes a buffer that only later members read, and nobody asked for."""
     found: list[tuple[list[int], list[int]]] = []
     members, aside, last_reader = [first], [], first
-    for k in range(first + 1, len(items)):
+    for k in range(first + 1, min(len(items), first + MAX_SCAN)):
         if len(members) == MAX_MEMBERS:
             break
         it, written = items[k], {id(items[m].out.base) for m in members}
