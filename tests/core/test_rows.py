@@ -95,6 +95,17 @@ def test_asked_for_or_read_later_results_are_not_internal():
     np.testing.assert_allclose(z.numpy(), np.exp(x - x.max(1, keepdims=True)), rtol=1e-6)
 
 
+def test_a_result_assigned_into_is_not_internal():
+    x = np.random.default_rng(10).standard_normal((64, 300)).astype(np.float32)
+    t = cpu(x)
+    m = t.amax(1, keepdim=True)
+    y = (t - m).exp().sum(1, keepdim=True)
+    m.assign(m + 1)             # writes into m's memory: m must be allocated, so it is no internal buffer
+    Tensor.realize(y, m)
+    np.testing.assert_allclose(m.numpy(), x.max(1, keepdims=True) + 1, rtol=1e-6)
+    np.testing.assert_allclose(y.numpy(), np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True), rtol=1e-5)
+
+
 def test_a_read_of_other_rows_makes_no_group():
     x = np.random.default_rng(5).standard_normal((20, 36)).astype(np.float32)
     t = cpu(x)

@@ -91,6 +91,8 @@ def fuse(items: list, outs: list, device: str, member_ok: Any, threads: int = 0)
     for i, it in enumerate(items):
         for b in (it.inputs if it.kind == "kernel" else [it.src] if it.src is not None else []):
             readers.setdefault(id(b), []).append(i)
+        if it.kind == "kernel" and it.kernel.assign:     # writes into its target: it needs it allocated
+            readers.setdefault(id(it.out.srcs[0].base), []).append(i)
     threads = threads or os.cpu_count() or 1
 
     known: dict[int, bool] = {}
