@@ -87,12 +87,7 @@ def fuse(items: list, outs: list, device: str, member_ok: Any, threads: int = 0)
     member_ok(kernel): whether the device lets a kernel join (not a contraction). outs: what was asked
     for (always stored)."""
     asked = {id(o.base) for o in outs}
-    readers: dict[int, list[int]] = {}
-    for i, it in enumerate(items):
-        for b in (it.inputs if it.kind == "kernel" else [it.src] if it.src is not None else []):
-            readers.setdefault(id(b), []).append(i)
-        if it.kind == "kernel" and it.kernel.assign:     # writes into its target: it needs it allocated
-            readers.setdefault(id(it.out.srcs[0].base), []).append(i)
+    readers = _readers(items)
     threads = threads or os.cpu_count() or 1
 
     known: dict[int, bool] = {}
@@ -119,6 +114,18 @@ def fuse(items: list, outs: list, device: str, member_ok: Any, threads: int = 0)
                     break
         out.append(made if made is not None else it)
     return out
+
+
+def _readers(items: list) -> dict[int, list[int]]:
+    """Per base (by id), the items that need its memory: kernels reading it, copies of it, and kernels
+    assigning into it (which reach it as their output, not as an input)."""
+    readers: dict[int, list[int]] = {}
+    for i, it in enumerate(items):
+        for b in (it.inputs if it.kind == "kernel" else [it.src] if it.src is not None else []):
+            readers.setdefault(id(b), []).append(i)
+        if it.kind == "kernel" and it.kernel.assign:
+            readers.setdefault(id(it.out.srcs[0].base), []).append(i)
+    return readers
 
 
 def _windows(items: list, first: int, readers: dict[int, list[int]], asked: set[int],
