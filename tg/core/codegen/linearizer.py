@@ -42,6 +42,7 @@ class Dim:
     upcast: int = 1     # unrolled into registers
     lanes: int = 1      # SIMD lanes (at most one dim)
     group: int = 1      # GPU work items sharing this reduce dim (at most one dim)
+    tail: int = 0       # elements past the loops' whole vectors (a reduce lane dim lanes do not divide)
 
     @property
     def loops(self) -> int:
@@ -115,12 +116,17 @@ class Dims:
         # vectors of 4; see _split_ragged)
         self.ragged: int | None = None
         self.may_split = part is None and not gpu
+        self.gpu = gpu
         # whether the kernel reads the memory it writes (then a split's tail may not overlap the rest)
         self.rereads = kernel.assign or kernel.reads_target
         self.max_group = 1 << (max(group_size, 1).bit_length() - 1)   # a power of two: the tree halves it
         self._lanes_ok: dict[int, bool] = {}
+        self.widest = 0
         if not config.TG_NOOPT:
             self._optimise(vector_width_bytes, use_lanes, gpu)
+        for dim in self.dims:
+            if dim.tail:          # what the whole vectors of the loops (and their unroll) leave
+                dim.tail = dim.size - dim.loops * dim.upcast * dim.lanes
         # the outer loops are shared among the threads, as few as give PARALLEL_ITEMS pieces: inner
         # loops stay plain loops (no index decoded from a collapsed counter per element) for the compiler
         self.parallel = []
@@ -241,7 +247,16 @@ class Dims:
         if ragged:             # never a split whose inner loads gather
             return None
         last = red_dims[-1]
-        if fits(last) and all(c in (0, 1) and not uses for n, c, uses in self._coefs(last, True)):
+        contiguous = all(c in (0, 1) and not uses for n, c, uses in self._coefs(last, True))
+        if fits(last) and contiguous:
+            return last
+        # the widest vectors along a contiguous reduce they do not divide, the rest as a masked tail
+        # (a conv weight gradient's 26 x 26 = 676 positions: 42 vectors of 16 and a tail of 4, not
+        # 169 vectors of 4)
+        size = dims[last].size
+        if not self.gpu and width == self.widest and size % width and size >= 4 * width and contiguous \
+                and self._vectorizable(last):
+            dims[last].tail = -1          # set for real once the lanes and upcast are known
             return last
         return next((d for d in reversed(out_dims) if fits(d) and store_unit(d)), None)
 
@@ -314,7 +329,7 @@ class Dims:
 
     def _pick_lanes(self, vector_width_bytes: int, out_dims: list[int], red_dims: list[int]) -> None:
         """The widest SIMD width that divides a suitable dim becomes the lane dim."""
-        widest = max(vector_width_bytes // 4, 1)
+        widest = self.widest = max(vector_width_bytes // 4, 1)
         for width in [w for w in (widest, widest // 2, widest // 4) if w >= 4]:
             self.lane_dim = self._pick_lane_dim(width, out_dims, red_dims)
             if self.lane_dim is not None:
@@ -445,7 +460,9 @@ class Lowerer:
         return idx
 
     # ---- values
-    def value(self, n: KOp, ctx: list[Node], acc_of: dict[int, UOp]) -> UOp:
+    def value(self, n: KOp, ctx: list[Node], acc_of: dict[int, UOp], within: Node | None = None) -> UOp:
+        """n's value at ctx; `within`: a condition every load that varies along the lanes also needs (a
+        reduce's tail: past the end, a lane loads nothing)."""
         if id(n) in acc_of:
             return acc_of[id(n)]
         if n.op is BufferOps.CONST:
@@ -460,12 +477,14 @@ class Lowerer:
         if n.op is AstOps.LOAD:
             buf, st = n.arg
             idx, valid = st.expr_idxs(ctx)
+            if within is not None and (self._uses_lane(idx) or self._uses_lane(valid)):
+                valid = ands([valid, within])
             if valid.is_const and valid.min == 0:          # never valid here: no load at all
                 return self.emit(UOps.CONST, n.dtype, arg=_zero(n.dtype))
             idx = narrowed(idx, valid, self.lane_var)
             return self.emit(UOps.LOAD, n.dtype, arg=(buf, idx, valid, self._access(idx, valid)),
                              vec=self._uses_lane(idx) or self._uses_lane(valid))
-        srcs = tuple(self.value(s, ctx, acc_of) for s in n.src)
+        srcs = tuple(self.value(s, ctx, acc_of, within) for s in n.src)
         return self.alu(n.op, n.dtype, srcs, n.arg)
 
     def alu(self, op, dtype: DType, srcs: tuple[UOp, ...], arg: Any) -> UOp:
@@ -561,9 +580,17 @@ class Lowerer:
                 val = self.value(red.src[0], self._ctx(out_dims, oc, loop_vars, red_dims, rc, red_vars), {})
                 a = accs[(oc, rc)]
                 self.emit(UOps.ACC, red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
+        last = red_dims[-1] if red_dims else None
+        if last is not None and dims.dims[last].tail:
+            if dims.dims[last].loops > 1:
+                self.emit(UOps.ENDLOOP, cache=False)
+            self.cache = dict(outer_cache)
+            self._reduce_tail(out_dims, red_dims, out_combos, red_combos, loop_vars, red_vars, accs, identity)
+            red_dims = red_dims[:-1]          # its loop is closed
         for d in reversed(red_dims):
             if dims.dims[d].loops > 1:
                 self.emit(UOps.ENDLOOP, cache=False)
+        red_dims = [d for d, dim in enumerate(dims.dims) if dim.reduce]
         self.cache = outer_cache
         lane_is_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
         red_alu = _red_alu(cast(ReduceOps, red.op))   # the reduce node's op is a ReduceOps
@@ -588,6 +615,29 @@ class Lowerer:
                                     arg=(red.op, dims.local_size, self.local_var), cache=False)
             acc_of[oc] = reduced
         return acc_of
+
+    def _reduce_tail(self, out_dims, red_dims, out_combos, red_combos, loop_vars, red_vars, accs,
+                     identity) -> None:
+        """The last reduce dim's elements past its loops' whole vectors: vectors whose lanes past the
+        end load nothing and add the reduce's identity, into the same accumulators."""
+        dims, red = self.dims, self.dims.reduce_node
+        assert red is not None and self.lane_var is not None
+        last = red_dims[-1]
+        dim = dims.dims[last]
+        done = dim.loops * dim.upcast * dim.lanes
+        for t in range((dim.tail + dim.lanes - 1) // dim.lanes):
+            rc = red_combos[t % len(red_combos)]
+            pos = num(done + t * dim.lanes) + self.lane_var
+            inside = lt(pos, dim.size)
+            cond = self.emit(UOps.INDEX_COND, dtypes.bool, arg=inside, vec=True)
+            fill = self.emit(UOps.CONST, red.dtype, arg=identity)
+            for oc in out_combos:
+                ctx = self._ctx(out_dims, oc, loop_vars, red_dims, rc, red_vars)
+                ctx[last] = pos
+                val = self.alu(TernaryOps.WHERE, red.dtype,
+                               (cond, self.value(red.src[0], ctx, {}, inside), fill), None)
+                a = accs[(oc, rc)]
+                self.emit(UOps.ACC, red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
 
     def _store(self, out_dims: list[int], red_dims: list[int], out_combos: list[tuple[int, ...]],
                loop_vars: dict[int, Node], acc_of: dict[tuple[int, ...], UOp]) -> None:
