@@ -248,17 +248,21 @@ class Dims:
             return None
         last = red_dims[-1]
         contiguous = all(c in (0, 1) and not uses for n, c, uses in self._coefs(last, True))
-        if fits(last) and contiguous:
-            return last
-        # the widest vectors along a contiguous reduce they do not divide, the rest as a masked tail
-        # (a conv weight gradient's 26 x 26 = 676 positions: 42 vectors of 16 and a tail of 4, not
-        # 169 vectors of 4)
-        size = dims[last].size
-        if not self.gpu and width == self.widest and size % width and size >= 4 * width and contiguous \
-                and self._vectorizable(last):
-            dims[last].tail = -1          # set for real once the lanes and upcast are known
+        if contiguous and (fits(last) or self._tail_ok(last, width)):
             return last
         return next((d for d in reversed(out_dims) if fits(d) and store_unit(d)), None)
+
+    def _tail_ok(self, d: int, width: int) -> bool:
+        """Whether the widest vectors go along the contiguous reduce dim d that they do not divide, the rest
+        as a masked tail (a conv weight gradient's 26 x 26 = 676 positions: 42 vectors of 16 and a tail
+        of 4, not 169 vectors of 4). CPU only; marks the dim (its length is set once the unroll is known)."""
+        size = self.dims[d].size
+        if self.gpu or width != self.widest or not size % width or size < 4 * width:
+            return False
+        if not self._vectorizable(d):
+            return False
+        self.dims[d].tail = -1
+        return True
 
     def _optimise_gpu(self, out_dims: list[int]) -> None:
         """A reduce with few outputs and a long reduce axis is shared by a work-group (see _group).
