@@ -1,6 +1,7 @@
 """Contiguous reduces the widest SIMD vectors do not divide (linearizer: Dim.tail, Lowerer._reduce_tail):
-the loops take whole vectors of the widest lanes, then a tail of masked vectors adds the rest into the
-same accumulators (lanes past the end load nothing and add the reduce's identity). A conv weight
+the loops take whole vectors of the widest lanes, then a tail of whole vectors adds the rest into the
+same accumulators, the last one moved back to end at the dim's end, its lanes already added replaced by
+the reduce's identity. A conv weight
 gradient's 26 x 26 = 676 positions: 42 vectors of 16 and a tail of 4, not 169 vectors of 4. Every
 result must be numpy's (float64), whatever the tail's length, op or dtype."""
 import numpy as np
@@ -41,8 +42,8 @@ def test_sum_max_min_mean_over_rows_with_a_tail(n):
 
 
 def test_a_tail_of_negative_values_never_takes_the_padding():
-    """Past the end a lane adds the identity, not the value of 0: a max of all-negative rows (0 would win),
-    a sum of exp (exp(0) = 1 would be added) and a product-like sum of shifted values."""
+    """A lane the tail adds twice adds the identity instead: a max of all-negative rows, a sum of exp and a
+    sum of shifted values (each counted twice would be wrong)."""
     x = -np.abs(np.random.default_rng(1).standard_normal((5, 676)).astype(np.float32)) - 1
     t = Tensor(x, device="CPU")
     np.testing.assert_array_equal(t.amax(1).numpy(), x.max(1))

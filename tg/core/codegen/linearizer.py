@@ -25,7 +25,7 @@ from tg.core.dtype import DType, dtypes, min_value
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
-from tg.core.symbolic import And, Ge, Lin, Lt, Node, Var, ands, lt, num
+from tg.core.symbolic import And, Ge, Lin, Lt, Node, Var, ands, ge, lt, num
 
 VECTOR_DTYPES = {dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool}
 # ALU ops the C vector extension does natively (others are done lane by lane).
@@ -464,9 +464,7 @@ class Lowerer:
         return idx
 
     # ---- values
-    def value(self, n: KOp, ctx: list[Node], acc_of: dict[int, UOp], within: Node | None = None) -> UOp:
-        """n's value at ctx; `within`: a condition every load that varies along the lanes also needs (a
-        reduce's tail: past the end, a lane loads nothing)."""
+    def value(self, n: KOp, ctx: list[Node], acc_of: dict[int, UOp]) -> UOp:
         if id(n) in acc_of:
             return acc_of[id(n)]
         if n.op is BufferOps.CONST:
@@ -481,14 +479,12 @@ class Lowerer:
         if n.op is AstOps.LOAD:
             buf, st = n.arg
             idx, valid = st.expr_idxs(ctx)
-            if within is not None and (self._uses_lane(idx) or self._uses_lane(valid)):
-                valid = ands([valid, within])
             if valid.is_const and valid.min == 0:          # never valid here: no load at all
                 return self.emit(UOps.CONST, n.dtype, arg=_zero(n.dtype))
             idx = narrowed(idx, valid, self.lane_var)
             return self.emit(UOps.LOAD, n.dtype, arg=(buf, idx, valid, self._access(idx, valid)),
                              vec=self._uses_lane(idx) or self._uses_lane(valid))
-        srcs = tuple(self.value(s, ctx, acc_of, within) for s in n.src)
+        srcs = tuple(self.value(s, ctx, acc_of) for s in n.src)
         return self.alu(n.op, n.dtype, srcs, n.arg)
 
     def alu(self, op, dtype: DType, srcs: tuple[UOp, ...], arg: Any) -> UOp:
@@ -622,8 +618,9 @@ class Lowerer:
 
     def _reduce_tail(self, out_dims, red_dims, out_combos, red_combos, loop_vars, red_vars, accs,
                      identity) -> None:
-        """The last reduce dim's elements past its loops' whole vectors: vectors whose lanes past the
-        end load nothing and add the reduce's identity, into the same accumulators."""
+        """The last reduce dim's elements past its loops' whole vectors, into the same accumulators: each
+        a whole vector too, the last one moved back to end at the dim's end (all its loads plain vector
+        loads, in bounds), its lanes already added before adding the reduce's identity instead."""
         dims, red = self.dims, self.dims.reduce_node
         assert red is not None and self.lane_var is not None
         last = red_dims[-1]
@@ -631,15 +628,18 @@ class Lowerer:
         done = dim.loops * dim.upcast * dim.lanes
         for t in range((dim.tail + dim.lanes - 1) // dim.lanes):
             rc = red_combos[t % len(red_combos)]
-            pos = num(done + t * dim.lanes) + self.lane_var
-            inside = lt(pos, dim.size)
-            cond = self.emit(UOps.INDEX_COND, dtypes.bool, arg=inside, vec=True)
+            first = done + t * dim.lanes                  # the first element this vector adds
+            start = min(first, dim.size - dim.lanes)
+            pos = num(start) + self.lane_var
+            fresh = ge(pos, first)
+            cond = None if fresh.is_const else self.emit(UOps.INDEX_COND, dtypes.bool, arg=fresh, vec=True)
             fill = self.emit(UOps.CONST, red.dtype, arg=identity)
             for oc in out_combos:
                 ctx = self._ctx(out_dims, oc, loop_vars, red_dims, rc, red_vars)
                 ctx[last] = pos
-                val = self.alu(TernaryOps.WHERE, red.dtype,
-                               (cond, self.value(red.src[0], ctx, {}, inside), fill), None)
+                val = self.value(red.src[0], ctx, {})
+                if cond is not None:
+                    val = self.alu(TernaryOps.WHERE, red.dtype, (cond, val, fill), None)
                 a = accs[(oc, rc)]
                 self.emit(UOps.ACC, red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
 
