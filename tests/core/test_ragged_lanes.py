@@ -28,13 +28,13 @@ def _ragged(kernel):
 
 
 def test_conv_reduce_takes_the_widest_lanes_with_an_overlapping_tail():
-    """bench_train's first conv layer, computed over rows of the input's width (fused._correlate_rows):
-    26 x 28 = 728 outputs per channel, which 16 does not divide (only 8 does): 45 vectors of 16, then,
-    in a second loop nest, one vector over outputs 712..727."""
+    """A conv computed over rows of the input's width (fused._correlate_rows) on a 27 x 27 input: 25 x 27
+    = 675 outputs per channel, which no width within an eighth more columns makes whole vectors of 16
+    (25 is odd): 42 vectors of 16, then, in a second loop nest, one vector over outputs 659..674."""
     if widest() < 8:
         pytest.skip("no vectors wider than 4 lanes on this CPU: nothing is ragged")
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((6, 1, 28, 28)).astype(np.float32)
+    x = rng.standard_normal((6, 1, 27, 27)).astype(np.float32)
     w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
     y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"))
     split = split_kernels(y)
@@ -43,7 +43,25 @@ def test_conv_reduce_takes_the_widest_lanes_with_an_overlapping_tail():
     assert body.count("for (int g0 = 0;") == 2, body          # two loop nests, one function
     if widest() == 16:
         tail = body.split("for (int g0 = 0;")[2]
-        assert "+712)" in tail and "*(f32v*)(data0+" in tail, tail      # a vector store at 728 - 16
+        assert "+659)" in tail and "*(f32v*)(data0+" in tail, tail      # a vector store at 675 - 16
+    want = sum(np.einsum("bhw,o->bohw", x[:, 0, i:i + 25, j:j + 25].astype(np.float64), w[:, 0, i, j])
+               for i in range(3) for j in range(3))
+    np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+def test_conv_rows_widen_to_whole_vectors_and_stream():
+    """bench_train's first conv layer: 26 output rows of the padded width 28 would be 728 positions a plane
+    (45.5 vectors: every other plane's rows unaligned); rows of 32 make 832, whole vectors, so the 11 MB
+    output streams past the cache. The values are the conv's, the extra columns cut off."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((40, 1, 28, 28)).astype(np.float32)
+    w = rng.standard_normal((32, 1, 3, 3)).astype(np.float32)
+    y = Tensor(x, device="CPU").conv2d(Tensor(w, device="CPU"))
+    names = [k.name for k in kernels_of(y)]
+    assert any("832" in n for n in names), names
+    if widest() == 16:
+        src = "\n".join(cpu_source(k) for k in kernels_of(y))
+        assert "_mm512_stream_ps" in src and "_mm_sfence" in src
     want = sum(np.einsum("bhw,o->bohw", x[:, 0, i:i + 26, j:j + 26].astype(np.float64), w[:, 0, i, j])
                for i in range(3) for j in range(3))
     np.testing.assert_allclose(y.numpy(), want, rtol=1e-5, atol=1e-5)

@@ -780,11 +780,13 @@ STREAM_MIN_BYTES = 4 << 20
 
 
 def _streaming_ok(lin: Linearized, dims: Dims, kernel: Kernel) -> bool:
-    """Whether the stores may bypass the cache (non-temporal): a large elementwise output written
-    once with full, aligned vector stores; it is not read back soon, and skipping the read of each
-    destination line saves a third of the memory traffic."""
+    """Whether the stores may bypass the cache (non-temporal): a large output written once with full,
+    aligned vector stores (an elementwise kernel's, or a reduce's with its lanes along the outputs); it
+    is not read back soon, and skipping the read of each destination line saves a third of the memory
+    traffic."""
     # 16 lanes are chosen only where the CPU has AVX-512, so _mm512_stream_ps exists
-    if dims.reduce_node is not None or lin.lanes != 16 or kernel.assign:
+    lane_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
+    if lane_reduce or lin.lanes != 16 or kernel.assign:
         return False
     if (
         kernel.buf_sizes[0] * kernel.buf_dtypes[0].itemsize < STREAM_MIN_BYTES
