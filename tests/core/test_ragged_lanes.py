@@ -29,7 +29,7 @@ def _ragged(kernel):
 
 def test_conv_reduce_takes_the_widest_lanes_with_an_overlapping_tail():
     """A conv computed over rows of the input's width (fused._correlate_rows) on a 27 x 27 input: 25 x 27
-    = 675 outputs per channel, which no width within an eighth more columns makes whole vectors of 16
+    = 675 outputs per channel, which no width within a seventh more columns makes whole vectors of 16
     (25 is odd): 42 vectors of 16, then, in a second loop nest, one vector over outputs 659..674."""
     if widest() < 8:
         pytest.skip("no vectors wider than 4 lanes on this CPU: nothing is ragged")

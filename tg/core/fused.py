@@ -404,16 +404,18 @@ def _row_windows(x: LazyBuffer, kernel: tuple[int, int], padding: tuple[int, int
     with unit stride and no mask, so output rows run as long vectors over consecutive rows. The W2 - ow
     positions past each output row (2 of 58 at 56x56, padding 1) read neighbouring values: their
     results are cut off. dh extra zero rows at the bottom keep the last row's reads inside the plane.
-    W2 grows (by at most an eighth) to make oh * W2 whole 16-float vectors where it can: each plane of
-    the output then starts 64-byte aligned, and a large output streams past the cache (26 x 28 -> 26
-    x 32 for a 28 x 28 input: the 1->32 conv's 11 MB output in 201 us instead of 273)."""
+    Where rows carry columns to cut anyway, W2 grows (by at most a seventh) to make oh * W2 whole 16-float
+    vectors where it can: each plane of the output then starts 64-byte aligned, and a large output
+    streams past the cache (26 x 28 -> 26 x 32 for a 28 x 28 input: the 1->32 conv's 11 MB output in
+    201 us instead of 273). A 1 x 1 kernel, whose rows need no cut, keeps its width."""
     n, cin, h, wd = x.shape
     (kh, kw), (ph, pw), (dh, dw) = kernel, padding, dilation
     oh, ow = _out_size(h, ph, kh, 1, dh), _out_size(wd, pw, kw, 1, dw)
     w2 = max(wd + 2 * pw, kw * dw)             # a row holds every column offset j * dw
     # planes of whole 16-float vectors (64-byte aligned, so the outputs can stream past the cache), where
-    # that costs at most an eighth more columns: 26 x 28 -> 26 x 32
-    w2 = next((v for v in range(w2, w2 + w2 // 7 + 1) if oh * v % 16 == 0), w2)
+    # that costs at most a seventh more columns: 26 x 28 -> 26 x 32
+    if w2 != ow:        # rows that already carry columns to cut: a few more make whole vectors a plane
+        w2 = next((v for v in range(w2, w2 + w2 // 7 + 1) if oh * v % 16 == 0), w2)
     rows = h + 2 * ph + dh
     xp = x.pad(((0, 0), (0, 0), (ph, ph + dh), (pw, w2 - wd - pw))).contiguous()
     span = oh * w2
