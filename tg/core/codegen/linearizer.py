@@ -254,8 +254,8 @@ class Dims:
 
     def _tail_ok(self, d: int, width: int) -> bool:
         """Whether the widest vectors go along the contiguous reduce dim d that they do not divide, the rest
-        as a masked tail (a conv weight gradient's 26 x 26 = 676 positions: 42 vectors of 16 and a tail
-        of 4, not 169 vectors of 4). CPU only; marks the dim (its length is set once the unroll is known)."""
+        as a tail (a conv weight gradient's 26 x 26 = 676 positions: 42 vectors of 16 and a tail of 4, not
+        169 vectors of 4). CPU only; marks the dim (its length is set once the unroll is known)."""
         size = self.dims[d].size
         if self.gpu or width != self.widest or not size % width or size < 4 * width:
             return False
@@ -580,17 +580,16 @@ class Lowerer:
                 val = self.value(red.src[0], self._ctx(out_dims, oc, loop_vars, red_dims, rc, red_vars), {})
                 a = accs[(oc, rc)]
                 self.emit(UOps.ACC, red.dtype, (a, val), arg=red.op, vec=a.vec, cache=False)
-        last = red_dims[-1] if red_dims else None
-        if last is not None and dims.dims[last].tail:
-            if dims.dims[last].loops > 1:
+        still_open = red_dims
+        if red_dims and dims.dims[red_dims[-1]].tail:     # close the lane dim's loop, then add its tail
+            if dims.dims[red_dims[-1]].loops > 1:
                 self.emit(UOps.ENDLOOP, cache=False)
             self.cache = dict(outer_cache)
             self._reduce_tail(out_dims, red_dims, out_combos, red_combos, loop_vars, red_vars, accs, identity)
-            red_dims = red_dims[:-1]          # its loop is closed
-        for d in reversed(red_dims):
+            still_open = red_dims[:-1]
+        for d in reversed(still_open):
             if dims.dims[d].loops > 1:
                 self.emit(UOps.ENDLOOP, cache=False)
-        red_dims = [d for d, dim in enumerate(dims.dims) if dim.reduce]
         self.cache = outer_cache
         lane_is_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
         red_alu = _red_alu(cast(ReduceOps, red.op))   # the reduce node's op is a ReduceOps
