@@ -33,7 +33,7 @@ class ScheduleItem:
     a copy of `src` into `out` (across devices), or an allocation of `out`."""
     kind: str                    # "kernel" | "copy" | "alloc"
     out: LazyBuffer
-    kernel: Kernel | None = None
+    kernel: Any = None           # a Kernel, or after realize._fuse_rows a CPU row group of them (rows.py)
     src: LazyBuffer | None = None
     inputs: list[LazyBuffer] = field(default_factory=list)
     program: Any = None          # set by realize once compiled (a reused schedule comes with them)

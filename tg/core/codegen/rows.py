@@ -35,6 +35,7 @@ from tg.core.codegen.linearizer import Linearized, _coef, map_sts
 from tg.core.dtype import DType
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BufferOps, ReduceOps
+from tg.core.schedule import ScheduleItem
 from tg.core.shape import prod
 from tg.core.symbolic import Var, num
 
@@ -67,7 +68,7 @@ class RowGroup:
     block: int
     buf_dtypes: list[DType]
     buf_sizes: list[int]
-    assign: bool = False
+    assign: bool = False          # as a Kernel's: a group never writes in place
 
     @property
     def name(self) -> str:
@@ -160,14 +161,13 @@ def _windows(items: list, first: int, readers: dict[int, list[int]], asked: set[
 
 def _group(members: list, threads: int):
     """One schedule item running `members` as a row group, or None where they do not make one."""
-    from tg.core.schedule import ScheduleItem
     kernels = [it.kernel for it in members]
     for rows in _common_rows(kernels):
         if rows < 4 * threads:
             break
         made = _rowwise(kernels, rows)
         if made is not None:
-            return _build(members, made, rows, threads, ScheduleItem)
+            return _build(members, made, rows, threads)
     return None
 
 
@@ -258,7 +258,7 @@ def _rowwise(kernels: list[Kernel], rows: int) -> list[tuple[KOp, tuple[int, ...
     return made
 
 
-def _build(members: list, made: list, rows: int, threads: int, item_type):
+def _build(members: list, made: list, rows: int, threads: int) -> ScheduleItem | None:
     """The group's item: its buffers, where each member's buffers live, the block size."""
     placed = _place(members, made)
     if placed is None:
@@ -290,7 +290,7 @@ def _build(members: list, made: list, rows: int, threads: int, item_type):
                             list(k.buf_sizes)))
     scratch = [(dt, block * step) for dt, step in internal]
     group = RowGroup(parts, args_rows, scratch, rows, block, dtypes_, sizes)
-    return item_type("kernel", members[-1].out, kernel=group, inputs=ext)
+    return ScheduleItem("kernel", members[-1].out, kernel=group, inputs=ext)
 
 
 def _place(members: list, made: list) -> tuple[list[tuple[Arg, ...]], list, dict[int, int]] | None:
