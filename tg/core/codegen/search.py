@@ -10,13 +10,14 @@ buffers of the kernel's sizes, and keeps the fastest. Safe by construction: a ca
 a check against the one-pass kernel on the same random inputs, on guarded buffers (canaries around
 each, a page no access beyond, inputs read-only), so one that computes other values or writes next
 to its output is never timed or chosen; and the record marks each candidate in flight before it runs,
-so one that crashes its process (once) is counted bad by the next, which goes on with the others. It runs for contractions of at least TG_BEAM_MIN_MACS
-multiply-adds (where a kernel runs long enough that a few percent matter), within TG_BEAM seconds for
-the whole process (so a cold first step pays at most that; a kernel met after the budget is spent takes
-the rule, unrecorded, and is searched by a later process); TG_BEAM=0 turns it off. Results live in
-TG_CACHE_DIR/search/<key>.json, keyed by the kernel's normalized AST, the thread count, the CPU and
-the compiler, written atomically, with every candidate's time: a search that one budget did not finish
-goes on in the next process with the candidates not yet timed.
+so one that crashes its process (once) is counted bad by the next, which goes on with the others.
+It runs for contractions of at least TG_BEAM_MIN_MACS multiply-adds (where a kernel runs long enough
+that a few percent matter), within TG_BEAM seconds for the whole process (so a cold first step pays at
+most that; a kernel met after the budget is spent takes the rule, unrecorded, and is searched by a later
+process); TG_BEAM=0 turns it off. Results live in TG_CACHE_DIR/search/<key>.json, keyed by the kernel's
+normalized AST, the thread count, the CPU and the compiler, written atomically, with every candidate's
+time: a search that one budget did not finish goes on in the next process with the candidates not yet
+timed.
 
     >>> from tg.core.codegen.search import candidates
     >>> len(candidates(16)) > 1
