@@ -267,10 +267,10 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     monkeypatch.setenv("TG_BEAM", "0")
     assert choose(big) == gemm.params(big, LANES)
     assert not (tmp_path / "search").exists()
-    monkeypatch.setenv("TG_BEAM", "0.000001")                 # the budget: only the rule's choice is timed
-    assert choose(big) == gemm.params(big, LANES)
+    monkeypatch.setenv("TG_BEAM", "0.000001")     # the budget: the one-pass kernel (the reference the
+    assert choose(big) in (None, gemm.params(big, LANES))        # others are checked against) and the rule's
     record = next((tmp_path / "search").glob("*.json"))
-    assert '"tried": 1,' in record.read_text()
+    assert '"tried": 2,' in record.read_text()
     (tmp_path / "search" / "elsewhere").mkdir()
     record.rename(tmp_path / "search" / "elsewhere" / record.name)
     assert choose(big) == gemm.params(big, LANES)             # spent: the rule, unrecorded
@@ -286,7 +286,7 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     record.write_text("{not json")
     monkeypatch.setenv("TG_BEAM", "30")
     assert choose(big) in choices
-    assert '"tried": 1,' not in record.read_text()
+    assert '"tried": 2,' not in record.read_text()
 
 
 # ---------------------------------------------------------------------------- the nest reading y in place
@@ -533,7 +533,8 @@ def test_an_unfinished_search_goes_on_where_it_stopped(monkeypatch, tmp_path):
     assert all(kept[json.dumps(k)] == sec for k, sec in first["timed"])    # timed once, kept as timed
     won = process("60")
     last = json.loads(record.read_text())
-    assert last["tried"] == last["of"] and len(built) <= last["of"] - second["tried"]
+    # (the one-pass kernel is built again as the reference, where an earlier process timed it)
+    assert last["tried"] == last["of"] and len(built) <= last["of"] - second["tried"] + 1
     best = min(sec for _, sec in last["timed"] if sec is not None)
     assert last["seconds"] == best
     assert process("60") == won and built == []              # done: nothing is timed again
