@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from tg import config
 from tg.core.codegen.uops import UOp, UOps
-from tg.core.dtype import DType, dtypes, min_value
+from tg.core.dtype import DType, dtypes, min_value, value_key
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
@@ -708,9 +708,7 @@ def _hashable(arg: Any) -> Any:
         return tuple(_hashable(a) for a in arg)
     if isinstance(arg, Node):
         return arg.key
-    if isinstance(arg, float) and arg != arg:
-        return "nan"
-    return arg
+    return value_key(arg)   # a float by its bits: -0.0 and 0.0 are two constants, and a nan finds itself
 
 
 def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = True, gpu: bool = False,

@@ -94,7 +94,8 @@ def from_storage(bits: np.ndarray, dtype: DType) -> np.ndarray:
 def to_storage(x: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype == dtypes.bfloat16:
         return f32_to_bf16(np.asarray(x, dtype=np.float32))
-    return np.asarray(x).astype(dtype.np)
+    with np.errstate(over="ignore"):    # beyond a half's range: inf, as a store in C
+        return np.asarray(x).astype(dtype.np)
 
 
 class Interpreter:
@@ -126,9 +127,9 @@ class Interpreter:
         elif n.op is BufferOps.CONST:
             value, st = n.arg
             _, valid = self.view(st, None)
-            out = np.where(
-                valid, np.array(value, dtype=compute_dtype(n.dtype)), np.zeros((), compute_dtype(n.dtype))
-            )
+            with np.errstate(over="ignore"):    # a constant beyond float32's range is inf there, as in C
+                value = np.array(value, dtype=compute_dtype(n.dtype))
+            out = np.where(valid, value, np.zeros((), value.dtype))
         elif isinstance(n.op, ReduceOps):
             src = values[id(n.src[0])]
             out = REFERENCE[n.op](src, tuple(n.arg)) if src.size else \
