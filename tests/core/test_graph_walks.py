@@ -102,7 +102,7 @@ def test_deep_chain_renders_for_every_dialect(dialect):
     (item,) = [it for it in create_schedule([x.lazydata]) if it.kind == "kernel"]
     src = Device["NULL"].render(item.kernel, dialect)
     deepest = max(len(line) - len(line.lstrip("(")) for line in src.splitlines())
-    assert src.count("1.001f") >= DEPTH and deepest < 8
+    assert src.count("+0.5f)") >= DEPTH and deepest < 8
 
 
 def test_deep_chain_under_tinyjit():
