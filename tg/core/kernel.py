@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum, auto
-from typing import Any
+from typing import Any, Callable, Collection
 
 from tg.core.dtype import DType, dtypes, value_key
 from tg.core.ops import BinaryOps, BufferOps, Op, ReduceOps
@@ -39,25 +39,47 @@ class KOp:
 
     @cached_property
     def key(self) -> tuple:
+        """What the node computes, as one flat tuple: each node below it once, in `walk` order, with its
+        sources as positions in that order. (Nested keys would hash a value read twice twice, so a graph
+        that reuses values would hash in time exponential in its depth, and deep ones recurse.)"""
+        nodes = self.walk()
+        position = {id(n): i for i, n in enumerate(nodes)}
+        return tuple((n.op, n.dtype, n._arg_key(), tuple(position[id(s)] for s in n.src)) for n in nodes)
+
+    def _arg_key(self) -> Any:
         arg = self.arg
         if self.op is BufferOps.CONST:
-            arg = (value_key(arg[0]), arg[1].key)
-        elif self.op in (AstOps.LOAD, AstOps.STORE):
-            arg = (arg[0], arg[1].key)
-        return (self.op, self.dtype, arg, tuple(s.key for s in self.src))
+            return (value_key(arg[0]), arg[1].key)
+        if self.op in (AstOps.LOAD, AstOps.STORE):
+            return (arg[0], arg[1].key)
+        return arg
 
-    def walk(self) -> list[KOp]:
-        """Every node once, sources before users."""
-        seen: dict[int, KOp] = {}
+    def walk(self, stop: Collection[int] = ()) -> list[KOp]:
+        """Every node once, sources before users, in the order a depth-first walk of the sources (in
+        order) finishes them. A node whose id is in `stop` is listed without what lies below it. A loop,
+        not a recursion: a kernel's chain of ops may be thousands deep."""
+        finished: dict[int, KOp] = {}
+        entered: set[int] = set()
+        stack: list[tuple[KOp, bool]] = [(self, False)]
+        while stack:
+            n, expanded = stack.pop()
+            if expanded:
+                finished[id(n)] = n
+                continue
+            if id(n) in entered:
+                continue
+            entered.add(id(n))
+            stack.append((n, True))
+            if id(n) not in stop:
+                stack.extend((s, False) for s in reversed(n.src) if id(s) not in entered)
+        return list(finished.values())
 
-        def visit(n: KOp) -> None:
-            if id(n) in seen:
-                return
-            for s in n.src:
-                visit(s)
-            seen[id(n)] = n
-        visit(self)
-        return list(seen.values())
+    def map_args(self, fn: Callable[[KOp], Any]) -> KOp:
+        """The AST rebuilt with each node's arg replaced by fn(node) (a value shared stays shared)."""
+        new: dict[int, KOp] = {}
+        for n in self.walk():
+            new[id(n)] = KOp(n.op, tuple(new[id(s)] for s in n.src), fn(n), n.dtype)
+        return new[id(self)]
 
 
 @dataclass

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from tg.core.codegen.linearizer import Linearized, linearize
 from tg.core.codegen.uops import UOp, UOps
 from tg.core.dtype import DType, dtypes
@@ -29,6 +31,10 @@ RENDER_TEMPLATES: dict = {
     BinaryOps.SHR: "({0}>>{1})", TernaryOps.WHERE: "({0}?{1}:{2})", TernaryOps.MULACC: "(({0}*{1})+{2})",
     ReduceOps.SUM: BinaryOps.ADD, ReduceOps.MAX: BinaryOps.MAX,
 }
+# Signed integer ops that overflow, as unsigned arithmetic on operands already cast ({u}: the type), in
+# dialects whose compilers do not make signed overflow wrap (Dialect.signed_wraps).
+WRAPPING_OPS = {UnaryOps.NEG: "(({u})0-{0})", BinaryOps.ADD: "({0}+{1})", BinaryOps.MUL: "({0}*{1})",
+                TernaryOps.MULACC: "(({0}*{1})+{2})"}
 # How each op reads on bool values (1-bit logic).
 BOOL_TEMPLATES = {BinaryOps.ADD: "({0}|{1})", BinaryOps.MUL: "({0}&{1})", BinaryOps.MAX: "({0}|{1})",
                   UnaryOps.NEG: "(!{0})"}
@@ -60,6 +66,9 @@ class Dialect:
     local_id: str = ""
     local_memory: str = ""
     barrier: str = ""
+    # whether signed integer overflow wraps (the C dialect: the CPU compiler runs with -fwrapv); else signed
+    # ADD, MUL and NEG are rendered in unsigned arithmetic (WRAPPING_OPS), lane by lane in vectors
+    signed_wraps: bool = False
     # the max of two integers of 32 bits or fewer, where the ternary will not do: ptxas 13.0 (sm_90)
     # fuses a chain of maxes over negated values into VIMNMX3 and drops the negation of one operand,
     # so CUDA's flips the sign bit and takes the max of the other signedness, which it cannot fuse
@@ -159,10 +168,11 @@ SHUFFLE_MACRO = """#if defined(__clang__) || __GNUC__ >= 12
 #endif
 """
 
-# GCC/Clang vector extensions: typedefs sized for the lane count, operators as on scalars.
+# GCC/Clang vector extensions: typedefs sized for the lane count, operators as on scalars. A splat is
+# the scalar minus a zero vector: x - 0.0 is x for every float (0.0 + x would turn -0.0 into +0.0).
 C_VECTORS = VecSyntax(
     types={"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v"},
-    splat="(({t}){{}}+{x})", build="(({t}){{{xs}}})", get="{x}[{i}]", load="(*({t}*)({addr}))",
+    splat="({x}-({t}){{}})", build="(({t}){{{xs}}})", get="{x}[{i}]", load="(*({t}*)({addr}))",
     store="*({t}*)({addr}) = {x};", convert="__builtin_convertvector({x}, {t})", bitcast="(({t})({x}))",
     select="(({t})((((i32v)({a}))&({m}))|(((i32v)({b}))&~({m}))))",
     math={"EXP2": "tg_exp2_v", "LOG2": "tg_log2_v"},
@@ -229,6 +239,7 @@ DIALECTS: dict[str, Dialect] = {
         func32={f: f + "f" for f in FLOAT_FUNCS},
         func64={f: f for f in FLOAT_FUNCS},
         vec=C_VECTORS,
+        signed_wraps=True,
     ),
     "opencl": Dialect(
         "opencl",
@@ -312,18 +323,28 @@ def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_siz
 
 
 def _lit(value, dtype: DType, d: Dialect) -> str:
+    """A constant as C source: a literal, or a parenthesized expression where the literal alone would not
+    do. A negative one (-0.0 and -inf too) is always parenthesized: after a unary minus, `--0.0f` is a
+    decrement."""
     if dtype == dtypes.bool:
         return "1" if value else "0"
     if dtype.is_float:
+        value = float(value)
+        if dtype != dtypes.float64:
+            # float, and the half types, which compute in float: the value a float holds, so the
+            # compiler neither rounds the decimal a second time nor meets a literal out of float's range
+            with np.errstate(over="ignore"):
+                value = float(np.float32(value))
+        negative = math.copysign(1.0, value) < 0
         if math.isnan(value):
-            return d.nan
+            return f"(-{d.nan})" if negative else d.nan
         if math.isinf(value):
-            return d.inf if value > 0 else f"(-{d.inf})"
-        s = repr(float(value))
+            return f"(-{d.inf})" if negative else d.inf
+        s = repr(value)
         if "e" not in s and "." not in s:
             s += ".0"
         s = s if dtype == dtypes.float64 else s + "f"
-        return f"({s})" if value < 0 else s
+        return f"({s})" if negative else s
     value = int(value)
     suffix = {"int64": "ll", "uint64": "ull", "uint32": "u"}.get(dtype.name, "")
     # the literal 2**(bits-1) does not fit the type, so -2**(bits-1) would be a wider type (a long
@@ -654,6 +675,12 @@ class CStyleRenderer:
             return f"tg_bf16_to_f32({out})" if arg == dtypes.bfloat16 else out
         if src_dtype == dtypes.bool and op in BOOL_TEMPLATES:
             return BOOL_TEMPLATES[op].format(*args)
+        if op in WRAPPING_OPS and self.wraps_by_hand(src_dtype):
+            # in unsigned arithmetic, which wraps: a signed overflow (x - INT_MIN, x + INT_MAX) is undefined,
+            # and GPU compilers use that (OpenCL turned x - INT_MIN into x)
+            signed, unsigned = d.types[src_dtype.name], d.types["u" + src_dtype.name]
+            body = WRAPPING_OPS[op].format(*[f"(({unsigned})({a}))" for a in args], u=unsigned)
+            return f"(({signed}){body})"
         tmpl = RENDER_TEMPLATES[op]
         if op is BinaryOps.MAX and src_dtype.is_float:
             tmpl = "((({0}>{1})||({0}!={0}))?{0}:{1})"    # NaN propagates, as in torch.maximum
@@ -668,6 +695,12 @@ class CStyleRenderer:
             for f in FLOAT_FUNCS:
                 tmpl = tmpl.replace("@" + f + "(", funcs[f] + "(")
         return tmpl.format(*args)
+
+    def wraps_by_hand(self, dtype: DType) -> bool:
+        """Whether signed overflow of dtype's values must be made to wrap in the source: a signed type of
+        32 or 64 bits (narrower ones compute in int, which they cannot overflow) in a dialect where it
+        does not wrap by itself."""
+        return dtype.is_int and not dtype.is_unsigned and dtype.itemsize >= 4 and not self.d.signed_wraps
 
     def cast(self, src: DType, dst: DType, x: str) -> str:
         if dst == dtypes.bool:
@@ -729,6 +762,8 @@ class CStyleRenderer:
         }
         if src_dtype.is_int:
             basic |= {BinaryOps.AND, BinaryOps.OR, BinaryOps.XOR, BinaryOps.SHL, BinaryOps.SHR}
+            if self.wraps_by_hand(src_dtype):
+                basic -= set(WRAPPING_OPS)     # lane by lane, each wrapping (scalar_expr)
         if op in basic:
             return RENDER_TEMPLATES[op].format(*r)
         return None

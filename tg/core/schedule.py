@@ -191,35 +191,60 @@ class _KernelBuilder:
 
     def build(self, view: LazyBuffer, outer: ShapeTracker) -> KOp:
         """The value of `view`, indexed by the kernel space that `outer` maps onto view.shape."""
-        st = view.st + outer
-        base = view.base
-        key = (id(base), st.key)
-        if key not in self.memo:
-            self.memo[key] = self._build(base, st)
-        return self.memo[key]
+        return self.value(view.base, view.st + outer)
 
-    def _build(self, base: LazyBuffer, st: ShapeTracker) -> KOp:
-        if base.op is BufferOps.CONST:
-            return KOp(BufferOps.CONST, (), (base.arg, st), base.dtype)
-        if base.realized is not None or (id(base) in self.store and base is not self.out) or \
-                base is self.target:
-            return KOp(AstOps.LOAD, (), (self.buf_index(base), st), base.dtype)
-        return self.inline(base, st)
+    def value(self, base: LazyBuffer, st: ShapeTracker) -> KOp:
+        """base's value indexed by st. A loop over (base, index) pairs, each built once, sources first:
+        a chain may be thousands of ops deep."""
+        root = (base, st)
+        expanded: dict[tuple, list[tuple[LazyBuffer, ShapeTracker]]] = {}   # sources, once pushed
+        stack = [root]
+        while stack:
+            base, st = stack[-1]
+            key = (id(base), st.key)
+            if key in self.memo:
+                stack.pop()
+                continue
+            if key not in expanded:
+                expanded[key] = self._sources(base, st)
+                missing = [s for s in expanded[key] if (id(s[0]), s[1].key) not in self.memo]
+                if missing:      # built before base comes back to the top
+                    stack.extend(reversed(missing))
+                    continue
+            stack.pop()
+            srcs = [self.memo[(id(b), t.key)] for b, t in expanded[key]]
+            self.memo[key] = self._node(base, st, srcs)
+        return self.memo[(id(root[0]), root[1].key)]
 
-    def inline(self, base: LazyBuffer, st: ShapeTracker) -> KOp:
+    def _inlined(self, base: LazyBuffer) -> bool:
+        """Whether base's value is computed in this kernel (else loaded, or a constant)."""
+        return base is self.out or (base.op is not BufferOps.CONST and base.realized is None and
+                                    base is not self.target and id(base) not in self.store)
+
+    def _sources(self, base: LazyBuffer, st: ShapeTracker) -> list[tuple[LazyBuffer, ShapeTracker]]:
+        """The (base, index) pairs base's value at st is made of: none for a load or a constant."""
+        if not self._inlined(base):
+            return []
         if isinstance(base.op, ReduceOps):
             src = base.srcs[0]
-            inner = self.build(src, ShapeTracker.from_shape(src.shape))
-            red = KOp(base.op, (inner,), base.arg, base.dtype)
-            if st.contiguous and st.shape == base.shape:
-                return red
-            # an epilogue reading the reduce reshaped: express as a reshape of the reduced shape
-            raise AssertionError(f"reduce read through a non-identity view {st}")
+            return [(src.base, src.st + ShapeTracker.from_shape(src.shape))]
+        srcs = base.srcs[1:] if base.op is BufferOps.ASSIGN else base.srcs
+        return [(s.base, s.st + st) for s in srcs]
+
+    def _node(self, base: LazyBuffer, st: ShapeTracker, srcs: list[KOp]) -> KOp:
+        if base.op is BufferOps.CONST:
+            return KOp(BufferOps.CONST, (), (base.arg, st), base.dtype)
+        if not self._inlined(base):
+            return KOp(AstOps.LOAD, (), (self.buf_index(base), st), base.dtype)
+        if isinstance(base.op, ReduceOps):
+            if not (st.contiguous and st.shape == base.shape):
+                # an epilogue reading the reduce reshaped: express as a reshape of the reduced shape
+                raise AssertionError(f"reduce read through a non-identity view {st}")
+            return KOp(base.op, (srcs[0],), base.arg, base.dtype)
         if base.op is BufferOps.ASSIGN:
-            return self.build(base.srcs[1], st)
-        srcs = tuple(self.build(s, st) for s in base.srcs)
+            return srcs[0]
         assert base.op is not None   # every base buffer is created with an op
-        return KOp(base.op, srcs, base.arg, base.dtype)
+        return KOp(base.op, tuple(srcs), base.arg, base.dtype)
 
     def _reads_target_elsewhere(self, value: KOp, store_st: ShapeTracker) -> bool:
         """Whether the kernel loads the memory it overwrites at other indices than it writes
@@ -245,7 +270,7 @@ class _KernelBuilder:
             value = self.build(out.srcs[1], space)
             store_st = out.srcs[0].st + space
         else:
-            value = self.inline(out, space)
+            value = self.value(out, space)
             store_st = space
         if value.dtype != self.target.dtype:
             raise AssertionError(f"store of {value.dtype} into {self.target.dtype}")
@@ -259,19 +284,22 @@ class _KernelBuilder:
 
 
 def _carried_reduce(b: LazyBuffer, store: set[int]) -> LazyBuffer | None:
-    """The reduce inlined into b's kernel (following unstored same-index sources)."""
-    if isinstance(b.op, ReduceOps):
-        return b
-    if b.op in (BufferOps.CONST, BufferOps.COPY, BufferOps.EMPTY) or b.realized is not None:
-        return None
-    srcs = b.srcs[1:] if b.op is BufferOps.ASSIGN else b.srcs
-    for s in srcs:
-        sb = s.base
-        if sb.realized is not None or id(sb) in store or sb.op is BufferOps.CONST:
+    """The reduce inlined into b's kernel: the first found depth-first along unstored same-index sources."""
+    seen: set[int] = set()
+    stack = [b]
+    while stack:
+        x = stack.pop()
+        if isinstance(x.op, ReduceOps):
+            return x
+        if x.op in (BufferOps.CONST, BufferOps.COPY, BufferOps.EMPTY) or x.realized is not None:
             continue
-        found = _carried_reduce(sb, store)
-        if found is not None:
-            return found
+        srcs = x.srcs[1:] if x.op is BufferOps.ASSIGN else x.srcs
+        for s in reversed(srcs):
+            sb = s.base
+            if sb.realized is None and id(sb) not in store and sb.op is not BufferOps.CONST and \
+                    id(sb) not in seen:
+                seen.add(id(sb))
+                stack.append(sb)
     return None
 
 

@@ -245,16 +245,20 @@ def clamp(c: Contraction, p: Params, lanes: int) -> Params:
 
 class _Expr:
     """Scalar C for a KOp tree at given index variables: one statement per ALU node (shared nodes
-    once), loads and constants inline."""
+    once), loads and constants inline (an expression each, named by itself in `names`)."""
 
     def __init__(self, renderer: CStyleRenderer, variables: list[Node]):
         self.r, self.variables = renderer, variables
         self.lines: list[str] = []
         self.names: dict[int, str] = {}
 
-    def __call__(self, n: KOp) -> str:
-        if id(n) in self.names:
-            return self.names[id(n)]
+    def __call__(self, root: KOp) -> str:
+        for n in root.walk(stop=self.names):
+            if id(n) not in self.names:
+                self.names[id(n)] = self._node(n)
+        return self.names[id(root)]
+
+    def _node(self, n: KOp) -> str:
         if n.op is BufferOps.CONST:
             value, st = n.arg
             _, valid = st.expr_idxs(self.variables)
@@ -266,12 +270,11 @@ class _Expr:
             buf, st = n.arg
             idx, valid = st.expr_idxs(self.variables)
             return self.r.load_scalar(buf, n.dtype, idx, valid)
-        args = [self(s) for s in n.src]
+        args = [self.names[id(s)] for s in n.src]
         src_dtype = n.src[-1].dtype if n.op is TernaryOps.WHERE else n.src[0].dtype
         name = f"t{len(self.lines)}"
         expr = self.r.scalar_expr(n.op, n.dtype, src_dtype, args, n.arg)
         self.lines.append(f"{self.r.ctype(n.dtype)} {name} = {expr};")
-        self.names[id(n)] = name
         return name
 
 

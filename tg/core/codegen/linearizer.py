@@ -21,7 +21,7 @@ from typing import Any, cast
 
 from tg import config
 from tg.core.codegen.uops import UOp, UOps
-from tg.core.dtype import DType, dtypes, min_value
+from tg.core.dtype import DType, dtypes, min_value, value_key
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
@@ -50,18 +50,9 @@ class Dim:
 
 
 def map_sts(ast: KOp, fn) -> KOp:
-    memo: dict[int, KOp] = {}
-
-    def go(n: KOp) -> KOp:
-        if id(n) in memo:
-            return memo[id(n)]
-        if n.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST):
-            new = KOp(n.op, tuple(go(s) for s in n.src), (n.arg[0], fn(n.arg[1])), n.dtype)
-        else:
-            new = KOp(n.op, tuple(go(s) for s in n.src), n.arg, n.dtype)
-        memo[id(n)] = new
-        return new
-    return go(ast)
+    """The AST with every view (of each load, store and constant) replaced by fn(view)."""
+    viewed = (AstOps.LOAD, AstOps.STORE, BufferOps.CONST)
+    return ast.map_args(lambda n: (n.arg[0], fn(n.arg[1])) if n.op in viewed else n.arg)
 
 
 def _coef(idx: Node, v: Var) -> int | None:
@@ -438,6 +429,7 @@ class Lowerer:
         self.kernel, self.dims, self.gpu = kernel, dims, gpu
         self.uops: list[UOp] = []
         self.cache: dict[Any, UOp] = {}
+        self.walks: dict[tuple, list[KOp]] = {}   # value()'s order of nodes, by (root, nodes given)
         self.lanes = dims.lanes
         self.lane_var = Var("lane", 0, self.lanes - 1) if self.lanes > 1 else None
         self.local_var = Var("lidx0", 0, dims.local_size - 1) if dims.group_dim is not None else None
@@ -465,8 +457,18 @@ class Lowerer:
 
     # ---- values
     def value(self, n: KOp, ctx: list[Node], acc_of: dict[int, UOp]) -> UOp:
-        if id(n) in acc_of:
-            return acc_of[id(n)]
+        """n's value at the indices ctx, where the nodes in acc_of are already computed. One pass over
+        n's nodes, each once (a value read twice is one uop either way: emit shares it)."""
+        walk_key = (id(n), tuple(acc_of))
+        if walk_key not in self.walks:
+            self.walks[walk_key] = n.walk(stop=acc_of)
+        values = dict(acc_of)
+        for x in self.walks[walk_key]:
+            if id(x) not in values:
+                values[id(x)] = self._node_value(x, ctx, values)
+        return values[id(n)]
+
+    def _node_value(self, n: KOp, ctx: list[Node], values: dict[int, UOp]) -> UOp:
         if n.op is BufferOps.CONST:
             value, st = n.arg
             _, valid = st.expr_idxs(ctx)
@@ -484,8 +486,7 @@ class Lowerer:
             idx = narrowed(idx, valid, self.lane_var)
             return self.emit(UOps.LOAD, n.dtype, arg=(buf, idx, valid, self._access(idx, valid)),
                              vec=self._uses_lane(idx) or self._uses_lane(valid))
-        srcs = tuple(self.value(s, ctx, acc_of) for s in n.src)
-        return self.alu(n.op, n.dtype, srcs, n.arg)
+        return self.alu(n.op, n.dtype, tuple(values[id(s)] for s in n.src), n.arg)
 
     def alu(self, op, dtype: DType, srcs: tuple[UOp, ...], arg: Any) -> UOp:
         vec = any(s.vec for s in srcs)
@@ -707,9 +708,7 @@ def _hashable(arg: Any) -> Any:
         return tuple(_hashable(a) for a in arg)
     if isinstance(arg, Node):
         return arg.key
-    if isinstance(arg, float) and arg != arg:
-        return "nan"
-    return arg
+    return value_key(arg)   # a float by its bits: -0.0 and 0.0 are two constants, and a nan finds itself
 
 
 def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = True, gpu: bool = False,

@@ -201,21 +201,13 @@ def _as_rows(k: Kernel, rows: int) -> tuple[KOp, tuple[int, ...]] | None:
         return None
     shape = (rows, *full[p:])
     shift = p - 1
-    memo: dict[int, KOp] = {}
 
-    def go(n: KOp) -> KOp:
-        if id(n) not in memo:
-            src = tuple(go(s) for s in n.src)
-            if n.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST):
-                st = n.arg[1]
-                st = (st.expand(full) if st.shape != full else st).reshape(shape)
-                memo[id(n)] = KOp(n.op, src, (n.arg[0], st), n.dtype)
-            elif isinstance(n.op, ReduceOps):
-                memo[id(n)] = KOp(n.op, src, tuple(a - shift for a in n.arg), n.dtype)
-            else:
-                memo[id(n)] = KOp(n.op, src, n.arg, n.dtype)
-        return memo[id(n)]
-    return go(k.ast), shape
+    def arg(n: KOp):
+        if n.op in (AstOps.LOAD, AstOps.STORE, BufferOps.CONST):
+            st = n.arg[1]
+            return (n.arg[0], (st.expand(full) if st.shape != full else st).reshape(shape))
+        return tuple(a - shift for a in n.arg) if isinstance(n.op, ReduceOps) else n.arg
+    return k.ast.map_args(arg), shape
 
 
 def _steps(ast: KOp, shape: tuple[int, ...]) -> dict[int, tuple[int, int, int]] | None:

@@ -94,7 +94,8 @@ def from_storage(bits: np.ndarray, dtype: DType) -> np.ndarray:
 def to_storage(x: np.ndarray, dtype: DType) -> np.ndarray:
     if dtype == dtypes.bfloat16:
         return f32_to_bf16(np.asarray(x, dtype=np.float32))
-    return np.asarray(x).astype(dtype.np)
+    with np.errstate(over="ignore"):    # beyond a half's range: inf, as a store in C
+        return np.asarray(x).astype(dtype.np)
 
 
 class Interpreter:
@@ -109,9 +110,14 @@ class Interpreter:
         valid_a = np.broadcast_to(np.asarray(valid.eval(env), dtype=bool), st.shape)
         return idx_a, valid_a
 
-    def eval(self, n: KOp, bufs: list[np.ndarray], memo: dict) -> np.ndarray:
-        if id(n) in memo:
-            return memo[id(n)]
+    def eval(self, root: KOp, bufs: list[np.ndarray]) -> np.ndarray:
+        """root's value: each node of its AST once, sources first."""
+        values: dict[int, np.ndarray] = {}
+        for n in root.walk():
+            values[id(n)] = self._node(n, bufs, values)
+        return values[id(root)]
+
+    def _node(self, n: KOp, bufs: list[np.ndarray], values: dict[int, np.ndarray]) -> np.ndarray:
         if n.op is AstOps.LOAD:
             i, st = n.arg
             idx, valid = self.view(st, bufs[i])
@@ -121,20 +127,20 @@ class Interpreter:
         elif n.op is BufferOps.CONST:
             value, st = n.arg
             _, valid = self.view(st, None)
-            out = np.where(
-                valid, np.array(value, dtype=compute_dtype(n.dtype)), np.zeros((), compute_dtype(n.dtype))
-            )
+            with np.errstate(over="ignore"):    # a constant beyond float32's range is inf there, as in C
+                value = np.array(value, dtype=compute_dtype(n.dtype))
+            out = np.where(valid, value, np.zeros((), value.dtype))
         elif isinstance(n.op, ReduceOps):
-            src = self.eval(n.src[0], bufs, memo)
+            src = values[id(n.src[0])]
             out = REFERENCE[n.op](src, tuple(n.arg)) if src.size else \
                 np.full(tuple(1 if i in n.arg else s for i, s in enumerate(src.shape)),
                         0 if n.op is ReduceOps.SUM else -np.inf, dtype=src.dtype)
         elif n.op in (UnaryOps.CAST,):
-            out = REFERENCE[n.op](self.eval(n.src[0], bufs, memo), n.arg)
+            out = REFERENCE[n.op](values[id(n.src[0])], n.arg)
         elif n.op is UnaryOps.BITCAST:
-            out = REFERENCE[n.op](self.eval(n.src[0], bufs, memo), n.src[0].dtype, n.arg)
+            out = REFERENCE[n.op](values[id(n.src[0])], n.src[0].dtype, n.arg)
         else:
-            srcs = [self.eval(s, bufs, memo) for s in n.src]
+            srcs = [values[id(s)] for s in n.src]
             with np.errstate(all="ignore"):
                 out = REFERENCE[n.op](*srcs)
             if (
@@ -143,12 +149,11 @@ class Interpreter:
                 and n.dtype not in (dtypes.float16, dtypes.bfloat16)
             ):
                 out = out.astype(n.dtype.np)
-        memo[id(n)] = out
         return out
 
     def run(self, bufs: list[np.ndarray]) -> None:
         root = self.ast
-        value = self.eval(root.src[0], bufs, {})
+        value = self.eval(root.src[0], bufs)
         _, st = root.arg
         idx, valid = self.view(st, bufs[0])
         value = np.broadcast_to(value, st.shape)
