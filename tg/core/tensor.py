@@ -75,6 +75,10 @@ def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     Function (and so its inputs) for backward when any input requires grad."""
     ctx = fn(x[0].lazydata.device, *x)
     out = ctx.forward(*[t.lazydata for t in x], **kwargs)
+    if not out.dtype.is_float:
+        # integer and bool values have no gradient (torch's rule): a cast to int, a comparison or an
+        # index cuts the graph here, whatever its inputs need
+        return _wrap(out, False)
     ret = _wrap(out, ctx.requires_grad)
     if ctx.requires_grad and not Tensor.no_grad:
         ret._ctx = ctx
@@ -103,7 +107,6 @@ class Tensor:
         device = Device.canonicalize(device)
         dt = dtypes.from_any(dtype) if dtype is not None else None
         self.grad: Tensor | None = None
-        self.requires_grad = requires_grad
         self._ctx: F.Function | None = None
         if isinstance(data, LazyBuffer):
             lb = data if data.device == device else data.copy_to_device(device)
@@ -122,6 +125,7 @@ class Tensor:
             raise TypeError(f"[core] Tensor() takes a list, tuple, scalar, numpy array or Tensor, "
                             f"got {type(data).__name__}")
         self.lazydata: LazyBuffer = lb
+        self.requires_grad = _grad_dtype_checked(requires_grad, lb.dtype)
 
     # ------------------------------------------------------------ properties
     @property
@@ -695,7 +699,7 @@ class Tensor:
             >>> x.grad.tolist()
             [4.0]
         """
-        self.requires_grad = requires_grad
+        self.requires_grad = _grad_dtype_checked(requires_grad, self.dtype)
         return self
 
     # ------------------------------------------------------------ autograd (engine: autograd.py)
@@ -4147,6 +4151,13 @@ def _from_numpy(arr: np.ndarray, dt: DType | None, device: str) -> LazyBuffer:
             raise TypeError(f"[core] cannot convert {arr.dtype} values to {dt.name}: {e}") from None
     from tg.core.realize import from_numpy
     return from_numpy(bits, dt, device)
+
+
+def _grad_dtype_checked(requires_grad: bool | None, dtype: DType) -> bool | None:
+    if requires_grad and not dtype.is_float:
+        raise RuntimeError(f"[autograd] only tensors of a floating point dtype can require grad, got "
+                           f"{dtype.name}; cast first (x.float().requires_grad_())")
+    return requires_grad
 
 
 def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:
