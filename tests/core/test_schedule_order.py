@@ -23,9 +23,21 @@ def test_reader_of_the_old_value_runs_before_the_assign_without_a_copy(device):
     upd = b + a                      # old a
     a.assign(a * 2 + 1)
     b.assign(upd)
+    del upd                          # held, it would be stored on its own (see the test below)
     assert kernel_count(a, b) == 2   # ordering suffices: no snapshot of a
     Tensor.realize(a, b)
     np.testing.assert_allclose(b.numpy(), [11, 22, 33])
+    np.testing.assert_allclose(a.numpy(), [3, 5, 7])
+
+
+def test_a_held_reader_inlined_into_a_write_is_stored_with_the_old_value(device):
+    a, b = realized([1, 2, 3], device), realized([10, 20, 30], device)
+    upd = b + a                      # old a, held by the caller: computed once, then never again
+    a.assign(a * 2 + 1)
+    b.assign(upd)
+    assert kernel_count(a, b) == 3
+    Tensor.realize(a, b)
+    np.testing.assert_allclose(upd.numpy(), [11, 22, 33])
     np.testing.assert_allclose(a.numpy(), [3, 5, 7])
 
 

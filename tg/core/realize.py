@@ -22,7 +22,16 @@ from tg.core.device import Buffer, Device, GlobalCounters
 from tg.core.dtype import DType, bf16_to_f32, dtypes
 from tg.core.lazy import PENDING_ASSIGNS, LazyBuffer
 from tg.core.ops import BufferOps
-from tg.core.schedule import GraphKey, ScheduleItem, Structure, create_schedule, same_memory, structure
+from tg.core.schedule import (
+    GraphKey,
+    Overwritten,
+    ScheduleItem,
+    Structure,
+    create_schedule,
+    held_elsewhere,
+    same_memory,
+    structure,
+)
 from tg.core.shape import prod
 
 
@@ -96,6 +105,14 @@ def realize(outs: list[LazyBuffer]) -> None:
     limit = config.TG_SCHEDULE_CACHE
     s = structure(todo) if limit > 0 else None
     reuse = None if s is None else _REUSE.get(s.key)
+    if s is not None and reuse is not None and reuse.stale:
+        kept = held_elsewhere([s.at(p) for p in reuse.stale], s.bases, [s.bases])
+        if kept:
+            # the schedule would leave values that an in-place write overwrites uncomputed, and something
+            # still holds them: realize them too (a graph of another structure, with a schedule of its own)
+            del s, reuse
+            realize(todo + kept)
+            return
     if s is not None and reuse is not None:
         _REUSE.move_to_end(s.key)
         GlobalCounters.schedules_reused += 1
@@ -120,16 +137,21 @@ class _Reuse:
     positions (the hot path of a repeated step); `bind` makes the ScheduleItems (for DEBUG output and
     schedule watchers)."""
 
-    def __init__(self, steps: list[tuple], fast: list[tuple] | None, unused: tuple[int, ...] = ()):
+    def __init__(self, steps: list[tuple], fast: list[tuple] | None, unused: tuple[int, ...] = (),
+                 stale: tuple[int, ...] = ()):
         self.steps, self.fast, self.unused = steps, fast, unused
+        # the positions of the bases the schedule leaves unstored that read memory it overwrites
+        # (schedule.stale_readers): each time it is reused, those something still holds are realized too
+        self.stale = stale
 
     @staticmethod
-    def make(items: list[ScheduleItem], s: Structure) -> _Reuse | None:
+    def make(items: list[ScheduleItem], s: Structure, stale: list[LazyBuffer]) -> _Reuse | None:
         """None when an item names a buffer that is not in the graph (the scheduler added a copy)."""
         pos = s.position
         try:
             steps = [(it.kind, pos[id(it.out)], it.kernel, None if it.src is None else pos[id(it.src)],
                       [pos[id(b)] for b in it.inputs], it.program) for it in items]
+            stale_at = tuple(pos[id(b)] for b in stale)
         except KeyError:
             return None
         fast = _Reuse._fast_steps(items, steps, len(s.leaves))
@@ -137,7 +159,7 @@ class _Reuse:
         # bases fused into a kernel are no step's output or input: run lets go of them first, so that
         # only their readers' sources hold them, as in run_schedule
         unused = tuple(i for i in range(len(s.leaves) + len(s.bases)) if i not in used)
-        return _Reuse(steps, fast, unused)
+        return _Reuse(steps, fast, unused, stale_at)
 
     @staticmethod
     def _fast_steps(items: list[ScheduleItem], steps: list[tuple], n_leaves: int) -> list[tuple] | None:
@@ -211,11 +233,16 @@ _REUSE: OrderedDict[GraphKey, _Reuse] = OrderedDict()
 def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int) -> list[ScheduleItem]:
     """A new schedule for todo, compiled, and kept by its structure s (when there is one) for the
     next graph of the same structure (a training step's second and later realizes)."""
-    items = _fuse_rows(create_schedule(todo, None if s is None else s.bases), todo)
+    overwritten = Overwritten()
+    items = _fuse_rows(create_schedule(todo, None if s is None else s.bases, overwritten), todo)
     GlobalCounters.schedules_built += 1
     _compile(items)
+    if s is not None and overwritten.kept:
+        # it also computes values held elsewhere that an in-place write overwrites: the schedule of
+        # todo + those, which is what a reuse (see realize) runs for such a graph
+        s = structure(todo + overwritten.kept)
     if s is not None:
-        made = _Reuse.make(items, s)
+        made = _Reuse.make(items, s, overwritten.left)
         if made is not None:
             _REUSE[s.key] = made
             while len(_REUSE) > limit:

@@ -17,6 +17,7 @@ Rules (pinned by tests/core/test_fusion.py):
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -303,18 +304,34 @@ def _carried_reduce(b: LazyBuffer, store: set[int]) -> LazyBuffer | None:
     return None
 
 
-def create_schedule(outs: list[LazyBuffer], bases: list[LazyBuffer] | None = None) -> list[ScheduleItem]:
+@dataclass
+class Overwritten:
+    """What create_schedule found about values an ASSIGN in the schedule overwrites: `left` are
+    the bases it would leave unstored that read the old contents (`stale_readers`), `kept` those
+    of them that something outside the graph holds, which it stores (computes now) instead."""
+    left: list[LazyBuffer] = field(default_factory=list)
+    kept: list[LazyBuffer] = field(default_factory=list)
+
+
+def create_schedule(outs: list[LazyBuffer], bases: list[LazyBuffer] | None = None,
+                    overwritten: Overwritten | None = None,
+                    graph_lists: tuple[list[LazyBuffer], ...] = ()) -> list[ScheduleItem]:
     """Kernels (and copies) that realize `outs`, in an order that respects dependencies, and in
     which every kernel reading a buffer's old contents runs before the ASSIGN overwriting it.
-    `bases`, when given, is `_toposort(outs)` already computed (by `structure`)."""
+    `bases`, when given, is `_toposort(outs)` already computed (by `structure`); `overwritten`,
+    when given, is filled in (see Overwritten); `graph_lists` are the caller's other lists of the
+    graph's bases (held_elsewhere counts them)."""
     outs = list(outs)
-    if bases is None:
+    if bases is not None:
+        graph_lists = (*graph_lists, bases)
+    else:
         bases = _toposort(outs)
     snapshots = _protect_outside_readers(bases)
     if snapshots:
         outs += snapshots   # kept in `outs`, so that a planning again below still computes them
         bases = _toposort(outs)
-    store = _plan(bases, outs)
+    lists = [bases, *(lst for lst in graph_lists if lst is not bases)]
+    store = _plan_keeping_overwritten(bases, outs, lists, overwritten)
     items: list[ScheduleItem] = []
     for b in bases:
         if id(b) not in store or b.realized is not None:
@@ -331,7 +348,7 @@ def create_schedule(outs: list[LazyBuffer], bases: list[LazyBuffer] | None = Non
             if builder.reads_own_target_elsewhere:
                 # compute the value into a fresh buffer first, then copy it in: plan again with that
                 b.srcs = (b.srcs[0], LazyBuffer.empty(b.shape, b.dtype, b.device).assign(b.srcs[1]))
-                return create_schedule(outs)
+                return create_schedule(outs, None, overwritten, tuple(lists))
             items.append(ScheduleItem("kernel", b, kernel=kernel, inputs=builder.inputs))
     order, cycle = _order(items)
     if cycle is not None:
@@ -339,7 +356,8 @@ def create_schedule(outs: list[LazyBuffer], bases: list[LazyBuffer] | None = Non
         # (a swap, or old and new contents read together): those readers read a copy made first
         in_schedule = {id(b) for b in bases}
         readers = {id(r): r for x in same_memory(cycle) for r in list(x.readers) if id(r) in in_schedule}
-        return create_schedule(outs + [_snapshot(cycle, list(readers.values()))])
+        return create_schedule(outs + [_snapshot(cycle, list(readers.values()))], None, overwritten,
+                               tuple(lists))
     return order
 
 
@@ -460,6 +478,82 @@ def _outside_readers(bases: list[LazyBuffer]) -> list[tuple[LazyBuffer, list[Laz
         if outside:
             found.append((target, list(outside.values())))
     return found
+
+
+def _plan_keeping_overwritten(bases: list[LazyBuffer], outs: list[LazyBuffer], lists: list[list[LazyBuffer]],
+                              overwritten: Overwritten | None) -> set[int]:
+    """_plan, and in it stored too every value read before an in-place write that something still holds
+    (a norm returned to the caller, a value a Function saved for backward): computed now, from the old
+    contents. Those are added to `outs`, so that a planning again still stores them."""
+    store = _plan(bases, outs)
+    kept = held_elsewhere(stale_readers(bases, store), bases, lists)
+    if kept:
+        outs += kept
+        store = _plan(bases, outs)
+    if overwritten is not None:
+        overwritten.kept += kept
+        overwritten.left = stale_readers(bases, store)
+    return store
+
+
+def stale_readers(bases: list[LazyBuffer], store: set[int]) -> list[LazyBuffer]:
+    """The bases left unstored (inlined into the kernels that read them) that read memory an ASSIGN
+    among `bases` overwrites, directly or through other such bases: once the schedule has run, they
+    would be computed from the new contents if anything still asked for them."""
+    written: set[int] = set()
+    for b in bases:
+        if b.op is BufferOps.ASSIGN:
+            written.update(id(x) for x in same_memory(b.srcs[0].base))
+    if not written:
+        return []
+    found: list[LazyBuffer] = []
+    for b in bases:     # sources come first: a reader of a stale base is found after it
+        if id(b) in store or b.realized is not None or b.op is BufferOps.CONST:
+            continue
+        if any(id(s.base) in written for s in b.srcs):
+            written.add(id(b))
+            found.append(b)
+    return found
+
+
+def held_elsewhere(candidates: list[LazyBuffer], bases: list[LazyBuffer],
+                   lists: list[list[LazyBuffer]]) -> list[LazyBuffer]:
+    """The candidates (bases of this graph) that something besides the graph itself holds: a Tensor, a
+    Function's saved values, a pending computation outside `bases`. Found by counting references (CPython
+    counts them exactly): every reference the graph makes is a source edge of a base in `bases`, made to
+    the candidate or to a view of it that nothing but such edges holds, or one of `lists`, the lists
+    holding the graph's bases. Anything else holding one more can only make a candidate kept, which costs
+    a stored buffer and is never wrong."""
+    if not candidates:
+        return []
+    edges, views = _graph_edges(candidates, bases)
+    held = {id(v[0]._base) for v in views if _refs(v[0]) > v[1] + 1}    # + 1: the list in views
+    in_lists = [{id(x) for x in lst} for lst in lists]
+    # + 2: the candidates list and the comprehension's variable
+    return [c for c in candidates
+            if id(c) in held or _refs(c) > edges[id(c)] + sum(id(c) in ids for ids in in_lists) + 2]
+
+
+def _graph_edges(candidates: list[LazyBuffer], bases: list[LazyBuffer]) -> tuple[dict[int, int], list[list]]:
+    """For held_elsewhere: the references bases' source edges make to each candidate (directly or through
+    a view of it, which holds it once), and each such view with the number of edges to it. Its own
+    function so that no loop variable outlives it holding a candidate."""
+    edges = {id(c): 0 for c in candidates}
+    views: dict[int, list] = {}
+    for b in bases:
+        for src in b.srcs:
+            if id(src) in edges:
+                edges[id(src)] += 1
+            elif src._base is not None and id(src._base) in edges:
+                views.setdefault(id(src), [src, 0])[1] += 1
+    for view, _ in views.values():
+        edges[id(view._base)] += 1
+    return edges, list(views.values())
+
+
+def _refs(x: Any) -> int:
+    """References to x but this call's own two (its parameter and getrefcount's argument)."""
+    return sys.getrefcount(x) - 2
 
 
 def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:

@@ -75,6 +75,10 @@ def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     Function (and so its inputs) for backward when any input requires grad."""
     ctx = fn(x[0].lazydata.device, *x)
     out = ctx.forward(*[t.lazydata for t in x], **kwargs)
+    if not out.dtype.is_float:
+        # integer and bool values have no gradient (torch's rule): a cast to int, a comparison or an
+        # index cuts the graph here, whatever its inputs need
+        return _wrap(out, False)
     ret = _wrap(out, ctx.requires_grad)
     if ctx.requires_grad and not Tensor.no_grad:
         ret._ctx = ctx
@@ -103,7 +107,6 @@ class Tensor:
         device = Device.canonicalize(device)
         dt = dtypes.from_any(dtype) if dtype is not None else None
         self.grad: Tensor | None = None
-        self.requires_grad = requires_grad
         self._ctx: F.Function | None = None
         if isinstance(data, LazyBuffer):
             lb = data if data.device == device else data.copy_to_device(device)
@@ -122,6 +125,7 @@ class Tensor:
             raise TypeError(f"[core] Tensor() takes a list, tuple, scalar, numpy array or Tensor, "
                             f"got {type(data).__name__}")
         self.lazydata: LazyBuffer = lb
+        self.requires_grad = _grad_dtype_checked(requires_grad, lb.dtype)
 
     # ------------------------------------------------------------ properties
     @property
@@ -323,6 +327,12 @@ class Tensor:
             ([3.0, 4.0], dtypes.float32)
         """
         value = value if isinstance(value, Tensor) else Tensor(value, device=self.device, dtype=self.dtype)
+        if not Tensor.no_grad and (value.requires_grad or self._ctx is not None):
+            raise RuntimeError(
+                "[autograd] assign: writing a value that requires grad, or into a tensor computed from one, "
+                "is not recorded for autograd (its gradient would be wrong); use an in-place operator "
+                "(x += y, x.mul_(y), x.copy_(y): recorded as torch records them), build a new tensor, or "
+                "wrap the write in `with tg.no_grad():`")
         if value.shape != self.shape:
             raise ValueError(
                 f"[core] assign: value of shape {value.shape} into a tensor of shape {self.shape}"
@@ -332,8 +342,16 @@ class Tensor:
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
         target = self.lazydata
+        if _views_shared_memory(target):
+            # a view of another tensor's memory (a slice, view, permute, narrow, select, ... as in torch):
+            # written there, now, so that every tensor over that memory sees the write from here on
+            from tg.core.realize import realize
+            realize([target.assign(value.lazydata)])
+            return self
         if not target.is_base or target.op is BufferOps.CONST:
-            target = self.lazydata = target.contiguous()   # a view or a constant has no memory of its own
+            # a constant has no memory, and a view that torch would have copied (a flip, a pad, a reshape
+            # of a permuted tensor) none of its own: it gets its own
+            target = self.lazydata = target.contiguous()
         # an unrealized target is computed first in the same schedule (the scheduler stores it)
         self.lazydata = target.assign(value.lazydata)
         return self
@@ -695,7 +713,7 @@ class Tensor:
             >>> x.grad.tolist()
             [4.0]
         """
-        self.requires_grad = requires_grad
+        self.requires_grad = _grad_dtype_checked(requires_grad, self.dtype)
         return self
 
     # ------------------------------------------------------------ autograd (engine: autograd.py)
@@ -1197,8 +1215,8 @@ class Tensor:
         """x[index] = value, written in place into x's memory as a lazy assign: ints, slices (any step), None
         and ... (value broadcast to x[index]'s shape and cast to x's dtype), or one bool mask of x's leading
         dims with a scalar value. Tensors read x before the write keep the old values. As torch does for
-        a leaf, a tensor that requires grad cannot be written outside no_grad(). As with assign(), a view
-        (x = y[0]) first gets memory of its own: unlike torch, y is not written.
+        a leaf, a tensor that requires grad cannot be written outside no_grad(). As in torch, writing into a
+        view of another tensor's memory (x = y[0]) writes y.
 
             >>> x = Tensor([[1, 2, 3], [4, 5, 6]])
             >>> x[:, 0] = Tensor([7, 8])
@@ -1222,15 +1240,15 @@ class Tensor:
 
     def copy_(self, src: Any) -> Tensor:
         """Write src (broadcast to self's shape, cast to its dtype, moved to its device) into self's memory,
-        in place; returns self. Same rules as __setitem__ for tensors that require grad.
+        in place; returns self. Recorded for autograd as torch records it (a leaf that requires grad raises).
 
             >>> x = Tensor.zeros(2, 2)
             >>> x.copy_(Tensor([1, 2])).tolist()
             [[1.0, 2.0], [1.0, 2.0]]
         """
-        self._check_inplace("copy_", src)
         src = src if isinstance(src, Tensor) else Tensor(src, device=self.device, dtype=self.dtype)
-        return self.assign(src.to(self.device).cast(self.dtype)._broadcast_to(self.shape))
+        return self._write_in_place(
+            "copy_", lambda old: src.to(self.device).cast(self.dtype)._broadcast_to(self.shape))
 
     def masked_fill(self, mask: Tensor, value: Any) -> Tensor:
         """value where mask is true, else self (a new tensor; mask broadcasts to self's shape and value is
@@ -1646,10 +1664,102 @@ class Tensor:
     def __rpow__(self, y: Any) -> Tensor: return self.pow(y, True)
     def __matmul__(self, y: Tensor) -> Tensor: return self.matmul(y)
     def __rmatmul__(self, y: Tensor) -> Tensor: return self._to_tensor(y).matmul(self)
-    def __iadd__(self, y: Any) -> Tensor: return self.assign(self.add(y))
-    def __isub__(self, y: Any) -> Tensor: return self.assign(self.sub(y))
-    def __imul__(self, y: Any) -> Tensor: return self.assign(self.mul(y))
-    def __itruediv__(self, y: Any) -> Tensor: return self.assign(self.div(y))
+    def __iadd__(self, y: Any) -> Tensor: return self._binary_in_place("+=", Tensor.add, y)
+    def __isub__(self, y: Any) -> Tensor: return self._binary_in_place("-=", Tensor.sub, y)
+    def __imul__(self, y: Any) -> Tensor: return self._binary_in_place("*=", Tensor.mul, y)
+    def __itruediv__(self, y: Any) -> Tensor: return self._binary_in_place("/=", Tensor.div, y)
+
+    def add_(self, other: Any, alpha: Any = 1) -> Tensor:
+        """self += alpha * other, in place (torch's add_); returns self.
+
+            >>> Tensor([1.0, 2.0]).add_(Tensor([1.0, 1.0]), alpha=3).tolist()
+            [4.0, 5.0]
+        """
+        return self._binary_in_place("add_", Tensor.add, other if alpha == 1 else other * alpha)
+
+    def sub_(self, other: Any, alpha: Any = 1) -> Tensor:
+        """self -= alpha * other, in place (torch's sub_); returns self.
+
+            >>> Tensor([1.0, 2.0]).sub_(1).tolist()
+            [0.0, 1.0]
+        """
+        return self._binary_in_place("sub_", Tensor.sub, other if alpha == 1 else other * alpha)
+
+    def mul_(self, other: Any) -> Tensor:
+        """self *= other, in place (torch's mul_); returns self.
+
+            >>> Tensor([1.0, 2.0]).mul_(3).tolist()
+            [3.0, 6.0]
+        """
+        return self._binary_in_place("mul_", Tensor.mul, other)
+
+    def div_(self, other: Any) -> Tensor:
+        """self /= other, in place (torch's div_); returns self.
+
+            >>> Tensor([1.0, 2.0]).div_(2).tolist()
+            [0.5, 1.0]
+        """
+        return self._binary_in_place("div_", Tensor.div, other)
+
+    def clamp_(self, min: Any = None, max: Any = None) -> Tensor:  # noqa: A002  (torch's names)
+        """self clamped to [min, max], in place (torch's clamp_); returns self.
+
+            >>> Tensor([-2.0, 0.5, 3.0]).clamp_(-1, 1).tolist()
+            [-1.0, 0.5, 1.0]
+        """
+        return self._write_in_place("clamp_", lambda old: old.clamp(min, max))
+
+    def fill_(self, value: Any) -> Tensor:
+        """Every element set to value, in place (torch's fill_); returns self.
+
+            >>> Tensor([1.0, 2.0]).fill_(7).tolist()
+            [7.0, 7.0]
+        """
+        return self.copy_(value)
+
+    def zero_(self) -> Tensor:
+        """Every element set to 0, in place (torch's zero_); returns self.
+
+            >>> Tensor([1.0, 2.0]).zero_().tolist()
+            [0.0, 0.0]
+        """
+        return self.copy_(0)
+
+    def _binary_in_place(self, name: str, op: Callable[[Tensor, Any], Tensor], y: Any) -> Tensor:
+        # x += x reads x's old value on both sides
+        return self._write_in_place(name, lambda old: op(old, old if y is self else y))
+
+    def _write_in_place(self, name: str, compute: Callable[[Tensor], Tensor]) -> Tensor:
+        """Write compute(old) into self's memory, where old stands for self's value before the write;
+        returns self. Recorded for autograd as torch records an in-place op: self becomes the result, with
+        compute's gradient rule, and old takes self's place in the graph so far. As in torch it raises for
+        a leaf that requires grad (outside no_grad()), and where autograd would need the old value after
+        the write: another computation read it, or the Function that made self saved it."""
+        if Tensor.no_grad:
+            return self.assign(compute(self))
+        if self.requires_grad and self._ctx is None:
+            raise RuntimeError(
+                f"[autograd] {name}: a leaf tensor that requires grad is written in place (torch raises "
+                f"too); wrap the write in `with tg.no_grad():`, or build a new tensor (x = x + y)")
+        if self._ctx is not None and (self.lazydata.base.readers or _saves(self._ctx, self.lazydata)):
+            raise RuntimeError(
+                f"[autograd] {name}: a value needed for gradient computation would be modified by an "
+                f"in-place operation (another computation read this tensor, or the op that made it "
+                f"saved it; torch raises the same); build a new tensor instead (y = y * 3)")
+        if self._ctx is not None and _views_shared_memory(self.lazydata):
+            raise RuntimeError(
+                f"[autograd] {name}: an in-place write through a view of a tensor with a graph would change "
+                f"that tensor without its graph knowing; build a new tensor instead (torch.where, cat)")
+        old = _wrap(self.lazydata, self.requires_grad)
+        old._ctx = self._ctx
+        value = compute(old)
+        if not value.requires_grad and self._ctx is None:     # nothing for autograd to record
+            return self.assign(value)
+        with _NoGrad():
+            self.assign(value)
+        self._ctx, self.requires_grad = value._ctx, value.requires_grad
+        del old
+        return self
 
     # comparisons and logic (no gradients)
     def __lt__(self, y: Any) -> Tensor: return _cmp(self, y, "lt")
@@ -4147,6 +4257,35 @@ def _from_numpy(arr: np.ndarray, dt: DType | None, device: str) -> LazyBuffer:
             raise TypeError(f"[core] cannot convert {arr.dtype} values to {dt.name}: {e}") from None
     from tg.core.realize import from_numpy
     return from_numpy(bits, dt, device)
+
+
+def _views_shared_memory(lb: LazyBuffer) -> builtins.bool:
+    """Whether lb is a view into memory that other tensors share, as torch's views are (a strided view of a
+    base that is not a constant, without masks or negative strides: one that torch could express); raises
+    for an expanded one, which torch refuses to write too."""
+    if lb.is_base or lb.base.op is BufferOps.CONST or len(lb.st.views) != 1:
+        return False
+    view = lb.st.views[0]
+    if view.mask is not None or any(s < 0 for s in view.strides):
+        return False
+    if any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape)):
+        raise ValueError(f"[core] in-place write into an expanded view (shape {lb.shape}, strides "
+                         f"{view.strides}): several of its elements are one element of memory (torch refuses "
+                         f"too); write into the tensor it expands, or into a copy (.contiguous())")
+    return True
+
+
+def _saves(ctx: F.Function, lb: LazyBuffer) -> builtins.bool:
+    """Whether a Function kept lb's base among the values its backward reads (exp keeps its output)."""
+    base = lb.base
+    return any(isinstance(v, LazyBuffer) and v.base is base for v in vars(ctx).values())
+
+
+def _grad_dtype_checked(requires_grad: bool | None, dtype: DType) -> bool | None:
+    if requires_grad and not dtype.is_float:
+        raise RuntimeError(f"[autograd] only tensors of a floating point dtype can require grad, got "
+                           f"{dtype.name}; cast first (x.float().requires_grad_())")
+    return requires_grad
 
 
 def _cmp(x: Tensor, y: Any, kind: str) -> Tensor:

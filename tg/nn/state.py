@@ -269,7 +269,7 @@ def load_state_dict(model: Any, state_dict: Mapping[str, Tensor | np.ndarray],
         if value is None or value is target or target.numel() == 0:   # nothing to copy
             continue
         if isinstance(value, Tensor):
-            value = value.to(target.device)
+            value = value.to(target.device).detach()     # copied as values, as torch's (under no_grad)
         target.assign(value if isinstance(value, Tensor) else np.asarray(value))
         written.append(target)
     if written:
