@@ -31,6 +31,7 @@ from tg.core.dtype import (
 from tg.core.indexing import TgIndexError
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, BufferOps, UnaryOps
+from tg.core.realize import known_values
 from tg.core.shape import broadcast_shape, prod
 
 
@@ -1599,8 +1600,9 @@ class Tensor:
         exponent, so exact (wrapping as the dtype does). A negative exponent gives what torch's
         integer pow gives: 1 for base 1, +-1 for base -1, else 0."""
         bits = self.dtype.itemsize * 8 - (0 if self.dtype.is_unsigned else 1)
-        if e.lazydata.base.realized is not None and e.numel():   # host data: only the bits in use
-            bits = min(bits, max(int(e.numpy().max()).bit_length(), 1))
+        known = known_values(e.lazydata) if e.numel() else None
+        if known is not None:   # host data: only the bits in use
+            bits = min(bits, max(int(known.max()).bit_length(), 1))
         acc, base = self.ones_like(), self
         for bit in range(bits):
             acc = acc * ((e >> bit) & 1).bool().where(base, 1)
