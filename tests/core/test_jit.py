@@ -108,3 +108,90 @@ def test_inputs_that_share_memory_are_their_own_signature():
     for _ in range(3):
         y = Tensor([10.0, 20.0]).realize()
         assert f(x, y).tolist() == [12.0, 24.0]
+
+
+# Every way tg reads tensor values to the host. Under TinyJit a replay runs only the captured kernels,
+# so whatever Python decided from those values (a mask's positions, a shape, a branch) would be frozen:
+# each must raise "[jit] ..." at the read, on the first call already. (x float (4,), m bool (4,), i int (4,))
+def _mask_set(x: Tensor, m: Tensor, i: Tensor) -> Tensor:
+    y = x.clone()
+    y[m] = x[:2]
+    return y
+
+
+HOST_READS = {
+    "numpy": lambda x, m, i: Tensor(x.numpy() * 2),
+    "item": lambda x, m, i: x * x.sum().item(),
+    "tolist": lambda x, m, i: Tensor(x.tolist()),
+    "if tensor": lambda x, m, i: x * 2 if x.sum() > 0 else x * 3,
+    "bool mask getitem": lambda x, m, i: x[m] * 2,
+    "bool mask setitem": _mask_set,
+    "nonzero": lambda x, m, i: m.nonzero(),
+    "nonzero as_tuple": lambda x, m, i: m.nonzero(as_tuple=True)[0],
+    "argwhere": lambda x, m, i: m.argwhere(),
+    "masked_select": lambda x, m, i: x.masked_select(m),
+    "unique": lambda x, m, i: i.unique(),
+    "unique_consecutive": lambda x, m, i: i.unique_consecutive(),
+    "bincount": lambda x, m, i: i.abs().bincount(),
+    "histc of the data's range": lambda x, m, i: x.histc(bins=3),
+    "repeat_interleave by a tensor": lambda x, m, i: x.repeat_interleave(i.abs()),
+    "tensor_split at a tensor": lambda x, m, i: x.tensor_split(i.abs().clip(0, 4)[:2])[0],
+    "narrow from a tensor": lambda x, m, i: x.narrow(0, i.abs().min(), 1),
+    "one_hot without num_classes": lambda x, m, i: tg.nn.functional.one_hot(i.abs()),
+    "allclose": lambda x, m, i: x * x.allclose(x * 2),
+    "equal": lambda x, m, i: x * x.equal(x * 2),
+    "get_rng_state": lambda x, m, i: x + Tensor.rand(4) * sum(Tensor.get_rng_state()["counters"].values()),
+}
+
+
+@pytest.mark.parametrize("name", list(HOST_READS))
+def test_host_read_inside_jit_raises_at_the_first_call(name):
+    jf = TinyJit(HOST_READS[name])
+    rng = np.random.default_rng(len(name))
+    x = Tensor(rng.standard_normal(4).astype(np.float32))
+    m = Tensor(np.array([True, False, False, True]))
+    i = Tensor(rng.integers(-3, 4, 4).astype(np.int32))
+    with pytest.raises(ValueError, match=r"\[jit\] .* reads tensor values on the host") as err:
+        jf(x, m, i)
+    assert "test_jit.py" in str(err.value)    # it names the line of the user's code that read
+    HOST_READS[name](x, m, i)                 # and the same function runs eagerly outside the jit
+
+
+def test_bool_mask_index_is_not_replayed_stale():
+    jf = TinyJit(lambda x, m: x[m] * 2)
+    x = Tensor(np.arange(20, 24, dtype=np.float32))
+    with pytest.raises(ValueError, match=r"\[jit\] <lambda> reads tensor values .*__getitem__"):
+        jf(x, Tensor([True, True, True, False]))
+    # the fix the message suggests: a mask as a product keeps the shape fixed and replays right
+    jg = TinyJit(lambda x, m: m.where(x * 2, 0.0))
+    for mask in ([1, 1, 1, 0], [1, 1, 1, 0], [1, 1, 1, 0], [0, 0, 0, 1], [1, 0, 1, 0]):
+        np.testing.assert_array_equal(jg(x, Tensor(np.array(mask, bool))).numpy(),
+                                      np.where(mask, np.arange(20, 24) * 2, 0))
+
+
+def _set_where(x: Tensor, m: Tensor, value: float) -> Tensor:
+    y = x.clone()
+    y[m] = value       # one value: a lazy where over the mask, no host read
+    return y
+
+
+def test_checks_that_read_known_values_do_not_freeze_into_a_capture():
+    # tg checks index bounds, targets and int exponents on the host when their values are already
+    # known; inside a TinyJit each call brings new values, so those reads must not happen there
+    # (they would raise, or fix the capture to the first call's values)
+    rng = np.random.default_rng(3)
+    jset = TinyJit(lambda x, m: _set_where(x, m, -1.0))
+    jpow = TinyJit(lambda a, e: (a ** e).contiguous())
+    jidx = TinyJit(lambda x, i: x[i] * 2)
+    jce = TinyJit(lambda z, t: tg.nn.functional.cross_entropy(z, t))
+    for step in range(5):
+        e = rng.integers(0, 2 + 3 * step, 6).astype(np.int32)
+        a = rng.integers(-3, 4, 6).astype(np.int32)
+        np.testing.assert_array_equal(jpow(Tensor(a), Tensor(e)).numpy(), a ** e)
+        x, m = rng.standard_normal(6).astype(np.float32), rng.random(6) < 0.5
+        np.testing.assert_array_equal(jset(Tensor(x), Tensor(m)).numpy(), np.where(m, -1.0, x))
+        x, i = rng.standard_normal(7).astype(np.float32), rng.integers(-7, 7, 5)
+        np.testing.assert_array_equal(jidx(Tensor(x), Tensor(i)).numpy(), x[i] * 2)
+        z, t = rng.standard_normal((5, 3)).astype(np.float32), rng.integers(0, 3, 5)
+        logp = z - np.log(np.exp(z.astype(np.float64)).sum(1, keepdims=True))
+        np.testing.assert_allclose(jce(Tensor(z), Tensor(t)).item(), -logp[np.arange(5), t].mean(), rtol=1e-5)

@@ -430,3 +430,15 @@ def test_where_scalars_and_dtypes(device):
     assert_close(tc.where(Tensor(xi, device=device), tx), np.where(c, xi, x), dtype="float32")
     # a non-bool condition means "nonzero"
     assert_close(Tensor([0.0, 2.0, -1.0], device=device).where(tx, 9.0), np.array([9.0, 2.0, 3.0]))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tanh_keeps_relative_accuracy_near_zero(dtype):
+    # 2 * sigmoid(2x) - 1 cancels near 0: tanh(1e-8) was 0 and tanh(1e-6) 7% off in float32
+    rng = np.random.default_rng(0)
+    mags = np.concatenate([10.0 ** rng.uniform(-30, 0.7, 400), rng.uniform(0, 0.2, 100)])
+    x = (mags * rng.choice([-1, 1], mags.size)).astype(dtype)
+    got = Tensor(x).tanh().numpy().astype(np.float64)
+    want = np.tanh(x.astype(np.float64))
+    ulp = np.finfo(dtype).eps
+    np.testing.assert_array_less(np.abs(got - want), 8 * ulp * np.abs(want) + np.finfo(dtype).tiny)

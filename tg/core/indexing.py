@@ -33,7 +33,7 @@ import numpy as np
 
 from tg.core.dtype import dtypes
 from tg.core.lazy import LazyBuffer
-from tg.core.realize import from_numpy
+from tg.core.realize import from_numpy, known_values
 from tg.core.shape import broadcast_shape
 
 if TYPE_CHECKING:
@@ -65,9 +65,9 @@ def as_index(t: Tensor) -> Tensor:
 
 def check_bounds(index: Tensor, n: int) -> None:
     """Bounds are checked at the call when the index values are already known (host data)."""
-    if index.lazydata.base.realized is None or index.numel() == 0:
+    values = known_values(index.lazydata) if index.numel() else None
+    if values is None:
         return
-    values = index.numpy()
     if values.min() < -n or values.max() >= n:
         bad = values[(values < -n) | (values >= n)][0]
         raise TgIndexError(f"[core] index {bad} is out of range for a dim of size {n}")

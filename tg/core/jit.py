@@ -11,9 +11,12 @@ building, scheduling or Python per op in steady state.
 
 Rules: tensors the function reads must be passed as arguments (or be state it updates in place,
 like parameters and optimizer buffers); host data created inside the function is frozen at
-capture. Arguments of another shape, dtype or device get their own capture (a retrace). As in
-tinygrad, replays write into the same output buffers and return the same Tensor objects: copy
-(`.numpy()`, `.item()`, `.contiguous()`) what you want to keep from one call to the next.
+capture. Reading tensor values to the host inside it (`.numpy()`, `.item()`, `if t:`, `x[mask]`,
+`nonzero`, `unique`, any value-dependent shape) raises "[jit] ...", from the first call: a replay runs
+no Python, so it could only repeat the first values. Arguments of another shape, dtype or device get
+their own capture (a retrace). As in tinygrad, replays write into the same output buffers and return
+the same Tensor objects: copy (`.numpy()`, `.item()`, `.contiguous()`) what you want to keep from one
+call to the next.
 
 Host work between kernels (a collective on gradient buffers, say) is recorded with `capture.host_step(fn)`:
 fn runs now and again at the same point of every replay, so it must touch only buffers that stay
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 
 from tg import config
-from tg.core.capture import Capture, CapturedCall, capturing
+from tg.core.capture import Capture, CapturedCall, capturing, tracing_call
 from tg.core.device import Buffer, GlobalCounters
 from tg.core.realize import flush_assigns
 from tg.core.tensor import Tensor
@@ -102,11 +105,13 @@ class TinyJit(Generic[ReturnType]):
             return self._replay(replay, inputs)
         seen = self.calls_seen.get(key, 0)
         self.calls_seen[key] = seen + 1
+        name = getattr(self.fn, "__name__", "fn")
         if seen == 0:
-            ret = self.fn(*args, **kwargs)        # warm-up: compile everything eagerly
+            with tracing_call(name):
+                ret = self.fn(*args, **kwargs)        # warm-up: compile everything eagerly
             flush_assigns()
             return ret
-        with capturing(Capture()) as capture:
+        with capturing(Capture()) as capture, tracing_call(name):
             ret = self.fn(*args, **kwargs)
             outs = [t for t in _flatten(ret) if isinstance(t, Tensor)]
             if outs:

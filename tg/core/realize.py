@@ -42,7 +42,9 @@ def from_numpy(bits: np.ndarray, dtype: DType, device: str) -> LazyBuffer:
 
 
 def to_numpy(lb: LazyBuffer) -> np.ndarray:
-    """lb's values as a numpy array of its shape (bfloat16 shown as float32); runs what it needs."""
+    """lb's values as a numpy array of its shape (bfloat16 shown as float32); runs what it needs.
+    Every read of tensor values to the host comes here (and raises while a TinyJit runs its function)."""
+    capture.host_read()
     if prod(lb.shape) == 0:
         return np.zeros(lb.shape, dtype=lb.dtype.np_value)
     strided = _strided_read(lb)
@@ -55,6 +57,15 @@ def to_numpy(lb: LazyBuffer) -> np.ndarray:
     if lb.dtype == dtypes.bfloat16:
         bits = bf16_to_f32(bits)
     return bits.reshape(lb.shape)
+
+
+def known_values(lb: LazyBuffer) -> np.ndarray | None:
+    """lb's values when they are already computed (its memory is realized), for checks that are free
+    then (index bounds, class targets); None while lb is lazy, and while a TinyJit runs its function,
+    where every replay brings new values and a read would be frozen into the capture."""
+    if lb.base.realized is None or capture.tracing():
+        return None
+    return to_numpy(lb)
 
 
 def _strided_read(lb: LazyBuffer) -> np.ndarray | None:

@@ -22,6 +22,7 @@ import numpy as np
 from tg.core import fused
 from tg.core.dtype import DType, dtypes, min_value
 from tg.core.indexing import as_index
+from tg.core.realize import known_values
 from tg.core.shape import broadcast_shape
 from tg.core.tensor import Tensor, apply, index_range
 
@@ -1572,9 +1573,9 @@ def binary_cross_entropy_with_logits(logits: Tensor, target: Tensor, weight: Ten
 
 def _check_known_range(op: str, target: Tensor, n: int, ignore_index: int | None) -> None:
     """Index values already on the host (a realized tensor) are checked now; lazy ones cannot be."""
-    if target.lazydata.realized is None or target.numel() == 0:
+    values = known_values(target.lazydata) if target.numel() else None
+    if values is None:
         return
-    values = target.numpy()
     bad = (values < 0) | (values >= n)
     if ignore_index is not None:
         bad &= values != ignore_index
@@ -1689,9 +1690,9 @@ def _check_signs(op: str, name: str, y: Tensor) -> None:
     """Labels already on the host (a realized tensor) are checked to be 1 or -1; lazy ones cannot be."""
     if not isinstance(y, Tensor):
         raise TypeError(f"[nn] {op}: expected {name} to be a Tensor of 1 and -1, got {type(y).__name__}")
-    if y.lazydata.realized is None or y.numel() == 0:
+    values = known_values(y.lazydata) if y.numel() else None
+    if values is None:
         return
-    values = y.numpy()
     bad = (values != 1) & (values != -1)
     if bad.any():
         raise ValueError(f"[nn] {op}: expected {name} of 1 and -1, got {values[bad].flat[0]}")
@@ -1867,7 +1868,8 @@ def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor | float, full: 
         elif not (var.ndim == input.ndim and var.shape[:-1] == input.shape[:-1] and var.shape[-1] == 1):
             raise ValueError(f"[nn] gaussian_nll_loss: expected var of the input's shape {input.shape}, or "
                              f"{input.shape[:-1]} (+ a trailing 1), got {var.shape}")
-    if var.lazydata.realized is not None and var.numel() and (var.numpy() < 0).any():
+    known = known_values(var.lazydata) if var.numel() else None
+    if known is not None and (known < 0).any():
         raise ValueError("[nn] gaussian_nll_loss: expected a non-negative var, got negative entries")
     var = var + (var.clamp(min=eps) - var).detach()   # torch clamps under no_grad: values clamped, grad not
     loss = 0.5 * (var.log() + (input - target) ** 2 / var)
