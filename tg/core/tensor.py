@@ -2570,7 +2570,15 @@ class Tensor:
             >>> x.std(correction=0).item(), round(x.std().item(), 4)
             (2.0, 2.1381)
         """
-        return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
+        return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased)._sqrt_of_spread()
+
+    def _sqrt_of_spread(self) -> Tensor:
+        """sqrt of a sum of squares (a variance, a squared 2-norm), whose derivative at 0 is 0, torch's
+        subgradient for std and norms: a constant channel or a zero vector then gets a zero gradient,
+        not 0 * inf = nan from sqrt's."""
+        with _NoGrad():
+            out = self.detach().sqrt()
+        return self._local(out, (self, lambda: (out == 0).where(0.0, 0.5 / out)))
 
     def prod(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """The product over `axis`. Floats go via logs of magnitudes with the sign and zeros tracked
@@ -3409,7 +3417,7 @@ class Tensor:
         if p == 1:
             return x.sum(dim, keepdim)
         if p == 2:
-            return (x * x).sum(dim, keepdim).sqrt()
+            return (x * x).sum(dim, keepdim)._sqrt_of_spread()
         return (x ** p).sum(dim, keepdim) ** (1 / p)
 
     def logcumsumexp(self, dim: builtins.int) -> Tensor:

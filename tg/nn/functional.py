@@ -480,13 +480,8 @@ def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Te
         [0.6, 0.8]
     """
     _check_float("normalize", x)
-    if p == float("inf"):
-        norm = x.abs().amax(dim, keepdim=True)
-    elif p == 2.0:
-        norm = (x * x).sum(dim, keepdim=True).sqrt()
-    else:
-        norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1.0 / p)
-    return x / norm.clamp(min=eps)
+    # below eps the norm is clamped: its gradient is 0 there (a zero vector's is then grad / eps)
+    return x / x.norm(p, dim, keepdim=True).clamp(min=eps)
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
