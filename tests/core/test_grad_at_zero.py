@@ -136,3 +136,21 @@ def test_std_of_constant_gradient_is_zero(dtype: str) -> None:
     x = Tensor([2.0, 2.0, 2.0], dtype=dtype, requires_grad=True)
     x.std().backward()
     assert x.grad.numpy().tolist() == [0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("op", ["prod", "cumprod", "prod_all"])
+def test_product_gradient_at_zeros_is_product_rule(op: str, seed: int) -> None:
+    # d prod / d x_i is the product of the others: nonzero at a lone zero (a sum of logs gave 0 there)
+    rng = np.random.default_rng([seed, len(op)])
+    x = rng.uniform(-2, 2, (int(rng.integers(2, 6)), int(rng.integers(2, 9))))
+    x[rng.random(x.shape) < 0.25] = 0.0
+    f_tg, f_np = {"prod": (lambda t: t.prod(1), lambda a: a.prod(1)),
+                  "cumprod": (lambda t: t.cumprod(1), lambda a: a.cumprod(1)),
+                  "prod_all": (lambda t: t.prod(), lambda a: a.prod())}[op]
+    w = rng.standard_normal(np.shape(f_np(x)))
+    t = Tensor(x, requires_grad=True)
+    out = f_tg(t)
+    np.testing.assert_allclose(out.numpy(), f_np(x), rtol=1e-12, atol=1e-300)
+    (out * Tensor(w)).sum().backward()
+    np.testing.assert_allclose(t.grad.numpy(), _finite_differences(f_np, x, w), rtol=1e-6, atol=1e-8)

@@ -983,7 +983,10 @@ class Tensor:
         out = apply(F.Pad, x, arg=grow)
         if value != 0:
             mask = apply(F.Pad, Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device), arg=grow)
-            out = mask.where(out, value)
+            # as torch, the value takes the tensor's dtype (1.5 pads an int tensor with 1), never the reverse
+            kind = builtins.bool if self.dtype == dtypes.bool else builtins.float if self.dtype.is_float \
+                else builtins.int
+            out = mask.where(out, kind(value))
         return out
 
     def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
@@ -1191,7 +1194,8 @@ class Tensor:
         n = self.shape[d]
         onehot = indexing.as_index(index).unsqueeze(-1) == index_range(n, self.device)   # (*index.shape, n)
         xs = x.unsqueeze(-1).transpose(d, -1)                                 # (..., 1 at d, ..., n)
-        return onehot.where(xs.expand(*index.shape, n), 0).sum(-1)
+        # one position is picked per output, so the sum (which widens ints to int64) casts back exactly
+        return onehot.where(xs.expand(*index.shape, n), 0).sum(-1).cast(self.dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """x[index] = value, written in place into x's memory as a lazy assign: ints, slices (any step), None
@@ -1912,12 +1916,13 @@ class Tensor:
         return self.sin() / self.cos()
 
     def square(self) -> Tensor:
-        """self * self, elementwise (the dtype is kept).
+        """self * self, elementwise (the dtype is kept; bool gives int64, as torch's pow(2)).
 
             >>> Tensor([1, -2, 3]).square().tolist()
             [1, 4, 9]
         """
-        return self * self
+        x = self.cast(dtypes.int64) if self.dtype == dtypes.bool else self
+        return x * x
 
     def relu(self) -> Tensor:
         """max(self, 0), elementwise; NaN stays NaN and the gradient at 0 is 0, as in torch.
@@ -1943,6 +1948,8 @@ class Tensor:
             >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist(), Tensor([-7, 0, 3]).sign().tolist()
             ([-1.0, 0.0, 1.0], [-1, 0, 1])
         """
+        if self.dtype == dtypes.bool:
+            return self.clone()
         with _NoGrad():
             out = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
         return self._local(out, (self, lambda: 0)) if self.dtype.is_float else out   # torch: gradient 0
@@ -2054,12 +2061,17 @@ class Tensor:
         hi = max_ if max_ is not None else max
         if lo is None and hi is None:
             raise ValueError("[core] clamp: give at least one of min or max")
-        x = self
+        # torch's result type: scalar bounds promote as in any binary op (bool with int bounds gives int64)
+        dt = self.dtype
+        for bound in (lo, hi):
+            if bound is not None and not isinstance(bound, Tensor):
+                dt = scalar_result_type(dt, bound)
+        x = self.cast(dt)
         if lo is not None:
             x = (x < lo).where(lo, x) if not isinstance(lo, Tensor) else x.maximum(lo)
         if hi is not None:
             x = (x > hi).where(hi, x) if not isinstance(hi, Tensor) else x.minimum(hi)
-        return x.cast(self.dtype) if not isinstance(lo, float) and not isinstance(hi, float) else x
+        return x if isinstance(lo, Tensor) or isinstance(hi, Tensor) else x.cast(dt)
 
     clip = clamp
 
@@ -2581,29 +2593,24 @@ class Tensor:
         return self._local(out, (self, lambda: (out == 0).where(0.0, 0.5 / out)))
 
     def prod(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """The product over `axis`. Floats go via logs of magnitudes with the sign and zeros tracked
-        separately; ints (and bool) give int64, an exact product (wrapping on overflow, as in torch).
+        """The product over `axis`: floats keep their dtype (float16/bfloat16 multiply in float32); ints
+        (and bool) give int64, an exact product (wrapping on overflow, as in torch).
 
             >>> x = Tensor([[1, 2], [3, 4]])
             >>> x.prod().item(), x.prod(0).tolist(), Tensor([-2.0, 0.5, 3.0]).prod().item()
             (24, [3, 8], -3.0)
         """
         axis = dim if dim is not None else axis
-        if not self.dtype.is_float:
-            return self._int_prod(axis, keepdim)
-        x = self.cast(dtypes.float64)      # logs summed in float64: exact for ordinary products
-        mag = x.abs()
-        logs = (mag == 0).where(0.0, mag.log()).sum(axis, keepdim)
-        zeros = (x == 0).sum(axis, keepdim)
-        negs = (x < 0).sum(axis, keepdim)
-        sign = ((negs % 2) == 1).where(-1.0, 1.0)
-        out = (zeros > 0).where(0.0, logs.exp() * sign)
-        return out.cast(self.dtype)
+        if self.dtype.is_float:
+            return self._tree_prod(axis, keepdim, promote_types(self.dtype, dtypes.float32)).cast(self.dtype)
+        return self._tree_prod(axis, keepdim, dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
 
-    def _int_prod(self, axis: Any, keepdim: builtins.bool) -> Tensor:
-        """The exact product of an int tensor: the reduced dims flattened to one, then multiplied in
-        groups of 8 (padded with ones) until one is left."""
-        x = self.cast(dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
+    def _tree_prod(self, axis: Any, keepdim: builtins.bool, acc: DType) -> Tensor:
+        """The product in dtype acc as plain multiplications: the reduced dims flattened to one, then
+        multiplied in groups of 8 (padded with ones) until one is left. Exact for ints, rounded as torch's
+        for floats, and its gradient is the product rule's (the product of the others at a zero, where a
+        sum of logs would give 0)."""
+        x = self.cast(acc)
         axes = self._axes(axis)
         if self.ndim == 0:
             return x
@@ -2672,22 +2679,29 @@ class Tensor:
         return self._arg_extreme(dim if dim is not None else axis, keepdim, False)
 
     def any(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """True where any element over `axis` (None for all dims) is nonzero, as a bool tensor.
+        """True where any element over `axis` (None for all dims) is nonzero, as a bool tensor (uint8 for a
+        uint8 input, as torch).
 
             >>> x = Tensor([[0, 0], [0, 3]])
             >>> x.any().item(), x.any(1).tolist()
             (True, [False, True])
         """
-        return self.bool()._reduce(F.Max, dim if dim is not None else axis, keepdim)
+        return self.bool()._reduce(F.Max, dim if dim is not None else axis, keepdim)._as_logical_of(self)
+
+    def _as_logical_of(self, x: Tensor) -> Tensor:
+        """A bool result of any/all in torch's dtype for input x: uint8 stays uint8 (torch's legacy rule)."""
+        return self.cast(dtypes.uint8) if x.dtype == dtypes.uint8 else self
 
     def all(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """True where every element over `axis` (None for all dims) is nonzero, as a bool tensor.
+        """True where every element over `axis` (None for all dims) is nonzero, as a bool tensor (uint8 for a
+        uint8 input, as torch).
 
             >>> x = Tensor([[1, 2], [0, 3]])
             >>> x.all().item(), x.all(1).tolist()
             (False, [True, False])
         """
-        return self.logical_not().any(dim if dim is not None else axis, keepdim).logical_not()
+        out = self.logical_not().any(dim if dim is not None else axis, keepdim).logical_not()
+        return out._as_logical_of(self)
 
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """log(sum(exp(self))) over `axis`, shifted by the max so that large inputs do not overflow.
@@ -4102,7 +4116,7 @@ class Tensor:
             >>> x.assign(Tensor([5, 6])).tolist(), y.tolist()
             ([5, 6], [1, 2])
         """
-        return self.contiguous() if not self.lazydata.is_base else self * 1
+        return apply(F.Contiguous, self, copy=True)
 
     def __iter__(self):
         for i in range(len(self)):
