@@ -2306,7 +2306,12 @@ class Tensor:
             [-1.0, 2.0, -3.0]
         """
         x, y = self._float_like()._broadcasted(other)   # a float operand makes both float
-        return y._sign_negative().where(-x.abs(), x.abs())
+        with _NoGrad():
+            xd = x.detach()
+            out = y.detach()._sign_negative().where(-xd.abs(), xd.abs())
+        # torch's derivatives: result / self (0 where self is 0) for self, and 0 for other, which still
+        # joins the graph so that other's gradient is a zero tensor, not a missing one
+        return x._local(out, (x, lambda: (xd == 0).where(0.0, out / xd)), (y, lambda: 0))
 
     def _sign_negative(self) -> Tensor:
         """Whether a float tensor's sign bit is set: x < 0, and -0.0 (C's signbit; NaN gives False)."""
@@ -3256,7 +3261,9 @@ class Tensor:
             [True, False]
         """
         a, b = self._broadcasted(other)
-        close = (a == b) | ((a._float_like() - b).abs() <= atol + rtol * b._float_like().abs())
+        # as torch: an infinite difference (inf vs -inf, inf vs a number) is never within tolerance
+        err = (a._float_like() - b).abs()
+        close = (a == b) | (err.isfinite() & (err <= atol + rtol * b._float_like().abs()))
         return close | (a.isnan() & b.isnan()) if equal_nan else close
 
     def allclose(self, other: Any, rtol: builtins.float = 1e-5, atol: builtins.float = 1e-8,
@@ -3830,9 +3837,11 @@ class Tensor:
             return t.expand(*(grow[:d] + [t.shape[d]] + grow[d:]))
         return fit(self).gather(d, fit(indices))
 
-    def _scattered(self, dim: builtins.int, index: Tensor, src: Any) -> tuple[Tensor, Tensor]:
+    def _scattered(self, dim: builtins.int, index: Tensor, src: Any,
+                   last_wins: builtins.bool) -> tuple[Tensor, Tensor]:
         """(hit, summed): for scatter along dim, whether each position of self is written and the sum of
-        the src values written there; both in self's shape."""
+        the src values written there (only the last write along dim of a duplicate index with last_wins,
+        torch's CPU order); both in self's shape."""
         d = self._axis(dim)
         if not isinstance(index, Tensor) or not index.dtype.is_int or index.ndim != self.ndim:
             raise TypeError(f"[core] scatter: index must be an int tensor with {self.ndim} dims")
@@ -3841,6 +3850,10 @@ class Tensor:
         src = src._shrink(tuple((0, s) for s in index.shape)) if isinstance(src, Tensor) else \
             Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
         onehot = indexing.as_index(index).unsqueeze(-1) == index_range(n, self.device)    # (*index, n)
+        if last_wins:
+            order = index_range(index.shape[d], self.device).reshape(
+                tuple(-1 if i == d else 1 for i in range(index.ndim + 1)))
+            onehot = onehot & (order == onehot.where(order, -1).amax(d, keepdim=True))
         hit = onehot.any(d).unsqueeze(d).transpose(d, -1).squeeze(-1)          # index's shape, n at d
         summed = onehot.where(src.cast(self.dtype).unsqueeze(-1), 0).sum(d).unsqueeze(d).transpose(d, -1)
         summed = summed.squeeze(-1).cast(self.dtype)
@@ -3850,13 +3863,13 @@ class Tensor:
 
     def scatter(self, dim: builtins.int, index: Tensor, src: Any = None, *, value: Any = None) -> Tensor:
         """A copy of self with src's elements (or the scalar value) written along dim at the positions in
-        index: for dim=1, out[i][index[i][j]] = src[i][j] (torch.scatter; a position named twice gets one
-        of the values).
+        index: for dim=1, out[i][index[i][j]] = src[i][j] (torch.scatter; a position named twice gets the
+        last of its values along dim, as torch's CPU kernel writes them in order).
 
             >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), 1.0).tolist()
             [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
         """
-        hit, written = self._scattered(dim, index, value if src is None else src)
+        hit, written = self._scattered(dim, index, value if src is None else src, last_wins=True)
         return hit.where(written, self)
 
     def scatter_add(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor:
@@ -3865,7 +3878,7 @@ class Tensor:
             >>> Tensor.zeros(3).scatter_add(0, Tensor([0, 0, 2]), Tensor([1.0, 2.0, 5.0])).tolist()
             [3.0, 0.0, 5.0]
         """
-        return self + self._scattered(dim, index, src)[1]
+        return self + self._scattered(dim, index, src, last_wins=False)[1]
 
     def index_add(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
         """A copy of self plus alpha * source's slices along dim at the positions in index.
