@@ -2715,6 +2715,8 @@ class Tensor:
             1000.693
         """
         axis = dim if dim is not None else axis
+        if any(self.shape[a] == 0 for a in self._axes(axis)):     # log of an empty sum: -inf, as torch
+            return self._float_like().sum(axis, keepdim).log()
         m = self.amax(axis, keepdim=True).detach()
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m

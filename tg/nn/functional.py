@@ -426,7 +426,8 @@ def einsum(equation: str, *operands: Tensor) -> Tensor:
         for c, s in zip(labels, t.shape):
             if sizes.get(c, 1) not in (1, s) and s != 1:
                 raise ValueError(f"[nn] einsum: label {c!r} of {equation!r} has sizes {sizes[c]} and {s}")
-            sizes[c] = max(sizes.get(c, 1), s)
+            if sizes.get(c, 1) == 1:       # 1 broadcasts to any size, 0 included (max would keep the 1)
+                sizes[c] = s
     product: Tensor | None = None
     for labels, t in xs:                           # each operand laid out in `order`, 1 for a missing label
         ranked = sorted(labels, key=order.index)
@@ -879,13 +880,13 @@ def _pool_pads(op: str, x: Tensor, kernel: tuple[int, ...], stride: tuple[int, .
         if p < 0 or p > span // 2:
             raise ValueError(f"[nn] {op}: expected padding in [0, {span // 2}] (half the kernel) for kernel "
                              f"{k}, got {p} along {axis}")
-        if size + 2 * p < span:
-            raise ValueError(f"[nn] {op}: expected input {axis} of at least {span - 2 * p} for kernel {k} "
-                             f"(dilation {d}, padding {p}), got {size}")
         room = size + 2 * p - span
         out = (-(-room // s) if ceil_mode else room // s) + 1
         if ceil_mode and (out - 1) * s >= size + p:
             out -= 1
+        if out < 1:     # ceil_mode keeps one partial window of an input smaller than the kernel, as torch
+            raise ValueError(f"[nn] {op}: expected input {axis} of at least {span - 2 * p} for kernel {k} "
+                             f"(dilation {d}, padding {p}{', ceil_mode' if ceil_mode else ''}), got {size}")
         pads.append((p, p + max(0, (out - 1) * s + span - size - 2 * p)))
     return tuple(pads)
 
