@@ -274,9 +274,11 @@ class Flip(Function):
 
 # ---------------------------------------------------------------- buffers
 class Contiguous(Function):
-    """ASSIGN into a fresh buffer: the values of a view, stored."""
+    """ASSIGN into a fresh buffer: the values of a view, stored; copy=True stores a base again too (clone)."""
 
-    def forward(self, x: LazyBuffer) -> LazyBuffer:
+    def forward(self, x: LazyBuffer, copy: bool = False) -> LazyBuffer:
+        if copy and x.is_base and x.op is not BufferOps.CONST:
+            return LazyBuffer.empty(x.shape, x.dtype, x.device).assign(x)
         return x.contiguous()
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:

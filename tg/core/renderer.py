@@ -706,7 +706,9 @@ class CStyleRenderer:
         if dst == dtypes.bool:
             return f"(({x})!=0)"
         if dst == dtypes.float16:
-            return self.d.half_round.format(x)
+            # ints go through float (exact for every int a half can hold): OpenCL's convert_half has no
+            # integer overloads, so convert_half(long) is ambiguous
+            return self.d.half_round.format(x if src.is_float else f"(float)({x})")
         if dst == dtypes.bfloat16:
             return f"tg_bf16_to_f32(tg_f32_to_bf16((float)({x})))"
         return f"(({self.ctype(dst)})({x}))"

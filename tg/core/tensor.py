@@ -1002,7 +1002,10 @@ class Tensor:
         out = apply(F.Pad, x, arg=grow)
         if value != 0:
             mask = apply(F.Pad, Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device), arg=grow)
-            out = mask.where(out, value)
+            # as torch, the value takes the tensor's dtype (1.5 pads an int tensor with 1), never the reverse
+            kind = builtins.bool if self.dtype == dtypes.bool else builtins.float if self.dtype.is_float \
+                else builtins.int
+            out = mask.where(out, kind(value))
         return out
 
     def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
@@ -1210,7 +1213,8 @@ class Tensor:
         n = self.shape[d]
         onehot = indexing.as_index(index).unsqueeze(-1) == index_range(n, self.device)   # (*index.shape, n)
         xs = x.unsqueeze(-1).transpose(d, -1)                                 # (..., 1 at d, ..., n)
-        return onehot.where(xs.expand(*index.shape, n), 0).sum(-1)
+        # one position is picked per output, so the sum (which widens ints to int64) casts back exactly
+        return onehot.where(xs.expand(*index.shape, n), 0).sum(-1).cast(self.dtype)
 
     def __setitem__(self, index: Any, value: Any) -> None:
         """x[index] = value, written in place into x's memory as a lazy assign: ints, slices (any step), None
@@ -2024,12 +2028,13 @@ class Tensor:
         return self.sin() / self.cos()
 
     def square(self) -> Tensor:
-        """self * self, elementwise (the dtype is kept).
+        """self * self, elementwise (the dtype is kept; bool gives int64, as torch's pow(2)).
 
             >>> Tensor([1, -2, 3]).square().tolist()
             [1, 4, 9]
         """
-        return self * self
+        x = self.cast(dtypes.int64) if self.dtype == dtypes.bool else self
+        return x * x
 
     def relu(self) -> Tensor:
         """max(self, 0), elementwise; NaN stays NaN and the gradient at 0 is 0, as in torch.
@@ -2055,6 +2060,8 @@ class Tensor:
             >>> Tensor([-2.5, 0.0, 3.0]).sign().tolist(), Tensor([-7, 0, 3]).sign().tolist()
             ([-1.0, 0.0, 1.0], [-1, 0, 1])
         """
+        if self.dtype == dtypes.bool:
+            return self.clone()
         with _NoGrad():
             out = (self > 0).cast(self.dtype) - (self < 0).cast(self.dtype)
         return self._local(out, (self, lambda: 0)) if self.dtype.is_float else out   # torch: gradient 0
@@ -2174,12 +2181,17 @@ class Tensor:
         hi = max_ if max_ is not None else max
         if lo is None and hi is None:
             raise ValueError("[core] clamp: give at least one of min or max")
-        x = self
+        # torch's result type: scalar bounds promote as in any binary op (bool with int bounds gives int64)
+        dt = self.dtype
+        for bound in (lo, hi):
+            if bound is not None and not isinstance(bound, Tensor):
+                dt = scalar_result_type(dt, bound)
+        x = self.cast(dt)
         if lo is not None:
             x = (x < lo).where(lo, x) if not isinstance(lo, Tensor) else x.maximum(lo)
         if hi is not None:
             x = (x > hi).where(hi, x) if not isinstance(hi, Tensor) else x.minimum(hi)
-        return x.cast(self.dtype) if not isinstance(lo, float) and not isinstance(hi, float) else x
+        return x if isinstance(lo, Tensor) or isinstance(hi, Tensor) else x.cast(dt)
 
     clip = clamp
 
@@ -2414,7 +2426,12 @@ class Tensor:
             [-1.0, 2.0, -3.0]
         """
         x, y = self._float_like()._broadcasted(other)   # a float operand makes both float
-        return y._sign_negative().where(-x.abs(), x.abs())
+        with _NoGrad():
+            xd = x.detach()
+            out = y.detach()._sign_negative().where(-xd.abs(), xd.abs())
+        # torch's derivatives: result / self (0 where self is 0) for self, and 0 for other, which still
+        # joins the graph so that other's gradient is a zero tensor, not a missing one
+        return x._local(out, (x, lambda: (xd == 0).where(0.0, out / xd)), (y, lambda: 0))
 
     def _sign_negative(self) -> Tensor:
         """Whether a float tensor's sign bit is set: x < 0, and -0.0 (C's signbit; NaN gives False)."""
@@ -2690,32 +2707,35 @@ class Tensor:
             >>> x.std(correction=0).item(), round(x.std().item(), 4)
             (2.0, 2.1381)
         """
-        return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased).sqrt()
+        return self.var(axis, keepdim, correction, dim=dim, unbiased=unbiased)._sqrt_of_spread()
+
+    def _sqrt_of_spread(self) -> Tensor:
+        """sqrt of a sum of squares (a variance, a squared 2-norm), whose derivative at 0 is 0, torch's
+        subgradient for std and norms: a constant channel or a zero vector then gets a zero gradient,
+        not 0 * inf = nan from sqrt's."""
+        with _NoGrad():
+            out = self.detach().sqrt()
+        return self._local(out, (self, lambda: (out == 0).where(0.0, 0.5 / out)))
 
     def prod(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """The product over `axis`. Floats go via logs of magnitudes with the sign and zeros tracked
-        separately; ints (and bool) give int64, an exact product (wrapping on overflow, as in torch).
+        """The product over `axis`: floats keep their dtype (float16/bfloat16 multiply in float32); ints
+        (and bool) give int64, an exact product (wrapping on overflow, as in torch).
 
             >>> x = Tensor([[1, 2], [3, 4]])
             >>> x.prod().item(), x.prod(0).tolist(), Tensor([-2.0, 0.5, 3.0]).prod().item()
             (24, [3, 8], -3.0)
         """
         axis = dim if dim is not None else axis
-        if not self.dtype.is_float:
-            return self._int_prod(axis, keepdim)
-        x = self.cast(dtypes.float64)      # logs summed in float64: exact for ordinary products
-        mag = x.abs()
-        logs = (mag == 0).where(0.0, mag.log()).sum(axis, keepdim)
-        zeros = (x == 0).sum(axis, keepdim)
-        negs = (x < 0).sum(axis, keepdim)
-        sign = ((negs % 2) == 1).where(-1.0, 1.0)
-        out = (zeros > 0).where(0.0, logs.exp() * sign)
-        return out.cast(self.dtype)
+        if self.dtype.is_float:
+            return self._tree_prod(axis, keepdim, promote_types(self.dtype, dtypes.float32)).cast(self.dtype)
+        return self._tree_prod(axis, keepdim, dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
 
-    def _int_prod(self, axis: Any, keepdim: builtins.bool) -> Tensor:
-        """The exact product of an int tensor: the reduced dims flattened to one, then multiplied in
-        groups of 8 (padded with ones) until one is left."""
-        x = self.cast(dtypes.int64 if self.dtype != dtypes.uint64 else self.dtype)
+    def _tree_prod(self, axis: Any, keepdim: builtins.bool, acc: DType) -> Tensor:
+        """The product in dtype acc as plain multiplications: the reduced dims flattened to one, then
+        multiplied in groups of 8 (padded with ones) until one is left. Exact for ints, rounded as torch's
+        for floats, and its gradient is the product rule's (the product of the others at a zero, where a
+        sum of logs would give 0)."""
+        x = self.cast(acc)
         axes = self._axes(axis)
         if self.ndim == 0:
             return x
@@ -2784,22 +2804,29 @@ class Tensor:
         return self._arg_extreme(dim if dim is not None else axis, keepdim, False)
 
     def any(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """True where any element over `axis` (None for all dims) is nonzero, as a bool tensor.
+        """True where any element over `axis` (None for all dims) is nonzero, as a bool tensor (uint8 for a
+        uint8 input, as torch).
 
             >>> x = Tensor([[0, 0], [0, 3]])
             >>> x.any().item(), x.any(1).tolist()
             (True, [False, True])
         """
-        return self.bool()._reduce(F.Max, dim if dim is not None else axis, keepdim)
+        return self.bool()._reduce(F.Max, dim if dim is not None else axis, keepdim)._as_logical_of(self)
+
+    def _as_logical_of(self, x: Tensor) -> Tensor:
+        """A bool result of any/all in torch's dtype for input x: uint8 stays uint8 (torch's legacy rule)."""
+        return self.cast(dtypes.uint8) if x.dtype == dtypes.uint8 else self
 
     def all(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
-        """True where every element over `axis` (None for all dims) is nonzero, as a bool tensor.
+        """True where every element over `axis` (None for all dims) is nonzero, as a bool tensor (uint8 for a
+        uint8 input, as torch).
 
             >>> x = Tensor([[1, 2], [0, 3]])
             >>> x.all().item(), x.all(1).tolist()
             (False, [True, False])
         """
-        return self.logical_not().any(dim if dim is not None else axis, keepdim).logical_not()
+        out = self.logical_not().any(dim if dim is not None else axis, keepdim).logical_not()
+        return out._as_logical_of(self)
 
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """log(sum(exp(self))) over `axis`, shifted by the max so that large inputs do not overflow.
@@ -2808,6 +2835,8 @@ class Tensor:
             1000.693
         """
         axis = dim if dim is not None else axis
+        if any(self.shape[a] == 0 for a in self._axes(axis)):     # log of an empty sum: -inf, as torch
+            return self._float_like().sum(axis, keepdim).log()
         m = self.amax(axis, keepdim=True).detach()
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
@@ -3354,7 +3383,9 @@ class Tensor:
             [True, False]
         """
         a, b = self._broadcasted(other)
-        close = (a == b) | ((a._float_like() - b).abs() <= atol + rtol * b._float_like().abs())
+        # as torch: an infinite difference (inf vs -inf, inf vs a number) is never within tolerance
+        err = (a._float_like() - b).abs()
+        close = (a == b) | (err.isfinite() & (err <= atol + rtol * b._float_like().abs()))
         return close | (a.isnan() & b.isnan()) if equal_nan else close
 
     def allclose(self, other: Any, rtol: builtins.float = 1e-5, atol: builtins.float = 1e-8,
@@ -3529,7 +3560,7 @@ class Tensor:
         if p == 1:
             return x.sum(dim, keepdim)
         if p == 2:
-            return (x * x).sum(dim, keepdim).sqrt()
+            return (x * x).sum(dim, keepdim)._sqrt_of_spread()
         return (x ** p).sum(dim, keepdim) ** (1 / p)
 
     def logcumsumexp(self, dim: builtins.int) -> Tensor:
@@ -3928,9 +3959,11 @@ class Tensor:
             return t.expand(*(grow[:d] + [t.shape[d]] + grow[d:]))
         return fit(self).gather(d, fit(indices))
 
-    def _scattered(self, dim: builtins.int, index: Tensor, src: Any) -> tuple[Tensor, Tensor]:
+    def _scattered(self, dim: builtins.int, index: Tensor, src: Any,
+                   last_wins: builtins.bool) -> tuple[Tensor, Tensor]:
         """(hit, summed): for scatter along dim, whether each position of self is written and the sum of
-        the src values written there; both in self's shape."""
+        the src values written there (only the last write along dim of a duplicate index with last_wins,
+        torch's CPU order); both in self's shape."""
         d = self._axis(dim)
         if not isinstance(index, Tensor) or not index.dtype.is_int or index.ndim != self.ndim:
             raise TypeError(f"[core] scatter: index must be an int tensor with {self.ndim} dims")
@@ -3939,6 +3972,10 @@ class Tensor:
         src = src._shrink(tuple((0, s) for s in index.shape)) if isinstance(src, Tensor) else \
             Tensor.full(index.shape, src, dtype=self.dtype, device=self.device)
         onehot = indexing.as_index(index).unsqueeze(-1) == index_range(n, self.device)    # (*index, n)
+        if last_wins:
+            order = index_range(index.shape[d], self.device).reshape(
+                tuple(-1 if i == d else 1 for i in range(index.ndim + 1)))
+            onehot = onehot & (order == onehot.where(order, -1).amax(d, keepdim=True))
         hit = onehot.any(d).unsqueeze(d).transpose(d, -1).squeeze(-1)          # index's shape, n at d
         summed = onehot.where(src.cast(self.dtype).unsqueeze(-1), 0).sum(d).unsqueeze(d).transpose(d, -1)
         summed = summed.squeeze(-1).cast(self.dtype)
@@ -3948,13 +3985,13 @@ class Tensor:
 
     def scatter(self, dim: builtins.int, index: Tensor, src: Any = None, *, value: Any = None) -> Tensor:
         """A copy of self with src's elements (or the scalar value) written along dim at the positions in
-        index: for dim=1, out[i][index[i][j]] = src[i][j] (torch.scatter; a position named twice gets one
-        of the values).
+        index: for dim=1, out[i][index[i][j]] = src[i][j] (torch.scatter; a position named twice gets the
+        last of its values along dim, as torch's CPU kernel writes them in order).
 
             >>> Tensor.zeros(2, 3).scatter(1, Tensor([[2], [0]]), 1.0).tolist()
             [[0.0, 0.0, 1.0], [1.0, 0.0, 0.0]]
         """
-        hit, written = self._scattered(dim, index, value if src is None else src)
+        hit, written = self._scattered(dim, index, value if src is None else src, last_wins=True)
         return hit.where(written, self)
 
     def scatter_add(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor:
@@ -3963,7 +4000,7 @@ class Tensor:
             >>> Tensor.zeros(3).scatter_add(0, Tensor([0, 0, 2]), Tensor([1.0, 2.0, 5.0])).tolist()
             [3.0, 0.0, 5.0]
         """
-        return self + self._scattered(dim, index, src)[1]
+        return self + self._scattered(dim, index, src, last_wins=False)[1]
 
     def index_add(self, dim: builtins.int, index: Tensor, source: Tensor, *, alpha: Any = 1) -> Tensor:
         """A copy of self plus alpha * source's slices along dim at the positions in index.
@@ -4214,7 +4251,7 @@ class Tensor:
             >>> x.assign(Tensor([5, 6])).tolist(), y.tolist()
             ([5, 6], [1, 2])
         """
-        return self.contiguous() if not self.lazydata.is_base else self * 1
+        return apply(F.Contiguous, self, copy=True)
 
     def __iter__(self):
         for i in range(len(self)):

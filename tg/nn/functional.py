@@ -427,7 +427,8 @@ def einsum(equation: str, *operands: Tensor) -> Tensor:
         for c, s in zip(labels, t.shape):
             if sizes.get(c, 1) not in (1, s) and s != 1:
                 raise ValueError(f"[nn] einsum: label {c!r} of {equation!r} has sizes {sizes[c]} and {s}")
-            sizes[c] = max(sizes.get(c, 1), s)
+            if sizes.get(c, 1) == 1:       # 1 broadcasts to any size, 0 included (max would keep the 1)
+                sizes[c] = s
     product: Tensor | None = None
     for labels, t in xs:                           # each operand laid out in `order`, 1 for a missing label
         ranked = sorted(labels, key=order.index)
@@ -481,13 +482,8 @@ def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Te
         [0.6, 0.8]
     """
     _check_float("normalize", x)
-    if p == float("inf"):
-        norm = x.abs().amax(dim, keepdim=True)
-    elif p == 2.0:
-        norm = (x * x).sum(dim, keepdim=True).sqrt()
-    else:
-        norm = x.abs().pow(p).sum(dim, keepdim=True).pow(1.0 / p)
-    return x / norm.clamp(min=eps)
+    # below eps the norm is clamped: its gradient is 0 there (a zero vector's is then grad / eps)
+    return x / x.norm(p, dim, keepdim=True).clamp(min=eps)
 
 
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
@@ -885,13 +881,13 @@ def _pool_pads(op: str, x: Tensor, kernel: tuple[int, ...], stride: tuple[int, .
         if p < 0 or p > span // 2:
             raise ValueError(f"[nn] {op}: expected padding in [0, {span // 2}] (half the kernel) for kernel "
                              f"{k}, got {p} along {axis}")
-        if size + 2 * p < span:
-            raise ValueError(f"[nn] {op}: expected input {axis} of at least {span - 2 * p} for kernel {k} "
-                             f"(dilation {d}, padding {p}), got {size}")
         room = size + 2 * p - span
         out = (-(-room // s) if ceil_mode else room // s) + 1
         if ceil_mode and (out - 1) * s >= size + p:
             out -= 1
+        if out < 1:     # ceil_mode keeps one partial window of an input smaller than the kernel, as torch
+            raise ValueError(f"[nn] {op}: expected input {axis} of at least {span - 2 * p} for kernel {k} "
+                             f"(dilation {d}, padding {p}{', ceil_mode' if ceil_mode else ''}), got {size}")
         pads.append((p, p + max(0, (out - 1) * s + span - size - 2 * p)))
     return tuple(pads)
 
