@@ -92,34 +92,20 @@ class Linear(Function):
 
 
 # Abramowitz-Stegun 7.1.26: erf(z) = 1 - t * P(t) * exp(-z^2), t = 1 / (1 + p z) for z >= 0,
-# |error| < 1.5e-7; P's coefficients from the highest power down (Tensor.erf uses them too)
-AS_P = 0.3275911
-AS_COEFFS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
-
-
 class Gelu(Function):
-    """x * Phi(x), Phi the standard normal CDF. With q = 1 - erf(|x| / sqrt 2), taken straight from
-    the formula as t * P(t) * exp(-x^2 / 2), Phi is q / 2 below 0 and 1 - q / 2 above: the negative
-    tail is never 1 - erf rounded to 0. The gradient is Phi(x) + x * phi(x), as torch's."""
+    """x * Phi(x) for x and Phi(x) (the standard normal CDF, computed by the caller from erfc, so the
+    negative tail keeps its digits); the gradient is Phi(x) + x * phi(x), as torch's."""
 
-    def forward(self, x: LazyBuffer) -> LazyBuffer:
-        c = lambda v: _const(x, v)  # noqa: E731 - a constant of x's shape and dtype
-        self.x = x
-        ax = x.e(BinaryOps.MAX, x.e(UnaryOps.NEG))
-        # exp(-x^2 / 2) = exp2(x^2 * (-log2(e) / 2)): phi(x) without its 1 / sqrt(2 pi)
-        self.gauss = x.e(BinaryOps.MUL, x).e(BinaryOps.MUL, c(-0.5 / math.log(2))).e(UnaryOps.EXP2)
-        t = ax.e(BinaryOps.MUL, c(AS_P / math.sqrt(2))).e(BinaryOps.ADD, c(1.0)).e(UnaryOps.RECIP)
-        poly = c(AS_COEFFS[0])
-        for coeff in AS_COEFFS[1:]:     # Horner, one multiply-add node a coefficient
-            poly = poly.e(TernaryOps.MULACC, t, c(coeff))
-        half_q = poly.e(BinaryOps.MUL, t).e(BinaryOps.MUL, self.gauss).e(BinaryOps.MUL, c(0.5))
-        upper = c(1.0).e(BinaryOps.ADD, half_q.e(UnaryOps.NEG))
-        self.cdf = x.e(BinaryOps.CMPLT, c(0.0)).e(TernaryOps.WHERE, half_q, upper)
-        return x.e(BinaryOps.MUL, self.cdf)
+    def forward(self, x: LazyBuffer, cdf: LazyBuffer) -> LazyBuffer:
+        self.x, self.cdf = x, cdf
+        return x.e(BinaryOps.MUL, cdf)
 
-    def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        pdf = self.gauss.e(BinaryOps.MUL, _const(grad, 1 / math.sqrt(2 * math.pi)))
-        return grad.e(BinaryOps.MUL, self.cdf.e(BinaryOps.ADD, self.x.e(BinaryOps.MUL, pdf)))
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer, None]:
+        x = self.x
+        # phi(x) = exp2(x^2 * (-log2(e) / 2)) / sqrt(2 pi)
+        gauss = x.e(BinaryOps.MUL, x).e(BinaryOps.MUL, _const(x, -0.5 / math.log(2))).e(UnaryOps.EXP2)
+        pdf = gauss.e(BinaryOps.MUL, _const(grad, 1 / math.sqrt(2 * math.pi)))
+        return grad.e(BinaryOps.MUL, self.cdf.e(BinaryOps.ADD, x.e(BinaryOps.MUL, pdf))), None
 
 
 _Maybe = TypeVar("_Maybe", LazyBuffer, None, LazyBuffer | None)
