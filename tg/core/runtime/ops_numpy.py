@@ -36,7 +36,8 @@ def _cast(x: np.ndarray, dtype: DType, src: DType | None = None) -> np.ndarray:
 
 def _bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     bits = to_storage(np.asarray(x), src)
-    return from_storage(np.ascontiguousarray(bits).view(dst.np), dst)
+    # ascontiguousarray makes a 0-d array 1-d: the shape is put back
+    return from_storage(np.ascontiguousarray(bits).view(dst.np).reshape(np.shape(x)), dst)
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
