@@ -15,8 +15,9 @@ their time in exactly this per-op bookkeeping, so this is where eager mode gets 
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
-from tg.core.dtype import dtypes
+from tg.core.dtype import DType, dtypes
 from tg.core.function import Function, _const
 from tg.core.indexing import arange
 from tg.core.lazy import LazyBuffer
@@ -91,34 +92,38 @@ class Linear(Function):
 
 
 # Abramowitz-Stegun 7.1.26: erf(z) = 1 - t * P(t) * exp(-z^2), t = 1 / (1 + p z) for z >= 0,
-# |error| < 1.5e-7; P's coefficients from the highest power down (Tensor.erf uses them too)
-AS_P = 0.3275911
-AS_COEFFS = (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
-
-
 class Gelu(Function):
-    """x * Phi(x), Phi the standard normal CDF. With q = 1 - erf(|x| / sqrt 2), taken straight from
-    the formula as t * P(t) * exp(-x^2 / 2), Phi is q / 2 below 0 and 1 - q / 2 above: the negative
-    tail is never 1 - erf rounded to 0. The gradient is Phi(x) + x * phi(x), as torch's."""
+    """x * Phi(x) for x and Phi(x) (the standard normal CDF, computed by the caller from erfc, so the
+    negative tail keeps its digits); the gradient is Phi(x) + x * phi(x), as torch's."""
 
-    def forward(self, x: LazyBuffer) -> LazyBuffer:
-        c = lambda v: _const(x, v)  # noqa: E731 - a constant of x's shape and dtype
-        self.x = x
-        ax = x.e(BinaryOps.MAX, x.e(UnaryOps.NEG))
-        # exp(-x^2 / 2) = exp2(x^2 * (-log2(e) / 2)): phi(x) without its 1 / sqrt(2 pi)
-        self.gauss = x.e(BinaryOps.MUL, x).e(BinaryOps.MUL, c(-0.5 / math.log(2))).e(UnaryOps.EXP2)
-        t = ax.e(BinaryOps.MUL, c(AS_P / math.sqrt(2))).e(BinaryOps.ADD, c(1.0)).e(UnaryOps.RECIP)
-        poly = c(AS_COEFFS[0])
-        for coeff in AS_COEFFS[1:]:     # Horner, one multiply-add node a coefficient
-            poly = poly.e(TernaryOps.MULACC, t, c(coeff))
-        half_q = poly.e(BinaryOps.MUL, t).e(BinaryOps.MUL, self.gauss).e(BinaryOps.MUL, c(0.5))
-        upper = c(1.0).e(BinaryOps.ADD, half_q.e(UnaryOps.NEG))
-        self.cdf = x.e(BinaryOps.CMPLT, c(0.0)).e(TernaryOps.WHERE, half_q, upper)
-        return x.e(BinaryOps.MUL, self.cdf)
+    def forward(self, x: LazyBuffer, cdf: LazyBuffer) -> LazyBuffer:
+        self.x, self.cdf = x, cdf
+        return x.e(BinaryOps.MUL, cdf)
 
-    def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        pdf = self.gauss.e(BinaryOps.MUL, _const(grad, 1 / math.sqrt(2 * math.pi)))
-        return grad.e(BinaryOps.MUL, self.cdf.e(BinaryOps.ADD, self.x.e(BinaryOps.MUL, pdf)))
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer, None]:
+        x = self.x
+        # phi(x) = exp2(x^2 * (-log2(e) / 2)) / sqrt(2 pi)
+        gauss = x.e(BinaryOps.MUL, x).e(BinaryOps.MUL, _const(x, -0.5 / math.log(2))).e(UnaryOps.EXP2)
+        pdf = gauss.e(BinaryOps.MUL, _const(grad, 1 / math.sqrt(2 * math.pi)))
+        return grad.e(BinaryOps.MUL, self.cdf.e(BinaryOps.ADD, x.e(BinaryOps.MUL, pdf))), None
+
+
+_Maybe = TypeVar("_Maybe", LazyBuffer, None, LazyBuffer | None)
+
+
+def _wide(x: _Maybe) -> _Maybe:
+    """A float16 or bfloat16 operand as float32. Functions whose row statistics are stored between
+    kernels (softmax's sum, layer_norm's mean and rstd, attention's weights) compute in float32 and
+    round once at the end, as torch's do: stored in the narrow type, each would be rounded too."""
+    return x.e(UnaryOps.CAST, arg=dtypes.float32) if x is not None and x.dtype in NARROW else x
+
+
+def _narrow(x: _Maybe, dtype: DType) -> _Maybe:
+    """A float32 result back in its operand's (narrow) dtype."""
+    return x.e(UnaryOps.CAST, arg=dtype) if x is not None and x.dtype != dtype else x
+
+
+NARROW = (dtypes.float16, dtypes.bfloat16)
 
 
 def _keep(x: LazyBuffer, reduced: LazyBuffer) -> LazyBuffer:
@@ -142,31 +147,33 @@ class Softmax(Function):
     """exp(x - max) / sum(exp(x - max)) along one axis; dx = y * (g - sum(g * y))."""
 
     def forward(self, x: LazyBuffer, axis: int) -> LazyBuffer:
-        self.axis = axis
-        self.ret = _softmax(x, axis)
-        return self.ret
+        self.axis, self.dtype = axis, x.dtype
+        self.ret = _softmax(_wide(x), axis)
+        return _narrow(self.ret, self.dtype)
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        y = self.ret
+        y, grad = self.ret, _wide(grad)
         dot = _keep(y, grad.e(BinaryOps.MUL, y).r(ReduceOps.SUM, (self.axis,)))
-        return y.e(BinaryOps.MUL, grad.e(BinaryOps.ADD, dot.e(UnaryOps.NEG)))
+        return _narrow(y.e(BinaryOps.MUL, grad.e(BinaryOps.ADD, dot.e(UnaryOps.NEG))), self.dtype)
 
 
 class LogSoftmax(Function):
     """x - max - log(sum(exp(x - max))) along one axis; dx = g - exp(y) * sum(g)."""
 
     def forward(self, x: LazyBuffer, axis: int) -> LazyBuffer:
-        self.axis = axis
+        self.axis, self.dtype = axis, x.dtype
+        x = _wide(x)
         shifted, exps = _shifted_exp(x, axis)
         total = exps.r(ReduceOps.SUM, (axis,))
         log_total = total.e(UnaryOps.LOG2).e(BinaryOps.MUL, _const(total, math.log(2)))
         self.ret = shifted.e(BinaryOps.ADD, _keep(x, log_total).e(UnaryOps.NEG))
-        return self.ret
+        return _narrow(self.ret, self.dtype)
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        grad = _wide(grad)
         probs = self.ret.e(BinaryOps.MUL, _const(grad, 1 / math.log(2))).e(UnaryOps.EXP2)
         total = _keep(grad, grad.r(ReduceOps.SUM, (self.axis,)))
-        return grad.e(BinaryOps.ADD, probs.e(BinaryOps.MUL, total).e(UnaryOps.NEG))
+        return _narrow(grad.e(BinaryOps.ADD, probs.e(BinaryOps.MUL, total).e(UnaryOps.NEG)), self.dtype)
 
 
 def _mean(x: LazyBuffer, axes: tuple[int, ...]) -> LazyBuffer:
@@ -188,6 +195,8 @@ class LayerNorm(Function):
         self.axes, self.lead = tuple(range(nd - dims, nd)), tuple(range(nd - dims))
         if not has_weight:                 # only a bias: it came in weight's place
             weight, bias = None, weight
+        self.dtypes = [t.dtype for t in (x, weight, bias) if t is not None]
+        x, weight, bias = _wide(x), _wide(weight), _wide(bias)
         mean = _keep(x, _mean(x, self.axes))
         centered = x.e(BinaryOps.ADD, mean.e(UnaryOps.NEG))
         var = _mean(centered.e(BinaryOps.MUL, centered), self.axes)
@@ -196,13 +205,14 @@ class LayerNorm(Function):
         self.weight = None if weight is None else self._broadcast(weight, x.shape)
         self.has_bias = bias is not None
         out = self.xhat if self.weight is None else self.xhat.e(BinaryOps.MUL, self.weight)
-        return out if bias is None else out.e(BinaryOps.ADD, self._broadcast(bias, x.shape))
+        out = out if bias is None else out.e(BinaryOps.ADD, self._broadcast(bias, x.shape))
+        return _narrow(out, self.dtypes[0])
 
     def _broadcast(self, p: LazyBuffer, shape: tuple[int, ...]) -> LazyBuffer:
         return p.reshape((1,) * len(self.lead) + p.shape).expand(shape)
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
-        need = self.needs_input_grad
+        need, grad = self.needs_input_grad, _wide(grad)
         h = grad if self.weight is None else grad.e(BinaryOps.MUL, self.weight)
         mean_h = _keep(h, _mean(h, self.axes))
         mean_hx = _keep(h, _mean(h.e(BinaryOps.MUL, self.xhat), self.axes))
@@ -215,7 +225,7 @@ class LayerNorm(Function):
                        if need[len(out)] else None)
         if self.has_bias:
             out.append(grad.r(ReduceOps.SUM, self.lead).reshape(shape) if need[len(out)] else None)
-        return tuple(out)
+        return tuple(_narrow(g, dtype) for g, dtype in zip(out, self.dtypes))
 
 
 def one_hot(idx: LazyBuffer, n: int, wrap: bool = True) -> LazyBuffer:
@@ -294,6 +304,8 @@ class Attention(Function):
 
     def forward(self, q: LazyBuffer, k: LazyBuffer, v: LazyBuffer, *, scale: float,
                 causal: bool) -> LazyBuffer:
+        self.dtypes = (q.dtype, k.dtype, v.dtype)
+        q, k, v = _wide(q), _wide(k), _wide(v)
         self.q, self.k, self.v, self.scale = q, k, v, scale
         scores = matmul_nt(q, packed(k, q.shape[-2]))
         scores = scores.e(BinaryOps.MUL, _const(scores, scale))
@@ -305,9 +317,13 @@ class Attention(Function):
             self_or_before = _negated(rows.e(BinaryOps.CMPLT, cols))
             scores = self_or_before.e(TernaryOps.WHERE, scores, _const(scores, -math.inf))
         self.p = _softmax(scores, len(scores.shape) - 1)
-        return matmul_nt(self.p, swap_last(v))
+        return _narrow(matmul_nt(self.p, swap_last(v)), self.dtypes[0])
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        grads = self._grads(_wide(grad))
+        return tuple(_narrow(g, dtype) for g, dtype in zip(grads, self.dtypes))
+
+    def _grads(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
         need_q, need_k, need_v = self.needs_input_grad
         p = self.p
         dv = matmul_nt(swap_last(p), swap_last(grad)) if need_v else None

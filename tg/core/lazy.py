@@ -170,7 +170,10 @@ class LazyBuffer:
             out_dtype = self.dtype
         return LazyBuffer(self.device, ShapeTracker.from_shape(shape), out_dtype, op, (self, *srcs), arg)
 
-    def r(self, op: ReduceOps, axes: tuple[int, ...], split: bool = True) -> LazyBuffer:
+    def r(self, op: ReduceOps, axes: tuple[int, ...], split: bool = True,
+          partial: bool = False) -> LazyBuffer:
+        """The reduce over axes (kept as size 1). `partial`: a part of a split reduce, whose float16 or
+        bfloat16 sum is a float32 (the whole rounds once, at its end, as torch's does)."""
         in_shape = self.shape
         shape = tuple(1 if i in axes else s for i, s in enumerate(in_shape))
         sizes = [in_shape[a] for a in axes]
@@ -183,9 +186,10 @@ class LazyBuffer:
             split_to = self._split_reduce(op, axes, shape)
             if split_to is not None:
                 return split_to
-        return LazyBuffer(
-            self.device, ShapeTracker.from_shape(shape), self.dtype, op, (self,), tuple(sorted(axes))
-        )
+        wide = partial and op is ReduceOps.SUM and self.dtype in (dtypes.float16, dtypes.bfloat16)
+        dtype = dtypes.float32 if wide else self.dtype
+        return LazyBuffer(self.device, ShapeTracker.from_shape(shape), dtype, op, (self,),
+                          tuple(sorted(axes)))
 
     def _split_reduce(self, op: ReduceOps, axes: tuple[int, ...],
                       shape: tuple[int, ...]) -> LazyBuffer | None:
@@ -200,8 +204,8 @@ class LazyBuffer:
             chunks = next((f for f in (1024, 512, 256, 128, 64, 32, 16) if n % f == 0 and n // f >= 256),
                           None)
             if chunks is not None:
-                partial = self.reshape((chunks, n // chunks)).r(op, (1,), split=False)
-                return partial.r(op, (0,), split=False).reshape(shape)
+                partial = self.reshape((chunks, n // chunks)).r(op, (1,), split=False, partial=True)
+                return self._narrowed(partial.r(op, (0,), split=False).reshape(shape))
         big = [a for a in sorted(axes) if in_shape[a] > 1]
         if len(big) == 1 and outputs < COLUMN_SPLIT_OUTPUTS and n >= COLUMN_SPLIT_SIZE and \
                 in_shape[big[0]] >= COLUMN_SPLIT_MIN and \
@@ -212,15 +216,20 @@ class LazyBuffer:
             chunks = next((f for f in (64, 32, 16) if n_red % f == 0), None)
             if chunks is not None:
                 parts = self.reshape(in_shape[:a] + (chunks, n_red // chunks) + in_shape[a + 1:])
-                return parts.r(op, (a + 1,), split=False).r(op, (a,), split=False).reshape(shape)
+                partial = parts.r(op, (a + 1,), split=False, partial=True)
+                return self._narrowed(partial.r(op, (a,), split=False).reshape(shape))
         first = in_shape[big[0]] if big else 0
         if len(big) >= 2 and first >= SPLIT_MIN and outputs * first <= SPLIT_MAX_PARTIAL \
                 and prod(in_shape[a] for a in big[1:]) >= SPLIT_MIN:
             # Reduce the inner axes first, per slice of the outermost one (that slice's data stays
             # in cache, and the slices run in parallel), then sum the partials.
-            partial = self.r(op, tuple(a for a in axes if a != big[0]), split=False)
-            return partial.r(op, (big[0],), split=False)
+            partial = self.r(op, tuple(a for a in axes if a != big[0]), split=False, partial=True)
+            return self._narrowed(partial.r(op, (big[0],), split=False))
         return None
+
+    def _narrowed(self, total: LazyBuffer) -> LazyBuffer:
+        """A split reduce's result (float32 for a narrow sum) in self's dtype: its one rounding."""
+        return total if total.dtype == self.dtype else total.e(UnaryOps.CAST, arg=self.dtype)
 
     def copy_to_device(self, device: str) -> LazyBuffer:
         if device == self.device:

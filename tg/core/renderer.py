@@ -54,10 +54,13 @@ class Dialect:
     bool_type: str = "_Bool"
     func32: dict[str, str] = field(default_factory=dict)   # float32 function names
     func64: dict[str, str] = field(default_factory=dict)
-    half_load: str = "(float)({0})"
-    half_store: str = "({0})"
-    half_round: str = "((float)(_Float16)({0}))"
-    half_value: str = "((_Float16)({0}))"   # a computed (float) value as the half type, for BITCAST
+    # float16 as its bits, converted by the dialect's helpers (tg_h2f, tg_f2h; tg_d2h from a double, in
+    # one rounding as numpy does); OpenCL has its own half type
+    half_load: str = "tg_h2f({0})"
+    half_store: str = "tg_f2h({0})"
+    half_round: str = "tg_h2f(tg_f2h({0}))"
+    half_round64: str = "tg_h2f(tg_d2h({0}))"   # a double value rounded to half (as float)
+    half_value: str = "tg_f2h({0})"   # a computed (float) value as the half type, for BITCAST
     bitcast: str = "({{ union {{ {src} s; {dst} d; }} u_; u_.s = ({0}); u_.d; }})"
     inf: str = "INFINITY"
     nan: str = "NAN"
@@ -190,11 +193,12 @@ OPENCL_VECTORS = VecSyntax(
 
 # Every file-level name a C kernel's source declares besides the kernel itself (vector typedefs,
 # static helpers): a batch build renames them per kernel (ClangCompiler.compile_many_to).
-C_FILE_NAMES = ("f32v", "i32v", "u32v", "tg_exp2_v", "tg_log2_v", "tg_bf16_to_f32", "tg_f32_to_bf16")
+C_FILE_NAMES = ("f32v", "i32v", "u32v", "tg_exp2_v", "tg_log2_v", "tg_bf16_to_f32", "tg_f32_to_bf16",
+                "tg_h2f", "tg_f2h", "tg_d2h", "tg_v4sf", "tg_v8hi", "tg_nan_h2f", "tg_nan_f2h")
 
 _C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
             "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
-            "uint64": "unsigned long long", "float16": "_Float16", "bfloat16": "unsigned short",
+            "uint64": "unsigned long long", "float16": "unsigned short", "bfloat16": "unsigned short",
             "float32": "float", "float64": "double"}
 # Each C function stays on one line of the generated source; the pieces below only wrap the Python.
 _BF16_HELPERS = (
@@ -205,6 +209,49 @@ _BF16_HELPERS = (
     "if (f != f) { unsigned short t = (unsigned short)(c.u >> 16); "
     "return (t & 0x7f) ? t : (unsigned short)(t | 0x40); } "
     "return (unsigned short)((c.u + 0x7fffu + ((c.u >> 16) & 1u)) >> 16); }\n"
+)
+
+# float16 on the CPU as its bits, converted by these helpers, not by the compiler's _Float16: GCC 12's
+# SLP vectorizer with AVX512-FP16 drops a float -> _Float16 -> float round trip it vectorizes (a cast
+# to half in a kernel then did not round), and older compilers have no _Float16 at all. With F16C
+# (every x86 CPU since 2012) a conversion is one instruction, called through builtins the optimizer
+# does not fold; elsewhere integer code with the same results (round to nearest even, subnormals, inf).
+# A NaN keeps its sign and payload's top bits, signaling or not (by hand: vcvtps2ph quiets it), so a
+# float16 NaN read and stored back keeps its bits, as in CUDA's helpers below. tg_d2h rounds a double
+# to float by rounding to odd (its last bit set where it was inexact), so the float's rounding to half
+# is the one rounding of the double (numpy's).
+_HALF_HELPERS = (
+    "\nstatic inline unsigned int tg_nan_h2f(unsigned short h) { "
+    "return ((unsigned int)(h & 0x8000u) << 16) | 0x7f800000u | ((unsigned int)(h & 0x3ffu) << 13); }\n"
+    "static inline unsigned short tg_nan_f2h(unsigned int u) { unsigned int m = (u >> 13) & 0x3ffu; "
+    "return (unsigned short)(((u >> 16) & 0x8000u) | 0x7c00u | (m ? m : 0x200u)); }\n"
+    "#if defined(__F16C__)\n"
+    "typedef float tg_v4sf __attribute__((vector_size(16)));\n"
+    "typedef short tg_v8hi __attribute__((vector_size(16)));\n"
+    "static inline unsigned short tg_f2h(float f) { union { unsigned int u; float f; } c; c.f = f; "
+    "if (f != f) return tg_nan_f2h(c.u); "
+    "return (unsigned short)__builtin_ia32_vcvtps2ph((tg_v4sf){f, 0.0f, 0.0f, 0.0f}, 0)[0]; }\n"
+    "static inline float tg_h2f(unsigned short h) { union { unsigned int u; float f; } o; "
+    "if ((h & 0x7c00u) == 0x7c00u && (h & 0x3ffu)) { o.u = tg_nan_h2f(h); return o.f; } "
+    "return __builtin_ia32_vcvtph2ps((tg_v8hi){(short)h})[0]; }\n"
+    "#else\n"
+    "static inline unsigned short tg_f2h(float f) { union { unsigned int u; float f; } c; c.f = f; "
+    "unsigned int sign = (c.u >> 16) & 0x8000u, h; c.u &= 0x7fffffffu; "
+    "if (c.u > 0x7f800000u) return tg_nan_f2h(c.u | (sign << 16)); "
+    "if (c.u >= 0x47800000u) h = 0x7c00u; "
+    "else if (c.u < 0x38800000u) { c.f += 0.5f; h = c.u - 0x3f000000u; } "
+    "else h = (c.u + 0xc8000fffu + ((c.u >> 13) & 1u)) >> 13; "
+    "return (unsigned short)(h | sign); }\n"
+    "static inline float tg_h2f(unsigned short h) { union { unsigned int u; float f; } o; "
+    "unsigned int e = h & 0x7c00u; o.u = (h & 0x7fffu) << 13; "
+    "if (e == 0x7c00u) o.u |= 0x7f800000u; "
+    "else if (e == 0) { o.u += 0x38800000u; o.f -= 6.103515625e-05f; } "
+    "else o.u += 0x38000000u; "
+    "o.u |= (unsigned int)(h & 0x8000u) << 16; return o.f; }\n"
+    "#endif\n"
+    "static inline unsigned short tg_d2h(double d) { union { unsigned int u; float f; } c; c.f = (float)d; "
+    "if ((double)c.f != d && d == d && !(c.u & 1u) && (c.u & 0x7fffffffu) != 0x7f800000u) "
+    "c.u += fabs(d) > fabs((double)c.f) ? 1u : 0xffffffffu; return tg_f2h(c.f); }\n"
 )
 
 # CUDA has no headers under NVRTC (it has none of the toolkit's): half is its bits, converted by PTX
@@ -220,6 +267,9 @@ _CUDA_HELPERS = (
     "\"=h\"(h) : \"f\"(f)); if (f != f) { unsigned int u = __float_as_uint(f); h = (unsigned short)"
     "(((u >> 16) & 0x8000u) | 0x7c00u | ((u >> 13) & 0x3ffu)); if (!(h & 0x3ffu)) h |= 0x200u; } "
     "return h; }\n"
+    "__device__ inline unsigned short tg_d2h(double d) { unsigned short h; "
+    "if (d != d) return tg_f2h((float)d); "
+    "asm(\"cvt.rn.f16.f64 %0, %1;\" : \"=h\"(h) : \"d\"(d)); return h; }\n"
     "__device__ inline int tg_max(int a, int b) { unsigned int x = (unsigned int)a ^ 0x80000000u, "
     "y = (unsigned int)b ^ 0x80000000u; return (int)((x > y ? x : y) ^ 0x80000000u); }\n"
     "__device__ inline unsigned int tg_max(unsigned int a, unsigned int b) { int x = (int)(a ^ 0x80000000u), "
@@ -233,7 +283,7 @@ DIALECTS: dict[str, Dialect] = {
         "void ",
         "",
         "restrict ",
-        "#include <math.h>\n" + _BF16_HELPERS,
+        "#include <math.h>\n" + _BF16_HELPERS + _HALF_HELPERS,
         None,
         _C_TYPES,
         func32={f: f + "f" for f in FLOAT_FUNCS},
@@ -267,7 +317,10 @@ DIALECTS: dict[str, Dialect] = {
         bool_type="bool",
         func32={f: f for f in FLOAT_FUNCS},
         func64={f: f for f in FLOAT_FUNCS},
+        half_load="(float)({0})",
+        half_store="({0})",
         half_round="((float)convert_half({0}))",
+        half_round64="((float)convert_half({0}))",
         half_value="convert_half({0})",
         bitcast="as_{dst_word}({0})",
         vec=OPENCL_VECTORS,
@@ -286,14 +339,10 @@ DIALECTS: dict[str, Dialect] = {
         "u.s = s; "
         "return u.d; }\n" + _BF16_HELPERS.replace("static inline", "__device__ inline"),
         "(blockIdx.x*blockDim.x+threadIdx.x)",
-        {**_C_TYPES, "float16": "unsigned short"},
+        _C_TYPES,
         bool_type="bool",
         func32={f: f + "f" for f in FLOAT_FUNCS},
         func64={f: f for f in FLOAT_FUNCS},
-        half_load="tg_h2f({0})",
-        half_store="tg_f2h({0})",
-        half_round="tg_h2f(tg_f2h({0}))",
-        half_value="tg_f2h({0})",
         bitcast="tg_bitcast<{dst}, {src}>({0})",
         group_id="blockIdx.x",
         local_id="threadIdx.x",
@@ -706,6 +755,8 @@ class CStyleRenderer:
         if dst == dtypes.bool:
             return f"(({x})!=0)"
         if dst == dtypes.float16:
+            if src == dtypes.float64:
+                return self.d.half_round64.format(x)
             # ints go through float (exact for every int a half can hold): OpenCL's convert_half has no
             # integer overloads, so convert_half(long) is ambiguous
             return self.d.half_round.format(x if src.is_float else f"(float)({x})")
@@ -719,7 +770,11 @@ class CStyleRenderer:
         src_dtype = srcs[-1].dtype if op is TernaryOps.WHERE else srcs[0].dtype
         assert u.dtype is not None and src_dtype is not None
         if not u.vec:
-            return self.scalar_expr(op, u.dtype, src_dtype, [self.ref(s) for s in srcs], arg)
+            args = [self.ref(s) for s in srcs]
+            leaves = op is UnaryOps.CAST and src_dtype in NARROW_FLOATS and arg != src_dtype
+            if leaves and not _exact(srcs[0]):
+                args[0] = self.cast(dtypes.float32, src_dtype, args[0])
+            return self.scalar_expr(op, u.dtype, src_dtype, args, arg)
         native = self.vector_expr(op, u.dtype, src_dtype, srcs, arg)
         if native is not None:
             return native
@@ -788,6 +843,17 @@ class CStyleRenderer:
 
     def select(self, mask: str, a: str, b: str, dtype: DType) -> str:
         return self.vfmt(self.v.select, dtype, m=mask, a=a, b=b)
+
+
+# float16 and bfloat16 values are computed in float and rounded when they leave their type: stored,
+# or cast to another type (a fused kernel then computes what it would from the stored value)
+NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
+
+def _exact(u: UOp) -> bool:
+    """Whether a narrow-typed value is already one of its type's values (loaded, a constant, a cast
+    to it): rounding it again changes nothing."""
+    return u.op in (UOps.LOAD, UOps.CONST) or (u.op is UOps.ALU and u.arg[0] is UnaryOps.CAST)
 
 
 def _lane_list(lanes: int, first: int) -> str:

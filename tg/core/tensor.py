@@ -48,6 +48,41 @@ class ValuesIndices(NamedTuple):
     indices: Tensor
 
 
+# fdlibm's s_erf.c coefficients (Sun Microsystems, 1993, freely redistributable), lowest power first:
+# erf(a) = a + a P(a^2)/Q(a^2) below 0.84375; erx + P(a - 1)/Q(a - 1) below 1.25; above, erfc(a) from
+# exp and R(1/a^2)/S(1/a^2), RA/SA below 1/0.35 and RB/SB beyond (Tensor._erf_parts)
+ERF_ERX = 8.45062911510467529297e-01
+ERF_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
+          -5.77027029648944159157e-03, -2.37630166566501626084e-05)
+ERF_QQ = (3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
+          1.32494738004321644526e-04, -3.96022827877536812320e-06)
+ERF_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
+          3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
+          -2.16637559486879084300e-03)
+ERF_QA = (1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
+          1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
+ERF_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
+          -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
+          -8.12874355063065934246e+01, -9.81432934416914548592e+00)
+ERF_SA = (1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
+          6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
+          6.57024977031928170135e+00, -6.04244152148580987438e-02)
+ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
+          -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
+          -4.83519191608651397019e+02)
+ERF_SB = (3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
+          3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
+          -2.24409524465858183362e+01)
+
+
+def _poly(x: Tensor, coeffs: Sequence[builtins.float]) -> Tensor:
+    """coeffs[0] + coeffs[1] x + ... by Horner's rule."""
+    acc: Any = coeffs[-1]
+    for c in reversed(coeffs[:-1]):
+        acc = acc * x + c
+    return acc
+
+
 def _argfix(*x: Any) -> tuple:
     if len(x) == 1 and isinstance(x[0], (tuple, list)):
         return tuple(x[0])
@@ -1925,7 +1960,29 @@ class Tensor:
             >>> [round(v, 4) for v in Tensor([0.0, 1.0]).exp().tolist()]
             [1.0, 2.7183]
         """
-        return apply(F.Exp2, self._float_like() * (1 / math.log(2)))
+        x = self._float_like()
+        with _NoGrad():
+            out = x.detach()._exp_value()
+        return x._local(out, (x, lambda: out))
+
+    def _exp_value(self) -> Tensor:
+        """e ** self with Cody-Waite's reduction: x = k ln2 + r, ln2 in two parts (k * the first is
+        exact), then 2**k * exp2(r / ln2). exp2(x / ln2) rounds x / ln2 at |x| and loses log2|x| bits
+        (60 float32 ulps at x = 80, 400 float64 ulps at 700); here r / ln2 is below 1/2. 2**k is two
+        factors so that neither overflows where the result does not."""
+        dtype = self.dtype
+        x = self.cast(dtypes.float32) if dtype in (dtypes.float16, dtypes.bfloat16) else self
+        wide = x.dtype == dtypes.float64
+        ln2_hi, ln2_lo = (6.93147180369123816490e-01, 1.90821492927058770002e-10) if wide else \
+            (6.93145751953125e-01, 1.428606765330187e-06)
+        # adding and taking away 1.5 * 2**mantissa-bits rounds to a whole number (in range: clamped)
+        magic = 1.5 * 2.0 ** (52 if wide else 23)
+        xc = x.clamp(-1500.0 if wide else -200.0, 1500.0 if wide else 200.0)
+        k = (xc * (1 / math.log(2)) + magic) - magic
+        r = (xc - k * ln2_hi) - k * ln2_lo
+        half = (k * 0.5 + magic) - magic
+        out = (r * (1 / math.log(2))).exp2() * half.exp2() * (k - half).exp2()
+        return x.isnan().where(x, out).cast(dtype)
 
     def log(self) -> Tensor:
         """The natural logarithm, elementwise: -inf at 0 and nan below it (int inputs give float32).
@@ -2126,18 +2183,17 @@ class Tensor:
     swish = silu
 
     def erf(self) -> Tensor:
-        """The Gauss error function, elementwise (Abramowitz-Stegun 7.1.26: absolute error below 1.5e-7).
+        """The Gauss error function, elementwise, to about an ulp of the dtype (fdlibm's algorithm; see
+        `_erf_parts`).
 
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 0.5]).erf().tolist()]
             [-0.8427, 0.0, 0.5205]
         """
-        # Abramowitz-Stegun 7.1.26 (fused.AS_P, fused.AS_COEFFS), built from primitives so it differentiates
         x = self._float_like()
-        t = 1.0 / (1.0 + fused.AS_P * x.abs())
-        poly: Any = fused.AS_COEFFS[0]
-        for coeff in fused.AS_COEFFS[1:]:     # Horner
-            poly = poly * t + coeff
-        return x.sign() * (1.0 - t * poly * (-(x * x)).exp())
+        with _NoGrad():
+            erf_a, _ = x.detach()._erf_parts()
+            out = x.detach()._sign_negative().where(-erf_a, erf_a).cast(x.dtype)
+        return x._local(out, (x, lambda: (-(x.detach() * x.detach())).exp() * (2 / math.sqrt(math.pi))))
 
     def gelu(self, approximate: str = "none") -> Tensor:
         """self * Phi(self), Phi the standard normal CDF, with erf (approximate="none") or torch's tanh
@@ -2152,9 +2208,12 @@ class Tensor:
             return 0.5 * self * (1 + (math.sqrt(2 / math.pi) * (self + 0.044715 * self * self * self)).tanh())
         if approximate != "none":
             raise ValueError(f"[core] gelu: approximate must be 'none' or 'tanh', got {approximate!r}")
-        if self.dtype in (dtypes.float32, dtypes.float64):
-            return apply(fused.Gelu, self)
-        return 0.5 * self * (1 + (self * (1 / math.sqrt(2))).erf())
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):    # in float32, rounded once
+            return self.float().gelu().cast(self.dtype)
+        x = self._float_like()
+        with _NoGrad():        # Phi(x) = erfc(-x / sqrt 2) / 2: the negative tail never 1 - erf rounded to 0
+            cdf = (x.detach() * (-1 / math.sqrt(2))).erfc() * 0.5
+        return apply(fused.Gelu, x, cdf)
 
     def softplus(self, beta: builtins.float = 1.0, threshold: builtins.float = 20.0) -> Tensor:
         """log(1 + exp(beta * self)) / beta, elementwise, and self itself where beta * self > threshold
@@ -3316,12 +3375,42 @@ class Tensor:
         return self - self.trunc()
 
     def erfc(self) -> Tensor:
-        """1 - erf(self).
+        """1 - erf(self), elementwise, to about an ulp of the dtype: never 1 - erf rounded, so the
+        tail keeps its digits (erfc(5) is 1.5375e-12 in float32, not 0).
 
             >>> Tensor([0.0]).erfc().tolist()
             [1.0]
         """
-        return 1 - self.erf()
+        x = self._float_like()
+        with _NoGrad():
+            _, erfc_a = x.detach()._erf_parts()
+            out = (x.detach() < 0).where(2 - erfc_a, erfc_a).cast(x.dtype)
+        return x._local(out, (x, lambda: (-(x.detach() * x.detach())).exp() * (-2 / math.sqrt(math.pi))))
+
+    def _erf_parts(self) -> tuple[Tensor, Tensor]:
+        """(erf(|x|), erfc(|x|)) of a float tensor (float32 for a narrow one: the caller rounds once),
+        by fdlibm's s_erf.c (Sun Microsystems, 1993, freely redistributable): rational approximations
+        on [0, 0.84375), [0.84375, 1.25) and beyond, where erfc(a) = exp(-z^2 - 0.5625) * exp((z - a)
+        (z + a) + R/S) / a with z = a cut to half its bits (z^2 is exact, so the large exponent carries
+        no rounding error). The coefficients are double's."""
+        x = self.cast(dtypes.float32) if self.dtype in (dtypes.float16, dtypes.bfloat16) else self
+        word = dtypes.int64 if x.dtype == dtypes.float64 else dtypes.int32
+        a = (x.bitcast(word) & ((1 << (8 * word.itemsize - 1)) - 1)).bitcast(x.dtype)   # |x|, x read once
+        z2 = a * a
+        small = a + a * (_poly(z2, ERF_PP) / _poly(z2, (1.0, *ERF_QQ)))
+        s = a - 1
+        mid = _poly(s, ERF_PA) / _poly(s, (1.0, *ERF_QA))
+        at = (a < 40.0).where(a, 40.0)              # erfc(40) is 0 even in float64; no inf - inf below
+        inv = 1 / (at * at)
+        near = at < 1 / 0.35
+        ratio = near.where(_poly(inv, ERF_RA) / _poly(inv, (1.0, *ERF_SA)),
+                           _poly(inv, ERF_RB) / _poly(inv, (1.0, *ERF_SB)))
+        cut = (at.bitcast(word) & (-(1 << 32) if word == dtypes.int64 else -(1 << 13))).bitcast(x.dtype)
+        tail = (-cut * cut - 0.5625).exp() * ((cut - at) * (cut + at) + ratio).exp() / at
+        erf_a = (a < 0.84375).where(small, (a < 1.25).where(mid + ERF_ERX, 1 - tail))
+        erfc_a = (a < 0.84375).where(1 - small, (a < 1.25).where((1 - ERF_ERX) - mid, tail))
+        nan = a.isnan()
+        return nan.where(a, erf_a), nan.where(a, erfc_a)
 
     def signbit(self) -> Tensor:
         """True where the sign bit is set: negative numbers and -0.0.

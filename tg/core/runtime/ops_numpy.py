@@ -2,7 +2,8 @@
 interprets their ASTs with numpy, so REFERENCE below is the definition of what each op means.
 
 Conventions every device follows: float16 and bfloat16 values are computed in float32 and
-rounded when cast or stored; integer arithmetic wraps; MOD and IDIV follow C (truncation),
+rounded when stored or cast (to them, or from them to another type); a sum of them accumulates in
+float32 (split reduces keep float32 partials); integer arithmetic wraps; MOD and IDIV follow C (truncation),
 and an integer division by zero gives 0; CMPLT/CMPNE give bools."""
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def compute_dtype(d: DType) -> np.dtype:
     return np.dtype(np.float32) if d in (dtypes.float16, dtypes.bfloat16) else d.np
 
 
-def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
+def _cast(x: np.ndarray, dtype: DType, src: DType | None = None) -> np.ndarray:
+    if src in (dtypes.float16, dtypes.bfloat16) and dtype != src:
+        x = _cast(x, src)            # a narrow value leaves its type rounded to it
     if dtype == dtypes.bool:
         return x != 0
     with np.errstate(all="ignore"):   # overflow to inf / wrap-around is the defined result
@@ -33,7 +36,8 @@ def _cast(x: np.ndarray, dtype: DType) -> np.ndarray:
 
 def _bitcast(x: np.ndarray, src: DType, dst: DType) -> np.ndarray:
     bits = to_storage(np.asarray(x), src)
-    return from_storage(np.ascontiguousarray(bits).view(dst.np), dst)
+    # ascontiguousarray makes a 0-d array 1-d: the shape is put back
+    return from_storage(np.ascontiguousarray(bits).view(dst.np).reshape(np.shape(x)), dst)
 
 
 def _int_div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -136,7 +140,7 @@ class Interpreter:
                 np.full(tuple(1 if i in n.arg else s for i, s in enumerate(src.shape)),
                         0 if n.op is ReduceOps.SUM else -np.inf, dtype=src.dtype)
         elif n.op in (UnaryOps.CAST,):
-            out = REFERENCE[n.op](values[id(n.src[0])], n.arg)
+            out = REFERENCE[n.op](values[id(n.src[0])], n.arg, n.src[0].dtype)
         elif n.op is UnaryOps.BITCAST:
             out = REFERENCE[n.op](values[id(n.src[0])], n.src[0].dtype, n.arg)
         else:
