@@ -141,21 +141,26 @@ class Mul(Function):
 
 class Maximum(Function):
     def forward(self, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        if self.requires_grad:   # backward compares them: the same bits as the forward's (LazyBuffer.stored)
+            x, y = x.stored(), y.stored()
         self.x, self.y = x, y
-        self.ret = x.e(BinaryOps.MAX, y)
-        return self.ret
+        return x.e(BinaryOps.MAX, y)
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]:
-        # ties share the gradient equally, as torch.maximum does
-        x_is = self.x.e(BinaryOps.CMPNE, self.ret).e(UnaryOps.NEG).e(UnaryOps.CAST, arg=grad.dtype)
-        y_is = self.y.e(BinaryOps.CMPNE, self.ret).e(UnaryOps.NEG).e(UnaryOps.CAST, arg=grad.dtype)
-        share = grad.e(BinaryOps.MUL, x_is.e(BinaryOps.ADD, y_is).e(UnaryOps.RECIP))
-        return (share.e(BinaryOps.MUL, x_is) if self.needs_input_grad[0] else None,
-                share.e(BinaryOps.MUL, y_is) if self.needs_input_grad[1] else None)
+        # torch.maximum's rule: the larger operand takes the gradient, a tie shares it equally, and
+        # where either is NaN (no order) both take it; from the operands, so it adds up to grad
+        zero, tie = _const(grad, 0), self.x.e(BinaryOps.CMPNE, self.y).e(UnaryOps.NEG)
+        either = tie.e(TernaryOps.WHERE, grad.e(BinaryOps.MUL, _const(grad, 0.5)), grad)
+        return (self.x.e(BinaryOps.CMPLT, self.y).e(TernaryOps.WHERE, zero, either)
+                if self.needs_input_grad[0] else None,
+                self.y.e(BinaryOps.CMPLT, self.x).e(TernaryOps.WHERE, zero, either)
+                if self.needs_input_grad[1] else None)
 
 
 class Where(Function):
     def forward(self, cond: LazyBuffer, x: LazyBuffer, y: LazyBuffer) -> LazyBuffer:
+        if self.needs_input_grad[1] and self.needs_input_grad[2]:
+            cond = cond.stored()   # the two gradients, maybe two kernels, split by one decision
         self.cond = cond
         return cond.e(TernaryOps.WHERE, x, y)
 
@@ -188,6 +193,8 @@ class Sum(Function):
 
 class Max(Function):
     def forward(self, x: LazyBuffer, axes: tuple[int, ...]) -> LazyBuffer:
+        if self.requires_grad:   # backward compares x with the max of it: the same bits (LazyBuffer.stored)
+            x = x.stored()
         self.x, self.ret, self.axes = x, x.r(ReduceOps.MAX, axes), axes
         return self.ret
 
@@ -273,6 +280,16 @@ class Flip(Function):
 
 
 # ---------------------------------------------------------------- buffers
+class Stored(Function):
+    """The values as one computation every kernel reads bit for bit (LazyBuffer.stored)."""
+
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        return x.stored()
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return grad
+
+
 class Contiguous(Function):
     """ASSIGN into a fresh buffer: the values of a view, stored; copy=True stores a base again too (clone)."""
 

@@ -15,7 +15,7 @@ import weakref
 from typing import TYPE_CHECKING, Any, Iterator
 
 from tg.core.dtype import DType, dtypes, min_value, value_key
-from tg.core.ops import COMPARISON_OPS, BufferOps, Op, ReduceOps, TernaryOps, UnaryOps
+from tg.core.ops import COMPARISON_OPS, BinaryOps, BufferOps, Op, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
 
 if TYPE_CHECKING:
@@ -29,6 +29,17 @@ assert COLUMN_SPLIT_SIZE >= SPLIT_MIN_SIZE, "LazyBuffer._split_reduce stops belo
 # Constants handed out again (LazyBuffer.const); cleared when it holds this many.
 _CONSTS: dict[tuple, LazyBuffer] = {}
 CONST_CACHE = 4096
+
+# Float ops that give the same bits in every kernel that computes them from the same inputs: IEEE
+# negation, addition, max, comparison and selection. Not exp2 / log2 (on the CPU a vector polynomial
+# in one kernel and libm's in another), nor a multiply (an add after it may be fused into an FMA in one
+# kernel and not in another), nor a float cast (a float16 round trip is not rounded inside a kernel).
+# Integer and bool ops are exact wherever they run. See LazyBuffer.stored.
+SAME_IN_EVERY_KERNEL = frozenset({UnaryOps.NEG, BinaryOps.ADD, BinaryOps.MAX, BinaryOps.CMPLT,
+                                  BinaryOps.CMPNE, TernaryOps.WHERE})
+# Bases whose values are read from memory by every kernel that reads them: a reduce read by another
+# reduce, or by two kernels, is stored (schedule._plan).
+_READ_FROM_MEMORY = (BufferOps.CONST, BufferOps.ASSIGN, BufferOps.COPY, BufferOps.EMPTY, *ReduceOps)
 
 # Assigns not yet run; TinyJit flushes them (realize.flush_assigns) so no update leaks from one
 # call into the next.
@@ -247,6 +258,33 @@ class LazyBuffer:
         if self.is_base and self.op is not BufferOps.CONST:
             return self
         return LazyBuffer.empty(self.shape, self.dtype, self.device).assign(self)
+
+    def stored(self) -> LazyBuffer:
+        """This view's values as one computation that every kernel reading them sees bit for bit: self
+        when they come from memory through ops in SAME_IN_EVERY_KERNEL, else the value written to a
+        buffer once. An elementwise value is otherwise recomputed by every kernel that reads it, which
+        for exp or a multiply-add may differ in the last bit; so whatever is compared for equality with
+        a value computed elsewhere (a max's index, a tie's share of a gradient) is read through this."""
+        if prod(self.shape) == 0 or self._same_in_every_kernel():
+            return self
+        base = self.base
+        if prod(self.shape) < prod(base.shape):   # a part of a larger value: store that part only
+            return LazyBuffer.empty(self.shape, self.dtype, self.device).assign(self)
+        kept = LazyBuffer.empty(base.shape, base.dtype, base.device).assign(base)
+        return kept if self.is_base else kept._view(self.st)
+
+    def _same_in_every_kernel(self) -> bool:
+        seen: set[int] = set()
+        stack = [self.base]
+        while stack:
+            b = stack.pop()
+            if id(b) in seen or b.realized is not None or b.op in _READ_FROM_MEMORY:
+                continue
+            seen.add(id(b))
+            if b.dtype.is_float and b.op not in SAME_IN_EVERY_KERNEL:
+                return False
+            stack.extend(s.base for s in b.srcs)
+        return True
 
     def assign(self, value: LazyBuffer) -> LazyBuffer:
         """Write value into this buffer's memory (this lazy buffer must be a base or a view of one)."""

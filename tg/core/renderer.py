@@ -160,7 +160,15 @@ static inline f32v tg_log2_v(f32v x) {
   r = TG_SEL(x == INFINITY, x, r);
   return TG_SEL(x != x, x, r);
 }
+static inline float tg_exp2_s(float x) { return tg_exp2_v(((f32v){}) + x)[0]; }
+static inline float tg_log2_s(float x) { return tg_log2_v(((f32v){}) + x)[0]; }
 """
+
+# float32 exp2 / log2 on one value in C: the vector functions on a splat, lane 0, so a value gives the
+# same bits in a vector loop, in its scalar tail and in a kernel with no lanes (libm's exp2f differs from
+# the polynomial in the last bit: the same exp(x) recomputed by two kernels, or by a row's vector body
+# and its tail, then compared unequal, and an argmax matched nothing).
+C_SCALAR_MATH = {"exp2": "tg_exp2_s", "log2": "tg_log2_s"}
 
 # Two vectors' lanes picked into one: Clang and GCC 12+ spell it __builtin_shufflevector, older GCC
 # __builtin_shuffle with a mask vector.
@@ -193,8 +201,8 @@ OPENCL_VECTORS = VecSyntax(
 
 # Every file-level name a C kernel's source declares besides the kernel itself (vector typedefs,
 # static helpers): a batch build renames them per kernel (ClangCompiler.compile_many_to).
-C_FILE_NAMES = ("f32v", "i32v", "u32v", "tg_exp2_v", "tg_log2_v", "tg_bf16_to_f32", "tg_f32_to_bf16",
-                "tg_h2f", "tg_f2h", "tg_d2h", "tg_v4sf", "tg_v8hi", "tg_nan_h2f", "tg_nan_f2h")
+C_FILE_NAMES = ("f32v", "i32v", "u32v", "tg_exp2_v", "tg_log2_v", "tg_exp2_s", "tg_log2_s",
+                "tg_bf16_to_f32", "tg_f32_to_bf16", "tg_h2f", "tg_f2h", "tg_d2h", "tg_v4sf", "tg_v8hi", "tg_nan_h2f", "tg_nan_f2h")
 
 _C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
             "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
@@ -286,7 +294,8 @@ DIALECTS: dict[str, Dialect] = {
         "#include <math.h>\n" + _BF16_HELPERS + _HALF_HELPERS,
         None,
         _C_TYPES,
-        func32={f: f + "f" for f in FLOAT_FUNCS},
+        # float32 exp2 / log2 on one value are the vector ones on a splat (C_SCALAR_MATH)
+        func32={f: C_SCALAR_MATH.get(f, f + "f") for f in FLOAT_FUNCS},
         func64={f: f for f in FLOAT_FUNCS},
         vec=C_VECTORS,
         signed_wraps=True,
@@ -507,8 +516,8 @@ class CStyleRenderer:
                 if text:
                     body.extend(pad + line for line in text.split("\n"))
         vec_header = ""
-        if lin.lanes > 1:
-            vec_header = self.v.header.replace("BYTES", str(4 * lin.lanes))
+        if lin.lanes > 1 or d.name == "c":   # C's scalar exp2 / log2 are the vector ones (C_SCALAR_MATH)
+            vec_header = self.v.header.replace("BYTES", str(4 * max(lin.lanes, 4)))
         if streaming:
             vec_header = "#include <immintrin.h>\n" + vec_header
         sig = f"{storage}{d.kernel_prefix}{name}({', '.join(params)}) {{"

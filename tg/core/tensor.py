@@ -354,6 +354,11 @@ class Tensor:
         """
         return apply(F.Contiguous, self)
 
+    def _stored(self) -> Tensor:
+        """The values as one computation that every kernel reading them sees bit for bit (see
+        LazyBuffer.stored): what is compared for equality with a reduce of it is read through this."""
+        return apply(F.Stored, self)
+
     def assign(self, value: Tensor | Any) -> Tensor:
         """Write value into this tensor's memory (used by optimizers); returns self. The value needs the
         same shape and device, and is cast to self's dtype.
@@ -2674,10 +2679,11 @@ class Tensor:
                             f"x.{values_only}({axis!r})")
         self._check_nonempty(axis, "max" if largest else "min")
         d = self._axis(builtins.int(axis))
-        indices = self._arg_extreme(d, True, largest)
+        x = self._stored()   # the value at the index is the one the index was found by
+        indices = x._arg_extreme(d, True, largest)
         if self.ndim == 0:
             return ValuesIndices(self, indices)
-        values = self.gather(d, indices).cast(self.dtype)   # the gradient goes to the picked position
+        values = x.gather(d, indices).cast(self.dtype)   # the gradient goes to the picked position
         if not keepdim:
             values, indices = values.squeeze(d), indices.squeeze(d)
         return ValuesIndices(values, indices)
@@ -2831,10 +2837,11 @@ class Tensor:
         n = self.shape[d]
         if n == 0:
             raise ValueError(f"[core] argmax/argmin over an empty dim of shape {self.shape}")
-        best = self.amax(d, keepdim=True) if largest else self.amin(d, keepdim=True)
-        hit = self == best
+        x = self._stored()   # compared with its own max: one computation, not two kernels' (x.stored)
+        best = x.amax(d, keepdim=True) if largest else x.amin(d, keepdim=True)
+        hit = x == best
         if self.dtype.is_float:   # a NaN is the extreme, as in torch (NaN == NaN is false)
-            hit = hit | (self.isnan() & best.isnan())
+            hit = hit | (x.isnan() & best.isnan())
         # the first index wins: count down from n so the max picks the lowest index
         rev = (n - index_range(n, self.device)).reshape(tuple(n if i == d else 1 for i in range(self.ndim)))
         idx = n - hit.where(rev, 0).amax(d, keepdim=keepdim)
@@ -2973,8 +2980,9 @@ class Tensor:
         """The first k of the sorted last dim: (values, int64 indices); NaN sorts as the largest value and
         equal values keep their order."""
         n = self.shape[-1]
+        src = self._stored()   # every pair compared, and the values picked, from one computation
         with _NoGrad():
-            x = self.detach() if self.dtype != dtypes.bool else self.detach().cast(dtypes.int32)
+            x = src.detach() if self.dtype != dtypes.bool else src.detach().cast(dtypes.int32)
             a, b = x.unsqueeze(-1), x.unsqueeze(-2)          # a: element i, b: element j; (..., i, j)
             before = (b > a) if descending else (b < a)     # j goes before i
             ties = a == b
@@ -2988,7 +2996,7 @@ class Tensor:
             rank = (before | (ties & earlier)).sum(-1).cast(dtypes.int32)                      # (..., n)
             onehot = rank.unsqueeze(-2) == index_range(k, self.device).reshape(k, 1)           # (..., k, n)
             indices = onehot.where(ar.reshape(1, n), 0).sum(-1).cast(dtypes.int32)             # (..., k)
-        return self.gather(-1, indices).cast(self.dtype), indices.cast(dtypes.int64)
+        return src.gather(-1, indices).cast(self.dtype), indices.cast(dtypes.int64)
 
     def sort(self, dim: builtins.int = -1, descending: builtins.bool = False, *,
              stable: builtins.bool = True) -> ValuesIndices:
@@ -3087,7 +3095,8 @@ class Tensor:
         if self.ndim == 0 or self.shape[d] == 0:
             return ValuesIndices(self, Tensor.zeros(*self.shape, dtype=dtypes.int64, device=self.device))
         n = self.shape[d]
-        x = self.transpose(d, -1) if d != self.ndim - 1 else self
+        x = self._stored()   # compared with its running extreme, and picked from: one computation
+        x = x.transpose(d, -1) if d != self.ndim - 1 else x
         with _NoGrad():
             xd = x.detach() if x.dtype != dtypes.bool else x.detach().cast(dtypes.int32)
             ar = index_range(n, self.device)
@@ -3103,7 +3112,14 @@ class Tensor:
                 hit = hit | (xd.unsqueeze(-2).isnan() & best.isnan())
             # the last position holding the running extreme, as torch's cummax/cummin give
             idx = (tri & hit).where(ar.reshape(1, n), -1).amax(-1)
-        values = x.gather(-1, idx).cast(self.dtype)
+        values = x.gather(-1, idx).cast(self.dtype)   # carries the gradient to the picked position
+        if x.dtype.is_float:
+            # the picked value itself, -0.0 too (gather's one-hot sum gives +0.0 for it): the one
+            # element of its row that is not -inf has the max
+            with _NoGrad():
+                onehot = idx.unsqueeze(-1) == ar
+                exact = onehot.where(xd.unsqueeze(-2), -math.inf).amax(-1).cast(self.dtype)
+            values = values._local(exact, (values, lambda: 1))
         idx = idx.cast(dtypes.int64)
         if d != self.ndim - 1:
             values, idx = values.transpose(d, -1), idx.transpose(d, -1)
@@ -3544,22 +3560,24 @@ class Tensor:
         return self.cast(dtypes.float64).pow(e)
 
     def fmax(self, other: Any) -> Tensor:
-        """maximum() that ignores NaN: where one side is NaN the other is taken.
+        """maximum() that ignores NaN: where one side is NaN the other is taken. As in torch, self takes
+        the whole gradient of a tie.
 
             >>> Tensor([1.0, float("nan")]).fmax(Tensor([float("nan"), 2.0])).tolist()
             [1.0, 2.0]
         """
         a, b = self._broadcasted(other)
-        return b.isnan().where(a, a.isnan().where(b, a.maximum(b)))
+        return ((a >= b) | b.isnan()).where(a, b)   # torch's rule for which side the gradient goes to
 
     def fmin(self, other: Any) -> Tensor:
-        """minimum() that ignores NaN: where one side is NaN the other is taken.
+        """minimum() that ignores NaN: where one side is NaN the other is taken. As in torch, self takes
+        the whole gradient of a tie.
 
             >>> Tensor([1.0, float("nan")]).fmin(Tensor([float("nan"), 2.0])).tolist()
             [1.0, 2.0]
         """
         a, b = self._broadcasted(other)
-        return b.isnan().where(a, a.isnan().where(b, a.minimum(b)))
+        return ((a <= b) | b.isnan()).where(a, b)
 
     def deg2rad(self) -> Tensor:
         """Degrees to radians.
@@ -3724,6 +3742,7 @@ class Tensor:
             ([1], [4])
         """
         d, x = self._last_dim(dim, "mode")
+        x = x._stored()   # each element compared with every other and with the mode: one computation
         n = x.shape[-1]
         with _NoGrad():
             xd = x.detach()

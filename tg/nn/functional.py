@@ -917,6 +917,8 @@ def _max_pool(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
     dilation_ = _ntuple(op, "dilation", dilation, nsp)
     pads = _pool_pads(op, x, kernel, stride_, padding_, dilation_, ceil_mode)
     lead = ((0, 0),) * (x.ndim - nsp)
+    if return_indices or x.requires_grad:   # windows compared with their max: copies of one computation
+        x = x._stored()
     windows = x.pad(lead + pads, value=min_value(x.dtype))._pool(kernel, stride_, dilation_)  # (.., *out, *k)
     if not return_indices:
         return windows.amax(tuple(range(-nsp, 0)))
@@ -1124,7 +1126,9 @@ def _adaptive_max(op: str, x: Tensor, nsp: int, output_size: int | None | Sequen
     together the first max of the box in row-major order, as torch."""
     _check_spatial(op, x, nsp)
     sizes = _output_sizes(op, x, output_size, nsp)
-    values, flat, inner = x, None, 1                    # flat: index into the dims already reduced
+    # flat: index into the dims already reduced; the values are compared with their maxes, so they are
+    # one computation (Tensor._stored)
+    values, flat, inner = x._stored(), None, 1
     for axis in reversed(range(x.ndim - nsp, x.ndim)):
         n_in, n_out = x.shape[axis], sizes[axis - x.ndim]
         window = Tensor(_adaptive_windows(n_in, n_out).astype(bool), device=x.device)     # (n_out, n_in)
