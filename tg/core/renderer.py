@@ -202,7 +202,8 @@ OPENCL_VECTORS = VecSyntax(
 # Every file-level name a C kernel's source declares besides the kernel itself (vector typedefs,
 # static helpers): a batch build renames them per kernel (ClangCompiler.compile_many_to).
 C_FILE_NAMES = ("f32v", "i32v", "u32v", "tg_exp2_v", "tg_log2_v", "tg_exp2_s", "tg_log2_s",
-                "tg_bf16_to_f32", "tg_f32_to_bf16", "tg_h2f", "tg_f2h", "tg_d2h", "tg_v4sf", "tg_v8hi", "tg_nan_h2f", "tg_nan_f2h")
+                "tg_bf16_to_f32", "tg_f32_to_bf16", "tg_h2f", "tg_f2h", "tg_d2h", "tg_v4sf", "tg_v8hi",
+                "tg_nan_h2f", "tg_nan_f2h")
 
 _C_TYPES = {"bool": "unsigned char", "int8": "signed char", "uint8": "unsigned char", "int16": "short",
             "uint16": "unsigned short", "int32": "int", "uint32": "unsigned int", "int64": "long long",
