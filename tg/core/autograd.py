@@ -24,6 +24,17 @@ if TYPE_CHECKING:
     from tg.core.tensor import Tensor
 
 
+def parents(ctx: F.Function) -> tuple[Tensor, ...]:
+    """ctx's inputs as the values it read: a parent written in place since (Tensor._prior) stands for
+    its later value, so the one ctx read takes its place (resolved in ctx itself, and pinned)."""
+    if any(p._prior is not None for p in ctx.parents):
+        read = ctx.versions or (0,) * len(ctx.parents)
+        ctx.parents = tuple(p if v == len(p._prior or ()) else p._prior[v]  # type: ignore[index]
+                            for p, v in zip(ctx.parents, read))
+        ctx.versions = tuple(len(p._prior or ()) for p in ctx.parents)
+    return ctx.parents
+
+
 def toposort(root: Tensor) -> list[Tensor]:
     """Every tensor root depends on through Functions, inputs before the tensors made from them."""
     order: list[Tensor] = []
@@ -39,7 +50,7 @@ def toposort(root: Tensor) -> list[Tensor]:
         seen.add(id(t))
         stack.append((t, True))
         if t._ctx is not None:
-            for p in t._ctx.parents:
+            for p in parents(t._ctx):
                 if id(p) not in seen:
                     stack.append((p, False))
     return order

@@ -19,6 +19,9 @@ def _const(like: LazyBuffer, value: Any, dtype: DType | None = None) -> LazyBuff
 
 class Function:
     parents: tuple[Any, ...]
+    # each parent's in-place version when this Function read it, where one had been written in place
+    # (Tensor._prior); None: every parent at version 0. autograd.parents resolves them.
+    versions: tuple[int, ...] | None = None
     # True for a Function whose backward runs a computation of its own (activation checkpointing
     # recomputes its forward there): backprop first computes every gradient it holds pending, so the
     # activations those read are freed before that computation starts (see autograd.backprop).

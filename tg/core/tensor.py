@@ -119,6 +119,8 @@ def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     if ctx.requires_grad and not Tensor.no_grad:
         ret._ctx = ctx
         ctx.parents = x
+        if any(t._prior is not None for t in x):      # an input written in place before: which value it read
+            ctx.versions = tuple(len(t._prior) if t._prior is not None else 0 for t in x)
     return ret
 
 
@@ -126,13 +128,15 @@ def _wrap(lb: LazyBuffer, requires_grad: bool | None) -> Tensor:
     """A Tensor of a lazy buffer already on its device and of its dtype: Tensor(lb) without the
     argument checks, which every op would otherwise pay."""
     t = Tensor.__new__(Tensor)
-    t.lazydata, t.requires_grad, t.grad, t._ctx = lb, requires_grad, None, None
+    t.lazydata, t.requires_grad, t.grad, t._ctx, t._prior = lb, requires_grad, None, None, None
     return t
 
 
 class Tensor:
     """An n-dimensional array on a device, computed lazily."""
-    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
+    # _prior: the values an in-place write under autograd replaced, by version (None: never written so);
+    # a Function that read an earlier version is given that value back in backward (autograd.parents)
+    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_prior", "__weakref__")
     training: bool = False
     no_grad: bool = False
     _last_root: weakref.ref[Tensor] | None = None
@@ -144,6 +148,7 @@ class Tensor:
         dt = dtypes.from_any(dtype) if dtype is not None else None
         self.grad: Tensor | None = None
         self._ctx: F.Function | None = None
+        self._prior: dict[int, Tensor] | None = None
         if isinstance(data, LazyBuffer):
             lb = data if data.device == device else data.copy_to_device(device)
             if dt is not None and dt != lb.dtype:
@@ -1778,20 +1783,17 @@ class Tensor:
     def _write_in_place(self, name: str, compute: Callable[[Tensor], Tensor]) -> Tensor:
         """Write compute(old) into self's memory, where old stands for self's value before the write;
         returns self. Recorded for autograd as torch records an in-place op: self becomes the result, with
-        compute's gradient rule, and old takes self's place in the graph so far. As in torch it raises for
-        a leaf that requires grad (outside no_grad()), and where autograd would need the old value after
-        the write: another computation read it, or the Function that made self saved it."""
+        compute's gradient rule, and old takes self's place in the graph so far (autograd.parents). As in
+        torch it raises for a leaf that requires grad (outside no_grad()). Unlike torch, a write under
+        autograd names the new value instead of writing memory, so what a Function saved or another
+        computation read keeps its value: where torch raises ("modified by an inplace operation") tg
+        gives the gradient of the values the program computed."""
         if Tensor.no_grad:
             return self.assign(compute(self))
         if self.requires_grad and self._ctx is None:
             raise RuntimeError(
                 f"[autograd] {name}: a leaf tensor that requires grad is written in place (torch raises "
                 f"too); wrap the write in `with tg.no_grad():`, or build a new tensor (x = x + y)")
-        if self._ctx is not None and (self.lazydata.base.readers or _saves(self._ctx, self.lazydata)):
-            raise RuntimeError(
-                f"[autograd] {name}: a value needed for gradient computation would be modified by an "
-                f"in-place operation (another computation read this tensor, or the op that made it "
-                f"saved it; torch raises the same); build a new tensor instead (y = y * 3)")
         if self._ctx is not None and _views_shared_memory(self.lazydata):
             raise RuntimeError(
                 f"[autograd] {name}: an in-place write through a view of a tensor with a graph would change "
@@ -1801,10 +1803,18 @@ class Tensor:
         value = compute(old)
         if not value.requires_grad and self._ctx is None:     # nothing for autograd to record
             return self.assign(value)
-        with _NoGrad():
-            self.assign(value)
+        # self now names the new value; its memory is not written, because the recorded Function may
+        # have saved old (x *= y keeps x for y's gradient) and backward reads it after the forward ran
+        if value.shape != self.shape:
+            raise ValueError(f"[core] {name}: the result has shape {value.shape}, the tensor written "
+                             f"{self.shape}; an in-place op cannot change a tensor's shape (build a new "
+                             f"tensor to broadcast: x = x + y)")
+        value = value if value.dtype == self.dtype else value.cast(self.dtype)
+        self.lazydata = value.lazydata
+        # Functions that read self so far (a view, a reshape: they hold self, not a value) get old back in
+        # backward: self's version moves on, and old is kept under the version they recorded
+        self._prior = {**(self._prior or {}), len(self._prior or ()): old}
         self._ctx, self.requires_grad = value._ctx, value.requires_grad
-        del old
         return self
 
     # comparisons and logic (no gradients)
@@ -4433,12 +4443,6 @@ def _views_shared_memory(lb: LazyBuffer) -> builtins.bool:
                          f"{view.strides}): several of its elements are one element of memory (torch refuses "
                          f"too); write into the tensor it expands, or into a copy (.contiguous())")
     return True
-
-
-def _saves(ctx: F.Function, lb: LazyBuffer) -> builtins.bool:
-    """Whether a Function kept lb's base among the values its backward reads (exp keeps its output)."""
-    base = lb.base
-    return any(isinstance(v, LazyBuffer) and v.base is base for v in vars(ctx).values())
 
 
 def _grad_dtype_checked(requires_grad: bool | None, dtype: DType) -> bool | None:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from tg.core.autograd import parents
 from tg.core.dtype import dtypes
 from tg.core.function import Function
 from tg.core.lazy import LazyBuffer
@@ -208,5 +209,5 @@ def _inputs_and_leaves(outs: list[Tensor], inputs: list[Tensor]) -> list[Tensor]
             if t.requires_grad:
                 found.setdefault(id(t), t)
             continue
-        stack.extend(t._ctx.parents)
+        stack.extend(parents(t._ctx))
     return list(found.values())
