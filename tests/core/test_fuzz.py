@@ -18,19 +18,15 @@ from fuzz_programs import Config, check, draw, evaluate, generate, make_data
 
 PROGRAMS = int(os.environ.get("TG_TEST_FUZZ_PROGRAMS") or 2)
 FIRST = int(os.environ.get("TG_TEST_FUZZ_SEED") or 0)
-# What CI generates. Left out until their fixes land (issue 34), then widen here:
-#   "extreme", "argreduce": max/min(dim) values and argmax after a transcendental op are wrong (item 1;
-#       seeds 7 and 12 of Config() hit it: F.gelu(x - c).min(1) gives 0 for some rows);
-#   inplace_reads_target: `x -= f(x)` recomputes f from the new x (item 3; seed 1 of Config(grad=False));
-#   inplace_in_grad: in-place writes are refused under autograd (item 4).
-_KNOWN = ("extreme", "argreduce")
-_FAMILIES = tuple(f for f in Config().families if f not in _KNOWN)
+# What CI generates: every op family; in-place updates whose operand reads the target; in-place updates
+# under autograd in their own kind of program (setitem under autograd raises: see tests/core/test_inplace_*)
 CONFIGS = {
-    "grad": Config(grad=True, families=_FAMILIES),
-    "forward": Config(grad=False, families=_FAMILIES, inplace_reads_target=False),
+    "grad": Config(grad=True),
+    "forward": Config(grad=False),
+    "grad-inplace": Config(grad=True, inplace_in_grad=True),
     "gemm": Config(nodes=6, grad=True, gemm=True, families=("unary", "binary", "reduce", "matmul", "fused")),
 }
-CASES = [(name, chunk) for name in CONFIGS for chunk in range(6 if name != "gemm" else 2)]
+CASES = [(name, chunk) for name in CONFIGS for chunk in range({"gemm": 2, "grad-inplace": 3}.get(name, 6))]
 
 
 @pytest.mark.parametrize("name,chunk", CASES, ids=[f"{n}-{c}" for n, c in CASES])
