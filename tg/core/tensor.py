@@ -2074,7 +2074,7 @@ class Tensor:
             >>> [round(v, 4) for v in Tensor([0.0, math.pi / 3, math.pi]).cos().tolist()]
             [1.0, 0.5, -1.0]
         """
-        return (math.pi / 2 - self._float_like()).sin()
+        return apply(F.Cos, self._float_like())
 
     def tan(self) -> Tensor:
         """The tangent of angles in radians, elementwise.
