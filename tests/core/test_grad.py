@@ -23,7 +23,7 @@ def pos(*shape):
 PRIMITIVES = {
     "exp2": (lambda a: a.exp2(), [r(3, 4)]),
     "log2": (lambda a: a.log2(), [pos(3, 4)]),
-    "sin": (lambda a: a.sin(), [r(3, 4)]),
+    "sin": (lambda a: a.sin(), [r(3, 4)]), "cos": (lambda a: a.cos(), [r(3, 4)]),
     "sqrt": (lambda a: a.sqrt(), [pos(5)]),
     "recip": (lambda a: a.reciprocal(), [pos(2, 3)]),
     "neg": (lambda a: -a, [r(4)]),
@@ -50,9 +50,9 @@ def test_every_primitive_has_a_gradient_check():
     from tg.core.function import FUNCTIONS, NoGrad
     differentiable = {op for op, fn in FUNCTIONS.items() if not issubclass(fn, NoGrad)}
     differentiable -= {BufferOps.EMPTY, BufferOps.CONST, BufferOps.ASSIGN}   # no inputs to differentiate
-    covered = {F.Exp2, F.Log2, F.Sin, F.Sqrt, F.Reciprocal, F.Neg, F.Cast, F.Add, F.Mul, F.Maximum, F.Where,
-               F.MulAcc, F.Sum, F.Max, F.Reshape, F.Permute, F.Expand, F.Pad, F.Shrink, F.Flip, F.Contiguous,
-               F.Copy}
+    covered = {F.Exp2, F.Log2, F.Sin, F.Cos, F.Sqrt, F.Reciprocal, F.Neg, F.Cast, F.Add, F.Mul, F.Maximum,
+               F.Where, F.MulAcc, F.Sum, F.Max, F.Reshape, F.Permute, F.Expand, F.Pad, F.Shrink, F.Flip,
+               F.Contiguous, F.Copy}
     assert {FUNCTIONS[op] for op in differentiable} <= covered
     assert all(op in FUNCTIONS for op in [*ReduceOps, *MovementOps])
 

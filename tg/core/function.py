@@ -82,8 +82,16 @@ class Sin(Function):
         return x.e(UnaryOps.SIN)
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        cos = self.x.e(BinaryOps.ADD, _const(self.x, math.pi / 2)).e(UnaryOps.SIN)
-        return cos.e(BinaryOps.MUL, grad)
+        return self.x.e(UnaryOps.COS).e(BinaryOps.MUL, grad)
+
+
+class Cos(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(UnaryOps.COS)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return self.x.e(UnaryOps.SIN).e(UnaryOps.NEG).e(BinaryOps.MUL, grad)
 
 
 class Sqrt(Function):
@@ -350,7 +358,8 @@ FREED = Freed("")
 
 
 FUNCTIONS: dict[Op, type[Function]] = {
-    UnaryOps.EXP2: Exp2, UnaryOps.LOG2: Log2, UnaryOps.SIN: Sin, UnaryOps.SQRT: Sqrt,
+    UnaryOps.EXP2: Exp2, UnaryOps.LOG2: Log2, UnaryOps.SIN: Sin, UnaryOps.COS: Cos,
+    UnaryOps.SQRT: Sqrt,
     UnaryOps.RECIP: Reciprocal, UnaryOps.NEG: Neg, UnaryOps.CAST: Cast, UnaryOps.BITCAST: Cast,
     BinaryOps.ADD: Add, BinaryOps.MUL: Mul, BinaryOps.MAX: Maximum,
     TernaryOps.WHERE: Where, TernaryOps.MULACC: MulAcc,

@@ -17,6 +17,7 @@ class UnaryOps(_Ops):
     EXP2 = auto()
     LOG2 = auto()
     SIN = auto()
+    COS = auto()     # its own op: sin(x + pi/2) would round x + pi/2 first (off by 0.003 at 1e6)
     SQRT = auto()
     RECIP = auto()
     NEG = auto()

@@ -22,7 +22,7 @@ from tg.core.symbolic import Node, Var, num
 # {0} {1} {2} are already-named operands; functions named "@NAME" are looked up in the dialect.
 RENDER_TEMPLATES: dict = {
     UnaryOps.EXP2: "@exp2({0})", UnaryOps.LOG2: "@log2({0})", UnaryOps.SIN: "@sin({0})",
-    UnaryOps.SQRT: "@sqrt({0})", UnaryOps.RECIP: "(1/{0})", UnaryOps.NEG: "(-{0})",
+    UnaryOps.COS: "@cos({0})", UnaryOps.SQRT: "@sqrt({0})", UnaryOps.RECIP: "(1/{0})", UnaryOps.NEG: "(-{0})",
     UnaryOps.CAST: "<cast>", UnaryOps.BITCAST: "<bitcast>",
     BinaryOps.ADD: "({0}+{1})", BinaryOps.MUL: "({0}*{1})", BinaryOps.MAX: "(({0}>{1})?{0}:{1})",
     BinaryOps.MOD: "(({1})==0?0:({0})%({1}))", BinaryOps.IDIV: "(({1})==0?0:({0})/({1}))",
@@ -38,7 +38,7 @@ WRAPPING_OPS = {UnaryOps.NEG: "(({u})0-{0})", BinaryOps.ADD: "({0}+{1})", Binary
 # How each op reads on bool values (1-bit logic).
 BOOL_TEMPLATES = {BinaryOps.ADD: "({0}|{1})", BinaryOps.MUL: "({0}&{1})", BinaryOps.MAX: "({0}|{1})",
                   UnaryOps.NEG: "(!{0})"}
-FLOAT_FUNCS = ("exp2", "log2", "sin", "sqrt", "fmod")
+FLOAT_FUNCS = ("exp2", "log2", "sin", "cos", "sqrt", "fmod")
 
 
 @dataclass(frozen=True)
@@ -195,7 +195,8 @@ OPENCL_VECTORS = VecSyntax(
     types={"float32": "float{n}", "int32": "int{n}", "uint32": "uint{n}", "bool": "int{n}"},
     splat="(({t})({x}))", build="(({t})({xs}))", get="{x}.s{h}", load="vload{n}(0, {addr})",
     store="vstore{n}({x}, 0, {addr});", convert="convert_{t}({x})", bitcast="as_{t}({x})",
-    select="select({b}, {a}, {m})", math={"EXP2": "exp2", "LOG2": "log2", "SIN": "sin", "SQRT": "sqrt"},
+    select="select({b}, {a}, {m})", math={"EXP2": "exp2", "LOG2": "log2", "SIN": "sin",
+                                                 "COS": "cos", "SQRT": "sqrt"},
     bytes=16, evens="(({t})({a}.even, {b}.even))", odds="(({t})({a}.odd, {b}.odd))")
 
 

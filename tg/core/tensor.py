@@ -74,6 +74,16 @@ ERF_SB = (3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.536729586084
           3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
           -2.24409524465858183362e+01)
 
+# Cephes' atanf (float32) and atan (float64) coefficients (Stephen L. Moshier, 1984-2000, freely
+# redistributable), lowest power first: atan(r) = r + r z P(z) (float32), r + r z P(z)/(Q(z) + z^5) (float64),
+# z = r^2
+ATANF_P = (-3.33329491539e-1, 1.99777106478e-1, -1.38776856032e-1, 8.05374449538e-2)
+ATAN_P = (-6.485021904942025371773e1, -1.228866684490136173410e2, -7.500855792314704667340e1,
+          -1.615753718733365076637e1, -8.750608600031904122785e-1)
+ATAN_Q = (1.945506571482613964425e2, 4.853903996359136964868e2, 4.328810604912902668951e2,
+          1.650270098316988542046e2, 2.485846490142306297962e1)
+ATAN_MOREBITS = 6.123233995736765886130e-17    # pi/2 - float64(pi/2)
+
 
 def _poly(x: Tensor, coeffs: Sequence[builtins.float]) -> Tensor:
     """coeffs[0] + coeffs[1] x + ... by Horner's rule."""
@@ -2089,7 +2099,7 @@ class Tensor:
             >>> [round(v, 4) for v in Tensor([0.0, math.pi / 3, math.pi]).cos().tolist()]
             [1.0, 0.5, -1.0]
         """
-        return (math.pi / 2 - self._float_like()).sin()
+        return apply(F.Cos, self._float_like())
 
     def tan(self) -> Tensor:
         """The tangent of angles in radians, elementwise.
@@ -2368,24 +2378,40 @@ class Tensor:
         return self + (end - self) * weight
 
     # inverse trigonometric and hyperbolic functions: values computed without a graph, the derivative
-    # given in closed form (so it is exact where the value's rounding would not let a composition be)
+    # given in closed form (so it is exact where the value's rounding would not let a composition be);
+    # float16 and bfloat16 computed in float32 and rounded once
     def atan(self) -> Tensor:
-        """The arctangent, elementwise, in (-pi/2, pi/2) (Cephes' atanf: about 1 ulp in float32).
+        """The arctangent, elementwise, in (-pi/2, pi/2), to about an ulp of the dtype (Cephes' atanf and
+        atan; see `_atan_values`).
 
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0, float("inf")]).atan().tolist()]
             [-0.7854, 0.0, 0.7854, 1.5708]
         """
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):
+            return self.float().atan().cast(self.dtype)
         x = self._float_like()
         with _NoGrad():
-            a = x.detach().abs()
-            big, mid = a > 2.414213562373095, a > 0.4142135623730951   # tan(3 pi / 8), tan(pi / 8)
-            r = big.where(-1 / a, mid.where((a - 1) / (a + 1), a))
-            base = big.where(math.pi / 2, mid.where(math.pi / 4, 0.0))
-            z = r * r
-            poly = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1)
-            out = (base + poly * z * r + r) * x.detach().sign()
-            out = x.detach().isnan().where(x.detach(), out)
+            out = x.detach()._atan_values()
         return x._local(out, (x, lambda: 1 / (1 + x.detach() * x.detach())))
+
+    def _atan_values(self) -> Tensor:
+        """atan of a float32 or float64 tensor: |x| reduced to |r| <= tan(pi/8) (float32) or 0.66 (float64)
+        by atan(a) = pi/4 + atan((a - 1) / (a + 1)) and pi/2 - atan(1 / a), then Cephes' polynomial
+        (float32) or rational (float64) in r^2; float64 adds the bits of pi/2 and pi/4 its constant drops."""
+        a, f64 = self.abs(), self.dtype == dtypes.float64
+        big, mid = a > 2.414213562373095, a > (0.66 if f64 else 0.4142135623730951)   # tan(3 pi / 8), ...
+        r = big.where(-1 / a, mid.where((a - 1) / (a + 1), a))
+        # constants of the dtype: where() of two Python floats is float32 (pi/2 then 4.4e-8 off in float64)
+        base = big.where(a.full_like(math.pi / 2), mid.where(a.full_like(math.pi / 4), 0.0))
+        z = r * r
+        if f64:
+            tail = z * _poly(z, ATAN_P) / _poly(z, (*ATAN_Q, 1.0)) * r + r
+            more = a.full_like(ATAN_MOREBITS)
+            tail = tail + big.where(more, mid.where(more / 2, 0.0))
+        else:
+            tail = _poly(z, ATANF_P) * z * r + r
+        out = base + tail
+        return self._sign_negative().where(-out, out)
 
     def asin(self) -> Tensor:
         """The arcsine, elementwise, in [-pi/2, pi/2]; NaN outside [-1, 1].
@@ -2393,10 +2419,12 @@ class Tensor:
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 0.5]).asin().tolist()]
             [-1.5708, 0.0, 0.5236]
         """
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):
+            return self.float().asin().cast(self.dtype)
         x = self._float_like()
         with _NoGrad():
             xd = x.detach()
-            out = (xd / ((1 - xd) * (1 + xd)).sqrt()).atan()
+            out = (xd / ((1 - xd) * (1 + xd)).sqrt())._atan_values()
         return x._local(out, (x, lambda: ((1 - xd) * (1 + xd)).rsqrt()))
 
     def acos(self) -> Tensor:
@@ -2405,10 +2433,13 @@ class Tensor:
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).acos().tolist()]
             [3.1416, 1.5708, 0.0]
         """
+        if self.dtype in (dtypes.float16, dtypes.bfloat16):
+            return self.float().acos().cast(self.dtype)
         x = self._float_like()
         with _NoGrad():
             xd = x.detach()
-            out = math.pi / 2 - xd.asin()
+            # not pi/2 - asin(x), which cancels near x = 1 (67 float32 ulps off at 0.99); 1 - x is exact there
+            out = ((1 - xd) / (1 + xd)).sqrt()._atan_values() * 2
         return x._local(out, (x, lambda: -((1 - xd) * (1 + xd)).rsqrt()))
 
     def atan2(self, other: Any) -> Tensor:
@@ -2420,14 +2451,17 @@ class Tensor:
             [0.7854, 2.3562, -2.3562, 3.1416]
         """
         y, x = self._float_like()._broadcasted(other)   # a float operand makes both float
+        if y.dtype in (dtypes.float16, dtypes.bfloat16):
+            return y.float().atan2(x.float()).cast(y.dtype)
         with _NoGrad():
             yd, xd = y.detach(), x.detach()
             x_neg, y_neg = xd._sign_negative(), yd._sign_negative()
             both_zero = (xd == 0) & (yd == 0)
             ratio = both_zero.where(0.0, yd / xd)
-            base = ratio.atan()
+            base = ratio._atan_values()
             out = x_neg.where(y_neg.where(base - math.pi, base + math.pi), base)
-            out = both_zero.where(x_neg.where(y_neg.where(-math.pi, math.pi), y_neg.where(-0.0, 0.0)), out)
+            pi = xd.full_like(math.pi)      # of the dtype (where() of two Python floats is float32)
+            out = both_zero.where(x_neg.where(y_neg.where(-pi, pi), y_neg.where(-0.0, 0.0)), out)
             r2 = both_zero.where(1.0, xd * xd + yd * yd)
         return y._local(out, (y, lambda: both_zero.where(0.0, xd / r2)),
                         (x, lambda: both_zero.where(0.0, -yd / r2)))

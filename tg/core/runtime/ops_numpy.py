@@ -60,8 +60,8 @@ def _is_bool(x: np.ndarray) -> bool:
 
 
 REFERENCE: dict = {
-    UnaryOps.EXP2: np.exp2, UnaryOps.LOG2: np.log2, UnaryOps.SIN: np.sin, UnaryOps.SQRT: np.sqrt,
-    UnaryOps.RECIP: lambda x: np.reciprocal(x),
+    UnaryOps.EXP2: np.exp2, UnaryOps.LOG2: np.log2, UnaryOps.SIN: np.sin, UnaryOps.COS: np.cos,
+    UnaryOps.SQRT: np.sqrt, UnaryOps.RECIP: lambda x: np.reciprocal(x),
     UnaryOps.NEG: lambda x: np.logical_not(x) if _is_bool(x) else np.negative(x),
     UnaryOps.CAST: _cast, UnaryOps.BITCAST: _bitcast,
     BinaryOps.ADD: lambda a, b: np.logical_or(a, b) if _is_bool(a) else np.add(a, b),
