@@ -1,6 +1,5 @@
 """torch's inplace=True on F's activations and dropout: the input's memory takes the result when it
 does not require grad; a tensor that requires grad gets the result as a new tensor and a warning."""
-import warnings
 
 import numpy as np
 import pytest
@@ -31,18 +30,23 @@ def test_inplace_writes_the_input(name, fn, ref):
     np.testing.assert_allclose(fn(Tensor(a), inplace=False).numpy(), ref(a), rtol=1e-5, atol=1e-6)
 
 
-def test_inplace_on_a_tensor_that_requires_grad_returns_a_new_one_and_says_so():
-    w = Tensor(np.array([-1.0, 2.0], np.float32), requires_grad=True)
+@pytest.mark.parametrize("fn,ref,dref", [
+    (F.relu, lambda a: np.maximum(a, 0), lambda a: (a > 0) * 1.0),
+    (F.leaky_relu, lambda a: np.where(a > 0, a, 0.01 * a), lambda a: np.where(a > 0, 1.0, 0.01)),
+    (F.hardtanh, lambda a: np.clip(a, -1, 1), lambda a: ((a > -1) & (a < 1)) * 1.0),
+])
+def test_inplace_on_a_tensor_with_a_graph_is_recorded_as_in_torch(fn, ref, dref):
+    a = np.array([-1.7, -0.3, 0.2, 2.5], np.float32)
+    w = Tensor(a, requires_grad=True)
     h = w * 3.0
-    with pytest.warns(UserWarning, match="requires grad"):
-        out = F.relu(h, inplace=True)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        out = F.relu(h, inplace=True)      # said once
-    assert out is not h
-    np.testing.assert_array_equal(h.numpy(), [-3.0, 6.0])
-    out.sum().backward()
-    np.testing.assert_array_equal(w.grad.numpy(), [0.0, 3.0])
+    kept = h * 1.0                         # read before the write: keeps the old values
+    out = fn(h, inplace=True)
+    assert out is h                        # torch: the input itself, now holding the result
+    np.testing.assert_allclose(h.numpy(), ref(3 * a), rtol=1e-6)
+    (out.sum() + kept.sum()).backward()
+    np.testing.assert_allclose(w.grad.numpy(), 3 * dref(3 * a) + 3, rtol=1e-6)
+    with pytest.raises(RuntimeError, match="leaf tensor that requires grad"):
+        fn(Tensor(a, requires_grad=True), inplace=True)
 
 
 def test_dropout_inplace():

@@ -190,13 +190,18 @@ C_VECTORS = VecSyntax(
     evens="TG_SHUF({a}, {b}, {idx})", odds="TG_SHUF({a}, {b}, {idx})",
     header=SHUFFLE_MACRO + "".join(f"typedef {t} {v} __attribute__((vector_size(BYTES), aligned(4)));\n"
                    for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v"))) + VECTOR_MATH)
+# cos through sincos: Intel's CPU OpenCL runtime (the `cl` extra) crashes in its vectorizer
+# ("sycl-kernel-vec-clone") on kernels that take cos of several values next to sin (cos(sin(cos(x))),
+# a chain the issue-34 tests build); sincos's cosine is the same correctly reduced value
+OPENCL_COS = "".join(f"inline {t} {name}({t} x) {{ {t} c; (void)sincos(x, &c); return c; }}\n"
+                     for t, name in (("float", "tg_cosf"), ("double", "tg_cos"), ("float4", "tg_cosv")))
 # OpenCL C's own vector types (float4 ...): unaligned vload/vstore, built-in math on whole vectors.
 OPENCL_VECTORS = VecSyntax(
     types={"float32": "float{n}", "int32": "int{n}", "uint32": "uint{n}", "bool": "int{n}"},
     splat="(({t})({x}))", build="(({t})({xs}))", get="{x}.s{h}", load="vload{n}(0, {addr})",
     store="vstore{n}({x}, 0, {addr});", convert="convert_{t}({x})", bitcast="as_{t}({x})",
     select="select({b}, {a}, {m})", math={"EXP2": "exp2", "LOG2": "log2", "SIN": "sin",
-                                                 "COS": "cos", "SQRT": "sqrt"},
+                                                 "COS": "tg_cosv", "SQRT": "sqrt"},
     bytes=16, evens="(({t})({a}.even, {b}.even))", odds="(({t})({a}.odd, {b}.odd))")
 
 
@@ -309,6 +314,7 @@ DIALECTS: dict[str, Dialect] = {
         "",
         "#pragma OPENCL EXTENSION cl_khr_fp16 : enable\n"
         "#pragma OPENCL EXTENSION cl_khr_fp64 : enable\n"
+        + OPENCL_COS
         + _BF16_HELPERS.replace("static inline", "inline")
         .replace("unsigned short", "ushort")
         .replace("unsigned int", "uint"),
@@ -326,8 +332,8 @@ DIALECTS: dict[str, Dialect] = {
             "bfloat16": "ushort",
         },
         bool_type="bool",
-        func32={f: f for f in FLOAT_FUNCS},
-        func64={f: f for f in FLOAT_FUNCS},
+        func32={**{f: f for f in FLOAT_FUNCS}, "cos": "tg_cosf"},
+        func64={**{f: f for f in FLOAT_FUNCS}, "cos": "tg_cos"},
         half_load="(float)({0})",
         half_store="({0})",
         half_round="((float)convert_half({0}))",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import math
+import sys
 import weakref
 from typing import Any, Callable, Iterable, NamedTuple, Sequence, overload
 
@@ -1804,15 +1805,16 @@ class Tensor:
             raise RuntimeError(
                 f"[autograd] {name}: a leaf tensor that requires grad is written in place (torch raises "
                 f"too); wrap the write in `with tg.no_grad():`, or build a new tensor (x = x + y)")
-        if self._ctx is not None and _views_shared_memory(self.lazydata):
-            raise RuntimeError(
-                f"[autograd] {name}: an in-place write through a view of a tensor with a graph would change "
-                f"that tensor without its graph knowing; build a new tensor instead (torch.where, cat)")
         old = _wrap(self.lazydata, self.requires_grad)
         old._ctx = self._ctx
         value = compute(old)
         if not value.requires_grad and self._ctx is None:     # nothing for autograd to record
             return self.assign(value)
+        if _aliases_a_held_tensor(self):
+            raise RuntimeError(
+                f"[autograd] {name}: an in-place write under autograd through a view of another tensor "
+                f"(a slice, reshape, permute, ...) would change that tensor without its graph knowing; "
+                f"build a new tensor instead (torch.where, cat), or write under `with tg.no_grad():`")
         # self now names the new value; its memory is not written, because the recorded Function may
         # have saved old (x *= y keeps x for y's gradient) and backward reads it after the forward ran
         if value.shape != self.shape:
@@ -4461,6 +4463,26 @@ def _from_numpy(arr: np.ndarray, dt: DType | None, device: str) -> LazyBuffer:
             raise TypeError(f"[core] cannot convert {arr.dtype} values to {dt.name}: {e}") from None
     from tg.core.realize import from_numpy
     return from_numpy(bits, dt, device)
+
+
+_MOVEMENTS = (F.Reshape, F.Permute, F.Expand, F.Shrink)
+
+
+def _aliases_a_held_tensor(t: Tensor) -> builtins.bool:
+    """Whether t is a view, in torch's sense, of memory that another tensor of the program holds: its
+    movements, followed back through autograd, reach a tensor referenced from elsewhere, or one with no
+    graph. An op's internal result that tg builds as a view (conv's output before its permute, a gather's
+    sum) is held by the graph alone, so a write into it aliases nothing the program can see."""
+    if not _views_shared_memory(t.lazydata):
+        return False
+    cur = t
+    while isinstance(cur._ctx, _MOVEMENTS):
+        parent = cur._ctx.parents[0]
+        # the references a held-by-the-graph-alone parent has here: ctx.parents, `parent`, the argument
+        if sys.getrefcount(parent) > 3:
+            return True
+        cur = parent
+    return cur._ctx is None
 
 
 def _views_shared_memory(lb: LazyBuffer) -> builtins.bool:

@@ -102,24 +102,14 @@ def finfo_eps(dtype: DType) -> float:
 
 # ---------------------------------------------------------------- activations (thin wrappers)
 
-_WARNED_INPLACE: set[str] = set()
-
-
 def _in_place(name: str, x: Tensor, out: Tensor, inplace: bool) -> Tensor:
-    """torch's inplace=True: x's own memory takes the result (a lazy assign: computations still
-    pending on x's old values keep reading them) and x is returned. A tensor that requires grad is
-    never written in place (autograd would lose the old value): the result is returned as a new
-    tensor, with a warning (once per function) for code that relies on x changing."""
+    """torch's inplace=True: x takes the result and is returned, recorded for autograd as Tensor's own
+    in-place ops are (Tensor._write_in_place: a leaf that requires grad raises, as in torch); computations
+    still pending on x's old values keep reading them."""
     if not inplace:
         return out
-    if x.requires_grad and not Tensor.no_grad:
-        if name not in _WARNED_INPLACE:
-            _WARNED_INPLACE.add(name)
-            warnings.warn(f"[nn] {name}(inplace=True) on a tensor that requires grad: tg returns the "
-                          f"result as a new tensor and leaves the input as it was. Fix: use the returned "
-                          f"tensor (x = {name}(x, inplace=True) works as in torch)", stacklevel=3)
-        return out
-    return x.assign(out)
+    return x._write_in_place(f"{name}(inplace=True)", lambda old: out)
+
 
 def relu(x: Tensor, inplace: bool = False) -> Tensor:
     """max(x, 0) elementwise, as torch.nn.functional.relu.
