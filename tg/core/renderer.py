@@ -787,10 +787,11 @@ class CStyleRenderer:
         src_dtype = srcs[-1].dtype if op is TernaryOps.WHERE else srcs[0].dtype
         assert u.dtype is not None and src_dtype is not None
         if not u.vec:
-            # A half-typed value computed in float is not rounded when cast out of its type here: with
-            # that rounding (a cast to float32 of the half first) ZeRO's float16 training diverged
-            # (tests/distributed/test_training.py's float16 masters; cause not yet found, issue 34)
-            return self.scalar_expr(op, u.dtype, src_dtype, [self.ref(s) for s in srcs], arg)
+            args = [self.ref(s) for s in srcs]
+            leaves = op is UnaryOps.CAST and src_dtype in NARROW_FLOATS and arg != src_dtype
+            if leaves and not _exact(srcs[0]):
+                args[0] = self.cast(dtypes.float32, src_dtype, args[0])
+            return self.scalar_expr(op, u.dtype, src_dtype, args, arg)
         native = self.vector_expr(op, u.dtype, src_dtype, srcs, arg)
         if native is not None:
             return native
@@ -859,6 +860,17 @@ class CStyleRenderer:
 
     def select(self, mask: str, a: str, b: str, dtype: DType) -> str:
         return self.vfmt(self.v.select, dtype, m=mask, a=a, b=b)
+
+
+# float16 and bfloat16 values are computed in float and rounded when they leave their type: stored,
+# or cast to another type (a fused kernel then computes what it would from the stored value)
+NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
+
+
+def _exact(u: UOp) -> bool:
+    """Whether a narrow-typed value is already one of its type's values (loaded, a constant, a cast
+    to it): rounding it again changes nothing."""
+    return u.op in (UOps.LOAD, UOps.CONST) or (u.op is UOps.ALU and u.arg[0] is UnaryOps.CAST)
 
 
 def _lane_list(lanes: int, first: int) -> str:
