@@ -475,7 +475,11 @@ class Optimizer:
                                                f"parameter's shape")
                     self._current = self._group_for(p)
                     try:
-                        p.assign(self.apply_single(p, g.detach(), state))
+                        # a gradient of another dtype than its parameter (ZeRO's float16 gradient of a
+                        # float32 master) is used in the parameter's: the update's arithmetic is not
+                        # rounded to the gradient's type (0.001 * g * g underflows in float16)
+                        g = g.detach() if g.dtype == p.dtype else g.detach().cast(p.dtype)
+                        p.assign(self.apply_single(p, g, state))
                     finally:
                         self._current = None
                     written += [p, *state.values()]
