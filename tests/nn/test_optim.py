@@ -437,3 +437,25 @@ def test_jit_replayed_step_sees_new_lr_and_step_count():
     eager, jitted = train(False), train(True)
     np.testing.assert_allclose(jitted[0], eager[0], rtol=1e-6)
     np.testing.assert_allclose(jitted[1], eager[1], rtol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda ps: optim.SGD(ps, lr=0.1, momentum=0.9), lambda ps: optim.Adam(ps, lr=1e-3),
+    lambda ps: optim.AdamW(ps, lr=1e-3, weight_decay=0.1), lambda ps: optim.RMSprop(ps, lr=1e-3),
+    lambda ps: optim.Adagrad(ps, lr=0.1), lambda ps: optim.Adadelta(ps, lr=1.0),
+], ids=["sgd", "adam", "adamw", "rmsprop", "adagrad", "adadelta"])
+def test_a_half_gradient_updates_a_float32_parameter_as_its_float32_value(make):
+    """A float16 gradient of a float32 parameter (ZeRO's masters) is used as the float32 number it is: the
+    update's arithmetic is the parameter's (tiny gradients squared underflow in float16)."""
+    from tg import dtypes
+    rng = np.random.default_rng(3)
+    w0 = rng.standard_normal(37).astype(np.float32)
+    grads = [(rng.standard_normal(37) * 10.0 ** rng.uniform(-5, -1, 37)).astype(np.float16) for _ in range(3)]
+    a, b = Tensor(w0.copy()), Tensor(w0.copy())
+    opt_a, opt_b = make([a]), make([b])
+    for g in grads:
+        a.grad = Tensor(g).cast(dtypes.float16)
+        b.grad = Tensor(g.astype(np.float32))
+        opt_a.step()
+        opt_b.step()
+    np.testing.assert_array_equal(a.numpy(), b.numpy())
