@@ -643,39 +643,23 @@ def _g_reduce(g: _Gen) -> None:
 
 
 def _g_extreme(g: _Gen) -> None:
-    a = g.pick(min_ndim=1)
-    if a is None:
-        return
-    shape, keep = g.shapes[a], bool(g.rs.random() < 0.5)
-    ax = int(g.rs.integers(len(shape)))
-    g.add(
-        "max",
-        (a,),
-        _reduced(shape, (ax,), keep),
-        axis=ax,
-        keepdim=keep,
-        min=bool(g.rs.random() < 0.5),
-        arg=False,
-    )
+    _add_max(g, arg=False)
 
 
 def _g_argreduce(g: _Gen) -> None:
+    # an index result ("i"): an output checked tie-aware, read by no later node
+    _add_max(g, arg=True)
+
+
+def _add_max(g: _Gen, arg: bool) -> None:
+    """max/min over one axis: its values, or (arg) its indices."""
     a = g.pick(min_ndim=1)
     if a is None:
         return
     shape, keep = g.shapes[a], bool(g.rs.random() < 0.5)
     ax = int(g.rs.integers(len(shape)))
-    # an index result ("i"): an output checked tie-aware, read by no later node
-    g.add(
-        "max",
-        (a,),
-        _reduced(shape, (ax,), keep),
-        "i",
-        axis=ax,
-        keepdim=keep,
-        min=bool(g.rs.random() < 0.5),
-        arg=True,
-    )
+    g.add("max", (a,), _reduced(shape, (ax,), keep), *(("i",) if arg else ()), axis=ax, keepdim=keep,
+          min=bool(g.rs.random() < 0.5), arg=arg)
 
 
 def _factor(g: _Gen, shape: tuple[int, ...]) -> tuple[int, ...]:
