@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def parents(ctx: F.Function) -> tuple[Tensor, ...]:
     """ctx's inputs as the values it read: a parent written in place since (Tensor._prior) stands for
     its later value, so the one ctx read takes its place (resolved in ctx itself, and pinned)."""
-    if any(p._prior is not None for p in ctx.parents):
+    if any(p._prior for p in ctx.parents):
         read = ctx.versions or (0,) * len(ctx.parents)
         ctx.parents = tuple(p if v == len(p._prior or ()) else p._prior[v]  # type: ignore[index]
                             for p, v in zip(ctx.parents, read))

@@ -130,8 +130,8 @@ def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     if ctx.requires_grad and not Tensor.no_grad:
         ret._ctx = ctx
         ctx.parents = x
-        if any(t._prior is not None for t in x):      # an input written in place before: which value it read
-            ctx.versions = tuple(len(t._prior) if t._prior is not None else 0 for t in x)
+        if any(t._prior for t in x):      # an input written in place before: which value it read
+            ctx.versions = tuple(len(t._prior or ()) for t in x)
     return ret
 
 
@@ -145,7 +145,7 @@ def _wrap(lb: LazyBuffer, requires_grad: bool | None) -> Tensor:
 
 class Tensor:
     """An n-dimensional array on a device, computed lazily."""
-    # _prior: the values an in-place write under autograd replaced, by version (None: never written so);
+    # _prior: the values in-place writes under autograd replaced, oldest first (a version is an index);
     # a Function that read an earlier version is given that value back in backward (autograd.parents)
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_prior", "__weakref__")
     training: bool = False
@@ -159,7 +159,7 @@ class Tensor:
         dt = dtypes.from_any(dtype) if dtype is not None else None
         self.grad: Tensor | None = None
         self._ctx: F.Function | None = None
-        self._prior: dict[int, Tensor] | None = None
+        self._prior: list[Tensor] | None = None
         if isinstance(data, LazyBuffer):
             lb = data if data.device == device else data.copy_to_device(device)
             if dt is not None and dt != lb.dtype:
@@ -1825,7 +1825,8 @@ class Tensor:
         self.lazydata = value.lazydata
         # Functions that read self so far (a view, a reshape: they hold self, not a value) get old back in
         # backward: self's version moves on, and old is kept under the version they recorded
-        self._prior = {**(self._prior or {}), len(self._prior or ()): old}
+        self._prior = self._prior or []
+        self._prior.append(old)
         self._ctx, self.requires_grad = value._ctx, value.requires_grad
         return self
 
