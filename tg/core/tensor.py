@@ -29,9 +29,9 @@ from tg.core.dtype import (
     scalar_result_type,
 )
 from tg.core.indexing import TgIndexError
-from tg.core.lazy import LazyBuffer
+from tg.core.lazy import LazyBuffer, Readers
 from tg.core.ops import BinaryOps, BufferOps, UnaryOps
-from tg.core.shape import broadcast_shape, prod
+from tg.core.shape import ShapeTracker, View, broadcast_shape, contiguous_strides, prod
 
 
 class MinMax(NamedTuple):
@@ -72,7 +72,15 @@ class _NoGrad:
 
 def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     """Run a primitive Function forward on the tensors' lazy buffers; the result remembers the
-    Function (and so its inputs) for backward when any input requires grad."""
+    Function (and so its inputs) for backward when any input requires grad. A movement's result over
+    its input's memory is a view of it (see _link)."""
+    ret = _forward(fn, *x, **kwargs)
+    if fn in _VIEW_MOVES and ret.lazydata.base is x[0].lazydata.base:
+        _link(ret, x[0], (fn, kwargs))
+    return ret
+
+
+def _forward(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     ctx = fn(x[0].lazydata.device, *x)
     out = ctx.forward(*[t.lazydata for t in x], **kwargs)
     if not out.dtype.is_float:
@@ -91,12 +99,18 @@ def _wrap(lb: LazyBuffer, requires_grad: bool | None) -> Tensor:
     argument checks, which every op would otherwise pay."""
     t = Tensor.__new__(Tensor)
     t.lazydata, t.requires_grad, t.grad, t._ctx = lb, requires_grad, None, None
+    t._alias = t._views = None
     return t
 
 
 class Tensor:
     """An n-dimensional array on a device, computed lazily."""
-    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "__weakref__")
+    # _alias: for a tensor made by movements of another one's memory, (root, chain, copy): the tensor
+    # whose memory it is, the movements from it ((Function, kwargs), or (None, {}) for a detach), and
+    # whether torch would have copied instead (flip, pad, Tensor(t), a reshape no strides express), in
+    # which case it takes the values it has when the root is next written. _views: a root's such
+    # tensors, held weakly (see _refresh_views).
+    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_alias", "_views", "__weakref__")
     training: bool = False
     no_grad: bool = False
     _last_root: weakref.ref[Tensor] | None = None
@@ -108,6 +122,8 @@ class Tensor:
         dt = dtypes.from_any(dtype) if dtype is not None else None
         self.grad: Tensor | None = None
         self._ctx: F.Function | None = None
+        self._alias: tuple[Tensor, tuple, builtins.bool] | None = None
+        self._views: Readers | None = None
         if isinstance(data, LazyBuffer):
             lb = data if data.device == device else data.copy_to_device(device)
             if dt is not None and dt != lb.dtype:
@@ -126,6 +142,10 @@ class Tensor:
                             f"got {type(data).__name__}")
         self.lazydata: LazyBuffer = lb
         self.requires_grad = _grad_dtype_checked(requires_grad, lb.dtype)
+        if isinstance(data, Tensor) and lb is data.lazydata:
+            # torch.tensor(t) copies t: this one keeps t's values until t is written
+            _link(self, data, (None, {}))
+            _as_copy(self)
 
     # ------------------------------------------------------------ properties
     @property
@@ -307,7 +327,9 @@ class Tensor:
             >>> x.grad.tolist()                   # d(x * c)/dx = c, where x * x would give 2x
             [3.0]
         """
-        return Tensor(self.lazydata, device=self.device, requires_grad=False)
+        out = _wrap(self.lazydata, False)
+        _link(out, self, (None, {}))     # the same memory, as torch's detach
+        return out
 
     def contiguous(self) -> Tensor:
         """The values written out to a buffer of their own in row-major order (a view such as .T becomes a
@@ -341,20 +363,84 @@ class Tensor:
             raise ValueError(f"[core] assign: value on {value.device} into a tensor on {self.device}")
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
-        target = self.lazydata
-        if _views_shared_memory(target):
-            # a view of another tensor's memory (a slice, view, permute, narrow, select, ... as in torch):
-            # written there, now, so that every tensor over that memory sees the write from here on
-            from tg.core.realize import realize
-            realize([target.assign(value.lazydata)])
+        self._store(value)._refresh_views()
+        return self
+
+    def _store(self, value: Tensor) -> Tensor:
+        """Write value (of self's shape and dtype) into self's memory; returns the tensor that owns that
+        memory, whose views the caller re-derives (_refresh_views). A view of another tensor's memory (a
+        slice, view, permute, narrow, select, diagonal, detach, ... as in torch) is written there: through
+        the whole of it as a lazy assign of the owner, through part of it now, so that every tensor over
+        that memory sees the write from here on."""
+        alias = self._alias
+        if alias is None or alias[2]:
+            self._store_own(value)
             return self
-        if not target.is_base or target.op is BufferOps.CONST:
+        root, chain, _ = alias
+        view = _written_view(root, chain)
+        if view.contiguous and prod(view.shape) == prod(root.shape):
+            root._store_own(_wrap(value.lazydata.reshape(root.shape), False))
+            return root
+        root._own_memory()
+        from tg.core.realize import realize
+        target = LazyBuffer(root.device, ShapeTracker((view,)), root.dtype, base=root.lazydata)
+        realize([target.assign(value.lazydata)])
+        return root
+
+    def _store_own(self, value: Tensor) -> None:
+        copy_of_another = self._alias is not None
+        self._alias = None       # a copy torch would have made is made now: self's memory is its own
+        self._copy_out()
+        target = self.lazydata
+        if copy_of_another or not target.is_base or target.op is BufferOps.CONST:
             # a constant has no memory, and a view that torch would have copied (a flip, a pad, a reshape
             # of a permuted tensor) none of its own: it gets its own
-            target = self.lazydata = target.contiguous()
+            target = target.contiguous()
         # an unrealized target is computed first in the same schedule (the scheduler stores it)
         self.lazydata = target.assign(value.lazydata)
-        return self
+
+    def _own_memory(self) -> None:
+        """Give a constant, or a root that is a view of memory torch would have copied, memory of its own."""
+        lb = self.lazydata
+        if not lb.is_base or lb.op is BufferOps.CONST:
+            self._copy_out()
+            self.lazydata = lb.contiguous()
+            self._refresh_views()
+
+    def _copy_out(self) -> None:
+        """Before self's memory is written: each copy of it that torch would have made (flip, pad, ...)
+        and tg had left a view of it takes the values it has now (a lazy contiguous copy, which the
+        scheduler computes before the write), in the graph as the old values'."""
+        views = self._views
+        if not views:
+            return
+        old: Tensor | None = None
+        for t in list(views):
+            alias = t._alias
+            if alias is None or alias[0] is not self or not alias[2]:
+                continue
+            t._copy_out()
+            t._alias = None
+            if self.lazydata.base.op is not BufferOps.CONST:    # a constant's copy keeps its value anyway
+                if old is None:
+                    old = _wrap(self.lazydata, self.requires_grad)
+                    old._ctx = self._ctx
+                made = _replay(old, alias[1], t._ctx is not None, copy=True)
+                t.lazydata, t._ctx, t.requires_grad = made.lazydata, made._ctx, made.requires_grad
+            t._refresh_views()
+
+    def _refresh_views(self) -> None:
+        """Re-derive each live view of self's memory from self's value now (a write made self a new lazy
+        buffer), with a graph to self's where it had one, as torch rebases a view on an in-place write."""
+        views = self._views
+        if not views:
+            return
+        for t in list(views):
+            alias = t._alias
+            if alias is None or alias[0] is not self or alias[2]:
+                continue
+            made = _replay(self, alias[1], t._ctx is not None)
+            t.lazydata, t._ctx, t.requires_grad = made.lazydata, made._ctx, made.requires_grad
 
     # ------------------------------------------------------------ creation
     @staticmethod
@@ -892,7 +978,12 @@ class Tensor:
         if prod(new) != self.numel():
             raise ValueError(f"[core] reshape: cannot reshape {self.shape} ({self.numel()} elements) into "
                              f"{new} ({prod(new)} elements)")
-        return self if new == self.shape else apply(F.Reshape, self, shape=new)
+        if new == self.shape:
+            return self
+        out = apply(F.Reshape, self, shape=new)
+        if len(out.lazydata.st.views) > len(self.lazydata.st.views):
+            _as_copy(out)       # no strides express it: torch's reshape copies
+        return out
 
     view = reshape
 
@@ -997,12 +1088,18 @@ class Tensor:
         x = self._shrink(shrink)
         grow = tuple((max(0, b), max(0, a)) for b, a in arg)
         if all(g == (0, 0) for g in grow):
-            return x
-        out = apply(F.Pad, x, arg=grow)
+            return _as_copy(x)        # torch's pad makes a copy
+        out = _as_copy(apply(F.Pad, x, arg=grow))
         if value != 0:
             mask = apply(F.Pad, Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device), arg=grow)
             out = mask.where(out, value)
         return out
+
+    def _view_move(self, kind: str, arg: Any) -> Tensor:
+        """A pad, reshape or flip that stays a view of self's memory, for the views built of them (a strided
+        slice, a diagonal): Tensor.pad, .flip and a reshape no strides express are copies, as torch's."""
+        fn, key = _VIEW_KINDS[kind]
+        return apply(fn, self, **{key: arg})
 
     def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
         if all(a == (0, s) for a, s in zip(arg, self.shape)):
@@ -1029,7 +1126,7 @@ class Tensor:
             ([[3, 4], [1, 2]], [[4, 3], [2, 1]])
         """
         axes = self._axes(_argfix(*dims))
-        return apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim)))
+        return _as_copy(apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim))))
 
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
         """Drop dims of size 1: all of them, or only `dim` (an int or a tuple of them); a named dim whose
@@ -1315,8 +1412,9 @@ class Tensor:
         lead = x.shape[:-2]
         x = x._shrink(tuple((0, s) for s in lead) + ((rows[0], rows[0] + k), (cols[0], cols[0] + k)))
         # element (i, i) of the k x k block sits at i * (k + 1) of its flattened form
-        x = x.reshape(lead + (k * k,)).pad(((0, 0),) * len(lead) + ((0, k),)).reshape(lead + (k, k + 1))
-        return x[..., 0]
+        x = x._view_move("reshape", lead + (k * k,))._view_move("pad", ((0, 0),) * len(lead) + ((0, k),))
+        x = x._view_move("reshape", lead + (k, k + 1))._shrink(tuple((0, s) for s in lead) + ((0, k), (0, 1)))
+        return x._view_move("reshape", lead + (k,))
 
     def diag(self, diagonal: builtins.int = 0) -> Tensor:
         """torch.diag: a 1-d tensor becomes a square matrix with it on the `diagonal`-th diagonal; a 2-d
@@ -1746,19 +1844,21 @@ class Tensor:
                 f"[autograd] {name}: a value needed for gradient computation would be modified by an "
                 f"in-place operation (another computation read this tensor, or the op that made it "
                 f"saved it; torch raises the same); build a new tensor instead (y = y * 3)")
-        if self._ctx is not None and _views_shared_memory(self.lazydata):
-            raise RuntimeError(
-                f"[autograd] {name}: an in-place write through a view of a tensor with a graph would change "
-                f"that tensor without its graph knowing; build a new tensor instead (torch.where, cat)")
         old = _wrap(self.lazydata, self.requires_grad)
         old._ctx = self._ctx
         value = compute(old)
         if not value.requires_grad and self._ctx is None:     # nothing for autograd to record
             return self.assign(value)
+        if self._alias is not None and not self._alias[2]:
+            raise RuntimeError(
+                f"[autograd] {name}: an in-place write through a view of a tensor with a graph (or of a "
+                f"value that requires grad) would change that tensor without its graph knowing; build a new "
+                f"tensor instead (torch.where, cat), or write under `with tg.no_grad():`")
         with _NoGrad():
             self.assign(value)
         self._ctx, self.requires_grad = value._ctx, value.requires_grad
         del old
+        self._refresh_views()     # again: views of self take its new graph
         return self
 
     # comparisons and logic (no gradients)
@@ -4259,20 +4359,104 @@ def _from_numpy(arr: np.ndarray, dt: DType | None, device: str) -> LazyBuffer:
     return from_numpy(bits, dt, device)
 
 
-def _views_shared_memory(lb: LazyBuffer) -> builtins.bool:
-    """Whether lb is a view into memory that other tensors share, as torch's views are (a strided view of a
-    base that is not a constant, without masks or negative strides: one that torch could express); raises
-    for an expanded one, which torch refuses to write too."""
-    if lb.is_base or lb.base.op is BufferOps.CONST or len(lb.st.views) != 1:
-        return False
-    view = lb.st.views[0]
-    if view.mask is not None or any(s < 0 for s in view.strides):
-        return False
-    if any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape)):
-        raise ValueError(f"[core] in-place write into an expanded view (shape {lb.shape}, strides "
+# how each movement moves a window over memory (the tracker of a view, relative to its root's memory)
+_VIEW_MOVES: dict[type[F.Function], Callable[[ShapeTracker, dict], ShapeTracker]] = {
+    F.Reshape: lambda st, kw: st.reshape(kw["shape"]),
+    F.Permute: lambda st, kw: st.permute(kw["order"]),
+    F.Expand: lambda st, kw: st.expand(kw["shape"]),
+    F.Shrink: lambda st, kw: st.shrink(kw["arg"]),
+    F.Pad: lambda st, kw: st.pad(kw["arg"]),
+    F.Flip: lambda st, kw: st.flip(kw["axes"]),
+    F.Contiguous: lambda st, kw: st,          # of a tensor that has memory of its own: itself
+}
+
+_VIEW_KINDS = {"pad": (F.Pad, "arg"), "reshape": (F.Reshape, "shape"), "flip": (F.Flip, "axes")}
+
+
+def _link(view: Tensor, parent: Tensor, step: tuple) -> None:
+    """Record view (made from parent by step, over parent's memory) as a view of the tensor that owns that
+    memory, so that a write through either is seen by the other, in program order, as in torch."""
+    alias = parent._alias
+    if alias is not None and not alias[2]:
+        root, chain = alias[0], alias[1] + (step,)
+    else:
+        root, chain = parent, (step,)
+    view._alias = (root, chain, False)
+    views = root._views
+    if views is None:
+        views = root._views = Readers()
+    views.add(view)  # type: ignore[arg-type]  # Readers holds any object weakly
+
+
+def _as_copy(t: Tensor) -> Tensor:
+    """Mark t, a view of another tensor's memory, as the copy torch makes (flip, pad, torch.tensor(t))."""
+    if t._alias is not None:
+        t._alias = (t._alias[0], t._alias[1], True)
+    return t
+
+
+def _replay(t: Tensor, chain: tuple, graph: builtins.bool, copy: builtins.bool = False) -> Tensor:
+    """The view that chain makes of t (or a copy of it), with a graph back to t's when `graph`, as no new
+    view of t."""
+    prev, Tensor.no_grad = Tensor.no_grad, not graph
+    try:
+        for fn, kwargs in chain:
+            t = _wrap(t.lazydata, False) if fn is None else _forward(fn, t, **kwargs)
+        if copy:
+            t = _forward(F.Contiguous, t) if not t.lazydata.is_base else t * 1
+    finally:
+        Tensor.no_grad = prev
+    return t
+
+
+def _written_view(root: Tensor, chain: tuple) -> View:
+    """The one strided window into root's memory that the view chain makes of it stands for, written in
+    place; raises for an expanded one (torch refuses too) and for one that is no strided window."""
+    st = ShapeTracker.from_shape(root.shape)
+    for fn, kwargs in chain:
+        if fn is not None:
+            st = _VIEW_MOVES[fn](st, kwargs)
+    view = st.views[0] if len(st.views) == 1 else _affine_view(st)
+    if view is None or view.mask is not None or builtins.any(s < 0 for s in view.strides):
+        raise ValueError(f"[core] in-place write through a view: expected one strided window into the "
+                         f"memory of the tensor it views, got a view of shape {st.shape} that is none "
+                         f"({st}); fix: write into a copy (.clone()) or build a new tensor (where, cat)")
+    if builtins.any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape)):
+        raise ValueError(f"[core] in-place write into an expanded view (shape {view.shape}, strides "
                          f"{view.strides}): several of its elements are one element of memory (torch refuses "
                          f"too); write into the tensor it expands, or into a copy (.contiguous())")
-    return True
+    return view
+
+
+# elements of a stacked view checked one by one for being one strided window (_affine_view)
+AFFINE_CHECK_MAX = 1 << 22
+
+
+def _affine_view(st: ShapeTracker) -> View | None:
+    """The single view equal to a stack of views (which the symbolic merge could not prove, as for the
+    diagonal of a non-square matrix), found by evaluating the index of every element; None if none is."""
+    shape = st.shape
+    n = prod(shape)
+    if n == 0 or n > AFFINE_CHECK_MAX:
+        return None
+    pos = np.indices(shape).reshape(len(shape), n)
+    idx, valid = np.zeros(n, np.int64), np.ones(n, np.bool_)
+    for i, view in enumerate(reversed(st.views)):
+        if i:      # an inner view: unravel the outer index over its shape
+            size = prod(view.shape)
+            valid &= (idx >= 0) & (idx < size)
+            inner = np.unravel_index(np.clip(idx, 0, builtins.max(size - 1, 0)), view.shape)
+            pos = np.array(inner, np.int64).reshape(len(view.shape), n)
+        idx = view.offset + (pos * np.array(view.strides, np.int64).reshape(-1, 1)).sum(0)
+        for p, (lo, hi) in zip(pos, view.mask or ()):
+            valid &= (p >= lo) & (p < hi)
+    # each dim's stride: the index's step from the first element to the next along that dim
+    strides = [builtins.int(idx[step] - idx[0]) if size > 1 else 0
+               for size, step in zip(shape, contiguous_strides(shape))]
+    full = np.indices(shape).reshape(len(shape), n)
+    if not valid.all() or not np.array_equal(idx, idx[0] + (full * np.array(strides).reshape(-1, 1)).sum(0)):
+        return None
+    return View.create(shape, strides, builtins.int(idx[0]))
 
 
 def _saves(ctx: F.Function, lb: LazyBuffer) -> builtins.bool:
