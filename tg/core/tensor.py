@@ -381,6 +381,7 @@ class Tensor:
         if view.contiguous and prod(view.shape) == prod(root.shape):
             root._store_own(_wrap(value.lazydata.reshape(root.shape), False))
             return root
+        root._copy_out()
         root._own_memory()
         from tg.core.realize import realize
         target = LazyBuffer(root.device, ShapeTracker((view,)), root.dtype, base=root.lazydata)
@@ -400,10 +401,10 @@ class Tensor:
         self.lazydata = target.assign(value.lazydata)
 
     def _own_memory(self) -> None:
-        """Give a constant, or a root that is a view of memory torch would have copied, memory of its own."""
+        """Give a constant, or a root that is a view of memory torch would have copied, memory of its own
+        (its copies are taken first: _copy_out)."""
         lb = self.lazydata
         if not lb.is_base or lb.op is BufferOps.CONST:
-            self._copy_out()
             self.lazydata = lb.contiguous()
             self._refresh_views()
 
@@ -981,8 +982,11 @@ class Tensor:
         if new == self.shape:
             return self
         out = apply(F.Reshape, self, shape=new)
-        if len(out.lazydata.st.views) > len(self.lazydata.st.views):
-            _as_copy(out)       # no strides express it: torch's reshape copies
+        alias = self._alias
+        if alias is not None and not alias[2]:
+            st = _window(alias[0], alias[1])
+            if len(st.reshape(new).views) > len(st.views):
+                _as_copy(out)       # no strides over its tensor's memory express it: torch's reshape copies
         return out
 
     view = reshape
@@ -4409,13 +4413,19 @@ def _replay(t: Tensor, chain: tuple, graph: builtins.bool, copy: builtins.bool =
     return t
 
 
-def _written_view(root: Tensor, chain: tuple) -> View:
-    """The one strided window into root's memory that the view chain makes of it stands for, written in
-    place; raises for an expanded one (torch refuses too) and for one that is no strided window."""
+def _window(root: Tensor, chain: tuple) -> ShapeTracker:
+    """The tracker of the window that the view chain makes of root's memory."""
     st = ShapeTracker.from_shape(root.shape)
     for fn, kwargs in chain:
         if fn is not None:
             st = _VIEW_MOVES[fn](st, kwargs)
+    return st
+
+
+def _written_view(root: Tensor, chain: tuple) -> View:
+    """The one strided window into root's memory that the view chain makes of it stands for, written in
+    place; raises for an expanded one (torch refuses too) and for one that is no strided window."""
+    st = _window(root, chain)
     view = st.views[0] if len(st.views) == 1 else _affine_view(st)
     if view is None or view.mask is not None or builtins.any(s < 0 for s in view.strides):
         raise ValueError(f"[core] in-place write through a view: expected one strided window into the "
