@@ -211,3 +211,13 @@ def test_a_write_with_a_graph_through_a_view_raises():
     with pytest.raises(RuntimeError, match="view of a tensor with a graph"):
         x[0:2] += w
     assert x.tolist() == [1.0, 2.0, 3.0]
+
+
+def test_a_leaf_that_is_a_view_stays_a_leaf_when_written():
+    # randn's result is a detached view of its own computation: a write under no_grad keeps requires_grad
+    for w in (Tensor.randn(3, 2, requires_grad=True), Tensor([1.0, 2.0]).detach().requires_grad_()):
+        with tg.no_grad():
+            w.assign(w.detach() * 0 + 1)
+        assert w.requires_grad and w.tolist() == np.ones(w.shape).tolist()
+        (w * 3).sum().backward()
+        assert w.grad.tolist() == np.full(w.shape, 3.0).tolist()

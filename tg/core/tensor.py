@@ -427,7 +427,7 @@ class Tensor:
                     old = _wrap(self.lazydata, self.requires_grad)
                     old._ctx = self._ctx
                 made = _replay(old, alias[1], t._ctx is not None, copy=True)
-                t.lazydata, t._ctx, t.requires_grad = made.lazydata, made._ctx, made.requires_grad
+                t._take(made)
             t._refresh_views()
 
     def _refresh_views(self) -> None:
@@ -440,8 +440,13 @@ class Tensor:
             alias = t._alias
             if alias is None or alias[0] is not self or alias[2]:
                 continue
-            made = _replay(self, alias[1], t._ctx is not None)
-            t.lazydata, t._ctx, t.requires_grad = made.lazydata, made._ctx, made.requires_grad
+            t._take(_replay(self, alias[1], t._ctx is not None))
+
+    def _take(self, made: Tensor) -> None:
+        """Take made's value, and its graph where self had one (a leaf that requires grad stays one)."""
+        self.lazydata = made.lazydata
+        if self._ctx is not None:
+            self._ctx, self.requires_grad = made._ctx, made.requires_grad
 
     # ------------------------------------------------------------ creation
     @staticmethod
