@@ -221,3 +221,17 @@ def test_a_leaf_that_is_a_view_stays_a_leaf_when_written():
         assert w.requires_grad and w.tolist() == np.ones(w.shape).tolist()
         (w * 3).sum().backward()
         assert w.grad.tolist() == np.full(w.shape, 3.0).tolist()
+
+
+def test_a_view_given_memory_by_hand_writes_that_memory():
+    # tg.distributed's flat buckets set a parameter's lazydata to a view of the bucket's buffer: a parameter
+    # made as a view (randn's result) then writes the bucket, not the memory it was a view of
+    from tg.core.device import Buffer
+    from tg.distributed.flat import view_tensor
+    p = Tensor.randn(2, 3, requires_grad=True)
+    buf = Buffer(p.device, 6, p.dtype).copyin(np.zeros(24, np.uint8))
+    p.lazydata = view_tensor(buf, 0, (2, 3)).lazydata
+    with tg.no_grad():
+        p.assign(Tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3)))
+    p.realize()
+    assert buf.numpy().tolist() == list(range(6)) and p.requires_grad

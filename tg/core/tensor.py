@@ -373,6 +373,8 @@ class Tensor:
         the whole of it as a lazy assign of the owner, through part of it now, so that every tensor over
         that memory sees the write from here on."""
         alias = self._alias
+        if alias is not None and self.lazydata.base is not alias[0].lazydata.base:
+            alias = self._alias = None      # its memory was set by hand (tg.distributed's flat buffers)
         if alias is None or alias[2]:
             self._store_own(value)
             return self
@@ -418,6 +420,8 @@ class Tensor:
         old: Tensor | None = None
         for t in list(views):
             alias = t._alias
+            if alias is not None and alias[0] is self and t.lazydata.base is not self.lazydata.base:
+                t._alias = alias = None     # its memory was set by hand (tg.distributed's flat buffers)
             if alias is None or alias[0] is not self or not alias[2]:
                 continue
             t._copy_out()
