@@ -276,7 +276,7 @@ class Tensor:
             dtype('float32')
         """
         from tg.core.realize import to_numpy
-        return to_numpy(self.detach().lazydata).copy()
+        return to_numpy(self._detached().lazydata).copy()
 
     def item(self) -> Any:
         """The value of a one-element tensor (of any shape) as a Python bool, int or float.
@@ -330,6 +330,11 @@ class Tensor:
         out = _wrap(self.lazydata, False)
         _link(out, self, (None, {}))     # the same memory, as torch's detach
         return out
+
+    def _detached(self) -> Tensor:
+        # detach for tg's own computations (a derivative's inputs, a creation's result): no view of self
+        # to keep up to date, and nothing holds self's memory for it
+        return _wrap(self.lazydata, False)
 
     def contiguous(self) -> Tensor:
         """The values written out to a buffer of their own in row-major order (a view such as .T becomes a
@@ -633,7 +638,7 @@ class Tensor:
                             f"(torch raises too); pass dtype=float (e.g. dtype='float32'), or use randint")
         mantissa = {"float16": 11, "bfloat16": 8}.get(dt.name, 24)
         out = Tensor._uniform01(_shape(shape), device, mantissa).cast(dt)
-        return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
+        return out.contiguous()._detached().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
@@ -649,7 +654,7 @@ class Tensor:
         u = Tensor._uniform01((2, *shp), device)
         radius = (-2.0 * (1.0 - u[0]).log()).sqrt()           # 1 - u is in (0, 1]: log is finite
         out = (radius * (2 * math.pi * u[1]).cos()).cast(dt)
-        return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
+        return out.contiguous()._detached().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def randint(low: int, high: Any = None, size: Any = (), dtype: DType | str | None = None,
@@ -688,7 +693,7 @@ class Tensor:
                 Tensor.rand(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * (high - low)
                 + low
             )
-            .detach()
+            ._detached()
             .requires_grad_(kw.get("requires_grad"))
         )
 
@@ -702,7 +707,7 @@ class Tensor:
             (True, True)
         """
         return (Tensor.randn(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * std + mean) \
-            .detach().requires_grad_(kw.get("requires_grad"))
+            ._detached().requires_grad_(kw.get("requires_grad"))
 
     def _like_kw(self, kw: dict) -> dict:
         return {"dtype": kw.pop("dtype", self.dtype), "device": kw.pop("device", self.device), **kw}
@@ -1676,14 +1681,14 @@ class Tensor:
                                      f"(as in torch), got {x.dtype.name} ** {y}; use a float tensor")
                 return x._pow_by_squaring(int(y))
             with _NoGrad():
-                value = x.detach()._pow_scalar_value(y)
-            return x._local(value, (x, lambda: 0 if y == 0 else y * x.detach()._pow_scalar_value(y - 1)))
+                value = x._detached()._pow_scalar_value(y)
+            return x._local(value, (x, lambda: 0 if y == 0 else y * x._detached()._pow_scalar_value(y - 1)))
         a, b = self._broadcasted(y, reverse)
         if a.dtype == dtypes.bool:
             a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
         if not a.dtype.is_float:
             return a._int_pow(b)
-        ad, bd = a.detach(), b.detach()
+        ad, bd = a._detached(), b._detached()
         with _NoGrad():
             value = ad._pow_value(bd)
         # torch's derivatives: b * a**(b-1) (0 where b == 0) and a**b * log(a) (0 where a == 0 <= b)
@@ -2062,7 +2067,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             u = xd + 1
             log_u = u.log()
             den = (u == 1).where(1.0, u - 1)
@@ -2080,7 +2085,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             u = xd.exp()
             log_u = (u == 1).where(1.0, u.log())
             out = (xd.abs() < 0.5).where((u == 1).where(xd, (u - 1) * (xd / log_u)), u - 1)
@@ -2178,7 +2183,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            out = (1 + (-x.detach()).exp()).reciprocal()
+            out = (1 + (-x._detached()).exp()).reciprocal()
         # s * (1 - s) is 0, not 0 * inf = nan, where exp(-x) overflows
         return x._local(out, (x, lambda: out * (1 - out)))
 
@@ -2190,7 +2195,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            out = 2.0 * (2.0 * x.detach()).sigmoid() - 1.0
+            out = 2.0 * (2.0 * x._detached()).sigmoid() - 1.0
         return x._local(out, (x, lambda: 1 - out * out))
 
     def leaky_relu(self, negative_slope: builtins.float = 0.01) -> Tensor:
@@ -2317,8 +2322,8 @@ class Tensor:
         # values beyond 2**23 have no fraction in float32; casting them would overflow ints
         with _NoGrad():
             big = self.abs() >= 2.0 ** 52
-            t = self.detach().cast(dtypes.int64).cast(self.dtype)
-            out = big.where(self.detach(), t)
+            t = self._detached().cast(dtypes.int64).cast(self.dtype)
+            out = big.where(self._detached(), t)
         return self._local(out, (self, lambda: 0))   # torch: gradient 0 (floor, ceil, round too)
 
     def floor(self) -> Tensor:
@@ -2394,15 +2399,15 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            a = x.detach().abs()
+            a = x._detached().abs()
             big, mid = a > 2.414213562373095, a > 0.4142135623730951   # tan(3 pi / 8), tan(pi / 8)
             r = big.where(-1 / a, mid.where((a - 1) / (a + 1), a))
             base = big.where(math.pi / 2, mid.where(math.pi / 4, 0.0))
             z = r * r
             poly = (((8.05374449538e-2 * z - 1.38776856032e-1) * z + 1.99777106478e-1) * z - 3.33329491539e-1)
-            out = (base + poly * z * r + r) * x.detach().sign()
-            out = x.detach().isnan().where(x.detach(), out)
-        return x._local(out, (x, lambda: 1 / (1 + x.detach() * x.detach())))
+            out = (base + poly * z * r + r) * x._detached().sign()
+            out = x._detached().isnan().where(x._detached(), out)
+        return x._local(out, (x, lambda: 1 / (1 + x._detached() * x._detached())))
 
     def asin(self) -> Tensor:
         """The arcsine, elementwise, in [-pi/2, pi/2]; NaN outside [-1, 1].
@@ -2412,7 +2417,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             out = (xd / ((1 - xd) * (1 + xd)).sqrt()).atan()
         return x._local(out, (x, lambda: ((1 - xd) * (1 + xd)).rsqrt()))
 
@@ -2424,7 +2429,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             out = math.pi / 2 - xd.asin()
         return x._local(out, (x, lambda: -((1 - xd) * (1 + xd)).rsqrt()))
 
@@ -2438,7 +2443,7 @@ class Tensor:
         """
         y, x = self._float_like()._broadcasted(other)   # a float operand makes both float
         with _NoGrad():
-            yd, xd = y.detach(), x.detach()
+            yd, xd = y._detached(), x._detached()
             x_neg, y_neg = xd._sign_negative(), yd._sign_negative()
             both_zero = (xd == 0) & (yd == 0)
             ratio = both_zero.where(0.0, yd / xd)
@@ -2475,7 +2480,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             a = xd.abs()
             huge = a > 1e15
             a_ok = huge.where(1.0, a)
@@ -2492,7 +2497,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             huge = xd > 1e15
             xs = huge.where(2.0, xd)
             out = huge.where(xd.log() + math.log(2), ((xs - 1) + ((xs - 1) * (xs + 1)).sqrt()).log1p())
@@ -2506,7 +2511,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             out = (2 * xd / (1 - xd)).log1p() * 0.5
         return x._local(out, (x, lambda: 1 / ((1 - xd) * (1 + xd))))
 
@@ -2911,7 +2916,7 @@ class Tensor:
             1000.693
         """
         axis = dim if dim is not None else axis
-        m = self.amax(axis, keepdim=True).detach()
+        m = self.amax(axis, keepdim=True)._detached()
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out._squeeze_axes(self._axes(axis))
@@ -2933,7 +2938,7 @@ class Tensor:
         x = self._float_like()
         if x.ndim > 0:
             return apply(fused.Softmax, x, axis=x._axis(axis))
-        e = (x - x.amax(axis, keepdim=True).detach()).exp()
+        e = (x - x.amax(axis, keepdim=True)._detached()).exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
@@ -2947,7 +2952,7 @@ class Tensor:
         x = self._float_like()
         if x.ndim > 0:
             return apply(fused.LogSoftmax, x, axis=x._axis(axis))
-        shifted = x - x.amax(axis, keepdim=True).detach()
+        shifted = x - x.amax(axis, keepdim=True)._detached()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     def cumsum(self, axis: builtins.int = 0, *, dim: builtins.int | None = None) -> Tensor:
@@ -2989,7 +2994,7 @@ class Tensor:
         equal values keep their order."""
         n = self.shape[-1]
         with _NoGrad():
-            x = self.detach() if self.dtype != dtypes.bool else self.detach().cast(dtypes.int32)
+            x = self._detached() if self.dtype != dtypes.bool else self._detached().cast(dtypes.int32)
             a, b = x.unsqueeze(-1), x.unsqueeze(-2)          # a: element i, b: element j; (..., i, j)
             before = (b > a) if descending else (b < a)     # j goes before i
             ties = a == b
@@ -3063,7 +3068,7 @@ class Tensor:
         if self.ndim not in (1, 2):
             raise ValueError(f"[core] multinomial: expected a 1-d or 2-d tensor of probabilities, got "
                              f"{self.shape}")
-        p = self.detach()._float_like()
+        p = self._detached()._float_like()
         p = p.unsqueeze(0) if self.ndim == 1 else p
         rows, n = p.shape
         if num_samples <= 0 or (not replacement and num_samples > n):
@@ -3104,7 +3109,7 @@ class Tensor:
         n = self.shape[d]
         x = self.transpose(d, -1) if d != self.ndim - 1 else self
         with _NoGrad():
-            xd = x.detach() if x.dtype != dtypes.bool else x.detach().cast(dtypes.int32)
+            xd = x._detached() if x.dtype != dtypes.bool else x._detached().cast(dtypes.int32)
             ar = index_range(n, self.device)
             tri = ar.reshape(1, n) <= ar.reshape(n, 1)    # [i, j]: j <= i
             if xd.dtype.is_float:
@@ -3494,7 +3499,7 @@ class Tensor:
         """
         a, b = self._broadcasted(other)
         a, b = a._float_like(), b._float_like()
-        m = a.maximum(b).detach()
+        m = a.maximum(b)._detached()
         m = m.isinf().where(0.0, m)    # both -inf (or an inf): no shift, so no inf - inf
         return ((a - m).exp() + (b - m).exp()).log() + m
 
@@ -3709,7 +3714,7 @@ class Tensor:
         d, x = self._last_dim(dim, "mode")
         n = x.shape[-1]
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             counts = (xd.unsqueeze(-1) == xd.unsqueeze(-2)).sum(-1)                    # (..., n)
             top = counts == counts.amax(-1, keepdim=True)
             big = math.inf if xd.dtype.is_float else int(max_value(xd.dtype))
