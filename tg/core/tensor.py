@@ -30,10 +30,10 @@ from tg.core.dtype import (
     scalar_result_type,
 )
 from tg.core.indexing import TgIndexError
-from tg.core.lazy import LazyBuffer
+from tg.core.lazy import LazyBuffer, Readers
 from tg.core.ops import BinaryOps, BufferOps, UnaryOps
 from tg.core.realize import known_values
-from tg.core.shape import broadcast_shape, prod
+from tg.core.shape import ShapeTracker, View, broadcast_shape, contiguous_strides, prod
 
 
 class MinMax(NamedTuple):
@@ -119,7 +119,15 @@ class _NoGrad:
 
 def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     """Run a primitive Function forward on the tensors' lazy buffers; the result remembers the
-    Function (and so its inputs) for backward when any input requires grad."""
+    Function (and so its inputs) for backward when any input requires grad. A movement's result over
+    its input's memory is a view of it (see _link)."""
+    ret = _forward(fn, *x, **kwargs)
+    if fn in _VIEW_MOVES and ret.lazydata.base is x[0].lazydata.base:
+        _link(ret, x[0], (fn, kwargs))
+    return ret
+
+
+def _forward(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     ctx = fn(x[0].lazydata.device, *x)
     out = ctx.forward(*[t.lazydata for t in x], **kwargs)
     if not out.dtype.is_float:
@@ -140,6 +148,7 @@ def _wrap(lb: LazyBuffer, requires_grad: bool | None) -> Tensor:
     argument checks, which every op would otherwise pay."""
     t = Tensor.__new__(Tensor)
     t.lazydata, t.requires_grad, t.grad, t._ctx, t._prior = lb, requires_grad, None, None, None
+    t._alias = t._views = None
     return t
 
 
@@ -147,7 +156,12 @@ class Tensor:
     """An n-dimensional array on a device, computed lazily."""
     # _prior: the values in-place writes under autograd replaced, oldest first (a version is an index);
     # a Function that read an earlier version is given that value back in backward (autograd.parents)
-    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_prior", "__weakref__")
+    # _alias: for a tensor made by movements of another one's memory, (root, chain, copy): the tensor
+    # whose memory it is, the movements from it ((Function, kwargs), or (None, {}) for a detach), and
+    # whether torch would have copied instead (flip, pad, Tensor(t), a reshape no strides express), in
+    # which case it takes the values it has when the root is next written. _views: a root's such
+    # tensors, held weakly (see _refresh_views).
+    __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_prior", "_alias", "_views", "__weakref__")
     training: bool = False
     no_grad: bool = False
     _last_root: weakref.ref[Tensor] | None = None
@@ -160,6 +174,8 @@ class Tensor:
         self.grad: Tensor | None = None
         self._ctx: F.Function | None = None
         self._prior: list[Tensor] | None = None
+        self._alias: tuple[Tensor, tuple, builtins.bool] | None = None
+        self._views: Readers | None = None
         if isinstance(data, LazyBuffer):
             lb = data if data.device == device else data.copy_to_device(device)
             if dt is not None and dt != lb.dtype:
@@ -178,6 +194,10 @@ class Tensor:
                             f"got {type(data).__name__}")
         self.lazydata: LazyBuffer = lb
         self.requires_grad = _grad_dtype_checked(requires_grad, lb.dtype)
+        if isinstance(data, Tensor) and lb is data.lazydata:
+            # torch.tensor(t) copies t: this one keeps t's values until t is written
+            _link(self, data, (None, {}))
+            _as_copy(self)
 
     # ------------------------------------------------------------ properties
     @property
@@ -308,7 +328,7 @@ class Tensor:
             dtype('float32')
         """
         from tg.core.realize import to_numpy
-        return to_numpy(self.detach().lazydata).copy()
+        return to_numpy(self._detached().lazydata).copy()
 
     def item(self) -> Any:
         """The value of a one-element tensor (of any shape) as a Python bool, int or float.
@@ -359,7 +379,14 @@ class Tensor:
             >>> x.grad.tolist()                   # d(x * c)/dx = c, where x * x would give 2x
             [3.0]
         """
-        return Tensor(self.lazydata, device=self.device, requires_grad=False)
+        out = _wrap(self.lazydata, False)
+        _link(out, self, (None, {}))     # the same memory, as torch's detach
+        return out
+
+    def _detached(self) -> Tensor:
+        # detach for tg's own computations (a derivative's inputs, a creation's result): no view of self
+        # to keep up to date, and nothing holds self's memory for it
+        return _wrap(self.lazydata, False)
 
     def contiguous(self) -> Tensor:
         """The values written out to a buffer of their own in row-major order (a view such as .T becomes a
@@ -398,20 +425,99 @@ class Tensor:
             raise ValueError(f"[core] assign: value on {value.device} into a tensor on {self.device}")
         if value.dtype != self.dtype:
             value = value.cast(self.dtype)
-        target = self.lazydata
-        if _views_shared_memory(target):
-            # a view of another tensor's memory (a slice, view, permute, narrow, select, ... as in torch):
-            # written there, now, so that every tensor over that memory sees the write from here on
-            from tg.core.realize import realize
-            realize([target.assign(value.lazydata)])
+        self._store(value)._refresh_views()
+        return self
+
+    def _store(self, value: Tensor) -> Tensor:
+        """Write value (of self's shape and dtype) into self's memory; returns the tensor that owns that
+        memory, whose views the caller re-derives (_refresh_views). A view of another tensor's memory (a
+        slice, view, permute, narrow, select, diagonal, detach, ... as in torch) is written there: through
+        the whole of it as a lazy assign of the owner, through part of it now, so that every tensor over
+        that memory sees the write from here on."""
+        alias = self._alias
+        if alias is not None and self.lazydata.base is not alias[0].lazydata.base:
+            alias = self._alias = None      # its memory was set by hand (tg.distributed's flat buffers)
+        if alias is None or alias[2]:
+            self._store_own(value)
             return self
-        if not target.is_base or target.op is BufferOps.CONST:
+        root, chain, _ = alias
+        view = _written_view(root, chain)
+        if view.contiguous and prod(view.shape) == prod(root.shape):
+            root._store_own(_wrap(value.lazydata.reshape(root.shape), False))
+            return root
+        root._copy_out()
+        root._own_memory()
+        from tg.core.realize import realize
+        target = LazyBuffer(root.device, ShapeTracker((view,)), root.dtype, base=root.lazydata)
+        realize([target.assign(value.lazydata)])
+        return root
+
+    def _store_own(self, value: Tensor) -> None:
+        copy_of_another = self._alias is not None
+        self._alias = None       # a copy torch would have made is made now: self's memory is its own
+        self._copy_out()
+        target = self.lazydata
+        if copy_of_another or not target.is_base or target.op is BufferOps.CONST:
             # a constant has no memory, and a view that torch would have copied (a flip, a pad, a reshape
             # of a permuted tensor) none of its own: it gets its own
-            target = self.lazydata = target.contiguous()
+            target = target.contiguous()
         # an unrealized target is computed first in the same schedule (the scheduler stores it)
         self.lazydata = target.assign(value.lazydata)
-        return self
+
+    def _own_memory(self) -> None:
+        """Give a constant, or a root that is a view of memory torch would have copied, memory of its own
+        (its copies are taken first: _copy_out)."""
+        lb = self.lazydata
+        if not lb.is_base or lb.op is BufferOps.CONST:
+            self.lazydata = lb.contiguous()
+            self._refresh_views()
+
+    def _copy_out(self) -> None:
+        """Before self's memory is written: each copy of it that torch would have made (flip, pad, ...)
+        and tg had left a view of it takes the values it has now (a lazy contiguous copy, which the
+        scheduler computes before the write), in the graph as the old values'."""
+        views = self._views
+        if not views:
+            return
+        old: Tensor | None = None
+        for t in list(views):
+            alias = t._alias
+            if alias is not None and alias[0] is self and t.lazydata.base is not self.lazydata.base:
+                t._alias = alias = None     # its memory was set by hand (tg.distributed's flat buffers)
+            if alias is None or alias[0] is not self or not alias[2]:
+                continue
+            t._copy_out()
+            t._alias = None
+            if self.lazydata.base.op is not BufferOps.CONST:    # a constant's copy keeps its value anyway
+                if old is None:
+                    old = _wrap(self.lazydata, self.requires_grad)
+                    old._ctx = self._ctx
+                made = _replay(old, alias[1], t._ctx is not None, copy=True)
+                t._take(made)
+            t._refresh_views()
+
+    def _refresh_views(self) -> None:
+        """Re-derive each live view of self's memory from self's value now (a write made self a new lazy
+        buffer), with a graph to self's where it had one, as torch rebases a view on an in-place write."""
+        views = self._views
+        if not views:
+            return
+        for t in list(views):
+            alias = t._alias
+            if alias is None or alias[0] is not self or alias[2]:
+                continue
+            t._take(_replay(self, alias[1], t._ctx is not None))
+
+    def _take(self, made: Tensor) -> None:
+        """Take made's value, and its graph where self had one (a leaf that requires grad stays one);
+        Functions that read self before keep the version they read (Tensor._prior)."""
+        if self._ctx is not None:
+            old = _wrap(self.lazydata, self.requires_grad)
+            old._ctx = self._ctx
+            self._prior = self._prior or []
+            self._prior.append(old)
+            self._ctx, self.requires_grad = made._ctx, made.requires_grad
+        self.lazydata = made.lazydata
 
     # ------------------------------------------------------------ creation
     @staticmethod
@@ -594,7 +700,7 @@ class Tensor:
                             f"(torch raises too); pass dtype=float (e.g. dtype='float32'), or use randint")
         mantissa = {"float16": 11, "bfloat16": 8}.get(dt.name, 24)
         out = Tensor._uniform01(_shape(shape), device, mantissa).cast(dt)
-        return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
+        return out.contiguous()._detached().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def randn(*shape: Any, dtype: DType | str | None = None, device: str | None = None, **kw: Any) -> Tensor:
@@ -610,7 +716,7 @@ class Tensor:
         u = Tensor._uniform01((2, *shp), device)
         radius = (-2.0 * (1.0 - u[0]).log()).sqrt()           # 1 - u is in (0, 1]: log is finite
         out = (radius * (2 * math.pi * u[1]).cos()).cast(dt)
-        return out.contiguous().detach().requires_grad_(kw.get("requires_grad"))
+        return out.contiguous()._detached().requires_grad_(kw.get("requires_grad"))
 
     @staticmethod
     def randint(low: int, high: Any = None, size: Any = (), dtype: DType | str | None = None,
@@ -649,7 +755,7 @@ class Tensor:
                 Tensor.rand(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * (high - low)
                 + low
             )
-            .detach()
+            ._detached()
             .requires_grad_(kw.get("requires_grad"))
         )
 
@@ -663,7 +769,7 @@ class Tensor:
             (True, True)
         """
         return (Tensor.randn(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * std + mean) \
-            .detach().requires_grad_(kw.get("requires_grad"))
+            ._detached().requires_grad_(kw.get("requires_grad"))
 
     def _like_kw(self, kw: dict) -> dict:
         return {"dtype": kw.pop("dtype", self.dtype), "device": kw.pop("device", self.device), **kw}
@@ -949,7 +1055,15 @@ class Tensor:
         if prod(new) != self.numel():
             raise ValueError(f"[core] reshape: cannot reshape {self.shape} ({self.numel()} elements) into "
                              f"{new} ({prod(new)} elements)")
-        return self if new == self.shape else apply(F.Reshape, self, shape=new)
+        if new == self.shape:
+            return self
+        out = apply(F.Reshape, self, shape=new)
+        alias = self._alias
+        if alias is not None and not alias[2]:
+            st = _window(alias[0], alias[1])
+            if len(st.reshape(new).views) > len(st.views):
+                _as_copy(out)       # no strides over its tensor's memory express it: torch's reshape copies
+        return out
 
     view = reshape
 
@@ -1054,8 +1168,8 @@ class Tensor:
         x = self._shrink(shrink)
         grow = tuple((max(0, b), max(0, a)) for b, a in arg)
         if all(g == (0, 0) for g in grow):
-            return x
-        out = apply(F.Pad, x, arg=grow)
+            return _as_copy(x)        # torch's pad makes a copy
+        out = _as_copy(apply(F.Pad, x, arg=grow))
         if value != 0:
             mask = apply(F.Pad, Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device), arg=grow)
             # as torch, the value takes the tensor's dtype (1.5 pads an int tensor with 1), never the reverse
@@ -1063,6 +1177,12 @@ class Tensor:
                 else builtins.int
             out = mask.where(out, kind(value))
         return out
+
+    def _view_move(self, kind: str, arg: Any) -> Tensor:
+        """A pad, reshape or flip that stays a view of self's memory, for the views built of them (a strided
+        slice, a diagonal): Tensor.pad, .flip and a reshape no strides express are copies, as torch's."""
+        fn, key = _VIEW_KINDS[kind]
+        return apply(fn, self, **{key: arg})
 
     def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
         if all(a == (0, s) for a, s in zip(arg, self.shape)):
@@ -1089,7 +1209,7 @@ class Tensor:
             ([[3, 4], [1, 2]], [[4, 3], [2, 1]])
         """
         axes = self._axes(_argfix(*dims))
-        return apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim)))
+        return _as_copy(apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim))))
 
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
         """Drop dims of size 1: all of them, or only `dim` (an int or a tuple of them); a named dim whose
@@ -1376,8 +1496,9 @@ class Tensor:
         lead = x.shape[:-2]
         x = x._shrink(tuple((0, s) for s in lead) + ((rows[0], rows[0] + k), (cols[0], cols[0] + k)))
         # element (i, i) of the k x k block sits at i * (k + 1) of its flattened form
-        x = x.reshape(lead + (k * k,)).pad(((0, 0),) * len(lead) + ((0, k),)).reshape(lead + (k, k + 1))
-        return x[..., 0]
+        x = x._view_move("reshape", lead + (k * k,))._view_move("pad", ((0, 0),) * len(lead) + ((0, k),))
+        x = x._view_move("reshape", lead + (k, k + 1))._shrink(tuple((0, s) for s in lead) + ((0, k), (0, 1)))
+        return x._view_move("reshape", lead + (k,))
 
     def diag(self, diagonal: builtins.int = 0) -> Tensor:
         """torch.diag: a 1-d tensor becomes a square matrix with it on the `diagonal`-th diagonal; a 2-d
@@ -1626,14 +1747,14 @@ class Tensor:
                                      f"(as in torch), got {x.dtype.name} ** {y}; use a float tensor")
                 return x._pow_by_squaring(int(y))
             with _NoGrad():
-                value = x.detach()._pow_scalar_value(y)
-            return x._local(value, (x, lambda: 0 if y == 0 else y * x.detach()._pow_scalar_value(y - 1)))
+                value = x._detached()._pow_scalar_value(y)
+            return x._local(value, (x, lambda: 0 if y == 0 else y * x._detached()._pow_scalar_value(y - 1)))
         a, b = self._broadcasted(y, reverse)
         if a.dtype == dtypes.bool:
             a, b = a.cast(dtypes.default_int), b.cast(dtypes.default_int)
         if not a.dtype.is_float:
             return a._int_pow(b)
-        ad, bd = a.detach(), b.detach()
+        ad, bd = a._detached(), b._detached()
         with _NoGrad():
             value = ad._pow_value(bd)
         # torch's derivatives: b * a**(b-1) (0 where b == 0) and a**b * log(a) (0 where a == 0 <= b)
@@ -1828,6 +1949,8 @@ class Tensor:
         self._prior = self._prior or []
         self._prior.append(old)
         self._ctx, self.requires_grad = value._ctx, value.requires_grad
+        self._alias = None         # a view nothing else holds: its tensor is the graph's alone
+        self._refresh_views()      # views of self take its new value and graph, as torch rebases them
         return self
 
     # comparisons and logic (no gradients)
@@ -2040,7 +2163,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             u = xd + 1
             log_u = u.log()
             den = (u == 1).where(1.0, u - 1)
@@ -2058,7 +2181,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             u = xd.exp()
             log_u = (u == 1).where(1.0, u.log())
             out = (xd.abs() < 0.5).where((u == 1).where(xd, (u - 1) * (xd / log_u)), u - 1)
@@ -2159,7 +2282,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            out = (1 + (-x.detach()).exp()).reciprocal()
+            out = (1 + (-x._detached()).exp()).reciprocal()
         # s * (1 - s) is 0, not 0 * inf = nan, where exp(-x) overflows
         return x._local(out, (x, lambda: out * (1 - out)))
 
@@ -2171,7 +2294,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             # 2 sigmoid(2x) - 1 cancels near 0 (tanh(1e-6) was 7% off in float32): there, the Taylor
             # series, whose terms shrink by (x / (pi/2))^2 each: 9 of them reach float32's precision
             # below 0.55 and float64's below 0.2, where the cancellation costs at most a few ulps
@@ -2313,8 +2436,8 @@ class Tensor:
         # values beyond 2**23 have no fraction in float32; casting them would overflow ints
         with _NoGrad():
             big = self.abs() >= 2.0 ** 52
-            t = self.detach().cast(dtypes.int64).cast(self.dtype)
-            out = big.where(self.detach(), t)
+            t = self._detached().cast(dtypes.int64).cast(self.dtype)
+            out = big.where(self._detached(), t)
         return self._local(out, (self, lambda: 0))   # torch: gradient 0 (floor, ceil, round too)
 
     def floor(self) -> Tensor:
@@ -2394,8 +2517,8 @@ class Tensor:
             return self.float().atan().cast(self.dtype)
         x = self._float_like()
         with _NoGrad():
-            out = x.detach()._atan_values()
-        return x._local(out, (x, lambda: 1 / (1 + x.detach() * x.detach())))
+            out = x._detached()._atan_values()
+        return x._local(out, (x, lambda: 1 / (1 + x._detached() * x._detached())))
 
     def _atan_values(self) -> Tensor:
         """atan of a float32 or float64 tensor: |x| reduced to |r| <= tan(pi/8) (float32) or 0.66 (float64)
@@ -2426,7 +2549,7 @@ class Tensor:
             return self.float().asin().cast(self.dtype)
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             out = (xd / ((1 - xd) * (1 + xd)).sqrt())._atan_values()
         return x._local(out, (x, lambda: ((1 - xd) * (1 + xd)).rsqrt()))
 
@@ -2440,7 +2563,7 @@ class Tensor:
             return self.float().acos().cast(self.dtype)
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             # not pi/2 - asin(x), which cancels near x = 1 (67 float32 ulps off at 0.99); 1 - x is exact there
             out = ((1 - xd) / (1 + xd)).sqrt()._atan_values() * 2
         return x._local(out, (x, lambda: -((1 - xd) * (1 + xd)).rsqrt()))
@@ -2457,7 +2580,7 @@ class Tensor:
         if y.dtype in (dtypes.float16, dtypes.bfloat16):
             return y.float().atan2(x.float()).cast(y.dtype)
         with _NoGrad():
-            yd, xd = y.detach(), x.detach()
+            yd, xd = y._detached(), x._detached()
             x_neg, y_neg = xd._sign_negative(), yd._sign_negative()
             both_zero = (xd == 0) & (yd == 0)
             ratio = both_zero.where(0.0, yd / xd)
@@ -2495,7 +2618,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             a = xd.abs()
             huge = a > 1e15
             a_ok = huge.where(1.0, a)
@@ -2512,7 +2635,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             huge = xd > 1e15
             xs = huge.where(2.0, xd)
             out = huge.where(xd.log() + math.log(2), ((xs - 1) + ((xs - 1) * (xs + 1)).sqrt()).log1p())
@@ -2526,7 +2649,7 @@ class Tensor:
         """
         x = self._float_like()
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             out = (2 * xd / (1 - xd)).log1p() * 0.5
         return x._local(out, (x, lambda: 1 / ((1 - xd) * (1 + xd))))
 
@@ -2950,7 +3073,7 @@ class Tensor:
         axis = dim if dim is not None else axis
         if any(self.shape[a] == 0 for a in self._axes(axis)):     # log of an empty sum: -inf, as torch
             return self._float_like().sum(axis, keepdim).log()
-        m = self.amax(axis, keepdim=True).detach()
+        m = self.amax(axis, keepdim=True)._detached()
         m = m.isinf().where(0.0, m)
         out = (self - m).exp().sum(axis, keepdim=True).log() + m
         return out if keepdim else out._squeeze_axes(self._axes(axis))
@@ -2972,7 +3095,7 @@ class Tensor:
         x = self._float_like()
         if x.ndim > 0:
             return apply(fused.Softmax, x, axis=x._axis(axis))
-        e = (x - x.amax(axis, keepdim=True).detach()).exp()
+        e = (x - x.amax(axis, keepdim=True)._detached()).exp()
         return e / e.sum(axis, keepdim=True)
 
     def log_softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
@@ -2986,7 +3109,7 @@ class Tensor:
         x = self._float_like()
         if x.ndim > 0:
             return apply(fused.LogSoftmax, x, axis=x._axis(axis))
-        shifted = x - x.amax(axis, keepdim=True).detach()
+        shifted = x - x.amax(axis, keepdim=True)._detached()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
     def cumsum(self, axis: builtins.int = 0, *, dim: builtins.int | None = None) -> Tensor:
@@ -3029,7 +3152,7 @@ class Tensor:
         n = self.shape[-1]
         src = self._stored()   # every pair compared, and the values picked, from one computation
         with _NoGrad():
-            x = src.detach() if self.dtype != dtypes.bool else src.detach().cast(dtypes.int32)
+            x = src._detached() if self.dtype != dtypes.bool else src._detached().cast(dtypes.int32)
             a, b = x.unsqueeze(-1), x.unsqueeze(-2)          # a: element i, b: element j; (..., i, j)
             before = (b > a) if descending else (b < a)     # j goes before i
             ties = a == b
@@ -3103,7 +3226,7 @@ class Tensor:
         if self.ndim not in (1, 2):
             raise ValueError(f"[core] multinomial: expected a 1-d or 2-d tensor of probabilities, got "
                              f"{self.shape}")
-        p = self.detach()._float_like()
+        p = self._detached()._float_like()
         p = p.unsqueeze(0) if self.ndim == 1 else p
         rows, n = p.shape
         if num_samples <= 0 or (not replacement and num_samples > n):
@@ -3145,7 +3268,7 @@ class Tensor:
         x = self._stored()   # compared with its running extreme, and picked from: one computation
         x = x.transpose(d, -1) if d != self.ndim - 1 else x
         with _NoGrad():
-            xd = x.detach() if x.dtype != dtypes.bool else x.detach().cast(dtypes.int32)
+            xd = x._detached() if x.dtype != dtypes.bool else x._detached().cast(dtypes.int32)
             ar = index_range(n, self.device)
             tri = ar.reshape(1, n) <= ar.reshape(n, 1)    # [i, j]: j <= i
             if xd.dtype.is_float:
@@ -3574,7 +3697,7 @@ class Tensor:
         """
         a, b = self._broadcasted(other)
         a, b = a._float_like(), b._float_like()
-        m = a.maximum(b).detach()
+        m = a.maximum(b)._detached()
         m = m.isinf().where(0.0, m)    # both -inf (or an inf): no shift, so no inf - inf
         return ((a - m).exp() + (b - m).exp()).log() + m
 
@@ -3792,7 +3915,7 @@ class Tensor:
         x = x._stored()   # each element compared with every other and with the mode: one computation
         n = x.shape[-1]
         with _NoGrad():
-            xd = x.detach()
+            xd = x._detached()
             counts = (xd.unsqueeze(-1) == xd.unsqueeze(-2)).sum(-1)                    # (..., n)
             top = counts == counts.amax(-1, keepdim=True)
             big = math.inf if xd.dtype.is_float else int(max_value(xd.dtype))
@@ -4474,32 +4597,129 @@ def _aliases_a_held_tensor(t: Tensor) -> builtins.bool:
     movements, followed back through autograd, reach a tensor referenced from elsewhere, or one with no
     graph. An op's internal result that tg builds as a view (conv's output before its permute, a gather's
     sum) is held by the graph alone, so a write into it aliases nothing the program can see."""
-    if not _views_shared_memory(t.lazydata):
+    if t._alias is None or t._alias[2]:
         return False
     cur = t
     while isinstance(cur._ctx, _MOVEMENTS):
         parent = cur._ctx.parents[0]
-        # the references a held-by-the-graph-alone parent has here: ctx.parents, `parent`, the argument
-        if sys.getrefcount(parent) > 3:
+        # the references a held-by-the-graph-alone parent has here: ctx.parents, `parent`, the argument,
+        # and the alias of each live view of it
+        if sys.getrefcount(parent) > 3 + _views_of(parent):
             return True
         cur = parent
     return cur._ctx is None
 
 
-def _views_shared_memory(lb: LazyBuffer) -> builtins.bool:
-    """Whether lb is a view into memory that other tensors share, as torch's views are (a strided view of a
-    base that is not a constant, without masks or negative strides: one that torch could express); raises
-    for an expanded one, which torch refuses to write too."""
-    if lb.is_base or lb.base.op is BufferOps.CONST or len(lb.st.views) != 1:
-        return False
-    view = lb.st.views[0]
-    if view.mask is not None or any(s < 0 for s in view.strides):
-        return False
-    if any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape)):
-        raise ValueError(f"[core] in-place write into an expanded view (shape {lb.shape}, strides "
+def _views_of(root: Tensor) -> builtins.int:
+    """How many live tensors name root as the tensor whose memory they view (each holds it once)."""
+    views: Iterable[Tensor] = root._views or ()  # type: ignore[assignment]  # Readers holds any object
+    return builtins.sum(1 for v in views if v._alias is not None and v._alias[0] is root)
+
+
+# how each movement moves a window over memory (the tracker of a view, relative to its root's memory)
+_VIEW_MOVES: dict[type[F.Function], Callable[[ShapeTracker, dict], ShapeTracker]] = {
+    F.Reshape: lambda st, kw: st.reshape(kw["shape"]),
+    F.Permute: lambda st, kw: st.permute(kw["order"]),
+    F.Expand: lambda st, kw: st.expand(kw["shape"]),
+    F.Shrink: lambda st, kw: st.shrink(kw["arg"]),
+    F.Pad: lambda st, kw: st.pad(kw["arg"]),
+    F.Flip: lambda st, kw: st.flip(kw["axes"]),
+    F.Contiguous: lambda st, kw: st,          # of a tensor that has memory of its own: itself
+}
+
+_VIEW_KINDS = {"pad": (F.Pad, "arg"), "reshape": (F.Reshape, "shape"), "flip": (F.Flip, "axes")}
+
+
+def _link(view: Tensor, parent: Tensor, step: tuple) -> None:
+    """Record view (made from parent by step, over parent's memory) as a view of the tensor that owns that
+    memory, so that a write through either is seen by the other, in program order, as in torch."""
+    alias = parent._alias
+    if alias is not None and not alias[2]:
+        root, chain = alias[0], alias[1] + (step,)
+    else:
+        root, chain = parent, (step,)
+    view._alias = (root, chain, False)
+    views = root._views
+    if views is None:
+        views = root._views = Readers()
+    views.add(view)  # type: ignore[arg-type]  # Readers holds any object weakly
+
+
+def _as_copy(t: Tensor) -> Tensor:
+    """Mark t, a view of another tensor's memory, as the copy torch makes (flip, pad, torch.tensor(t))."""
+    if t._alias is not None:
+        t._alias = (t._alias[0], t._alias[1], True)
+    return t
+
+
+def _replay(t: Tensor, chain: tuple, graph: builtins.bool, copy: builtins.bool = False) -> Tensor:
+    """The view that chain makes of t (or a copy of it), with a graph back to t's when `graph`, as no new
+    view of t."""
+    prev, Tensor.no_grad = Tensor.no_grad, not graph
+    try:
+        for fn, kwargs in chain:
+            t = _wrap(t.lazydata, False) if fn is None else _forward(fn, t, **kwargs)
+        if copy:
+            t = _forward(F.Contiguous, t) if not t.lazydata.is_base else t * 1
+    finally:
+        Tensor.no_grad = prev
+    return t
+
+
+def _window(root: Tensor, chain: tuple) -> ShapeTracker:
+    """The tracker of the window that the view chain makes of root's memory."""
+    st = ShapeTracker.from_shape(root.shape)
+    for fn, kwargs in chain:
+        if fn is not None:
+            st = _VIEW_MOVES[fn](st, kwargs)
+    return st
+
+
+def _written_view(root: Tensor, chain: tuple) -> View:
+    """The one strided window into root's memory that the view chain makes of it stands for, written in
+    place; raises for an expanded one (torch refuses too) and for one that is no strided window."""
+    st = _window(root, chain)
+    view = st.views[0] if len(st.views) == 1 else _affine_view(st)
+    if view is None or view.mask is not None or builtins.any(s < 0 for s in view.strides):
+        raise ValueError(f"[core] in-place write through a view: expected one strided window into the "
+                         f"memory of the tensor it views, got a view of shape {st.shape} that is none "
+                         f"({st}); fix: write into a copy (.clone()) or build a new tensor (where, cat)")
+    if builtins.any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape)):
+        raise ValueError(f"[core] in-place write into an expanded view (shape {view.shape}, strides "
                          f"{view.strides}): several of its elements are one element of memory (torch refuses "
                          f"too); write into the tensor it expands, or into a copy (.contiguous())")
-    return True
+    return view
+
+
+# elements of a stacked view checked one by one for being one strided window (_affine_view)
+AFFINE_CHECK_MAX = 1 << 22
+
+
+def _affine_view(st: ShapeTracker) -> View | None:
+    """The single view equal to a stack of views (which the symbolic merge could not prove, as for the
+    diagonal of a non-square matrix), found by evaluating the index of every element; None if none is."""
+    shape = st.shape
+    n = prod(shape)
+    if n == 0 or n > AFFINE_CHECK_MAX:
+        return None
+    pos = np.indices(shape).reshape(len(shape), n)
+    idx, valid = np.zeros(n, np.int64), np.ones(n, np.bool_)
+    for i, view in enumerate(reversed(st.views)):
+        if i:      # an inner view: unravel the outer index over its shape
+            size = prod(view.shape)
+            valid &= (idx >= 0) & (idx < size)
+            inner = np.unravel_index(np.clip(idx, 0, builtins.max(size - 1, 0)), view.shape)
+            pos = np.array(inner, np.int64).reshape(len(view.shape), n)
+        idx = view.offset + (pos * np.array(view.strides, np.int64).reshape(-1, 1)).sum(0)
+        for p, (lo, hi) in zip(pos, view.mask or ()):
+            valid &= (p >= lo) & (p < hi)
+    # each dim's stride: the index's step from the first element to the next along that dim
+    strides = [builtins.int(idx[step] - idx[0]) if size > 1 else 0
+               for size, step in zip(shape, contiguous_strides(shape))]
+    full = np.indices(shape).reshape(len(shape), n)
+    if not valid.all() or not np.array_equal(idx, idx[0] + (full * np.array(strides).reshape(-1, 1)).sum(0)):
+        return None
+    return View.create(shape, strides, builtins.int(idx[0]))
 
 
 def _grad_dtype_checked(requires_grad: bool | None, dtype: DType) -> bool | None:
