@@ -235,3 +235,47 @@ def test_a_view_given_memory_by_hand_writes_that_memory():
         p.assign(Tensor(np.arange(6.0, dtype=np.float32).reshape(2, 3)))
     p.realize()
     assert buf.numpy().tolist() == list(range(6)) and p.requires_grad
+
+
+# ops whose result torch puts in new memory, which tg may build as movements of the input's memory alone
+# (a reduce over dims of size 1 is a reshape): (name, tg op, numpy op) on a (1, n, 1) tensor
+COPIES = [
+    ("sum_dim0", lambda t: t.sum(0), lambda a: a.sum(0)),
+    ("sum_keepdim", lambda t: t.sum(2, keepdim=True), lambda a: a.sum(2, keepdims=True)),
+    ("mean", lambda t: t.mean(0), lambda a: a.mean(0)),
+    ("amax", lambda t: t.amax(2), lambda a: a.max(2)),
+    ("max_dim", lambda t: t.max(dim=0).values, lambda a: a.max(0)),
+    ("prod", lambda t: t.prod(2), lambda a: a.prod(2)),
+    ("cumsum", lambda t: t.cumsum(0), lambda a: a.cumsum(0)),
+    ("sort", lambda t: t.sort(2).values, lambda a: np.sort(a, 2)),
+    ("repeat", lambda t: t.repeat(1, 1, 1), lambda a: a.copy()),
+    ("cat", lambda t: Tensor.cat(t), lambda a: a.copy()),
+    ("flip", lambda t: t.flip(0), lambda a: a[::-1].copy()),
+    ("pad", lambda t: t.pad(((0, 0), (1, 0), (0, 0))), lambda a: np.pad(a, ((0, 0), (1, 0), (0, 0)))),
+    ("tensor", lambda t: tg.tensor(t), lambda a: a.copy()),
+    ("clone", lambda t: t.clone(), lambda a: a.copy()),
+    ("reshape_back", lambda t: t.reshape(-1).reshape(t.shape).sum(0), lambda a: a.sum(0)),
+    ("index", lambda t: t[:, [0]], lambda a: a[:, [0]]),
+]
+
+
+@pytest.mark.parametrize("seed", range(96))
+def test_a_result_torch_copies_is_memory_of_its_own(seed):
+    # found by the fuzzer: `y = x.sum(0)` for x of shape (1, n) was written through into x by `y *= 2`,
+    # and a flip or tg.tensor(x) read x's new values once x's write had run
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((1, int(rng.integers(1, 5)), 1))
+    x = Tensor(a.astype(np.float32)).realize() if seed % 2 else Tensor(a.astype(np.float32)) * 1.0
+    name, top, nop = COPIES[seed % len(COPIES)]
+    y, ya = top(x), nop(a)
+    wname, tw, nw = WRITES[rng.integers(len(WRITES))]
+    msg = f"seed {seed}: {name} then {wname}"
+    if rng.integers(2):             # the result written: its tensor keeps its values
+        tw(y)
+        nw(ya)
+        _close(y, ya, msg)
+        _close(x, a, msg + " changed its tensor")
+    else:                           # its tensor written and computed first: the result keeps its values
+        tw(x)
+        x.realize()
+        _close(y, ya, msg + " of its tensor")

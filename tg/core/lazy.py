@@ -91,7 +91,7 @@ class LazyBuffer:
     # collector to track and count instead of two (an instance dict). A view has only the first five;
     # op, srcs, arg, _realized and readers are a base's.
     __slots__ = ("device", "st", "dtype", "shape", "_base", "op", "srcs", "arg", "_realized", "readers",
-                 "__weakref__")
+                 "views", "__weakref__")
 
     def __init__(self, device: str, st: ShapeTracker, dtype: DType, op: Op | None = None,
                  srcs: tuple[LazyBuffer, ...] = (), arg: Any = None, base: LazyBuffer | None = None):
@@ -103,6 +103,9 @@ class LazyBuffer:
             self._realized: Buffer | None = None     # not through the setter: nothing to alias yet
             # Unrealized computations that read this buffer; assign() realizes them first.
             self.readers = Readers()
+            # The views of this buffer made so far (held weakly, made on the first): a view read after
+            # an assign overwrote this memory reads a snapshot instead (schedule._protect_outside_readers)
+            self.views: Readers | None = None
             if srcs:
                 me = weakref.ref(self)
                 for s in srcs:
@@ -297,12 +300,27 @@ class LazyBuffer:
     # ---- movement: views of the same base
     def _view(self, st: ShapeTracker) -> LazyBuffer:
         base = self._base or self
-        if st.contiguous and st.shape == base.shape:
-            return base
         mask = st.views[-1].mask
         if mask is not None and any(lo >= hi for lo, hi in mask):   # entirely padding: zeros
             return LazyBuffer.const(0, self.dtype, self.device, st.shape)
-        return LazyBuffer(self.device, st, self.dtype, base=base)
+        # (movements back to the whole of base, in its order, are a view of it too, not base itself: a
+        # tensor holding one keeps its values when base's memory is written, see alias())
+        view = LazyBuffer(self.device, st, self.dtype, base=base)
+        if base.op is not BufferOps.CONST:      # a constant is never overwritten
+            if base.views is None:
+                base.views = Readers()
+            base.views.add(view)
+        return view
+
+    def alias(self) -> LazyBuffer:
+        """The same values as a lazy buffer of their own over this one's memory (a view of all of it): what
+        a second tensor of these values holds, so that a write into this memory, which leaves the tensors
+        that are views in torch's sense re-derived from the write, gives it a snapshot of the old values
+        (schedule._protect_outside_readers) instead of the new ones."""
+        base = self._base or self
+        if base.op is BufferOps.CONST:
+            return self
+        return self._view(self.st if self._base is not None else ShapeTracker.from_shape(self.shape))
 
     def reshape(self, shape: tuple[int, ...]) -> LazyBuffer:
         return self if shape == self.shape else self._view(self.st.reshape(shape))

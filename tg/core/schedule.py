@@ -23,7 +23,7 @@ from typing import Any
 
 from tg.core.dtype import DType, dtypes, value_key
 from tg.core.kernel import AstOps, Kernel, KOp
-from tg.core.lazy import LazyBuffer
+from tg.core.lazy import LazyBuffer, Readers
 from tg.core.ops import BinaryOps, BufferOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
 
@@ -356,7 +356,7 @@ def create_schedule(outs: list[LazyBuffer], bases: list[LazyBuffer] | None = Non
         # (a swap, or old and new contents read together): those readers read a copy made first
         in_schedule = {id(b) for b in bases}
         readers = {id(r): r for x in same_memory(cycle) for r in list(x.readers) if id(r) in in_schedule}
-        return create_schedule(outs + [_snapshot(cycle, list(readers.values()))], None, overwritten,
+        return create_schedule(outs + [_snapshot(cycle, list(readers.values()), [])], None, overwritten,
                                tuple(lists))
     return order
 
@@ -458,25 +458,30 @@ def _storage(b: LazyBuffer) -> int:
     return id(b.realized) if b.realized is not None else id(b)
 
 
-def _outside_readers(bases: list[LazyBuffer]) -> list[tuple[LazyBuffer, list[LazyBuffer]]]:
-    """(target, readers) for each ASSIGN among bases whose target's old contents are read by a
-    computation that is still pending outside this schedule."""
+def _outside_readers(bases: list[LazyBuffer]) -> list[tuple[LazyBuffer, list[LazyBuffer], list[LazyBuffer]]]:
+    """(target, readers, views) for each ASSIGN among bases whose target's old contents are read by a
+    computation that is still pending outside this schedule, or by a view of it that something outside
+    the schedule holds (a tensor that is a copy in torch's sense: a flip, a pad, torch.tensor(t), a sum
+    over a dim of size 1; tg's views in torch's sense were re-derived from the assign, see
+    Tensor._refresh_views)."""
     in_schedule: set[int] | None = None    # made only when an assign has another pending reader
-    found: list[tuple[LazyBuffer, list[LazyBuffer]]] = []
+    found: list[tuple[LazyBuffer, list[LazyBuffer], list[LazyBuffer]]] = []
     for b in bases:
         if b.op is not BufferOps.ASSIGN:
             continue
         target = b.srcs[0].base
+        same = same_memory(target)
         # the commonest assign (contiguous() into a fresh buffer) has no reader but itself
-        pending = [r for x in same_memory(target) for r in list(x.readers)
-                   if r is not b and r.srcs and r._realized is None]
-        if not pending:
+        pending = [r for x in same for r in list(x.readers) if r is not b and r.srcs and r._realized is None]
+        views = [v for x in same if x.views for v in x.views]
+        if not pending and not views:
             continue
         if in_schedule is None:
-            in_schedule = {id(x) for x in bases}
+            in_schedule = {id(x) for x in bases} | {id(s) for x in bases for s in x.srcs}
         outside = {id(r): r for r in pending if id(r) not in in_schedule}
-        if outside:
-            found.append((target, list(outside.values())))
+        held = [v for v in views if id(v) not in in_schedule]
+        if outside or held:
+            found.append((target, list(outside.values()), held))
     return found
 
 
@@ -560,15 +565,21 @@ def _protect_outside_readers(bases: list[LazyBuffer]) -> list[LazyBuffer]:
     """Copy-on-write for in-place assigns: a computation that is still pending outside this
     schedule and reads the old contents (say a loss, read after optimizer.step()) is rewired to a
     snapshot of them, so it never sees the new values. Returns the snapshots to schedule."""
-    return [_snapshot(target, readers) for target, readers in _outside_readers(bases)]
+    return [_snapshot(target, readers, views) for target, readers, views in _outside_readers(bases)]
 
 
-def _snapshot(target: LazyBuffer, readers: list[LazyBuffer]) -> LazyBuffer:
-    """A copy of target's current contents (an ASSIGN into a fresh buffer), which `readers` read from
-    now on instead of target's memory. An assign among them still writes target's memory."""
+def _snapshot(target: LazyBuffer, readers: list[LazyBuffer], views: list[LazyBuffer]) -> LazyBuffer:
+    """A copy of target's current contents (an ASSIGN into a fresh buffer), which `readers` and `views`
+    read from now on instead of target's memory. An assign among the readers still writes target's
+    memory."""
     same = same_memory(target)
     same_ids = {id(x) for x in same}
     snap = LazyBuffer.empty(target.shape, target.dtype, target.device).assign(target)
+    for v in views:
+        v._base = snap
+        if snap.views is None:
+            snap.views = Readers()
+        snap.views.add(v)
     for r in readers:
         keep = 1 if r.op is BufferOps.ASSIGN else 0   # an assign's destination stays where it is
         r.srcs = r.srcs[:keep] + tuple(

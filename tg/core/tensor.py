@@ -9,11 +9,12 @@ primitive ops through the Functions in function.py (so gradients come by composi
 from __future__ import annotations
 
 import builtins
+import functools
 import itertools
 import math
 import sys
 import weakref
-from typing import Any, Callable, Iterable, NamedTuple, Sequence, overload
+from typing import Any, Callable, Iterable, NamedTuple, Sequence, TypeVar, overload
 
 import numpy as np
 
@@ -119,17 +120,13 @@ class _NoGrad:
 
 def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     """Run a primitive Function forward on the tensors' lazy buffers; the result remembers the
-    Function (and so its inputs) for backward when any input requires grad. A movement's result over
-    its input's memory is a view of it (see _link)."""
-    ret = _forward(fn, *x, **kwargs)
-    if fn in _VIEW_MOVES and ret.lazydata.base is x[0].lazydata.base:
-        _link(ret, x[0], (fn, kwargs))
-    return ret
-
-
-def _forward(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
+    Function (and so its inputs) for backward when any input requires grad."""
     ctx = fn(x[0].lazydata.device, *x)
     out = ctx.forward(*[t.lazydata for t in x], **kwargs)
+    if out is x[0].lazydata:
+        # an op that changes nothing here (a sum over dims of size 1) still makes a new tensor, as torch's:
+        # one over the input's memory that keeps its values when that memory is written (alias)
+        out = out.alias()
     if not out.dtype.is_float:
         # integer and bool values have no gradient (torch's rule): a cast to int, a comparison or an
         # index cuts the graph here, whatever its inputs need
@@ -152,15 +149,53 @@ def _wrap(lb: LazyBuffer, requires_grad: bool | None) -> Tensor:
     return t
 
 
+_Method = TypeVar("_Method", bound=Callable[..., Any])
+
+# view methods that name another tensor for its shape only: replayed as the shape's own method
+_AS_SHAPE = {"view_as": "reshape", "reshape_as": "reshape", "expand_as": "expand"}
+
+# reshapes, which no strides may express over a view's memory (then torch copies)
+_RESHAPES = frozenset(("reshape", "flatten", "unflatten", "view_as", "reshape_as"))
+
+
+def _view_op(fn: _Method) -> _Method:
+    """Mark a Tensor method as one of torch's view ops (its result, or each of its results, shares the
+    tensor's memory: a write through either is seen by the other). Only the program's own calls make
+    views: tg's code calls the same methods for values torch computes into new memory (a sum over a dim of
+    size 1 is a reshape), so a call from inside tg (not its torch-style namespace) leaves a copy."""
+    name = fn.__name__
+
+    @functools.wraps(fn)
+    def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
+        out = fn(self, *args, **kwargs)
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller.startswith("tg.") and caller != "tg.namespace":
+            return out
+        if name in _AS_SHAPE:
+            step_fn, args, kwargs = _VIEW_STEPS[_AS_SHAPE[name]], (args[0].shape,), {}
+        else:
+            step_fn = fn
+        if isinstance(out, tuple):
+            for k, o in enumerate(out):
+                _link_view(o, self, (step_fn, args, kwargs, k), name in _RESHAPES)
+        else:
+            _link_view(out, self, (step_fn, args, kwargs, None), name in _RESHAPES)
+        return out
+
+    _VIEW_STEPS[name] = fn
+    return method  # type: ignore[return-value]  # the same signature
+
+
+_VIEW_STEPS: dict[str, Callable] = {}
+
+
 class Tensor:
     """An n-dimensional array on a device, computed lazily."""
     # _prior: the values in-place writes under autograd replaced, oldest first (a version is an index);
     # a Function that read an earlier version is given that value back in backward (autograd.parents)
-    # _alias: for a tensor made by movements of another one's memory, (root, chain, copy): the tensor
-    # whose memory it is, the movements from it ((Function, kwargs), or (None, {}) for a detach), and
-    # whether torch would have copied instead (flip, pad, Tensor(t), a reshape no strides express), in
-    # which case it takes the values it has when the root is next written. _views: a root's such
-    # tensors, held weakly (see _refresh_views).
+    # _alias: for a view (in torch's sense) that the program made of another tensor's memory, (root,
+    # chain): the tensor that owns the memory and the view calls from it (see _view_op). _views: a
+    # root's views, held weakly, re-derived when it is written (_refresh_views).
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_prior", "_alias", "_views", "__weakref__")
     training: bool = False
     no_grad: bool = False
@@ -174,14 +209,15 @@ class Tensor:
         self.grad: Tensor | None = None
         self._ctx: F.Function | None = None
         self._prior: list[Tensor] | None = None
-        self._alias: tuple[Tensor, tuple, builtins.bool] | None = None
+        self._alias: tuple[Tensor, tuple] | None = None
         self._views: Readers | None = None
         if isinstance(data, LazyBuffer):
             lb = data if data.device == device else data.copy_to_device(device)
             if dt is not None and dt != lb.dtype:
                 lb = lb.e(UnaryOps.CAST, arg=dt)
         elif isinstance(data, Tensor):
-            lb = data.lazydata if dt is None else data.cast(dt).lazydata
+            # torch.tensor(t) copies t: this one keeps t's values when t is written (alias)
+            lb = data.lazydata.alias() if dt is None else data.cast(dt).lazydata
             lb = lb.copy_to_device(device)
         elif isinstance(data, (bool, int, float)):
             lb = LazyBuffer.const(data, dt or dtype_of_scalar(data), device, ())
@@ -194,10 +230,6 @@ class Tensor:
                             f"got {type(data).__name__}")
         self.lazydata: LazyBuffer = lb
         self.requires_grad = _grad_dtype_checked(requires_grad, lb.dtype)
-        if isinstance(data, Tensor) and lb is data.lazydata:
-            # torch.tensor(t) copies t: this one keeps t's values until t is written
-            _link(self, data, (None, {}))
-            _as_copy(self)
 
     # ------------------------------------------------------------ properties
     @property
@@ -279,6 +311,7 @@ class Tensor:
         return self.numel() * self.dtype.itemsize
 
     @property
+    @_view_op
     def T(self) -> Tensor:
         """The dims in reverse order, as a view (numpy's .T): the transpose of a matrix, and no change for
         0-d or 1-d tensors.
@@ -371,6 +404,7 @@ class Tensor:
             return x
         return apply(F.Copy, x, device=Device.canonicalize(device))
 
+    @_view_op
     def detach(self) -> Tensor:
         """The same values cut out of the graph: no gradient flows back through the result.
 
@@ -379,15 +413,14 @@ class Tensor:
             >>> x.grad.tolist()                   # d(x * c)/dx = c, where x * x would give 2x
             [3.0]
         """
-        out = _wrap(self.lazydata, False)
-        _link(out, self, (None, {}))     # the same memory, as torch's detach
-        return out
+        return _wrap(self.lazydata, False)
 
     def _detached(self) -> Tensor:
         # detach for tg's own computations (a derivative's inputs, a creation's result): no view of self
         # to keep up to date, and nothing holds self's memory for it
         return _wrap(self.lazydata, False)
 
+    @_view_op
     def contiguous(self) -> Tensor:
         """The values written out to a buffer of their own in row-major order (a view such as .T becomes a
         real copy).
@@ -396,6 +429,12 @@ class Tensor:
             [[1, 3], [2, 4]]
         """
         return apply(F.Contiguous, self)
+
+    def _fresh(self) -> Tensor:
+        """The same values as a new tensor, as torch makes one where tg has nothing to compute (a pad by
+        nothing, a sum of a 0-d tensor): over this one's memory, keeping its values when either is
+        written (see apply)."""
+        return apply(F.Reshape, self, shape=self.shape)
 
     def _stored(self) -> Tensor:
         """The values as one computation that every kernel reading them sees bit for bit (see
@@ -431,31 +470,28 @@ class Tensor:
     def _store(self, value: Tensor) -> Tensor:
         """Write value (of self's shape and dtype) into self's memory; returns the tensor that owns that
         memory, whose views the caller re-derives (_refresh_views). A view of another tensor's memory (a
-        slice, view, permute, narrow, select, diagonal, detach, ... as in torch) is written there: through
-        the whole of it as a lazy assign of the owner, through part of it now, so that every tensor over
-        that memory sees the write from here on."""
+        slice, view, permute, narrow, select, diagonal, detach, ... as in torch) is written there, as a lazy
+        assign of the whole owner (the window's elements replaced), so that every view of that memory sees
+        the write from here on and every other tensor that read it keeps its values."""
         alias = self._alias
         if alias is not None and self.lazydata.base is not alias[0].lazydata.base:
             alias = self._alias = None      # its memory was set by hand (tg.distributed's flat buffers)
-        if alias is None or alias[2]:
+        if alias is None:
             self._store_own(value)
             return self
-        root, chain, _ = alias
+        root, chain = alias
         view = _written_view(root, chain)
         if view.contiguous and prod(view.shape) == prod(root.shape):
             root._store_own(_wrap(value.lazydata.reshape(root.shape), False))
             return root
-        root._copy_out()
-        root._own_memory()
-        from tg.core.realize import realize
-        target = LazyBuffer(root.device, ShapeTracker((view,)), root.dtype, base=root.lazydata)
-        realize([target.assign(value.lazydata)])
+        # the whole of root's memory is written (a lazy assign), so a tensor that read it before keeps
+        # what it read, as each of torch's copies does (the scheduler stores it first)
+        root._store_own(_placed(root, view, value))
         return root
 
     def _store_own(self, value: Tensor) -> None:
         copy_of_another = self._alias is not None
-        self._alias = None       # a copy torch would have made is made now: self's memory is its own
-        self._copy_out()
+        self._alias = None
         target = self.lazydata
         if copy_of_another or not target.is_base or target.op is BufferOps.CONST:
             # a constant has no memory, and a view that torch would have copied (a flip, a pad, a reshape
@@ -463,38 +499,6 @@ class Tensor:
             target = target.contiguous()
         # an unrealized target is computed first in the same schedule (the scheduler stores it)
         self.lazydata = target.assign(value.lazydata)
-
-    def _own_memory(self) -> None:
-        """Give a constant, or a root that is a view of memory torch would have copied, memory of its own
-        (its copies are taken first: _copy_out)."""
-        lb = self.lazydata
-        if not lb.is_base or lb.op is BufferOps.CONST:
-            self.lazydata = lb.contiguous()
-            self._refresh_views()
-
-    def _copy_out(self) -> None:
-        """Before self's memory is written: each copy of it that torch would have made (flip, pad, ...)
-        and tg had left a view of it takes the values it has now (a lazy contiguous copy, which the
-        scheduler computes before the write), in the graph as the old values'."""
-        views = self._views
-        if not views:
-            return
-        old: Tensor | None = None
-        for t in list(views):
-            alias = t._alias
-            if alias is not None and alias[0] is self and t.lazydata.base is not self.lazydata.base:
-                t._alias = alias = None     # its memory was set by hand (tg.distributed's flat buffers)
-            if alias is None or alias[0] is not self or not alias[2]:
-                continue
-            t._copy_out()
-            t._alias = None
-            if self.lazydata.base.op is not BufferOps.CONST:    # a constant's copy keeps its value anyway
-                if old is None:
-                    old = _wrap(self.lazydata, self.requires_grad)
-                    old._ctx = self._ctx
-                made = _replay(old, alias[1], t._ctx is not None, copy=True)
-                t._take(made)
-            t._refresh_views()
 
     def _refresh_views(self) -> None:
         """Re-derive each live view of self's memory from self's value now (a write made self a new lazy
@@ -504,7 +508,7 @@ class Tensor:
             return
         for t in list(views):
             alias = t._alias
-            if alias is None or alias[0] is not self or alias[2]:
+            if alias is None or alias[0] is not self:
                 continue
             t._take(_replay(self, alias[1], t._ctx is not None))
 
@@ -1029,6 +1033,7 @@ class Tensor:
         return apply(F.Expand, src, shape=shape)
 
     # ------------------------------------------------------------ movement
+    @_view_op
     def reshape(self, *shape: Any) -> Tensor:
         """The same elements, in row-major order, in a new shape given as ints or one tuple; one size may
         be -1 to be inferred. `view` is another name for it, so unlike torch's view it also takes a
@@ -1057,16 +1062,11 @@ class Tensor:
                              f"{new} ({prod(new)} elements)")
         if new == self.shape:
             return self
-        out = apply(F.Reshape, self, shape=new)
-        alias = self._alias
-        if alias is not None and not alias[2]:
-            st = _window(alias[0], alias[1])
-            if len(st.reshape(new).views) > len(st.views):
-                _as_copy(out)       # no strides over its tensor's memory express it: torch's reshape copies
-        return out
+        return apply(F.Reshape, self, shape=new)
 
     view = reshape
 
+    @_view_op
     def permute(self, *order: Any) -> Tensor:
         """The dims in a new order, as a view: dim i of the result is dim order[i] of self.
 
@@ -1078,6 +1078,7 @@ class Tensor:
             raise ValueError(f"[core] permute: {order} is not a permutation of {self.ndim} dims")
         return apply(F.Permute, self, order=order)
 
+    @_view_op
     def transpose(self, dim0: int = 1, dim1: int = 0) -> Tensor:
         """Swap two dims, as a view. Without arguments it swaps dims 0 and 1 (torch requires both).
 
@@ -1089,6 +1090,7 @@ class Tensor:
         order[a], order[b] = order[b], order[a]
         return self.permute(order)
 
+    @_view_op
     def t(self) -> Tensor:
         """The transpose of a tensor of at most 2 dims (0-d and 1-d come back as they are), as torch.t.
 
@@ -1100,6 +1102,7 @@ class Tensor:
                              f"transpose")
         return self if self.ndim < 2 else self.transpose(0, 1)
 
+    @_view_op
     def view_as(self, other: Tensor) -> Tensor:
         """This tensor reshaped to other's shape.
 
@@ -1108,6 +1111,7 @@ class Tensor:
         """
         return self.reshape(other.shape)
 
+    @_view_op
     def expand(self, *shape: Any) -> Tensor:
         """Broadcast dims of size 1 to a larger size without copying; -1 keeps a dim's size and new dims
         may be added in front, as in torch.
@@ -1130,6 +1134,7 @@ class Tensor:
     def _expand(self, shape: tuple[int, ...]) -> Tensor:
         return self if shape == self.shape else apply(F.Expand, self, shape=shape)
 
+    @_view_op
     def expand_as(self, other: Tensor) -> Tensor:
         """expand() to other's shape.
 
@@ -1161,15 +1166,15 @@ class Tensor:
             pairs = [(flat[i], flat[i + 1]) for i in range(0, len(flat), 2)]
             arg = tuple([(0, 0)] * (self.ndim - len(pairs)) + list(reversed(pairs)))
         if all(p == (0, 0) for p in arg):
-            return self
+            return self._fresh()
         shrink = tuple((max(0, -b), s + min(0, a)) for (b, a), s in zip(arg, self.shape))
         if any(lo > hi for lo, hi in shrink):
             raise ValueError(f"[core] pad: negative padding {arg} removes more than the shape {self.shape}")
         x = self._shrink(shrink)
         grow = tuple((max(0, b), max(0, a)) for b, a in arg)
         if all(g == (0, 0) for g in grow):
-            return _as_copy(x)        # torch's pad makes a copy
-        out = _as_copy(apply(F.Pad, x, arg=grow))
+            return x
+        out = apply(F.Pad, x, arg=grow)
         if value != 0:
             mask = apply(F.Pad, Tensor.ones(*x.shape, dtype=dtypes.bool, device=x.device), arg=grow)
             # as torch, the value takes the tensor's dtype (1.5 pads an int tensor with 1), never the reverse
@@ -1209,8 +1214,9 @@ class Tensor:
             ([[3, 4], [1, 2]], [[4, 3], [2, 1]])
         """
         axes = self._axes(_argfix(*dims))
-        return _as_copy(apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim))))
+        return apply(F.Flip, self, axes=tuple(i in axes for i in range(self.ndim)))
 
+    @_view_op
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Tensor:
         """Drop dims of size 1: all of them, or only `dim` (an int or a tuple of them); a named dim whose
         size is not 1 is left alone, as in torch.
@@ -1226,6 +1232,7 @@ class Tensor:
         drop = {d for d in self._axes(dim) if self.shape[d] == 1}
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in drop))
 
+    @_view_op
     def unsqueeze(self, dim: int) -> Tensor:
         """Insert a dim of size 1 at position `dim` of the result (a negative dim counts from its end).
 
@@ -1236,6 +1243,7 @@ class Tensor:
         d = self._axis(dim, self.ndim + 1)
         return self.reshape(self.shape[:d] + (1,) + self.shape[d:])
 
+    @_view_op
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Tensor:
         """Merge dims start_dim..end_dim (both included) into one; a 0-d tensor becomes shape (1,).
 
@@ -1248,6 +1256,7 @@ class Tensor:
         s, e = self._axis(start_dim), self._axis(end_dim)
         return self.reshape(self.shape[:s] + (prod(self.shape[s:e + 1]),) + self.shape[e + 1:])
 
+    @_view_op
     def unflatten(self, dim: int, sizes: Sequence[int]) -> Tensor:
         """Split dim `dim` into dims of the given sizes (one may be -1): the inverse of flatten.
 
@@ -1318,6 +1327,7 @@ class Tensor:
         parts = [t.unsqueeze(d) for t in tensors]
         return parts[0].cat(*parts[1:], dim=d)
 
+    @_view_op
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple[Tensor, ...]:
         """Consecutive pieces along `dim`, as views: pieces of split_size (the last may be shorter) or of
         each size in a list.
@@ -1345,6 +1355,7 @@ class Tensor:
             start += s
         return tuple(out)
 
+    @_view_op
     def chunk(self, chunks: int, dim: int = 0) -> tuple[Tensor, ...]:
         """Split along `dim` into pieces of ceil(n / chunks); as in torch, that can give fewer than `chunks`.
 
@@ -1357,6 +1368,7 @@ class Tensor:
         return self.split(max(math.ceil(n / chunks), 1), dim)
 
     # ------------------------------------------------------------ indexing
+    @_view_op
     def __getitem__(self, index: Any) -> Tensor:
         """numpy/torch indexing: ints, slices (any step), None, ..., and integer tensors, lists or
         arrays (advanced indexing, torch's placement of the indexed dims). Basic indices make views.
@@ -1475,6 +1487,7 @@ class Tensor:
         """
         return self._tri(diagonal, False)
 
+    @_view_op
     def diagonal(self, offset: builtins.int = 0, dim1: builtins.int = 0, dim2: builtins.int = 1) -> Tensor:
         """The diagonal of the (dim1, dim2) planes, `offset` above the main one (below when negative), as a
         new last dim (a view, as in torch).
@@ -2759,7 +2772,7 @@ class Tensor:
     def _reduce(self, fn: type[F.Function], axis: Any, keepdim: builtins.bool) -> Tensor:
         axes = self._axes(axis)
         if self.ndim == 0:
-            return self
+            return self._fresh()
         out = apply(fn, self, axes=axes)
         if keepdim:
             return out
@@ -4018,6 +4031,7 @@ class Tensor:
         return (pos.unsqueeze(-1) == index_range(bins, self.device)).sum(0).cast(x.dtype)
 
     # shape
+    @_view_op
     def movedim(self, source: Any, destination: Any) -> Tensor:
         """The dims `source` (an int or a tuple) moved to positions `destination`, the others keeping their
         order (torch.movedim, numpy's moveaxis).
@@ -4036,6 +4050,7 @@ class Tensor:
 
     moveaxis = movedim
 
+    @_view_op
     def reshape_as(self, other: Tensor) -> Tensor:
         """reshape(other.shape).
 
@@ -4053,6 +4068,7 @@ class Tensor:
         return self.reshape(-1)
 
     @property
+    @_view_op
     def mT(self) -> Tensor:  # noqa: N802  (torch's name)
         """The last two dims swapped (a batch of matrices transposed).
 
@@ -4061,6 +4077,7 @@ class Tensor:
         """
         return self.transpose(-2, -1)
 
+    @_view_op
     def broadcast_to(self, *shape: Any) -> Tensor:
         """expand() to `shape` (torch.broadcast_to).
 
@@ -4149,6 +4166,7 @@ class Tensor:
             return self.flip(d0, d1)
         return self.flip(d1).transpose(d0, d1) if k == 1 else self.transpose(d0, d1).flip(d1)
 
+    @_view_op
     def tensor_split(self, indices_or_sections: Any, dim: builtins.int = 0) -> tuple[Tensor, ...]:
         """Pieces along dim: n sections as equal as can be (the first ones one longer), or cut at the
         given indices (torch.tensor_split, numpy's array_split).
@@ -4166,6 +4184,7 @@ class Tensor:
         bounds = [0] + [builtins.min(builtins.max(c % n if c < 0 else c, 0), n) for c in cut] + [n]
         return tuple(self.narrow(d, a, builtins.max(b - a, 0)) for a, b in zip(bounds, bounds[1:]))
 
+    @_view_op
     def unbind(self, dim: builtins.int = 0) -> tuple[Tensor, ...]:
         """The slices along dim, each without it.
 
@@ -4175,6 +4194,7 @@ class Tensor:
         d = self._axis(dim)
         return tuple(self.select(d, i) for i in range(self.shape[d]))
 
+    @_view_op
     def narrow(self, dim: builtins.int, start: Any, length: builtins.int) -> Tensor:
         """The `length` elements from `start` along dim (a view).
 
@@ -4191,6 +4211,7 @@ class Tensor:
         return self._shrink(tuple((start, start + length) if i == d else (0, s)
                                   for i, s in enumerate(self.shape)))
 
+    @_view_op
     def select(self, dim: builtins.int, index: builtins.int) -> Tensor:
         """The slice at `index` along dim, without that dim (x.select(1, 2) is x[:, 2]).
 
@@ -4597,7 +4618,7 @@ def _aliases_a_held_tensor(t: Tensor) -> builtins.bool:
     movements, followed back through autograd, reach a tensor referenced from elsewhere, or one with no
     graph. An op's internal result that tg builds as a view (conv's output before its permute, a gather's
     sum) is held by the graph alone, so a write into it aliases nothing the program can see."""
-    if t._alias is None or t._alias[2]:
+    if t._alias is None:
         return False
     cur = t
     while isinstance(cur._ctx, _MOVEMENTS):
@@ -4617,16 +4638,6 @@ def _views_of(root: Tensor) -> builtins.int:
 
 
 # how each movement moves a window over memory (the tracker of a view, relative to its root's memory)
-_VIEW_MOVES: dict[type[F.Function], Callable[[ShapeTracker, dict], ShapeTracker]] = {
-    F.Reshape: lambda st, kw: st.reshape(kw["shape"]),
-    F.Permute: lambda st, kw: st.permute(kw["order"]),
-    F.Expand: lambda st, kw: st.expand(kw["shape"]),
-    F.Shrink: lambda st, kw: st.shrink(kw["arg"]),
-    F.Pad: lambda st, kw: st.pad(kw["arg"]),
-    F.Flip: lambda st, kw: st.flip(kw["axes"]),
-    F.Contiguous: lambda st, kw: st,          # of a tensor that has memory of its own: itself
-}
-
 _VIEW_KINDS = {"pad": (F.Pad, "arg"), "reshape": (F.Reshape, "shape"), "flip": (F.Flip, "axes")}
 
 
@@ -4634,61 +4645,98 @@ def _link(view: Tensor, parent: Tensor, step: tuple) -> None:
     """Record view (made from parent by step, over parent's memory) as a view of the tensor that owns that
     memory, so that a write through either is seen by the other, in program order, as in torch."""
     alias = parent._alias
-    if alias is not None and not alias[2]:
-        root, chain = alias[0], alias[1] + (step,)
-    else:
-        root, chain = parent, (step,)
-    view._alias = (root, chain, False)
+    root, chain = (alias[0], alias[1] + (step,)) if alias is not None else (parent, (step,))
+    view._alias = (root, chain)
     views = root._views
     if views is None:
         views = root._views = Readers()
     views.add(view)  # type: ignore[arg-type]  # Readers holds any object weakly
 
 
-def _as_copy(t: Tensor) -> Tensor:
-    """Mark t, a view of another tensor's memory, as the copy torch makes (flip, pad, torch.tensor(t))."""
-    if t._alias is not None:
-        t._alias = (t._alias[0], t._alias[1], True)
-    return t
+def _link_view(out: Any, parent: Tensor, step: tuple, reshape: builtins.bool) -> None:
+    if not isinstance(out, Tensor) or out is parent or out.lazydata.base is not parent.lazydata.base:
+        return      # new memory (an advanced index, a contiguous copy), or the tensor itself
+    alias = parent._alias
+    if reshape and alias is not None and _strided_window(alias[0], alias[1] + (step,)) is None:
+        return      # no strides over its tensor's memory express it: torch's reshape copies
+    _link(out, parent, step)
 
 
-def _replay(t: Tensor, chain: tuple, graph: builtins.bool, copy: builtins.bool = False) -> Tensor:
-    """The view that chain makes of t (or a copy of it), with a graph back to t's when `graph`, as no new
-    view of t."""
+def _replay(t: Tensor, chain: tuple, graph: builtins.bool) -> Tensor:
+    """The view that chain makes of t, with a graph back to t's when `graph`, as no new view of t. A step
+    is (method, args, kwargs, index): a view method's call, and which of its results (None: the one)."""
     prev, Tensor.no_grad = Tensor.no_grad, not graph
     try:
-        for fn, kwargs in chain:
-            t = _wrap(t.lazydata, False) if fn is None else _forward(fn, t, **kwargs)
-        if copy:
-            t = _forward(F.Contiguous, t) if not t.lazydata.is_base else t * 1
+        for fn, args, kwargs, k in chain:
+            t = fn(t, *args, **kwargs) if k is None else fn(t, *args, **kwargs)[k]
     finally:
         Tensor.no_grad = prev
     return t
 
 
-def _window(root: Tensor, chain: tuple) -> ShapeTracker:
-    """The tracker of the window that the view chain makes of root's memory."""
-    st = ShapeTracker.from_shape(root.shape)
-    for fn, kwargs in chain:
-        if fn is not None:
-            st = _VIEW_MOVES[fn](st, kwargs)
-    return st
+def _window(root: Tensor, chain: tuple) -> ShapeTracker | None:
+    """The tracker of the window that the view chain makes of root's memory (None if it computes)."""
+    memory = _wrap(LazyBuffer.empty(root.shape, root.dtype, root.device), False)
+    lb = _replay(memory, chain, graph=False).lazydata
+    return lb.st if lb.base is memory.lazydata else None
+
+
+def _strided_window(root: Tensor, chain: tuple) -> View | None:
+    """The one strided window (without masks or negative strides) that the view chain makes of root's
+    memory, or None where it is none."""
+    st = _window(root, chain)
+    if st is None:
+        return None
+    view = st.views[0] if len(st.views) == 1 else _affine_view(st)
+    if view is None or view.mask is not None or builtins.any(s < 0 for s in view.strides):
+        return None
+    return view
 
 
 def _written_view(root: Tensor, chain: tuple) -> View:
     """The one strided window into root's memory that the view chain makes of it stands for, written in
     place; raises for an expanded one (torch refuses too) and for one that is no strided window."""
-    st = _window(root, chain)
-    view = st.views[0] if len(st.views) == 1 else _affine_view(st)
-    if view is None or view.mask is not None or builtins.any(s < 0 for s in view.strides):
+    view = _strided_window(root, chain)
+    if view is None:
+        st = _window(root, chain)
         raise ValueError(f"[core] in-place write through a view: expected one strided window into the "
-                         f"memory of the tensor it views, got a view of shape {st.shape} that is none "
-                         f"({st}); fix: write into a copy (.clone()) or build a new tensor (where, cat)")
+                         f"memory of the tensor it views, got one that is none ({st}); fix: write into a "
+                         f"copy (.clone()) or build a new tensor (where, cat)")
     if builtins.any(s == 0 and n > 1 for s, n in zip(view.strides, view.shape)):
         raise ValueError(f"[core] in-place write into an expanded view (shape {view.shape}, strides "
                          f"{view.strides}): several of its elements are one element of memory (torch refuses "
                          f"too); write into the tensor it expands, or into a copy (.contiguous())")
     return view
+
+
+def _placed(root: Tensor, view: View, value: Tensor) -> Tensor:
+    """root's values with value written into the strided window `view` of its memory (row-major, no
+    masks, no repeated element): value's elements moved to their places by movements (the inverse of
+    the window: dims by stride, innermost first, each spaced out by padding) and picked by a mask that
+    the same movements make, so the write is one lazy elementwise kernel over root."""
+    dims = sorted((i for i, n in enumerate(view.shape) if n > 1), key=lambda i: -view.strides[i])
+    rest = [i for i in range(len(view.shape)) if i not in dims]
+    placed = value.reshape(view.shape).permute(dims + rest).reshape(tuple(view.shape[i] for i in dims) + (1,))
+    mask = Tensor.ones(*placed.shape, dtype=dtypes.bool, device=root.device)
+    length = 1       # elements of memory the dims placed so far span: placed is (..., n, length)
+    for i in reversed(dims):
+        n, stride = view.shape[i], view.strides[i]
+        if stride < length:     # dims that interleave: no window torch's views of memory make
+            raise ValueError(f"[core] in-place write through a view: its window {view} interleaves its "
+                             f"dims; fix: write into a copy (.clone()) or build a new tensor (where, cat)")
+        placed, mask = _spaced(placed, stride, length), _spaced(mask, stride, length)
+        length = (n - 1) * stride + length
+    flat = ((view.offset, prod(root.shape) - view.offset - length),)
+    placed, mask = placed.reshape(length).pad(flat), mask.reshape(length).pad(flat)
+    return mask.reshape(root.shape).where(placed.reshape(root.shape), root)
+
+
+def _spaced(t: Tensor, stride: int, length: int) -> Tensor:
+    """t (..., n, length) with each of its n rows padded to `stride` and laid end to end, the padding
+    after the last one cut: (..., (n - 1) * stride + length)."""
+    *lead, n, _ = t.shape
+    t = t.pad(((0, 0),) * (len(lead) + 1) + ((0, stride - length),)).reshape(*lead, n * stride)
+    return t._shrink(tuple((0, s) for s in lead) + ((0, (n - 1) * stride + length),))
 
 
 # elements of a stacked view checked one by one for being one strided window (_affine_view)
