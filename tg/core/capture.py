@@ -111,7 +111,8 @@ def _caller() -> tuple[str, str]:
         path = os.path.abspath(frame.f_code.co_filename)
         if path == _JIT_FILE or not path.startswith(_TG_DIR + os.sep):
             break
-        inside.append(frame)
+        if frame.f_code.co_qualname != "_view_op.<locals>.method":     # a view method's wrapper: the method
+            inside.append(frame)
         frame = frame.f_back
     if frame is not None and os.path.abspath(frame.f_code.co_filename) == _JIT_FILE and len(inside) > 1:
         frame = inside.pop()      # the jitted function is tg's own (an optimizer's update)

@@ -307,9 +307,10 @@ class LazyBuffer:
         # tensor holding one keeps its values when base's memory is written, see alias())
         view = LazyBuffer(self.device, st, self.dtype, base=base)
         if base.op is not BufferOps.CONST:      # a constant is never overwritten
-            if base.views is None:
-                base.views = Readers()
-            base.views.add(view)
+            views = base.views
+            if views is None:
+                views = base.views = Readers()
+            views.append(weakref.ref(view))
         return view
 
     def alias(self) -> LazyBuffer:

@@ -123,9 +123,10 @@ def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
     Function (and so its inputs) for backward when any input requires grad."""
     ctx = fn(x[0].lazydata.device, *x)
     out = ctx.forward(*[t.lazydata for t in x], **kwargs)
-    if out is x[0].lazydata:
+    if out is x[0].lazydata and fn is not F.Contiguous:
         # an op that changes nothing here (a sum over dims of size 1) still makes a new tensor, as torch's:
-        # one over the input's memory that keeps its values when that memory is written (alias)
+        # one over the input's memory that keeps its values when that memory is written (alias); torch's
+        # contiguous() of a contiguous tensor is that tensor
         out = out.alias()
     if not out.dtype.is_float:
         # integer and bool values have no gradient (torch's rule): a cast to int, a comparison or an
@@ -145,7 +146,6 @@ def _wrap(lb: LazyBuffer, requires_grad: bool | None) -> Tensor:
     argument checks, which every op would otherwise pay."""
     t = Tensor.__new__(Tensor)
     t.lazydata, t.requires_grad, t.grad, t._ctx, t._prior = lb, requires_grad, None, None, None
-    t._alias = t._views = None
     return t
 
 
@@ -195,8 +195,11 @@ class Tensor:
     # a Function that read an earlier version is given that value back in backward (autograd.parents)
     # _alias: for a view (in torch's sense) that the program made of another tensor's memory, (root,
     # chain): the tensor that owns the memory and the view calls from it (see _view_op). _views: a
-    # root's views, held weakly, re-derived when it is written (_refresh_views).
+    # root's views, held weakly, re-derived when it is written (_refresh_views). Both are unset on most
+    # tensors (read with getattr: every op makes a tensor, few are views or have them).
     __slots__ = ("lazydata", "requires_grad", "grad", "_ctx", "_prior", "_alias", "_views", "__weakref__")
+    _alias: tuple[Tensor, tuple] | None
+    _views: Readers | None
     training: bool = False
     no_grad: bool = False
     _last_root: weakref.ref[Tensor] | None = None
@@ -209,8 +212,6 @@ class Tensor:
         self.grad: Tensor | None = None
         self._ctx: F.Function | None = None
         self._prior: list[Tensor] | None = None
-        self._alias: tuple[Tensor, tuple] | None = None
-        self._views: Readers | None = None
         if isinstance(data, LazyBuffer):
             lb = data if data.device == device else data.copy_to_device(device)
             if dt is not None and dt != lb.dtype:
@@ -473,7 +474,7 @@ class Tensor:
         slice, view, permute, narrow, select, diagonal, detach, ... as in torch) is written there, as a lazy
         assign of the whole owner (the window's elements replaced), so that every view of that memory sees
         the write from here on and every other tensor that read it keeps its values."""
-        alias = self._alias
+        alias = getattr(self, "_alias", None)
         if alias is not None and self.lazydata.base is not alias[0].lazydata.base:
             alias = self._alias = None      # its memory was set by hand (tg.distributed's flat buffers)
         if alias is None:
@@ -490,24 +491,23 @@ class Tensor:
         return root
 
     def _store_own(self, value: Tensor) -> None:
-        copy_of_another = self._alias is not None
-        self._alias = None
         target = self.lazydata
-        if copy_of_another or not target.is_base or target.op is BufferOps.CONST:
-            # a constant has no memory, and a view that torch would have copied (a flip, a pad, a reshape
-            # of a permuted tensor) none of its own: it gets its own
-            target = target.contiguous()
+        if not target.is_base or target.op is BufferOps.CONST:
+            # a constant has no memory, and a tensor torch would have copied that tg left as a view (a flip,
+            # a pad, tg.tensor(x): a view of all of x) none of its own: it gets its own, fresh, as the write
+            # covers all of it
+            target = LazyBuffer.empty(self.shape, self.dtype, self.device)
         # an unrealized target is computed first in the same schedule (the scheduler stores it)
         self.lazydata = target.assign(value.lazydata)
 
     def _refresh_views(self) -> None:
         """Re-derive each live view of self's memory from self's value now (a write made self a new lazy
         buffer), with a graph to self's where it had one, as torch rebases a view on an in-place write."""
-        views = self._views
+        views = getattr(self, "_views", None)
         if not views:
             return
         for t in list(views):
-            alias = t._alias
+            alias = getattr(t, "_alias", None)
             if alias is None or alias[0] is not self:
                 continue
             t._take(_replay(self, alias[1], t._ctx is not None))
@@ -4618,7 +4618,7 @@ def _aliases_a_held_tensor(t: Tensor) -> builtins.bool:
     movements, followed back through autograd, reach a tensor referenced from elsewhere, or one with no
     graph. An op's internal result that tg builds as a view (conv's output before its permute, a gather's
     sum) is held by the graph alone, so a write into it aliases nothing the program can see."""
-    if t._alias is None:
+    if getattr(t, "_alias", None) is None:
         return False
     cur = t
     while isinstance(cur._ctx, _MOVEMENTS):
@@ -4633,8 +4633,8 @@ def _aliases_a_held_tensor(t: Tensor) -> builtins.bool:
 
 def _views_of(root: Tensor) -> builtins.int:
     """How many live tensors name root as the tensor whose memory they view (each holds it once)."""
-    views: Iterable[Tensor] = root._views or ()  # type: ignore[assignment]  # Readers holds any object
-    return builtins.sum(1 for v in views if v._alias is not None and v._alias[0] is root)
+    views: Iterable[Tensor] = getattr(root, "_views", None) or ()
+    return builtins.sum(1 for v in views if getattr(v, "_alias", (None,))[0] is root)
 
 
 # how each movement moves a window over memory (the tracker of a view, relative to its root's memory)
@@ -4644,10 +4644,10 @@ _VIEW_KINDS = {"pad": (F.Pad, "arg"), "reshape": (F.Reshape, "shape"), "flip": (
 def _link(view: Tensor, parent: Tensor, step: tuple) -> None:
     """Record view (made from parent by step, over parent's memory) as a view of the tensor that owns that
     memory, so that a write through either is seen by the other, in program order, as in torch."""
-    alias = parent._alias
+    alias = getattr(parent, "_alias", None)
     root, chain = (alias[0], alias[1] + (step,)) if alias is not None else (parent, (step,))
     view._alias = (root, chain)
-    views = root._views
+    views = getattr(root, "_views", None)
     if views is None:
         views = root._views = Readers()
     views.add(view)  # type: ignore[arg-type]  # Readers holds any object weakly
@@ -4656,10 +4656,23 @@ def _link(view: Tensor, parent: Tensor, step: tuple) -> None:
 def _link_view(out: Any, parent: Tensor, step: tuple, reshape: builtins.bool) -> None:
     if not isinstance(out, Tensor) or out is parent or out.lazydata.base is not parent.lazydata.base:
         return      # new memory (an advanced index, a contiguous copy), or the tensor itself
-    alias = parent._alias
-    if reshape and alias is not None and _strided_window(alias[0], alias[1] + (step,)) is None:
-        return      # no strides over its tensor's memory express it: torch's reshape copies
+    alias = getattr(parent, "_alias", None)
+    if reshape and alias is not None and not _one_window(out, alias[0]) and (
+            _one_window(parent, alias[0]) or _strided_window(alias[0], alias[1] + (step,)) is None):
+        # no strides over its tensor's memory express it (a reshape of one window that the tracker cannot
+        # merge, or one found element by element): torch's reshape copies
+        return
     _link(out, parent, step)
+
+
+def _one_window(out: Tensor, root: Tensor) -> builtins.bool:
+    """Whether out's tracker is one strided window over a root whose tracker is its memory in row-major
+    order (the common case, decided without replaying the view's calls)."""
+    if not root.lazydata.st.contiguous or out.lazydata.base is not root.lazydata.base:
+        return False
+    st = out.lazydata.st
+    view = st.views[0]
+    return len(st.views) == 1 and view.mask is None and builtins.all(s >= 0 for s in view.strides)
 
 
 def _replay(t: Tensor, chain: tuple, graph: builtins.bool) -> Tensor:
