@@ -228,3 +228,29 @@ def test_disagreement_on_a_call_of_any_size_is_described(call, backend):
             ["float32[" + ", ".join(["1"] * 39 + [n]) + "]" for n in "12"])
     for text in run_ranks(2, disagree, call, backend=backend, timeout=120):
         assert all(w in text for w in want) and "rank 0" in text and "rank 1" in text, text
+
+
+def half_written(rank: int, world: int, dtype: str, optimizer: str) -> list:
+    """A float16/bfloat16 parameter written between steps, then stepped with a zero gradient."""
+    from tg import dtypes
+    w = Tensor([1.0, 2.0, 3.0], dtype=getattr(dtypes, dtype), requires_grad=True)
+    cls = {"sgd": nn.optim.SGD, "adamw": nn.optim.AdamW}[optimizer]
+    opt = dist.ZeroOptimizer([w], cls, lr=0.5)
+    (w.float() * w.float()).sum().backward()
+    opt.step()
+    opt.zero_grad()
+    with tg.no_grad():
+        w.assign(Tensor([10.0, 12.0, 14.0], dtype=w.dtype)).realize()
+    (w.float() * 0).sum().backward()
+    opt.step()
+    return w.float().numpy().tolist()
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_zero_half_parameter_written_between_steps_steps_from_the_written_value(dtype, optimizer):
+    """The float32 master of a half parameter follows a write to the parameter: a zero gradient leaves
+    SGD's value and moves AdamW's only by its decay (0.01 * lr) and momentum, from the written value."""
+    results = run_ranks(2, half_written, dtype, optimizer)
+    assert results[0] == results[1]
+    assert np.abs(np.array(results[0]) - [10.0, 12.0, 14.0]).max() < (0.01 if optimizer == "sgd" else 0.6)

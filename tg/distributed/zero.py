@@ -349,6 +349,7 @@ class ZeroOptimizer(Optimizer):
         if root is not None and root.lazydata.base.realized is None:
             root.realize()
         realize_readers([p.lazydata for p in self.params])
+        self._follow_writes()
         self.optimizer.apply(self._step_items())
         for b, (send, master) in enumerate(zip(self.sends, self.masters)):
             written = [master, *self.optimizer._state(b).values()] + ([self.optimizer.t] if b == 0 else [])
@@ -357,6 +358,16 @@ class ZeroOptimizer(Optimizer):
             written[0].realize(*written[1:])
         if self.world_size > 1:
             host_step(self._gather)
+
+    def _follow_writes(self) -> None:
+        """A half-precision part whose values differ from its float32 master's cast was written since the
+        last step (p.assign, a load): the master takes the written values there, so the step starts
+        from them, as a plain optimizer's would (float32 parts are the parameters' memory itself)."""
+        halves = [(send, master) for send, master in zip(self.sends, self.masters) if send is not master]
+        for send, master in halves:
+            master.assign((send != master.cast(send.dtype)).where(send.cast(master.dtype), master))
+        if halves:
+            halves[0][1].realize(*(master for _, master in halves[1:]))
 
     def _step_items(self) -> list[tuple[Tensor, Tensor, dict[str, Tensor]]]:
         """(master, gradient, state) for the wrapped optimizer: each bucket part whole, or, where some
