@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tg import Tensor
+from tg import Tensor, nn
 from tg.core.capture import watch_schedules
 from tg.nn import optim
 from tg.nn.optim import SGD, Adam, AdamW, CosineWithWarmup, LambdaLR, StepLR, clip_grad_norm_
@@ -459,3 +459,21 @@ def test_a_half_gradient_updates_a_float32_parameter_as_its_float32_value(make):
         opt_a.step()
         opt_b.step()
     np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_clip_grad_value_clamps_every_gradient_as_torch(seed):
+    """torch.nn.utils.clip_grad_value_: each element into [-v, v], in place; parameters without a
+    gradient are skipped. Random shapes, values and limits against numpy."""
+    rng = np.random.default_rng(seed)
+    shapes = [tuple(rng.integers(1, 6, size=rng.integers(1, 3))) for _ in range(3)]
+    grads = [rng.normal(scale=3, size=s).astype(np.float32) for s in shapes]
+    params = [Tensor.zeros(*s) for s in shapes]
+    for p, g in zip(params, grads):
+        p.grad = Tensor(g)
+    held = [p.grad for p in params]
+    limit = float(rng.uniform(0.1, 2.0))
+    nn.utils.clip_grad_value_([*params, Tensor.zeros(2)], limit)
+    for p, g, h in zip(params, grads, held):
+        assert p.grad is h
+        np.testing.assert_array_equal(p.grad.numpy(), np.clip(g, -limit, limit))

@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg.distributed.errors import DistributedError
-from tg.distributed.transport.wire import DATA, desc_hash, described, disagreement
+from tg.distributed.transport.wire import DATA, desc_hash, described, disagreement, list_call
 
 # reduce(dst, src, base=None): dst = (base, or dst itself) op src, into dst's memory
 Reducer = Callable[..., None]
@@ -75,15 +75,19 @@ def reducer(op: ReduceOp, dtype: np.dtype) -> Reducer:
 Arrays = np.ndarray | list[np.ndarray]     # all_gather's out and mine: one array, or a list gathered as one
 
 
-def gather_pairs(out: Arrays, mine: Arrays) -> tuple[list[np.ndarray], list[np.ndarray], tuple[int, ...]]:
-    """all_gather's (outs, mines) as lists, and the shape its descriptor carries: mine's for one array,
-    every mine's size for a list (so a coalesced call never agrees with a single one)."""
+GatherCall = tuple[str, tuple[int, ...]]    # the (op, shape) an all_gather's descriptor carries
+
+
+def gather_pairs(out: Arrays, mine: Arrays) -> tuple[list[np.ndarray], list[np.ndarray], GatherCall]:
+    """all_gather's (outs, mines) as lists, and the (op, shape) its descriptor carries: all_gather and
+    mine's shape for one array; for a list, wire.list_call of the sizes (another op, so a coalesced
+    call never agrees with a single one, and of a fixed size however many arrays)."""
     if isinstance(mine, np.ndarray):
         assert isinstance(out, np.ndarray)
-        return [out], [mine], tuple(mine.shape)
+        return [out], [mine], ("all_gather", tuple(mine.shape))
     assert isinstance(out, list) and len(out) == len(mine) and mine, "one out per mine, at least one"
     assert all(m.dtype == mine[0].dtype for m in mine), "a coalesced all_gather carries one dtype"
-    return out, mine, tuple(m.size for m in mine)
+    return out, mine, list_call([m.size for m in mine])
 
 
 AGREE = struct.Struct("<QQ")          # the agreement's (min, max) of the descriptor hashes
@@ -403,7 +407,7 @@ class Alone:
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
         """Nothing to do: the one rank is the root."""
 
-    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray], shape: tuple) -> None:
+    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray], call: GatherCall) -> None:
         """Nothing to do: the group placed this rank's part, which is all of it."""
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
@@ -469,9 +473,9 @@ class OverTransport:
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
         broadcast(self.call(seq, "broadcast", arr, root=root), arr.reshape(-1), root)
 
-    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray], shape: tuple) -> None:
+    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray], call: GatherCall) -> None:
         blocks = [_blocks(f.size, self.size) for f in outs]
-        ring_all_gather(self.call(seq, "all_gather", mines[0], shape=shape), outs, blocks)
+        ring_all_gather(self.call(seq, call[0], mines[0], shape=call[1]), outs, blocks)
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
         gather(self.call(seq, "gather", mine, root=root), chunks, mine, root)

@@ -13,7 +13,8 @@ bucket is all-reduced (mean) in place on the group's worker thread while the nex
 are computed. Every `.grad` is then a view of its bucket's memory (torch's gradient_as_bucket_view),
 so DDP keeps no second copy of the gradients, and an optimizer (and a TinyJit replay of the whole
 step) reads them as usual. A parameter with no gradient on this rank contributes zeros and is given
-the mean of the others. With one rank nothing is synchronised and the gradients stay as backward
+the mean of the others; one no rank used keeps `.grad` None (as torch), so the optimizer leaves
+it. With one rank nothing is synchronised and the gradients stay as backward
 made them.
 
     >>> from tg import Tensor
@@ -28,7 +29,10 @@ import contextlib
 import warnings
 import weakref
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
+
+import numpy as np
 
 from tg.core.capture import host_step
 from tg.core.tensor import Tensor
@@ -84,6 +88,17 @@ _OWNERS: weakref.WeakValueDictionary[int, DistributedDataParallel] = weakref.Wea
 def ddp_owner(p: Tensor) -> DistributedDataParallel | None:
     """The live DistributedDataParallel that averages p's gradient, if any."""
     return _OWNERS.get(id(p))
+
+
+def used_anywhere(params: list[Tensor], group: Any, world_size: int) -> np.ndarray:
+    """Which of params have a gradient on some rank of the group: one bit each, OR-ed over the ranks
+    (one small all_reduce). torch leaves the .grad of a parameter no rank used None, so no optimizer
+    steps it (no weight decay, no momentum); one used on some rank only gets the mean, zeros elsewhere."""
+    bits = np.packbits(np.array([p.grad is not None for p in params], bool))
+    if world_size > 1:
+        import tg.distributed as dist
+        host_step(partial(dist.all_reduce, bits, op=dist.ReduceOp.BOR, group=group))
+    return np.unpackbits(bits, count=len(params)).astype(bool)
 
 
 def new_gradients(params: list[Tensor], synced: list[Tensor | None]) -> bool:
@@ -177,6 +192,7 @@ class DistributedDataParallel:
         import tg.distributed as dist
         if not self._grad_views:
             self._bucket_memory()
+        used = used_anywhere(self.params, self.group, self.world_size)
         works: list[Any] = []
         for bucket, views, flat in zip(self.buckets, self._grad_views, self._flats):
             for p, view in zip(bucket.params, views):
@@ -198,4 +214,7 @@ class DistributedDataParallel:
                 flat.write(values)        # no copy when values is the memory itself
             works.clear()
         host_step(finish)
+        for p, anywhere in zip(self.params, used):
+            if not anywhere:
+                p.grad = None     # no rank used it: torch leaves .grad None, so the optimizer skips it
         self._synced = [p.grad for p in self.params]

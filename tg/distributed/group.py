@@ -94,12 +94,12 @@ class ProcessGroup:
         """out is (size * mine.size,) flat; rank i's part lands at block i. Lists of outs and mines (one
         dtype) are gathered as one call: one agreement, one pass for all of them (ZeRO-2 gathers its
         buckets so: fewer round trips than a call each)."""
-        outs, mines, shape = gather_pairs(out, mine)
+        outs, mines, call = gather_pairs(out, mine)
         flats = [o.reshape(-1) for o in outs]
         parts = [m.reshape(-1) for m in mines]
         for flat, part in zip(flats, parts):
             flat[self.rank * part.size:(self.rank + 1) * part.size] = part   # no copy if it is there already
-        self.coll.all_gather(seq, flats, parts, shape)
+        self.coll.all_gather(seq, flats, parts, call)
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
         """inp is (size * out.size,) flat; rank i gets the reduction of block i. inp is only read, and the

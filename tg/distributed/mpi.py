@@ -39,7 +39,7 @@ from tg.distributed.errors import DistributedError
 from tg.distributed.group import Arrays, ProcessGroup, ReduceOp, gather_pairs
 from tg.distributed.transport import wire
 
-DESC_BYTES = 272           # room for a descriptor of up to 32 dims, plus its 2-byte length
+DESC_BYTES = wire.DESC_MAX + 2     # room for any descriptor, plus its 2-byte length
 _P2P_DESC, _P2P_DATA = 1, 2
 
 
@@ -432,8 +432,8 @@ class MpiGroup(ProcessGroup):
             self.comm.Bcast(_bytes(arr), root=root)
 
     def all_gather(self, seq: int, out: Arrays, mine: Arrays) -> None:
-        outs, mines, shape = gather_pairs(out, mine)
-        with self._agree(seq, "all_gather", mines[0], shape=shape):
+        outs, mines, (op, shape) = gather_pairs(out, mine)
+        with self._agree(seq, op, mines[0], shape=shape):
             for o, m in zip(outs, mines):
                 self.comm.Allgather(_bytes(np.ascontiguousarray(m)), _bytes(o))
 

@@ -25,16 +25,23 @@ gradient of P/N + at most SLOTS buckets of full gradients.
   are views of: it cannot overlap backward, so it is one call (one agreement, one pass of the ring),
   not a round trip per bucket.
 Every host step (reduce-scatter, all-gather) is a `host_step`, so a TinyJit replay of the whole
-training step replays them too. As with DDP, a parameter that got no gradient contributes zeros,
-and the whole shard is stepped (Adam's momentum and AdamW's decay still move it; a plain optimizer
-would skip it). Parameters must be tensors of their own (not views of another tensor), not share
-memory with each other, and live on one device; anything else is refused at construction.
+training step replays them too. As with DDP, a parameter that got no gradient on some ranks
+counts zeros there; one that got none on any rank (frozen, or unused) is not stepped at all, as a
+plain optimizer skips a parameter whose .grad is None (no weight decay, no momentum). Parameters
+must be tensors of their own (not views of another tensor), not share memory with each other, and
+live on one device; anything else is refused at construction.
 
     >>> from tg import Tensor, nn
     >>> w = Tensor([1.0, -1.0], requires_grad=True)
     >>> opt = ZeroOptimizer([w], nn.optim.SGD, lr=0.5)     # no process group: one rank owns it all
     >>> _ = (w * w).sum().backward(); opt.step(); w.tolist()
     [0.0, 0.0]
+
+Between backward and step, ZeRO-2 keeps no `.grad` (None, as FSDP's sharded gradients are not the
+parameter's): tg.nn.utils.clip_grad_norm_ and clip_grad_value_ find this rank's part of the gradients
+through the optimizer (tg.nn.optim.hold_gradients) and clip it, with the norm of the whole model (the
+ranks' partial norms combined), so the step is unsharded training's; `clip_grad_norm_(params,
+float("inf"))` measures without clipping (a grad-norm log).
 """
 from __future__ import annotations
 
@@ -48,9 +55,9 @@ from tg.core.capture import host_step
 from tg.core.dtype import dtypes
 from tg.core.realize import realize_readers
 from tg.core.tensor import Tensor
-from tg.distributed.ddp import _world, ddp_owner, new_gradients, warn_once, watch_backward
+from tg.distributed.ddp import _world, ddp_owner, new_gradients, used_anywhere, warn_once, watch_backward
 from tg.distributed.flat import Bucket, HostView, check_params, make_buckets, view_tensor
-from tg.nn.optim import Optimizer
+from tg.nn.optim import Optimizer, hold_gradients
 
 SLOTS = 2   # buckets of full gradients alive at once (one reduce-scattered while the next is computed)
 
@@ -153,8 +160,11 @@ class ZeroOptimizer(Optimizer):
         # the wrapped optimizer's groups and step count: lr writes and schedulers reach the shard's step
         self.param_groups, self.t = self.optimizer.param_groups, self.optimizer.t
         self._has_grad = False        # a backward since the last zero_grad
+        # which parameters got a gradient on some rank since zero_grad: only their elements are stepped
+        self._used = np.zeros(len(self.params), bool)
         self._synced: list[Tensor | None] = [None] * len(self.params)
         self._hook = watch_backward(self, "_after_backward")
+        hold_gradients(self.params, self)     # clip_grad_norm_ / clip_grad_value_ find the shards here
 
     # ------------------------------------------------------------ the flat space
     def _part(self, bucket: Bucket) -> slice:
@@ -208,6 +218,38 @@ class ZeroOptimizer(Optimizer):
                       "gradients in place (p.grad.assign(...)) between backward and step")
         return False
 
+    # ------------------------------------------------------------ clipping between backward and step
+    def held_gradients(self, params: list[Tensor]) -> list[Tensor]:
+        """This rank's part of the reduced gradients of params (tensors clipping may write in place):
+        the whole parts when params are all of ours, else each parameter's piece; [] with none held."""
+        if self.stage == 1 or not self._has_grad:
+            return []           # stage 1 keeps the full gradients in .grad
+        wanted = {id(p) for p in params}
+        if wanted >= set(map(id, self.params)):
+            return list(self.grads)
+        pieces = []
+        for b, part in enumerate(self.shard_index()):
+            pieces += [self.grads[b][offset:offset + length] for position, _first, length, offset
+                       in part["pieces"] if id(self.params[position]) in wanted]
+        return pieces
+
+    def combine(self, partial: Tensor, op: str) -> Tensor:
+        """A 0-d float32 partial (of a norm: "sum" or "max") combined over the group's ranks: the same
+        bits on every rank (one small all_reduce, a host step)."""
+        if self.world_size == 1:
+            return partial
+        import tg.distributed as dist
+        total = partial.cast(dtypes.float32).contiguous()
+        view = HostView(total)       # realizes it
+
+        def reduce() -> None:
+            values = view.read()
+            how = dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX
+            dist.all_reduce(values, op=how, group=self.group)
+            view.write(values)
+        host_step(reduce)
+        return total
+
     # ------------------------------------------------------------ backward: reduce-scatter
     def _after_backward(self, root: Tensor) -> None:
         if self.stage == 1:
@@ -227,6 +269,7 @@ class ZeroOptimizer(Optimizer):
         worker thread while the next bucket computes; a slot is reused once its reduce-scatter is done,
         so at most SLOTS buckets of full gradients exist at once."""
         accumulate, averaged = self._has_grad, self._averaged_by_ddp()
+        self._used |= used_anywhere(self.params, self.group, self.world_size)
         works: dict[int, tuple[Any, np.ndarray]] = {}
         for b, bucket in enumerate(self.buckets):
             if b >= SLOTS and self._slots:
@@ -284,6 +327,7 @@ class ZeroOptimizer(Optimizer):
         for p in self.params:
             p.grad = None
         self._has_grad = False
+        self._used[:] = False
         self._synced = [None] * len(self.params)
 
     # ------------------------------------------------------------ step: update the shard, all-gather
@@ -297,7 +341,7 @@ class ZeroOptimizer(Optimizer):
         """Step the wrapped optimizer on this rank's shard, then all-gather the parameters."""
         if self.stage == 1:
             self._reduce_kept_gradients()
-        if not self._has_grad:
+        if not self._has_grad or not self._used.any():
             return
         # the update writes the parameters' memory through another Buffer (the part's view): whatever
         # still reads the old weights (the loss of the last backward too) is computed first
@@ -305,8 +349,8 @@ class ZeroOptimizer(Optimizer):
         if root is not None and root.lazydata.base.realized is None:
             root.realize()
         realize_readers([p.lazydata for p in self.params])
-        items = [(m, g, self.optimizer._state(i)) for i, (m, g) in enumerate(zip(self.masters, self.grads))]
-        self.optimizer.apply(items)
+        self._follow_writes()
+        self.optimizer.apply(self._step_items())
         for b, (send, master) in enumerate(zip(self.sends, self.masters)):
             written = [master, *self.optimizer._state(b).values()] + ([self.optimizer.t] if b == 0 else [])
             if send is not master:
@@ -314,6 +358,41 @@ class ZeroOptimizer(Optimizer):
             written[0].realize(*written[1:])
         if self.world_size > 1:
             host_step(self._gather)
+
+    def _follow_writes(self) -> None:
+        """A half-precision part whose values differ from its float32 master's cast was written since the
+        last step (p.assign, a load): the master takes the written values there, so the step starts
+        from them, as a plain optimizer's would (float32 parts are the parameters' memory itself)."""
+        halves = [(send, master) for send, master in zip(self.sends, self.masters) if send is not master]
+        for send, master in halves:
+            master.assign((send != master.cast(send.dtype)).where(send.cast(master.dtype), master))
+        if halves:
+            halves[0][1].realize(*(master for _, master in halves[1:]))
+
+    def _step_items(self) -> list[tuple[Tensor, Tensor, dict[str, Tensor]]]:
+        """(master, gradient, state) for the wrapped optimizer: each bucket part whole, or, where some
+        parameter in it got no gradient on any rank, only the runs of elements of those that did (as
+        torch's optimizers, which skip a parameter whose .grad is None: no decay, no momentum)."""
+        items = []
+        for b, (bucket, master, grad) in enumerate(zip(self.buckets, self.masters, self.grads)):
+            state = self.optimizer._state(b)
+            used = [bool(self._used[self.position[id(p)]]) for p in bucket.params]
+            if all(used):
+                items.append((master, grad, state))
+                continue
+            part = self._part(bucket)
+            runs: list[list[int]] = []      # [first, end) in the part of each run of stepped elements
+            for p_used, off, n in zip(used, bucket.offsets, bucket.sizes):
+                lo, hi = max(part.start, off) - part.start, min(part.stop, off + n) - part.start
+                if not p_used or lo >= hi:
+                    continue
+                if runs and runs[-1][1] == lo:
+                    runs[-1][1] = hi
+                else:
+                    runs.append([lo, hi])
+            items += [(master[lo:hi], grad[lo:hi], {k: v[lo:hi] for k, v in state.items()})
+                      for lo, hi in runs]
+        return items
 
     def _gather(self) -> None:
         """Every rank's updated parts into every rank's flat buffers, in place (the parameters see them):

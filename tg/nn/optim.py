@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -40,7 +41,7 @@ from tg.core.tensor import Tensor, _NoGrad
 __all__ = [
     "Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta",
     "LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "LinearLR", "CosineAnnealingLR",
-    "CosineWithWarmup", "clip_grad_norm_",
+    "CosineWithWarmup", "clip_grad_norm_", "clip_grad_value_", "hold_gradients",
 ]
 
 
@@ -953,14 +954,59 @@ class CosineWithWarmup(LRScheduler):
 
 
 # ---------------------------------------------------------------- gradient clipping
+# id(parameter) -> what holds its gradient while its .grad is None: a ZeroOptimizer (ZeRO-2) keeps only
+# this rank's part of the reduced gradients, not a .grad per parameter. Clipping reads and scales the
+# gradients there, and the holder combines the ranks' partial norms, so the result is unsharded training's.
+_HOLDERS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
+
+
+def hold_gradients(params: Iterable[Tensor], holder: Any) -> None:
+    """Register `holder` as keeping the gradients of params (while their .grad is None). It has
+    `held_gradients(params) -> list[Tensor]`: this rank's tensors of those gradients, written in place
+    by clipping ([] when it holds none), and `combine(partial, op) -> Tensor`: a 0-d float32 partial
+    ("sum" of powers or "max") over its ranks, the same bits on every rank."""
+    for p in params:
+        _HOLDERS[id(p)] = holder
+
+
+def _gradients(params: Tensor | Iterable[Tensor]) -> tuple[list[Tensor], list[tuple[Any, list[Tensor]]]]:
+    """The .grad of each parameter that has one, and per holder the tensors it keeps for the others."""
+    params = [params] if isinstance(params, Tensor) else list(params)
+    own = [p.grad for p in params if p.grad is not None]
+    held: dict[int, tuple[Any, list[Tensor]]] = {}
+    for p in params:
+        holder = _HOLDERS.get(id(p)) if p.grad is None else None
+        if holder is not None:
+            held.setdefault(id(holder), (holder, []))[1].append(p)
+    return own, [(h, h.held_gradients(ps)) for h, ps in held.values()]
+
+
+def _partial_norm(grads: list[Tensor], norm_type: float, device: str) -> Tensor:
+    """sum(|g| ** norm_type) over grads (max |g| for inf), a 0-d float32 tensor."""
+    total = Tensor.zeros(device=device)
+    for g in grads:
+        if not g.numel():
+            continue
+        # torch accumulates the norm of half-precision grads in float32; wider grads keep their dtype
+        g = g.detach() if g.dtype.itemsize >= 4 else g.detach().cast(dtypes.float32)
+        if norm_type == math.inf:
+            total = total.maximum(g.abs().max())
+        else:
+            total = total + (g * g if norm_type == 2.0 else g.abs() ** norm_type).sum()
+    return total
+
+
 def clip_grad_norm_(params: Tensor | Iterable[Tensor], max_norm: float, norm_type: float = 2.0) -> Tensor:
     """Scale all gradients together so their total `norm_type`-norm is at most `max_norm`; returns the
     total norm (before clipping) as a 0-d tensor. torch's rule: grads *= min(1, max_norm / (norm + 1e-6)).
+    `max_norm=float("inf")` only measures (a grad-norm log).
 
     In place, as torch's: each `.grad` stays the same Tensor and is assigned the scaled value (so a
-    DistributedDataParallel / ZeroRedundancyOptimizer still sees the gradients it averaged). Lazy: the
-    norm, the scaling and the optimizer step that follows all run in one schedule — nothing is read
-    back to the host.
+    DistributedDataParallel / ZeroRedundancyOptimizer still sees the gradients it averaged). The
+    gradients a ZeroOptimizer holds in shards are measured and scaled there, and the norm is the
+    whole model's (the ranks' partial norms combined). Lazy: the norm, the scaling and the optimizer
+    step that follows run in one schedule; nothing is read back to the host but a sharded norm's
+    partial, which the ranks exchange.
 
         >>> from tg import Tensor
         >>> w = Tensor([0.0, 0.0]); w.grad = Tensor([3.0, 4.0])
@@ -969,26 +1015,37 @@ def clip_grad_norm_(params: Tensor | Iterable[Tensor], max_norm: float, norm_typ
         >>> [round(x, 4) for x in w.grad.tolist()]
         [0.6, 0.8]
     """
-    params = [params] if isinstance(params, Tensor) else list(params)
     norm_type = float(norm_type)
     _check(norm_type > 0, f"clip_grad_norm_ norm_type must be > 0 or inf, got {norm_type}")
-    with_grad = [p for p in params if p.grad is not None]
-    if not with_grad:
+    own, held = _gradients(params)
+    if not own and not any(grads for _, grads in held):
         return Tensor.zeros()
+    device = (own or [g for _, grads in held for g in grads])[0].device
     with _NoGrad():
-        # torch accumulates the norm of half-precision grads in float32; wider grads keep their dtype
-        grads = [g if g.dtype.itemsize >= 4 else g.cast(dtypes.float32)
-                 for g in (p.grad.detach() for p in with_grad if p.grad is not None) if g.numel()]
-        total = Tensor.zeros(device=with_grad[0].device)
-        if norm_type == math.inf:
-            for g in grads:
-                total = total.maximum(g.abs().max())
-        else:
-            for g in grads:
-                total = total + (g * g if norm_type == 2.0 else g.abs() ** norm_type).sum()
+        total = _partial_norm(own, norm_type, device)
+        for holder, grads in held:
+            part = holder.combine(_partial_norm(grads, norm_type, device), "max" if norm_type == math.inf
+                                  else "sum")
+            total = total.maximum(part) if norm_type == math.inf else total + part
+        if norm_type != math.inf:
             total = total.sqrt() if norm_type == 2.0 else total ** (1.0 / norm_type)
         coef = (max_norm / (total + 1e-6)).minimum(1.0)
-        for p in with_grad:
-            assert p.grad is not None
-            p.grad.assign((p.grad.detach() * coef).cast(p.grad.dtype))
+        for g in [*own, *(g for _, grads in held for g in grads)]:
+            g.assign((g.detach() * coef).cast(g.dtype))
     return total
+
+
+def clip_grad_value_(params: Tensor | Iterable[Tensor], clip_value: float) -> None:
+    """Clamp every gradient element into [-clip_value, clip_value], in place (torch's
+    clip_grad_value_); also the gradients a ZeroOptimizer holds in shards.
+
+        >>> from tg import Tensor
+        >>> w = Tensor([0.0, 0.0]); w.grad = Tensor([3.0, -0.5])
+        >>> clip_grad_value_([w], 1.0); w.grad.tolist()
+        [1.0, -0.5]
+    """
+    _check(clip_value >= 0, f"clip_grad_value_ clip_value must be >= 0, got {clip_value}")
+    own, held = _gradients(params)
+    with _NoGrad():
+        for g in [*own, *(g for _, grads in held for g in grads)]:
+            g.assign(g.detach().clamp(-clip_value, clip_value))

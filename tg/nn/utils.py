@@ -1,4 +1,4 @@
-"""tg.nn.utils: torch.nn.utils's helpers (clip_grad_norm_, written in tg.nn.optim).
+"""tg.nn.utils: torch.nn.utils's helpers (clip_grad_norm_ and clip_grad_value_, written in tg.nn.optim).
 
     >>> from tg import Tensor
     >>> from tg.nn.utils import clip_grad_norm_
@@ -6,6 +6,6 @@
     >>> clip_grad_norm_(w, max_norm=5.0).item(), [round(x, 3) for x in w.grad.tolist()]
     (10.0, [3.0, 4.0])
 """
-from tg.nn.optim import clip_grad_norm_
+from tg.nn.optim import clip_grad_norm_, clip_grad_value_
 
-__all__ = ["clip_grad_norm_"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_"]

@@ -54,9 +54,10 @@ class Collectives(Protocol):
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None: ...
 
-    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray], shape: tuple) -> None:
+    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray],
+                   call: tuple[str, tuple[int, ...]]) -> None:
         """Flat outs[i] gets every rank's flat mines[i] end to end, rank order (own part placed already);
-        `shape` is the descriptor's (one array's shape, or every piece's size)."""
+        `call` is the descriptor's (op, shape): algorithms.gather_pairs'."""
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray], root: int) -> None: ...
 

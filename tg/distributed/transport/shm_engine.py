@@ -149,11 +149,11 @@ class ShmEngine:
                    *_described("broadcast", arr.dtype, arr.shape, root))
 
     def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray],
-                   shape: tuple[int, ...]) -> None:
+                   call: tuple[str, tuple[int, ...]]) -> None:
         """outs[i] holds every rank's mines[i] end to end (this rank's own part placed already)."""
         sizes = (_u64 * len(mines))(*[m.nbytes for m in mines])
         self._call(seq, "all_gather", self.lib.tg_all_gather, _pointers(outs), _pointers(mines), sizes,
-                   len(mines), -1, *_described("all_gather", mines[0].dtype, shape))
+                   len(mines), -1, *_described(call[0], mines[0].dtype, call[1]))
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
         outs = _pointers(chunks) if self.rank == root else None

@@ -8,6 +8,10 @@ same error.
 
     >>> describe(encode_desc("all_reduce", np.dtype(np.float32), (2, 3), red=1))
     'all_reduce float32[2, 3] op=SUM'
+    >>> op, shape = list_call([7] * 1000)         # 1000 arrays gathered as one call: a fixed size
+    >>> desc = encode_desc(op, np.dtype(np.float32), shape)
+    >>> len(desc) <= DESC_MAX, describe(desc).split(" (")[0]
+    (True, 'all_gather of 1000 float32 arrays')
 """
 from __future__ import annotations
 
@@ -41,8 +45,14 @@ def check_in_step(kind: int, fseq: int, expect_kind: int, seq: int, peer: int, r
 
 
 OPS = ["all_reduce", "reduce", "broadcast", "all_gather", "reduce_scatter", "gather", "scatter",
-       "all_to_all", "barrier", "send", "leave"]
+       "all_to_all", "barrier", "send", "leave", "all_gather_list"]
 DESC_HEAD = struct.Struct("<BBbiB")   # op, reduce op, dtype code, root, ndim
+# Every descriptor fits in DESC_MAX bytes, whatever the call, so every path that carries one (control
+# frames, the shm engine's slot header, MPI's fixed block) holds it whole: an array has at most
+# MAX_DIMS dimensions (numpy's limit), and a list of arrays gathered as one call is described by its
+# count, total size and a digest of the sizes (not a field per array: ZeRO gathers thousands of buckets).
+MAX_DIMS = 64
+DESC_MAX = DESC_HEAD.size + 8 * MAX_DIMS
 REDUCE_OPS = {1: "SUM", 2: "PRODUCT", 3: "MIN", 4: "MAX", 5: "AVG", 6: "BAND", 7: "BOR", 8: "BXOR"}
 # what a collective carries: numpy's native-order numeric types (object, string, datetime... are not data)
 DTYPE_CODES = [np.dtype(t).str for t in ("bool", "int8", "uint8", "=i2", "=u2", "=i4", "=u4", "=i8", "=u8",
@@ -61,7 +71,15 @@ def carried(dtype: np.dtype, what: str) -> None:
                     f"native-order {names}; {hint}")
 
 
+def list_call(sizes: list[int]) -> tuple[str, tuple[int, ...]]:
+    """(op, shape) of the descriptor of an all_gather of arrays of these sizes as one call: (count, total
+    elements, a 62-bit digest of the sizes), so a call over other pieces never agrees with it."""
+    digest = desc_hash(struct.pack(f"<{len(sizes)}Q", *sizes))
+    return "all_gather_list", (len(sizes), sum(sizes), digest)
+
+
 def encode_desc(op: str, dtype: np.dtype, shape: tuple[int, ...], root: int = -1, red: int = 0) -> bytes:
+    assert len(shape) <= MAX_DIMS, f"a descriptor holds at most {MAX_DIMS} dimensions, got {len(shape)}"
     code = DTYPE_CODES.index(np.dtype(dtype).str) if np.dtype(dtype).str in DTYPE_CODES else -1
     return DESC_HEAD.pack(OPS.index(op), red, code, root, len(shape)) + struct.pack(f"<{len(shape)}Q", *shape)
 
@@ -90,6 +108,8 @@ def describe(desc: bytes) -> str:
     if name in ("barrier", "leave"):
         return "destroy_process_group (leaving)" if name == "leave" else name
     dt = np.dtype(DTYPE_CODES[code]).name if 0 <= code < len(DTYPE_CODES) else "?"
+    if name == "all_gather_list" and len(shape) == 3:
+        return f"all_gather of {shape[0]} {dt} arrays ({shape[1]} elements, sizes #{shape[2]:x})"
     extra = f" root={root}" if root >= 0 else ""
     return f"{name} {dt}[{', '.join(map(str, shape))}]{extra}" + (
         f" op={REDUCE_OPS.get(red, red)}" if red else ""
