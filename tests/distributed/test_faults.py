@@ -393,3 +393,32 @@ def test_mpi_rank_must_agree_with_the_environment():
     )
     assert "MPI says this is rank 0 of 2" in results[0] and "RANK / WORLD_SIZE say rank 1 of 2" in results[0]
     assert results[1] == "not tried"
+
+
+# ---------------------------------------------------------------------------- processes forked after init
+def fork_then_collectives(rank: int, world: int, how: str) -> list:
+    """Each rank forks a child that exits (sys.exit, a normal end, or os._exit as control) while the
+    parent's group lives; the parent's collectives go on as before."""
+    x = np.full(4, rank + 1.0, np.float32)
+    dist.all_reduce(x)
+    sub = dist.new_group(list(range(world)))        # a subgroup's transport is the child's too
+    pid = os.fork()
+    if pid == 0:
+        if how == "os._exit":
+            os._exit(0)
+        sys.exit(0)            # tg's exit hook would leave the parent's group from here
+    _, status = os.waitpid(pid, 0)
+    y = np.full(1 << 20, rank + 1.0, np.float32)       # the large paths (engines, rings) too
+    dist.all_reduce(y, group=sub)
+    dist.barrier()
+    dist.destroy_process_group(sub)
+    return [os.waitstatus_to_exitcode(status), float(x[0]), float(y[0]), float(y[-1])]
+
+
+@pytest.mark.parametrize("backend", ["tcp", "shm", "rings", "ucx"])
+@pytest.mark.parametrize("how", ["sys.exit", "os._exit"])
+def test_forked_child_leaves_the_parents_group_alone(backend, how):
+    world = 3
+    total = float(sum(range(1, world + 1)))
+    results = run_ranks(world, fork_then_collectives, how, backend=backend, timeout=60, dist_timeout=10)
+    assert results == [[0, total, total, total]] * world

@@ -9,6 +9,7 @@ identities for a one-rank group (which needs no transport).
 from __future__ import annotations
 
 import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -24,6 +25,7 @@ __all__ = ["ProcessGroup", "ReduceOp", "reducer", "gather_pairs", "Arrays"]
 
 class ProcessGroup:
     """rank/size within the group, and `ranks`, the global rank of each group rank."""
+    live: weakref.WeakSet[ProcessGroup] = weakref.WeakSet()    # for a process forked after init to keep
 
     def __init__(self, rank: int, size: int, ranks: list[int], transport: Any = None, name: str = "default"):
         self.rank, self.size, self.ranks, self.transport, self.name = rank, size, ranks, transport, name
@@ -33,6 +35,7 @@ class ProcessGroup:
         self.failure: DistributedError | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tg-pg-{name}")
         self._lock = threading.Lock()
+        ProcessGroup.live.add(self)
 
     def __repr__(self) -> str:
         via = getattr(self.transport, "kind", "local")
