@@ -422,3 +422,40 @@ def test_forked_child_leaves_the_parents_group_alone(backend, how):
     total = float(sum(range(1, world + 1)))
     results = run_ranks(world, fork_then_collectives, how, backend=backend, timeout=60, dist_timeout=10)
     assert results == [[0, total, total, total]] * world
+
+
+# ---------------------------------------------------------------------------- threads sharing a group
+def two_threads(rank: int, world: int, calls: int) -> list:
+    """Two threads each run `calls` all_reduces (sync and async) on the default group, of one size per
+    round (the threads' calls may pair up in any order across ranks, so they are alike); rounds of
+    small and large sizes (tg's algorithms, the engines, the rings). Every result is the sum over ranks."""
+    errors: list = []
+    sums: list = []
+
+    def loop(n: int) -> None:
+        try:
+            for i in range(calls):
+                x = np.full(n, rank + 1.0, np.float32)
+                if i % 4 == 3:
+                    dist.all_reduce(x, async_op=True).wait()
+                else:
+                    dist.all_reduce(x)
+                sums.append(float(x[0]) == float(x[-1]) == world * (world + 1) / 2)
+        except BaseException as e:  # noqa: BLE001 - reported in the result
+            errors.append(f"{type(e).__name__}: {e}")
+    for n in (3, 5000, 1 << 18):
+        threads = [threading.Thread(target=loop, args=(n,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        if errors:
+            break
+        dist.barrier()
+    return [errors, len(sums), all(sums)]
+
+
+@pytest.mark.parametrize("backend", ["tcp", "shm", "rings", "ucx"])
+def test_two_threads_on_one_group_are_serialized(backend):
+    results = run_ranks(3, two_threads, 30, backend=backend, timeout=120, dist_timeout=20)
+    assert results == [[[], 180, True]] * 3, results
