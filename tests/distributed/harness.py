@@ -76,6 +76,7 @@ def _worker(rank: int, world: int, port: int, secret: str, fn: Callable, args: t
             **extra_env,
         }
     )
+    pid = os.getpid()
     try:
         import tg.distributed as dist
         if init:
@@ -85,6 +86,8 @@ def _worker(rank: int, world: int, port: int, secret: str, fn: Callable, args: t
             dist.destroy_process_group()
         q.put((rank, "ok", result))
     except BaseException as e:  # noqa: BLE001 - report everything to the parent
+        if os.getpid() != pid:     # a process fn forked, ending (sys.exit): not the rank's result
+            raise
         q.put((rank, "error", f"{type(e).__name__}: {e}\n{traceback.format_exc()}"))
 
 

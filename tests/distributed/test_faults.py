@@ -1,10 +1,13 @@
 """Failure is loud and fast: dead ranks, mismatched calls, bad secrets, garbage, misuse."""
 import os
+import pathlib
+import re
 import signal
 import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 
 import numpy as np
@@ -14,18 +17,60 @@ from harness import mpiexec, require, run_ranks
 import tg.distributed as dist
 from tg.distributed.store import StoreError, TCPStore
 
+# ---------------------------------------------------------------------------- the fault matrix
+# every transport x (SIGKILL, SIGSTOP) x 2-4 ranks: one rank is killed or stopped at a random moment of
+# a stream of collectives of every kind; every other rank raises naming it within the timeout, and the
+# job leaves no process, no listening store and no shared-memory segment behind
+FAULT_TIMEOUT = 2.0          # TG_DIST_TIMEOUT of these jobs: a stopped rank is noticed after it
+SIGNALS = {"SIGKILL": signal.SIGKILL, "SIGSTOP": signal.SIGSTOP}
 
-def die_mid_all_reduce(rank: int, world: int, stamp_dir: str) -> str:
-    big = np.ones(1 << 21, np.float32)
-    for i in range(1000):
-        if rank == world - 1 and i == 3:
-            with open(os.path.join(stamp_dir, "died"), "w") as f:
-                f.write(repr(time.time()))
-            os.kill(os.getpid(), signal.SIGKILL)
+
+def collective_stream(rank: int, world: int, i: int) -> None:
+    """Call i of a stream that walks every kind and size class (the ucx engine's large all_reduce, the
+    shm engine's, tg's algorithms' small and ring paths)."""
+    n = [1 << 20, 7, 9000 + world, 1 << 16][i % 4]
+    x = np.full(n * world, rank + 1, np.float32)
+    kind = i % 6
+    if kind == 0:
+        dist.all_reduce(x)
+    elif kind == 1:
+        dist.broadcast(x, src=i % world)
+    elif kind == 2:
+        dist.all_gather_into_tensor(np.zeros(n * world * world, np.float32), x)
+    elif kind == 3:
+        dist.reduce_scatter_tensor(np.zeros(n, np.float32), x)
+    elif kind == 4:
+        dist.all_to_all_single(np.zeros_like(x), x)
+    else:
+        dist.barrier()
+
+
+def fault_mid_collective(rank: int, world: int, stamp_dir: str, signame: str, delay: float) -> str:
+    """The last rank sends itself the signal `delay` seconds into the stream; the others run collectives
+    until one raises. A survivor of a SIGSTOP kills the stopped rank once every survivor has raised (a
+    stopped process never exits by itself)."""
+    victim = world - 1
+    stamps = pathlib.Path(stamp_dir)
+    if rank == victim:
+        (stamps / "victim").write_text(str(os.getpid()))
+
+        def strike() -> None:
+            time.sleep(delay)
+            (stamps / "struck").write_text(repr(time.time()))
+            os.kill(os.getpid(), SIGNALS[signame])
+        threading.Thread(target=strike, daemon=True).start()
+    for i in range(100000):
         try:
-            dist.all_reduce(big)
+            collective_stream(rank, world, i)
         except dist.DistributedError as e:
-            return f"{time.time()}|{e}"
+            caught = time.time()
+            (stamps / f"caught{rank}").write_text("")
+            if signame == "SIGSTOP":
+                deadline = time.time() + 6 * FAULT_TIMEOUT
+                while len(list(stamps.glob("caught*"))) < world - 1 and time.time() < deadline:
+                    time.sleep(0.05)
+                os.kill(int((stamps / "victim").read_text()), signal.SIGKILL)
+            return f"{caught}|{os.environ.get('MASTER_PORT')}|{e}"
     return "no error"
 
 
@@ -34,24 +79,54 @@ def own_segments() -> set[str]:
     return {f for f in os.listdir(SHM_DIR) if f.startswith(f"tg-{os.getuid()}-")}
 
 
-# under MPI a dead rank takes the job down (mpiexec's own policy): see test_mpi_* below
-@pytest.mark.parametrize("world,backend", [(2, "shm"), (3, "shm"), (3, "rings"), (3, "tcp"), (2, "ucx"),
-                                           (3, "ucx")])
-def test_sigkilled_rank_is_named_within_seconds(tmp_path, world, backend):
+def pid_running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+@pytest.mark.parametrize("signame", ["SIGKILL", "SIGSTOP"])
+@pytest.mark.parametrize("backend", ["tcp", "shm", "rings", "ucx", "mpi"])
+def test_fault_matrix_survivors_name_the_rank(tmp_path, backend, signame, world):
     before = own_segments()
-    results = run_ranks(world, die_mid_all_reduce, str(tmp_path), allow_errors=True, init=True, timeout=60,
-                        backend=backend)
-    # shared-memory segments are unlinked once mapped: a SIGKILLed job leaves none behind
+    rng = np.random.default_rng([world, len(signame), len(backend)])
+    delay = float(rng.uniform(0.05, 0.6))       # after start-up: inside some collective of the stream
+    results = run_ranks(world, fault_mid_collective, str(tmp_path), signame, delay, allow_errors=True,
+                        timeout=60, backend=backend, dist_timeout=FAULT_TIMEOUT)
+    struck = float((tmp_path / "struck").read_text())
+    victim = world - 1
+    where = f"{backend}, {signame} of rank {victim} of {world} after {delay:.2f}s"
+    assert not pid_running(int((tmp_path / "victim").read_text()))
+    if backend == "mpi":     # MPI takes no rank out of a job: it ends, mpiexec's or tg's watchdog's report
+        for result in results:                        # naming the rank
+            assert result.startswith("ERROR") and re.search(rf"\brank {victim}\b", result), (where, result)
+    else:
+        check_survivors(results, victim, struck, signame, where)
+    # shared-memory segments are unlinked once mapped: a killed job leaves none behind
     # (other jobs running in parallel may own short-lived ones, so wait for strays to go)
     deadline = time.time() + 5
     while own_segments() - before and time.time() < deadline:
         time.sleep(0.1)
     assert not own_segments() - before
-    died = float((tmp_path / "died").read_text())
-    for rank in range(world - 1):
-        caught, message = results[rank].split("|", 1)
-        assert float(caught) - died < 10, f"rank {rank} took {float(caught) - died:.1f}s to notice"
-        assert f"rank {world - 1}" in message, message
+
+
+def check_survivors(results: list, victim: int, struck: float, signame: str, where: str) -> None:
+    named = []
+    for rank in range(victim):
+        assert results[rank].count("|") >= 2, f"{where}: rank {rank}: {results[rank]}"
+        caught, port, message = results[rank].split("|", 2)
+        # SIGKILL is seen at once; SIGSTOP after the timeout (a loaded machine gets slack, not a hang)
+        assert float(caught) - struck < 3 * FAULT_TIMEOUT + 5, f"{where}: rank {rank} took too long"
+        named.append(bool(re.search(rf"\brank {victim}\b", message)) or f"rank {rank}: {message}")
+    # a stopped rank is only seen by the ranks that wait on it; one that times out on a live peer which
+    # waits on it names that peer (issue 35 item 14): here every rank names a dead one, some a stopped one
+    assert all(n is True for n in named) if signame == "SIGKILL" else True in named, f"{where}: {named}"
+    assert results[victim].startswith("ERROR: exited with code -9"), results[victim]
+    with pytest.raises(OSError):       # rank 0's store is gone with it
+        socket.create_connection(("127.0.0.1", int(port)), timeout=2).recv(1)
 
 
 def mismatched_shapes(rank: int, world: int, n: int) -> str:
@@ -318,3 +393,69 @@ def test_mpi_rank_must_agree_with_the_environment():
     )
     assert "MPI says this is rank 0 of 2" in results[0] and "RANK / WORLD_SIZE say rank 1 of 2" in results[0]
     assert results[1] == "not tried"
+
+
+# ---------------------------------------------------------------------------- processes forked after init
+def fork_then_collectives(rank: int, world: int, how: str) -> list:
+    """Each rank forks a child that exits (sys.exit, a normal end, or os._exit as control) while the
+    parent's group lives; the parent's collectives go on as before."""
+    x = np.full(4, rank + 1.0, np.float32)
+    dist.all_reduce(x)
+    sub = dist.new_group(list(range(world)))        # a subgroup's transport is the child's too
+    pid = os.fork()
+    if pid == 0:
+        if how == "os._exit":
+            os._exit(0)
+        sys.exit(0)            # tg's exit hook would leave the parent's group from here
+    _, status = os.waitpid(pid, 0)
+    y = np.full(1 << 20, rank + 1.0, np.float32)       # the large paths (engines, rings) too
+    dist.all_reduce(y, group=sub)
+    dist.barrier()
+    dist.destroy_process_group(sub)
+    return [os.waitstatus_to_exitcode(status), float(x[0]), float(y[0]), float(y[-1])]
+
+
+@pytest.mark.parametrize("backend", ["tcp", "shm", "rings", "ucx"])
+@pytest.mark.parametrize("how", ["sys.exit", "os._exit"])
+def test_forked_child_leaves_the_parents_group_alone(backend, how):
+    world = 3
+    total = float(sum(range(1, world + 1)))
+    results = run_ranks(world, fork_then_collectives, how, backend=backend, timeout=60, dist_timeout=10)
+    assert results == [[0, total, total, total]] * world
+
+
+# ---------------------------------------------------------------------------- threads sharing a group
+def two_threads(rank: int, world: int, calls: int) -> list:
+    """Two threads each run `calls` all_reduces (sync and async) on the default group, of one size per
+    round (the threads' calls may pair up in any order across ranks, so they are alike); rounds of
+    small and large sizes (tg's algorithms, the engines, the rings). Every result is the sum over ranks."""
+    errors: list = []
+    sums: list = []
+
+    def loop(n: int) -> None:
+        try:
+            for i in range(calls):
+                x = np.full(n, rank + 1.0, np.float32)
+                if i % 4 == 3:
+                    dist.all_reduce(x, async_op=True).wait()
+                else:
+                    dist.all_reduce(x)
+                sums.append(float(x[0]) == float(x[-1]) == world * (world + 1) / 2)
+        except BaseException as e:  # noqa: BLE001 - reported in the result
+            errors.append(f"{type(e).__name__}: {e}")
+    for n in (3, 5000, 1 << 18):
+        threads = [threading.Thread(target=loop, args=(n,)) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        if errors:
+            break
+        dist.barrier()
+    return [errors, len(sums), all(sums)]
+
+
+@pytest.mark.parametrize("backend", ["tcp", "shm", "rings", "ucx"])
+def test_two_threads_on_one_group_are_serialized(backend):
+    results = run_ranks(3, two_threads, 30, backend=backend, timeout=120, dist_timeout=20)
+    assert results == [[[], 180, True]] * 3, results

@@ -21,6 +21,7 @@ import atexit
 import ipaddress
 import json
 import logging
+import os
 import socket
 import sys
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -121,6 +122,7 @@ class _State:
     host: str = "127.0.0.1"
     p2p: dict[tuple[int, str], ThreadPoolExecutor] = {}
     backend: str = "tcp"
+    forked: bool = False       # this process is a child forked after init: the groups are its parent's
 
 
 class Work:
@@ -503,7 +505,7 @@ def _leave_at_exit() -> None:
     rank that finishes first (rank 0 hosts the store) never fails one still starting or finishing.
     Under mpi, MPI_Finalize is that barrier and may already have run: only close."""
     g = _State.default
-    if g is None:
+    if g is None or _State.forked:
         return
     if not BACKENDS[_State.backend].leaves_at_exit:
         g.failure = g.failure or DistributedError("[distributed] the process is exiting")
@@ -515,7 +517,20 @@ def _leave_at_exit() -> None:
         )
 
 
+def _forked() -> None:
+    """In a child forked after init: the job's groups, store and transports are the parent's (the same
+    sockets, shared memory and UCX workers), so the child must not leave, close or free them; it keeps
+    them referenced until its end, as the destructors of UCX's objects would tear down the parent's."""
+    import ctypes
+    _State.forked = True
+    # a reference nothing drops, not even the interpreter's teardown of this module (a UCX worker
+    # destroyed here would take its epoll registrations out of the parent's, which are the same)
+    kept = (_State.default, _State.store, _State.p2p, list(ProcessGroup.live))
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(kept))
+
+
 atexit.register(_leave_at_exit)
+os.register_at_fork(after_in_child=_forked)
 
 
 # ---------------------------------------------------------------------------- tensors <-> host arrays

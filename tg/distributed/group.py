@@ -9,6 +9,7 @@ identities for a one-rank group (which needs no transport).
 from __future__ import annotations
 
 import threading
+import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -24,6 +25,7 @@ __all__ = ["ProcessGroup", "ReduceOp", "reducer", "gather_pairs", "Arrays"]
 
 class ProcessGroup:
     """rank/size within the group, and `ranks`, the global rank of each group rank."""
+    live: weakref.WeakSet[ProcessGroup] = weakref.WeakSet()    # for a process forked after init to keep
 
     def __init__(self, rank: int, size: int, ranks: list[int], transport: Any = None, name: str = "default"):
         self.rank, self.size, self.ranks, self.transport, self.name = rank, size, ranks, transport, name
@@ -33,6 +35,9 @@ class ProcessGroup:
         self.failure: DistributedError | None = None
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tg-pg-{name}")
         self._lock = threading.Lock()
+        # held by the call that runs (inline or on the worker), from taking its number to its end
+        self._calling = threading.RLock()
+        ProcessGroup.live.add(self)
 
     def __repr__(self) -> str:
         via = getattr(self.transport, "kind", "local")
@@ -40,11 +45,10 @@ class ProcessGroup:
 
     # ------------------------------------------------------------------ running
     def submit(self, fn: Callable[..., None], *args: Any) -> Future:
-        with self._lock:
+        with self._lock:      # queued under the lock: threads' calls run in the order of their numbers
             self.seq += 1
-            seq = self.seq
             self.pending += 1
-        fut = self._executor.submit(self._run, seq, fn, args)
+            fut = self._executor.submit(self._run, self.seq, fn, args)
         fut.add_done_callback(self._done)
         return fut
 
@@ -53,18 +57,26 @@ class ProcessGroup:
             self.pending -= 1
 
     def run_now(self, fn: Callable[..., None], *args: Any) -> None:
-        """A synchronous call: inline when no async call is queued (saves a thread hand-off)."""
-        with self._lock:
-            inline = self.pending == 0
+        """A synchronous call: inline when no async call is queued (saves a thread hand-off). Calls from
+        several threads run one at a time, each whole, in the order of their numbers: the peers see one
+        stream of calls (which thread's comes first may differ between ranks, as under torch)."""
+        with self._calling:
+            with self._lock:
+                inline = self.pending == 0
+                if inline:
+                    self.seq += 1
+                    seq = self.seq
             if inline:
-                self.seq += 1
-                seq = self.seq
-        if not inline:
-            self.submit(fn, *args).result()
-            return
-        self._run(seq, fn, args)
+                self._call(seq, fn, args)
+                return
+        self.submit(fn, *args).result()
 
     def _run(self, seq: int, fn: Callable[..., None], args: tuple) -> None:
+        """An async call, on the worker thread: after any inline call that took a lower number."""
+        with self._calling:
+            self._call(seq, fn, args)
+
+    def _call(self, seq: int, fn: Callable[..., None], args: tuple) -> None:
         if self.failure is not None:
             raise self.failure
         try:

@@ -3,10 +3,11 @@
 Each rank opens one UCX worker per group and publishes its worker address in the rendezvous
 store; peers connect by worker address (not through a listener). Each pair of ranks has two
 endpoints. The data endpoint asks for no peer-failure handling, which lets UCX carry it over shared
-memory (and CMA) between ranks on one host, TCP or RDMA across hosts: UCX's shared-memory transports
-offer no failure handling, so an endpoint that asks for it goes over TCP even on one host (seen: a
-1 MiB all_reduce 12x slower). The control endpoint asks for it: it carries the secret's proof and
-ABORT messages, and its closing is how a dead peer is noticed.
+memory between ranks on one host (its fifo, not CMA: see HOST_MEMORY), TCP or RDMA across hosts:
+UCX's shared-memory transports offer no failure handling, so an endpoint that asks for it goes over
+TCP even on one host (seen: a 1 MiB all_reduce 12x slower). The control endpoint asks for it: it
+carries the secret's proof and ABORT messages, and its closing is how a dead peer is noticed. Closing
+a data endpoint flushes it, which never ends when its peer is dead or stopped: close bounds it.
 
 Messages are UCX tagged sends; the tag says which part it is (a frame header, data, ABORT, the
 proof), which channel (collectives or point-to-point), which call (the low 24 bits of its sequence
@@ -31,7 +32,7 @@ proves the job secret (an HMAC over both ranks) before use. That handshake is al
 its tagged messages carry no proof and do not identify the sending endpoint, so a process that can
 reach a worker's UCX ports could inject messages. UCX's TCP transport listens on every interface it
 uses, so for a job whose transport host is loopback (the master is local) tg creates the UCX context
-with UCX_NET_DEVICES=lo and UCX_TLS=self,sm,tcp (`context_options`; a UCX_* variable the user set
+with UCX_NET_DEVICES=lo and UCX_TLS=self,posix,sysv,tcp (`context_options`; a UCX_* variable the user set
 wins): nothing listens beyond loopback. Across hosts, run ucx only on a private network (and point
 UCX_NET_DEVICES at it); on an untrusted network, use the tcp backend.
 """
@@ -60,16 +61,19 @@ HEADER, PAYLOAD, ABORT, AUTH, CONTROL = 0, 1, 2, 3, 4    # tag part (wire.DATA, 
 COLLECTIVE, POINT = 0, 1                        # tag channel
 SPIN = 200                                      # progress polls before sleeping on the event fd
 SPIN_OVERSUBSCRIBED = 4                         # with more ranks than cores the peer needs the core
+CLOSE_PERIOD_NS, CLOSE_ATTEMPTS = 50_000_000, 2  # close waits 0.1 s at most for an endpoint's flush
 INLINE = 8 << 10                                # payloads up to this ride in the header's message
 _PART_MASK = 0xF << 60
 SEQ = struct.Struct("<I")        # a header-less control message starts with its call's number
 # a job on one host: UCX's TCP on the loopback device only (and shared memory), so no UCX port is
 # reachable from another host; keys are UCX options without the UCX_ prefix
-LOOPBACK_ONLY = {"NET_DEVICES": "lo", "TLS": "self,sm,tcp"}
+LOOPBACK_ONLY = {"NET_DEVICES": "lo", "TLS": "self,posix,sysv,tcp"}
 # host memory between ranks of one host: eager (copied through the shared-memory fifo) below 4 MiB,
-# rendezvous (one copy over CMA) from there (measured: eager 1.5x faster at 1 MiB, equal at 4 MiB,
-# 1.5x slower at 32 MiB); UCX's own choice across hosts
-HOST_MEMORY = {"RNDV_THRESH": "intra:4mb,inter:auto"}
+# rendezvous from there; UCX's own choice across hosts. No single-copy transport (CMA, KNEM, XPMEM):
+# the data endpoints have no failure handling, and UCX aborts a process whose CMA read from a peer
+# fails (seen: a survivor killed by SIGABRT when its peer died mid-rendezvous), so a dead rank would
+# take its peers down unnamed; the shared-memory fifo carries the rendezvous instead.
+HOST_MEMORY = {"RNDV_THRESH": "intra:4mb,inter:auto", "TLS": "^cma,knem,xpmem"}
 
 log = logging.getLogger("tg.distributed.transport.ucx")
 
@@ -96,7 +100,7 @@ def context_options(host: str) -> dict[str, str]:
     ucxx was imported, which sets some of its own) is left to UCX.
 
         >>> context_options("10.0.0.7")
-        {'RNDV_THRESH': 'intra:4mb,inter:auto'}
+        {'RNDV_THRESH': 'intra:4mb,inter:auto', 'TLS': '^cma,knem,xpmem'}
     """
     wanted = {**HOST_MEMORY, **(LOOPBACK_ONLY if _is_loopback(host) else {})}
     user = {k for k, v in config.environment().items() if k.startswith("UCX_") and _ucxx_set.get(k) != v}
@@ -433,18 +437,25 @@ class UcxTransport(Transport):
         self.close()
 
     def close(self) -> None:
+        """Close every endpoint within a deadline. A data endpoint has no peer-failure handling (shared
+        memory needs that), so flushing one whose peer died or is stopped never ends; ucxx gives up on
+        a close after CLOSE_ATTEMPTS periods, but only while a progress thread drives the worker (without
+        one it progresses until the flush ends): one runs for the closes."""
         if self.closed:
             return
         self.closing = True      # an engine call waiting in another thread stops (failures)
         self.closed = True
         with self.lock:
-            for ep in [*self.eps.values(), *self.ctl.values()]:
-                try:
-                    ep.close_blocking(
-                        period=10**8, max_attempts=1
-                    )  # flushes what is in flight, 0.1 s at most
-                except Exception:  # noqa: BLE001 - the peer may be gone already
-                    pass
+            # ucxx bounds an endpoint's close only while a progress thread drives the worker
+            self.worker.start_progress_thread(polling_mode=True)
+            try:
+                for ep in [*self.eps.values(), *self.ctl.values()]:
+                    try:
+                        ep.close_blocking(period=CLOSE_PERIOD_NS, max_attempts=CLOSE_ATTEMPTS)
+                    except Exception:  # noqa: BLE001 - the peer may be gone already
+                        pass
+            finally:
+                self.worker.stop_progress_thread()
             self.eps.clear()
             self.ctl.clear()
         if self.engine is not None:        # outside the lock: a call waiting in the engine needs it to end
