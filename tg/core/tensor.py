@@ -459,8 +459,9 @@ class Tensor:
         target = self.lazydata
         if copy_of_another or not target.is_base or target.op is BufferOps.CONST:
             # a constant has no memory, and a view that torch would have copied (a flip, a pad, a reshape
-            # of a permuted tensor) none of its own: it gets its own
-            target = target.contiguous()
+            # of a permuted tensor, tg.tensor(x) of a realized x: x's very buffer) none of its own: it gets
+            # its own, fresh, as the write covers all of it
+            target = LazyBuffer.empty(self.shape, self.dtype, self.device)
         # an unrealized target is computed first in the same schedule (the scheduler stores it)
         self.lazydata = target.assign(value.lazydata)
 

@@ -534,12 +534,30 @@ def _as_host(t: Any, what: str) -> tuple[np.ndarray, Callable[[], None] | None]:
         raise TypeError(
             f"[distributed] {what}: expected a tg Tensor or a numpy array, got {type(t).__name__}"
         )
+    if _shares_memory(t):
+        # a view's result goes where torch's goes, into its root's memory (assign writes the root and
+        # re-derives the root's other views); reading a copy leaves t a view of its root
+        values = t.numpy()
+
+        def write_back() -> None:
+            from tg import no_grad
+            with no_grad():
+                t.assign(Tensor(values, device=t.device, dtype=t.dtype)).realize()
+        return values, write_back
     # the collective overwrites this memory in place: HostView computes what still reads it first
     view = HostView(t)
     arr = view.read().reshape(t.shape)
     if view.zero_copy:
         return arr, None
     return arr, lambda: view.write(arr)
+
+
+def _shares_memory(t: Any) -> bool:
+    """Whether tensor t is a view of another tensor's memory (a slice, chunk, reshape, transpose,
+    detach), a copy torch would have made that tg has not made yet (Tensor(x), a flip), or the root of
+    such tensors: written in place, its memory would not be where those tensors look (or would be
+    theirs), so a collective's result reaches it through Tensor.assign."""
+    return t._alias is not None or bool(t._views)
 
 
 STAGE_PART = 4 << 20    # bytes of device memory a pipelined collective moves per step
@@ -550,7 +568,7 @@ def _device_view(t: Any) -> HostView | None:
     if isinstance(t, np.ndarray):
         return None
     from tg import Tensor
-    if not isinstance(t, Tensor) or t.device in HOST_DEVICES or t.nbytes <= STAGE_PART:
+    if not isinstance(t, Tensor) or t.device in HOST_DEVICES or t.nbytes <= STAGE_PART or _shares_memory(t):
         return None
     view = HostView(t)
     return view if view.pipelined else None
