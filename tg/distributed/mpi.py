@@ -412,13 +412,21 @@ class MpiGroup(ProcessGroup):
         return arr.reshape(-1)
 
     @staticmethod
-    def _reducible(arr: np.ndarray) -> np.ndarray:
-        """float16 is reduced in float32 (MPI has no half type), as the other backends do."""
-        return arr.astype(np.float32) if arr.dtype.kind == "f" and arr.itemsize < 4 else arr
+    def _reducible(arr: np.ndarray, op: ReduceOp) -> np.ndarray:
+        """float16 is reduced in float32 (MPI has no half type), as the other backends do. 8- and 16-bit
+        integers are summed in 32 bits: Open MPI's vector ops saturate them (127 + 100 -> 127) from 64
+        elements on, where numpy and the other backends wrap; the low bits of the wide sum are the
+        wrapped sum, and storing it back in the narrow dtype keeps just those."""
+        kind, size = arr.dtype.kind, arr.itemsize
+        if kind == "f" and size < 4:
+            return arr.astype(np.float32)
+        if kind in "iu" and size < 4 and op is ReduceOp.SUM:
+            return arr.astype(np.dtype(f"{kind}4"))
+        return arr
 
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
-        work = self._reducible(arr)
+        work = self._reducible(arr, op)
         with self._agree(seq, "all_reduce", arr, red=op):
             if work.size:
                 self.comm.Allreduce(self.mpi.IN_PLACE, self._typed(work), op=self._mpi_op(op, work.dtype))
@@ -438,7 +446,7 @@ class MpiGroup(ProcessGroup):
                 self.comm.Allgather(_bytes(np.ascontiguousarray(m)), _bytes(o))
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
-        work_in = self._reducible(np.ascontiguousarray(inp).reshape(-1))
+        work_in = self._reducible(np.ascontiguousarray(inp).reshape(-1), op)
         # straight into out when MPI may write there (same dtype, not inside the send buffer)
         direct = (out.dtype == work_in.dtype and out.flags.c_contiguous
                   and not np.may_share_memory(out, work_in))
@@ -453,7 +461,7 @@ class MpiGroup(ProcessGroup):
             out.reshape(-1)[...] = work_out
 
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
-        work = self._reducible(arr)
+        work = self._reducible(arr, op)
         result = np.empty_like(work) if self.rank == root else None
         with self._agree(seq, "reduce", arr, root=root, red=op):
             if work.size:
