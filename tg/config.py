@@ -162,6 +162,13 @@ KNOBS: dict[str, Knob] = {
             "seconds any store call, init or collective may block before raising",
         ),
         Knob(
+            "TG_MPI_MAX_COUNT",
+            int,
+            (1 << 31) - 1,
+            "most elements one MPI call is given per buffer (MPI counts are C ints); the mpi backend "
+            "moves a larger transfer in parts",
+        ),
+        Knob(
             "TG_DIST_HOST",
             str,
             "",
