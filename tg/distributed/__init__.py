@@ -459,7 +459,8 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None, backend: str 
 
 
 def destroy_process_group(group: Any = None) -> None:
-    """Leave the job (the default group) or `group`; every member calls it. Leaving is an exit barrier:
+    """Leave the job (the default group) or `group`; every member calls it (a rank new_group() gave
+    GroupMember.NON_GROUP_MEMBER may call it too: it returns). Leaving is an exit barrier:
     no rank, and not the store that rank 0 hosts, goes away while another still needs it, and a rank
     still in a collective raises naming this one. A script that ends without calling this leaves at
     exit. torch.distributed.destroy_process_group.
@@ -470,7 +471,9 @@ def destroy_process_group(group: Any = None) -> None:
     >>> dist.is_initialized()
     False
     """
-    if group is not None and group is not GroupMember.NON_GROUP_MEMBER:
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return      # torch's pattern calls it on every rank; a non-member has nothing to leave
+    if group is not None:
         _leave(group)
         return
     g = _State.default
