@@ -121,6 +121,7 @@ class _State:
     host: str = "127.0.0.1"
     p2p: dict[tuple[int, str], ThreadPoolExecutor] = {}
     backend: str = "tcp"
+    hosts_store: bool = False
 
 
 class Work:
@@ -295,7 +296,10 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
         )
     backend = _choose_backend(backend)
     t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    _State.timeout = float(t if t is not None else config.TG_DIST_TIMEOUT)
+    try:
+        _State.timeout = config.duration(t) if t is not None else config.TG_DIST_TIMEOUT
+    except ValueError as e:
+        raise ValueError(f"[distributed] init_process_group(timeout={timeout!r}): {e}") from None
     _State.backend = backend
     started = BACKENDS[backend].world(rank, world_size, _State.timeout)
     if started is not None:
@@ -318,7 +322,7 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
                          f"print(secrets.token_hex(16))') and pass it to every host, or start the job with "
                          f"tglaunch")
     _State.host = config.TG_DIST_HOST or ("127.0.0.1" if _is_local(master) else socket.gethostname())
-    hosts_store = rank == 0 and not config.TG_STORE_EXTERNAL
+    hosts_store = _State.hosts_store = rank == 0 and not config.TG_STORE_EXTERNAL
     joined: Callable[[], None] | None = None
     if config.TG_SECRET:
         _State.secret = config.TG_SECRET.encode()
@@ -373,6 +377,9 @@ def _group(group: Any) -> ProcessGroup:
         return _State.default
     if group is GroupMember.NON_GROUP_MEMBER:
         raise ValueError("[distributed] this rank is not in the group it passed; only members may use it")
+    if isinstance(group, ProcessGroup) and group.destroyed:
+        raise ValueError(f"[distributed] this group ({group.name}, ranks {group.ranks}) was destroyed by "
+                         f"destroy_process_group(group); make a new one with new_group(ranks)")
     return group
 
 
@@ -479,11 +486,13 @@ def destroy_process_group(group: Any = None) -> None:
     g = _State.default
     if g is None:
         return
+    in_step = False
     try:
         _leave(g)   # the store host must outlive every other rank's use of it
+        in_step = True
     finally:
         if _State.store is not None:
-            _State.store.close()
+            _close_store(_State.store, in_step)
         _State.default, _State.store = None, None
         BACKENDS[_State.backend].finish()
         for ex in _State.p2p.values():
@@ -491,9 +500,28 @@ def destroy_process_group(group: Any = None) -> None:
         _State.p2p.clear()
 
 
+def _close_store(store: TCPStore, in_step: bool) -> None:
+    """After every rank left together (in_step), the store's host stops taking connections before any
+    rank hangs up, and the others wait for that: a rank that calls init_process_group again at once then
+    reaches the next store, not this one still closing (which would cut it off)."""
+    closing = f"{config.TG_STORE_PREFIX}store-closing"
+    try:
+        if in_step and _State.hosts_store:
+            store.stop_accepting()
+            store.set(closing, "1")
+        elif in_step and not config.TG_STORE_EXTERNAL:
+            store.wait([closing], timeout=_State.timeout)
+    except DistributedError:
+        pass      # the store's host is gone already: nothing is left to wait for
+    finally:
+        store.close()
+
+
 def _leave(g: ProcessGroup) -> None:
     """Every member leaves together, then closes: a member still in a collective on g raises naming the
-    ranks that left, instead of waiting for a peer that is gone."""
+    ranks that left, instead of waiting for a peer that is gone. A group destroyed already is left."""
+    if g.destroyed:
+        return
     try:
         if g.size > 1 and g.failure is None:
             g.run_now(g.leave)

@@ -31,6 +31,7 @@ class ProcessGroup:
         self.seq = 0
         self.pending = 0          # async calls submitted and not yet finished
         self.failure: DistributedError | None = None
+        self.destroyed = False    # destroy_process_group(this group) ran: calls on it are a mistake
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tg-pg-{name}")
         self._lock = threading.Lock()
 
@@ -147,6 +148,7 @@ class ProcessGroup:
         self.transport.p2p_recv(src, encode_desc("send", arr.dtype, arr.shape), view, describe)
 
     def close(self) -> None:
+        self.destroyed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.transport is not None:
             self.transport.close()
