@@ -38,6 +38,22 @@ def _device_name(raw: str) -> str:
     return raw.upper()
 
 
+LONGEST_WAIT = 30 * 24 * 3600.0    # seconds: what an unbounded timeout (inf) waits, which every wait can take
+
+
+def duration(raw: str | float) -> float:
+    """A timeout in seconds: a positive number, or inf for no limit in practice (LONGEST_WAIT, 30 days:
+    sockets, the store's millisecond fields and thread waits all take that, not an infinity).
+
+        >>> duration("inf") == LONGEST_WAIT, duration(2)
+        (True, 2.0)
+    """
+    value = float(raw)
+    if not value > 0:      # NaN too
+        raise ValueError(f"a timeout must be a positive number of seconds (or inf), got {raw!r}")
+    return min(value, LONGEST_WAIT)
+
+
 def _cache_default() -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "tg")
@@ -157,9 +173,16 @@ KNOBS: dict[str, Knob] = {
         ),
         Knob(
             "TG_DIST_TIMEOUT",
-            float,
+            duration,
             300.0,
-            "seconds any store call, init or collective may block before raising",
+            "seconds any store call, init or collective may block before raising; inf: 30 days",
+        ),
+        Knob(
+            "TG_MPI_MAX_COUNT",
+            int,
+            (1 << 31) - 1,
+            "most elements one MPI call is given per buffer (MPI counts are C ints); the mpi backend "
+            "moves a larger transfer in parts",
         ),
         Knob(
             "TG_DIST_HOST",

@@ -279,3 +279,26 @@ def test_a_result_torch_copies_is_memory_of_its_own(seed):
         tw(x)
         x.realize()
         _close(y, ya, msg + " of its tensor")
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_a_copy_written_before_its_tensor_leaves_it_alone(seed):
+    """A copy written first, while it is still tg's view of its tensor's memory (tg.tensor(x) of a realized
+    x shares x's buffer), gets memory of its own for the write: x keeps its values."""
+    rng, kind, a, x = _case(seed)
+    x.realize()
+    copies = [("flip", lambda: x.flip(0), lambda: np.flip(a, 0).copy()),
+              ("tensor", lambda: tg.tensor(x), a.copy), ("Tensor", lambda: Tensor(x), a.copy),
+              ("clone", x.clone, a.copy)]
+    for name, make, make_ref in copies:
+        wname, tw, nw = WRITES[rng.integers(len(WRITES))]
+        c, want = make(), make_ref()
+        tw(c)
+        nw(want)
+        _close(c, want, f"seed {seed}: {kind} {a.shape}, {wname} of copy {name}")
+        _close(x, a, f"seed {seed}: {kind} {a.shape}, {wname} of copy {name} changed its tensor")
+    with tg.no_grad():
+        c = Tensor(x)
+        c.assign(Tensor(np.full(a.shape, 5.0, np.float32))).realize()
+    _close(c, np.full(a.shape, 5.0), f"seed {seed}: assign to Tensor(x)")
+    _close(x, a, f"seed {seed}: assign to Tensor(x) changed x")

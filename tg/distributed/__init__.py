@@ -123,6 +123,7 @@ class _State:
     p2p: dict[tuple[int, str], ThreadPoolExecutor] = {}
     backend: str = "tcp"
     forked: bool = False       # this process is a child forked after init: the groups are its parent's
+    hosts_store: bool = False
 
 
 class Work:
@@ -297,7 +298,10 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
         )
     backend = _choose_backend(backend)
     t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
-    _State.timeout = float(t if t is not None else config.TG_DIST_TIMEOUT)
+    try:
+        _State.timeout = config.duration(t) if t is not None else config.TG_DIST_TIMEOUT
+    except ValueError as e:
+        raise ValueError(f"[distributed] init_process_group(timeout={timeout!r}): {e}") from None
     _State.backend = backend
     started = BACKENDS[backend].world(rank, world_size, _State.timeout)
     if started is not None:
@@ -320,7 +324,7 @@ def init_process_group(backend: str | None = None, init_method: str = "env://", 
                          f"print(secrets.token_hex(16))') and pass it to every host, or start the job with "
                          f"tglaunch")
     _State.host = config.TG_DIST_HOST or ("127.0.0.1" if _is_local(master) else socket.gethostname())
-    hosts_store = rank == 0 and not config.TG_STORE_EXTERNAL
+    hosts_store = _State.hosts_store = rank == 0 and not config.TG_STORE_EXTERNAL
     joined: Callable[[], None] | None = None
     if config.TG_SECRET:
         _State.secret = config.TG_SECRET.encode()
@@ -375,6 +379,9 @@ def _group(group: Any) -> ProcessGroup:
         return _State.default
     if group is GroupMember.NON_GROUP_MEMBER:
         raise ValueError("[distributed] this rank is not in the group it passed; only members may use it")
+    if isinstance(group, ProcessGroup) and group.destroyed:
+        raise ValueError(f"[distributed] this group ({group.name}, ranks {group.ranks}) was destroyed by "
+                         f"destroy_process_group(group); make a new one with new_group(ranks)")
     return group
 
 
@@ -461,7 +468,8 @@ def new_group(ranks: list[int] | None = None, timeout: Any = None, backend: str 
 
 
 def destroy_process_group(group: Any = None) -> None:
-    """Leave the job (the default group) or `group`; every member calls it. Leaving is an exit barrier:
+    """Leave the job (the default group) or `group`; every member calls it (a rank new_group() gave
+    GroupMember.NON_GROUP_MEMBER may call it too: it returns). Leaving is an exit barrier:
     no rank, and not the store that rank 0 hosts, goes away while another still needs it, and a rank
     still in a collective raises naming this one. A script that ends without calling this leaves at
     exit. torch.distributed.destroy_process_group.
@@ -472,17 +480,21 @@ def destroy_process_group(group: Any = None) -> None:
     >>> dist.is_initialized()
     False
     """
-    if group is not None and group is not GroupMember.NON_GROUP_MEMBER:
+    if group is GroupMember.NON_GROUP_MEMBER:
+        return      # torch's pattern calls it on every rank; a non-member has nothing to leave
+    if group is not None:
         _leave(group)
         return
     g = _State.default
     if g is None:
         return
+    in_step = False
     try:
         _leave(g)   # the store host must outlive every other rank's use of it
+        in_step = True
     finally:
         if _State.store is not None:
-            _State.store.close()
+            _close_store(_State.store, in_step)
         _State.default, _State.store = None, None
         BACKENDS[_State.backend].finish()
         for ex in _State.p2p.values():
@@ -490,9 +502,28 @@ def destroy_process_group(group: Any = None) -> None:
         _State.p2p.clear()
 
 
+def _close_store(store: TCPStore, in_step: bool) -> None:
+    """After every rank left together (in_step), the store's host stops taking connections before any
+    rank hangs up, and the others wait for that: a rank that calls init_process_group again at once then
+    reaches the next store, not this one still closing (which would cut it off)."""
+    closing = f"{config.TG_STORE_PREFIX}store-closing"
+    try:
+        if in_step and _State.hosts_store:
+            store.stop_accepting()
+            store.set(closing, "1")
+        elif in_step and not config.TG_STORE_EXTERNAL:
+            store.wait([closing], timeout=_State.timeout)
+    except DistributedError:
+        pass      # the store's host is gone already: nothing is left to wait for
+    finally:
+        store.close()
+
+
 def _leave(g: ProcessGroup) -> None:
     """Every member leaves together, then closes: a member still in a collective on g raises naming the
-    ranks that left, instead of waiting for a peer that is gone."""
+    ranks that left, instead of waiting for a peer that is gone. A group destroyed already is left."""
+    if g.destroyed:
+        return
     try:
         if g.size > 1 and g.failure is None:
             g.run_now(g.leave)
@@ -549,12 +580,29 @@ def _as_host(t: Any, what: str) -> tuple[np.ndarray, Callable[[], None] | None]:
         raise TypeError(
             f"[distributed] {what}: expected a tg Tensor or a numpy array, got {type(t).__name__}"
         )
+    if _shares_memory(t):
+        # a view's result goes where torch's goes, into its root's memory (assign writes the root and
+        # re-derives the root's other views); reading a copy leaves t a view of its root
+        values = t.numpy()
+
+        def write_back() -> None:
+            from tg import no_grad
+            with no_grad():
+                t.assign(Tensor(values, device=t.device, dtype=t.dtype)).realize()
+        return values, write_back
     # the collective overwrites this memory in place: HostView computes what still reads it first
     view = HostView(t)
     arr = view.read().reshape(t.shape)
     if view.zero_copy:
         return arr, None
     return arr, lambda: view.write(arr)
+
+
+def _shares_memory(t: Any) -> bool:
+    """Whether tensor t is a view of another tensor's memory (a slice, chunk, reshape, transpose,
+    detach) or the root of such tensors: written in place, its memory would not be where those tensors
+    look, so a collective's result reaches it through Tensor.assign."""
+    return getattr(t, "_alias", None) is not None or bool(getattr(t, "_views", None))
 
 
 STAGE_PART = 4 << 20    # bytes of device memory a pipelined collective moves per step
@@ -565,7 +613,7 @@ def _device_view(t: Any) -> HostView | None:
     if isinstance(t, np.ndarray):
         return None
     from tg import Tensor
-    if not isinstance(t, Tensor) or t.device in HOST_DEVICES or t.nbytes <= STAGE_PART:
+    if not isinstance(t, Tensor) or t.device in HOST_DEVICES or t.nbytes <= STAGE_PART or _shares_memory(t):
         return None
     view = HostView(t)
     return view if view.pipelined else None

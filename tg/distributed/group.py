@@ -33,6 +33,7 @@ class ProcessGroup:
         self.seq = 0
         self.pending = 0          # async calls submitted and not yet finished
         self.failure: DistributedError | None = None
+        self.destroyed = False    # destroy_process_group(this group) ran: calls on it are a mistake
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tg-pg-{name}")
         self._lock = threading.Lock()
         # held by the call that runs (inline or on the worker), from taking its number to its end
@@ -159,6 +160,7 @@ class ProcessGroup:
         self.transport.p2p_recv(src, encode_desc("send", arr.dtype, arr.shape), view, describe)
 
     def close(self) -> None:
+        self.destroyed = True
         self._executor.shutdown(wait=False, cancel_futures=True)
         if self.transport is not None:
             self.transport.close()

@@ -311,6 +311,24 @@ def _pack_desc(desc: bytes) -> np.ndarray:
     return out
 
 
+def _columns(a: np.ndarray | None, parts: bool, size: int, lo: int, hi: int) -> np.ndarray | None:
+    """Elements lo:hi of flat a, or of each of its `size` equal parts (end to end, contiguous) when
+    `parts`."""
+    if a is None:
+        return None
+    return np.ascontiguousarray(a.reshape(size, -1)[:, lo:hi]).reshape(-1) if parts else a[lo:hi]
+
+
+def _payload_bytes(desc: bytes) -> int:
+    """The bytes a send's descriptor says follow it (0 for one that cannot be read)."""
+    try:
+        _, _, code, _, ndim = wire.DESC_HEAD.unpack(desc[:wire.DESC_HEAD.size])
+        shape = np.frombuffer(desc[wire.DESC_HEAD.size:wire.DESC_HEAD.size + 8 * ndim], np.uint64)
+        return int(np.prod(shape, dtype=np.uint64)) * np.dtype(wire.DTYPE_CODES[code]).itemsize
+    except (ValueError, IndexError):
+        return 0
+
+
 def _unpack_desc(packed: np.ndarray) -> bytes:
     n = int.from_bytes(packed[:2].tobytes(), "little")
     return packed[2:2 + min(n, DESC_BYTES - 2)].tobytes()
@@ -412,53 +430,92 @@ class MpiGroup(ProcessGroup):
         return arr.reshape(-1)
 
     @staticmethod
-    def _reducible(arr: np.ndarray) -> np.ndarray:
-        """float16 is reduced in float32 (MPI has no half type), as the other backends do."""
-        return arr.astype(np.float32) if arr.dtype.kind == "f" and arr.itemsize < 4 else arr
+    def _reducible(arr: np.ndarray, op: ReduceOp) -> np.ndarray:
+        """float16 is reduced in float32 (MPI has no half type), as the other backends do. 8- and 16-bit
+        integers are summed in 32 bits: Open MPI's vector ops saturate them (127 + 100 -> 127) from 64
+        elements on, where numpy and the other backends wrap; the low bits of the wide sum are the
+        wrapped sum, and storing it back in the narrow dtype keeps just those."""
+        kind, size = arr.dtype.kind, arr.itemsize
+        if kind == "f" and size < 4:
+            return arr.astype(np.float32)
+        if kind in "iu" and size < 4 and op is ReduceOp.SUM:
+            return arr.astype(np.dtype(f"{kind}4"))
+        return arr
+
+    def _spans(self, n: int, per_rank: bool = False) -> list[tuple[int, int]]:
+        """[lo, hi) ranges of n elements, one MPI call each: MPI counts are C ints, so a call over more
+        than 2^31 - 1 elements fails (MPI_ERR_ARG aborts the job). `per_rank`: the range is taken of
+        every rank's part at once (gather, scatter, all_gather, reduce_scatter, all_to_all), so it is
+        kept to the limit over the group size."""
+        step = max(config.TG_MPI_MAX_COUNT // (self.size if per_rank else 1), 1)
+        return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+    def _by_rank(self, call: Any, send: np.ndarray | None, recv: np.ndarray | None, send_parts: bool,
+                 recv_parts: bool) -> None:
+        """call(send, recv) over every rank's part in ranges: `send` / `recv` (flat, or None) are cut into
+        size equal parts when `*_parts` (each rank's part in a row), else they are one part. A range of
+        the parts is a column block of those rows, copied to and from contiguous buffers unless one
+        range is all of it."""
+        sized = [(a, parts) for a, parts in ((send, send_parts), (recv, recv_parts)) if a is not None]
+        n = max((a.size // (self.size if parts else 1) for a, parts in sized), default=0)
+        for lo, hi in self._spans(n, per_rank=True):
+            if hi - lo == n:
+                call(send, recv)
+                continue
+            r_cut = _columns(recv, recv_parts, self.size, lo, hi)
+            call(_columns(send, send_parts, self.size, lo, hi), r_cut)
+            if recv is not None and r_cut is not None:
+                (recv.reshape(self.size, n)[:, lo:hi] if recv_parts else recv[lo:hi])[...] = \
+                    r_cut.reshape(self.size, hi - lo) if recv_parts else r_cut
 
     # ------------------------------------------------------------------ collectives
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
-        work = self._reducible(arr)
+        work = self._reducible(arr, op)
+        flat, mpi_op = self._typed(work), self._mpi_op(op, work.dtype)
         with self._agree(seq, "all_reduce", arr, red=op):
-            if work.size:
-                self.comm.Allreduce(self.mpi.IN_PLACE, self._typed(work), op=self._mpi_op(op, work.dtype))
+            for lo, hi in self._spans(flat.size):
+                self.comm.Allreduce(self.mpi.IN_PLACE, flat[lo:hi], op=mpi_op)
         if op is ReduceOp.AVG:
             np.divide(work, self.size, out=work, casting="unsafe")
         if work is not arr:
             arr[...] = work
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
+        data = _bytes(arr)
         with self._agree(seq, "broadcast", arr, root=root):
-            self.comm.Bcast(_bytes(arr), root=root)
+            for lo, hi in self._spans(data.size):
+                self.comm.Bcast(data[lo:hi], root=root)
 
     def all_gather(self, seq: int, out: Arrays, mine: Arrays) -> None:
         outs, mines, (op, shape) = gather_pairs(out, mine)
         with self._agree(seq, op, mines[0], shape=shape):
             for o, m in zip(outs, mines):
-                self.comm.Allgather(_bytes(np.ascontiguousarray(m)), _bytes(o))
+                self._by_rank(lambda s, r: self.comm.Allgather(s, r), _bytes(np.ascontiguousarray(m)),
+                              _bytes(o), False, True)
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
-        work_in = self._reducible(np.ascontiguousarray(inp).reshape(-1))
+        work_in = self._reducible(np.ascontiguousarray(inp).reshape(-1), op)
         # straight into out when MPI may write there (same dtype, not inside the send buffer)
         direct = (out.dtype == work_in.dtype and out.flags.c_contiguous
                   and not np.may_share_memory(out, work_in))
         work_out = out.reshape(-1) if direct else np.empty(out.size, work_in.dtype)
+        mpi_op = self._mpi_op(op, work_in.dtype)
         with self._agree(seq, "reduce_scatter", inp, red=op):
-            if work_out.size:
-                self.comm.Reduce_scatter_block(self._typed(work_in), self._typed(work_out),
-                                               op=self._mpi_op(op, work_in.dtype))
+            self._by_rank(lambda s, r: self.comm.Reduce_scatter_block(s, r, op=mpi_op), work_in, work_out,
+                          True, False)
         if op is ReduceOp.AVG:
             np.divide(work_out, self.size, out=work_out, casting="unsafe")
         if not direct:
             out.reshape(-1)[...] = work_out
 
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
-        work = self._reducible(arr)
+        work = self._typed(self._reducible(arr, op))
         result = np.empty_like(work) if self.rank == root else None
+        mpi_op = self._mpi_op(op, work.dtype)
         with self._agree(seq, "reduce", arr, root=root, red=op):
-            if work.size:
-                self.comm.Reduce(self._typed(work), self._typed(result) if result is not None else None,
-                                 op=self._mpi_op(op, work.dtype), root=root)
+            for lo, hi in self._spans(work.size):
+                self.comm.Reduce(work[lo:hi], result[lo:hi] if result is not None else None, op=mpi_op,
+                                 root=root)
         if result is not None and work.size:
             if op is ReduceOp.AVG:
                 result = result / self.size
@@ -467,7 +524,8 @@ class MpiGroup(ProcessGroup):
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
         flat = np.empty(self.size * mine.nbytes, np.uint8) if self.rank == root else None
         with self._agree(seq, "gather", mine, root=root):
-            self.comm.Gather(_bytes(np.ascontiguousarray(mine)), flat, root=root)
+            self._by_rank(lambda s, r: self.comm.Gather(s, r, root=root), _bytes(np.ascontiguousarray(mine)),
+                          flat, False, True)
         if flat is not None:
             for i, chunk in enumerate(chunks or []):
                 _bytes(chunk)[...] = flat[i * mine.nbytes:(i + 1) * mine.nbytes]
@@ -476,14 +534,13 @@ class MpiGroup(ProcessGroup):
         flat = np.concatenate([_bytes(np.ascontiguousarray(c)) for c in chunks or []]) if self.rank == root \
             else None
         with self._agree(seq, "scatter", out, root=root):
-            self.comm.Scatter(flat, _bytes(out), root=root)
+            self._by_rank(lambda s, r: self.comm.Scatter(s, r, root=root), flat, _bytes(out), True, False)
 
     def all_to_all(self, seq: int, out: np.ndarray, inp: np.ndarray) -> None:
-        counts = [len(part) * inp.itemsize for part in np.array_split(np.arange(inp.size), self.size)]
-        displs = [sum(counts[:i]) for i in range(self.size)]
+        # the parts are equal (all_to_all_single checks the first dim divides by the group size)
         with self._agree(seq, "all_to_all", inp):
-            self.comm.Alltoallv([_bytes(np.ascontiguousarray(inp)), (counts, displs), self.mpi.BYTE],
-                                [_bytes(out), (counts, displs), self.mpi.BYTE])
+            self._by_rank(lambda s, r: self.comm.Alltoall(s, r), _bytes(np.ascontiguousarray(inp)),
+                          _bytes(out), True, True)
 
     def barrier(self, seq: int, op: str = "barrier") -> None:
         with self._agree(seq, op, np.zeros(0, np.uint8)):
@@ -494,7 +551,9 @@ class MpiGroup(ProcessGroup):
         desc = wire.described("send", arr.dtype, arr.shape)[0]
         with self._guard(f"send to rank {self.ranks[dst]}", [self.ranks[dst]]):
             self.transport.p2p.Send(_pack_desc(desc), dest=dst, tag=_P2P_DESC)
-            self.transport.p2p.Send(_bytes(np.ascontiguousarray(arr)), dest=dst, tag=_P2P_DATA)
+            data = _bytes(np.ascontiguousarray(arr))
+            for lo, hi in self._spans(data.size):
+                self.transport.p2p.Send(data[lo:hi], dest=dst, tag=_P2P_DATA)
 
     def recv(self, seq: int, arr: np.ndarray, src: int) -> None:
         desc = wire.described("send", arr.dtype, arr.shape)[0]
@@ -504,13 +563,14 @@ class MpiGroup(ProcessGroup):
             p2p.Recv(packed, source=src, tag=_P2P_DESC)
             theirs = _unpack_desc(packed)
             if theirs != desc:
-                status = self.mpi.Status()
-                p2p.Probe(source=src, tag=_P2P_DATA, status=status)
-                p2p.Recv(np.empty(status.Get_count(self.mpi.BYTE), np.uint8), source=src, tag=_P2P_DATA)
+                for lo, hi in self._spans(_payload_bytes(theirs)):    # the message's parts, dropped
+                    p2p.Recv(np.empty(hi - lo, np.uint8), source=src, tag=_P2P_DATA)
                 raise DistributedError(f"[distributed] recv from rank {self.ranks[src]}: it sent "
                                        f"{wire.describe(theirs)}, rank {self.ranks[self.rank]} expected "
                                        f"{wire.describe(desc)}")
-            p2p.Recv(_bytes(arr), source=src, tag=_P2P_DATA)
+            data = _bytes(arr)
+            for lo, hi in self._spans(data.size):
+                p2p.Recv(data[lo:hi], source=src, tag=_P2P_DATA)
 
     def subgroup(self, ranks: list[int], name: str) -> MpiGroup:
         """A group of some of this group's ranks; only its members call this (MPI_Comm_create_group)."""

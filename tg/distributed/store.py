@@ -306,6 +306,18 @@ class _Server:
                 return OK, struct.pack("<Q", len(self.data))
         return OK, b""   # PING
 
+    def stop_accepting(self) -> None:
+        """Close the listening socket (its port is free for the next store); connections made are still
+        served."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept() thread; close alone does not
+        except OSError:
+            pass
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
     def close(self, grace: float = 0.0) -> None:
         """Stop serving; with grace, first wait (that long at most) for the other clients to hang up,
         so a rank leaving early (say after a failure) does not cut off a reply still on its way."""
@@ -316,14 +328,7 @@ class _Server:
         self.rejects.flush()
         with self.cond:
             self.cond.notify_all()
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept() thread; close alone does not
-        except OSError:
-            pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        self.stop_accepting()
         for c in list(self.conns):
             try:
                 c.shutdown(socket.SHUT_RDWR)
@@ -418,6 +423,12 @@ class TCPStore:
 
     def num_keys(self) -> int:
         return struct.unpack("<Q", self._call(OP_NUM_KEYS, ""))[0]
+
+    def stop_accepting(self) -> None:
+        """The server's side: take no new connection (the port is free for the next store); the clients
+        connected are still served."""
+        if self._server is not None:
+            self._server.stop_accepting()
 
     def close(self, grace: float = 5.0) -> None:
         try:
