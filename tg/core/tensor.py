@@ -160,16 +160,17 @@ _RESHAPES = frozenset(("reshape", "flatten", "unflatten", "view_as", "reshape_as
 
 def _view_op(fn: _Method) -> _Method:
     """Mark a Tensor method as one of torch's view ops (its result, or each of its results, shares the
-    tensor's memory: a write through either is seen by the other). Only the program's own calls make
-    views: tg's code calls the same methods for values torch computes into new memory (a sum over a dim of
-    size 1 is a reshape), so a call from inside tg (not its torch-style namespace) leaves a copy."""
+    tensor's memory: a write through either is seen by the other). Only calls from outside tg's core make
+    views (the program's, and tg.nn's and tg.distributed's, written as programs are): the core's ops call
+    the same methods for values torch computes into new memory (a sum over a dim of size 1 is a reshape),
+    so their results stay what torch makes, copies."""
     name = fn.__name__
 
     @functools.wraps(fn)
     def method(self: Tensor, *args: Any, **kwargs: Any) -> Any:
         out = fn(self, *args, **kwargs)
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        if caller.startswith("tg.") and caller != "tg.namespace":
+        if caller.startswith("tg.core."):
             return out
         if name in _AS_SHAPE:
             step_fn, args, kwargs = _VIEW_STEPS[_AS_SHAPE[name]], (args[0].shape,), {}
