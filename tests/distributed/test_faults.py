@@ -1,4 +1,5 @@
 """Failure is loud and fast: dead ranks, mismatched calls, bad secrets, garbage, misuse."""
+import contextlib
 import os
 import pathlib
 import re
@@ -69,7 +70,8 @@ def fault_mid_collective(rank: int, world: int, stamp_dir: str, signame: str, de
                 deadline = time.time() + 6 * FAULT_TIMEOUT
                 while len(list(stamps.glob("caught*"))) < world - 1 and time.time() < deadline:
                     time.sleep(0.05)
-                os.kill(int((stamps / "victim").read_text()), signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError):   # another survivor killed it first
+                    os.kill(int((stamps / "victim").read_text()), signal.SIGKILL)
             return f"{caught}|{os.environ.get('MASTER_PORT')}|{e}"
     return "no error"
 
