@@ -114,6 +114,13 @@ KNOBS: dict[str, Knob] = {
             "schedules kept for reuse by graph structure (a repeated training step skips scheduling "
             "and lowering); 0 turns the cache off",
         ),
+        Knob(
+            "TG_PROGRAM_CACHE",
+            int,
+            4096,
+            "compiled kernels each device keeps loaded for reuse, least recently built or used let go "
+            "first (a CPU kernel library maps memory, and Linux caps a process's mappings at 65530)",
+        ),
         Knob("TG_NULL_DIALECT", str, "opencl", "dialect the NULL device renders: c | opencl | cuda"),
         # --- distributed: torchrun's contract, plus what mpirun and Slurm set
         Knob("RANK", int, -1, "this process's global rank (torchrun contract); -1 when unset"),

@@ -14,6 +14,7 @@ import importlib
 import os
 import pkgutil
 import weakref
+from collections import OrderedDict
 from typing import Any
 
 import numpy as np
@@ -300,8 +301,10 @@ class Compiled:
     def __init__(self, name: str):
         self.name = name
         self.index = split_device(name)[1] or 0
-        self._programs: dict[Any, Program] = {}     # by source: two ASTs that render alike share a build
-        self._by_ast: dict[tuple, Program] = {}
+        # by source (two ASTs that render alike share a build) and by AST, least recently used first; at
+        # most TG_PROGRAM_CACHE each: a schedule or TinyJit that holds a program keeps it alive
+        self._programs: OrderedDict[str, Program] = OrderedDict()
+        self._by_ast: OrderedDict[tuple, Program] = OrderedDict()
 
     @classmethod
     def count(cls) -> int:
@@ -330,7 +333,14 @@ class Compiled:
                 todo.setdefault(k.key, k)
         if todo:
             self._build(todo)
-        return [self._by_ast[k.key] for k in kernels]
+        progs = []
+        for k in kernels:
+            progs.append(self._by_ast[k.key])
+            self._by_ast.move_to_end(k.key)
+        for cache in (self._by_ast, self._programs):
+            while len(cache) > max(config.TG_PROGRAM_CACHE, len(kernels)):
+                cache.popitem(last=False)
+        return progs
 
     def _build(self, todo: dict[tuple, Any]) -> None:
         from concurrent.futures import ThreadPoolExecutor
@@ -349,6 +359,7 @@ class Compiled:
             for key, name, src, info in jobs:
                 if src not in self._programs:
                     self._programs[src] = self.program(self, name, binaries[src], src, info)
+                self._programs.move_to_end(src)
                 self._by_ast[key] = self._programs[src]
         finally:
             if pool is not None:

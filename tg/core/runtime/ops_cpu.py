@@ -2,10 +2,12 @@
 (cached on disk by source hash), loaded with ctypes and run with OpenMP across cores."""
 from __future__ import annotations
 
+import _ctypes
 import ctypes
 import functools
 import subprocess
 import time
+import weakref
 from pathlib import Path
 from typing import cast
 
@@ -63,12 +65,19 @@ class CPUProgram(Program):
     def __init__(self, dev: CPUDevice, name: str, lib_path: Path, src: str, info):
         self.name, self.src, self.info = name, src, info
         self.lib = ctypes.CDLL(str(lib_path))
-        self.fxn = getattr(self.lib, name)
+        # the library is unmapped when this program is let go of (a long process loads kernels without
+        # end, and Linux caps a process's mappings): ctypes' function objects are cyclic garbage, which
+        # only the collector would free, so the program's own lifetime decides (a replay holds it)
+        weakref.finalize(self, _ctypes.dlclose, self.lib._handle)
+        self.fxn = self.lib[name]
         self.fxn.restype = None
 
     def replay_fn(self, bufs: list[Buffer]):
-        """A no-argument call with the buffer addresses bound once (used by TinyJit replays)."""
-        return functools.partial(self.fxn, *[_pointer(b) for b in bufs])
+        """A no-argument call with the buffer addresses bound once (used by TinyJit replays); it holds
+        this program, so the library stays mapped while the replay may run."""
+        call = functools.partial(self.fxn, *[_pointer(b) for b in bufs])
+        call.program = self  # type: ignore[attr-defined]
+        return call
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
         args = [_pointer(b) for b in bufs]

@@ -1,0 +1,54 @@
+"""A long process that builds many distinct kernels (a fuzzer, shapes that change, a kernel search) keeps
+a bounded number of them loaded: each CPU kernel library is mapped into the process, and Linux caps a
+process's mappings (vm.max_map_count, 65530): the fuzzer died at 14,280 kernels with "failed to map
+segment from shared object". Programs past TG_PROGRAM_CACHE are let go of, and a library is unmapped once
+nothing uses its kernels; a kernel needed again is loaded again and computes the same."""
+import numpy as np
+
+from tg import Tensor, config
+from tg.core.device import Device
+
+
+def _maps() -> int:
+    """Mappings of kernel libraries (files under the kernel cache) in this process."""
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if line.rstrip().endswith(".so") and "/kernels/" in line)
+
+
+def _distinct_kernel(i: int) -> Tensor:
+    # each i a different constant folded into the source: a new kernel, a new library
+    return (Tensor(np.arange(5, dtype=np.float32)) * float(i) + float(i) / 7.0)
+
+
+def test_kernels_past_the_cache_are_unloaded_and_load_again(monkeypatch):
+    monkeypatch.setattr(config, "TG_PROGRAM_CACHE", 16)
+    monkeypatch.setattr(config, "TG_SCHEDULE_CACHE", 0)
+    dev = Device["CPU"]
+    _distinct_kernel(-1).numpy()
+    start = _maps()
+    for i in range(300):
+        got = _distinct_kernel(i).numpy()
+        np.testing.assert_allclose(got, np.arange(5) * i + i / 7.0, rtol=1e-6)
+        assert len(dev._programs) <= 16 and len(dev._by_ast) <= 16
+    # 300 libraries kept would be over a thousand mappings more
+    assert _maps() - start < 100, (_maps(), start)
+    for i in (0, 1, 299):        # evicted long ago (or not): built or loaded again, same values
+        np.testing.assert_allclose(_distinct_kernel(i).numpy(), np.arange(5) * i + i / 7.0, rtol=1e-6)
+
+
+def test_a_captured_replay_keeps_its_kernels_loaded(monkeypatch):
+    import gc
+
+    from tg import TinyJit
+    monkeypatch.setattr(config, "TG_PROGRAM_CACHE", 4)
+    monkeypatch.setattr(config, "TG_SCHEDULE_CACHE", 0)
+    step = TinyJit(lambda x: (x * 3.0 + 1.0).exp().sum() * 1.0)
+    data = [np.random.default_rng(i).standard_normal(6).astype(np.float32) for i in range(6)]
+    for d in data[:3]:
+        step(Tensor(d)).numpy()             # eager, capture, replay
+    for i in range(40):                      # every program the capture used is out of the cache now
+        _distinct_kernel(1000 + i).numpy()
+    gc.collect()
+    for d in data[3:]:
+        got = step(Tensor(d)).numpy()
+        np.testing.assert_allclose(got, np.exp(d.astype(np.float64) * 3 + 1).sum(), rtol=1e-5)
