@@ -1,5 +1,8 @@
 """Shared pytest setup: every test starts from the same RNG seeds (tg's and numpy's global one),
-whatever order xdist runs it in."""
+whatever order xdist runs it in. With TG_TEST_CASES=N (set by tests/core/test_gpu_suite.py for its run
+of the suites on the OpenCL device) a test generated over many random seeds runs N of them, spread
+evenly: that run checks the device's code path, which the seeds share, while every seed runs on the
+CPU. Cases per op, dtype or shape all run there too."""
 import os
 
 import numpy as np
@@ -39,3 +42,25 @@ def _compile_every_kernel_with_nvrtc(arch: str) -> None:
 
 if os.environ.get("TG_TEST_NVRTC"):
     _compile_every_kernel_with_nvrtc(os.environ["TG_TEST_NVRTC"])
+
+
+def pytest_collection_modifyitems(config, items):
+    keep_n = int(os.environ.get("TG_TEST_CASES", "0"))
+    if keep_n <= 0:
+        return
+    groups: dict = {}
+    for item in items:
+        # only cases told apart by a random seed: a case per op or dtype is the device's code path itself
+        seeded = "seed" in getattr(getattr(item, "callspec", None), "params", {})
+        groups.setdefault((item.fspath, item.originalname) if seeded else id(item), []).append(item)
+    kept, dropped = [], []
+    for cases in groups.values():
+        if len(cases) <= keep_n:
+            kept += cases
+            continue
+        picks = {round(i * (len(cases) - 1) / (keep_n - 1)) for i in range(keep_n)} if keep_n > 1 else {0}
+        for i, item in enumerate(cases):
+            (kept if i in picks else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
