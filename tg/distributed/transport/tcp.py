@@ -157,7 +157,7 @@ class TcpTransport(Transport):
         errors: list[str] = []
 
         lock = threading.Lock()
-        all_in = threading.Event()
+        all_in, stopping = threading.Event(), threading.Event()
         rejects = RejectLog(log, f"[distributed] rank {rank}")
 
         def admit(conn: socket.socket, addr: tuple) -> None:
@@ -188,7 +188,8 @@ class TcpTransport(Transport):
                 try:
                     conn, addr = listener.accept()
                 except OSError as e:
-                    errors.append(str(e))
+                    if not stopping.is_set():     # not the shutdown below
+                        errors.append(str(e))
                     return
                 threading.Thread(target=admit, args=(conn, addr), daemon=True).start()
         acceptor = threading.Thread(target=accept_all, daemon=True)
@@ -203,7 +204,15 @@ class TcpTransport(Transport):
                 sock.sendall(struct.pack("<IB", rank, channel))
                 outgoing[(peer, channel)] = sock
         all_in.wait(timeout)
+        # shutdown wakes the acceptor (close alone does not): it would otherwise sit in accept() until the
+        # timeout, a thread per group made
+        stopping.set()
+        try:
+            listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
         listener.close()
+        acceptor.join()
         rejects.flush()
         if len(accepted) < len(expected):
             missing = sorted({peer for peer, _ in expected - set(accepted)})

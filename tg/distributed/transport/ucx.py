@@ -458,5 +458,9 @@ class UcxTransport(Transport):
                 self.worker.stop_progress_thread()
             self.eps.clear()
             self.ctl.clear()
-        if self.engine is not None:        # outside the lock: a call waiting in the engine needs it to end
-            self.engine.close()
+            self.in_flight.clear()
+        # dropped, not only closed: the engine and the sends kept refer back to this transport, and the
+        # worker (its fds and memory) would otherwise wait for the cyclic garbage collector
+        engine, self.engine = self.engine, None
+        if engine is not None:        # outside the lock: a call waiting in the engine needs it to end
+            engine.close()

@@ -167,6 +167,7 @@ class UcxEngine:
             if self.handle:
                 self.lib.tg_ucx_free(self.handle)
                 self.handle = None
+                self.check = None     # C no longer holds it; it referred back here (a cycle only gc frees)
         finally:
             self.busy.release()
 
