@@ -92,7 +92,7 @@ class UcxEngine:
         self.stopped: BaseException | None = None
         self.what = ""
         self.busy = threading.Lock()             # held by a call in C: close() frees the state after it
-        self.check = CHECK(self._check)          # kept: C holds the pointer
+        self.check: Any = CHECK(self._check)     # kept: C holds the pointer
         eps = (_vp * transport.world)(*[transport.eps[p].handle if p in transport.eps else None
                                          for p in range(transport.world)])
         t = transport
