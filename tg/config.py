@@ -200,6 +200,13 @@ KNOBS: dict[str, Knob] = {
         ),
         Knob("TG_STORE_EXTERNAL", int, 0, "1 when the launcher hosts the store (rank 0 then only connects)"),
         Knob(
+            "TG_STORE_MAX_UNPROVEN",
+            int,
+            64,
+            "connections the rendezvous store holds before they prove the job secret; a new one beyond "
+            "that closes the oldest (a local flood cannot use up the store's file descriptors)",
+        ),
+        Knob(
             "TG_STORE_MAX_VALUE",
             int,
             4 << 20,

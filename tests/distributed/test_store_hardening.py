@@ -4,9 +4,13 @@ floods of rejected connections."""
 import hashlib
 import logging
 import os
+import queue
 import re
+import select
 import socket
 import stat
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -266,3 +270,111 @@ def test_rejected_connections_are_counted_not_logged_one_by_one(caplog):
     counts = [int(re.search(r"rejected (\d+) connection", line).group(1)) for line in lines]
     assert 1 <= len(lines) <= 4, lines     # the first at once, the rest counted (one line per 10 s)
     assert sum(counts) == tries, lines
+
+
+# ---------------------------------------------------------------------------- connections that never prove
+
+STORE_PROCESS = r"""
+import logging, os, resource, sys
+logging.basicConfig(stream=sys.stderr, level=logging.WARNING, format="%(message)s")
+from tg.distributed.store import TCPStore
+server = TCPStore("127.0.0.1", 0, is_server=True, secret=b"s", timeout=10)
+free = int(sys.argv[1])
+if free:     # only `free` more descriptors for this process: what a flood of connections runs into
+    soft = len(os.listdir("/proc/self/fd")) + free
+    resource.setrlimit(resource.RLIMIT_NOFILE, (soft, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+print(server.port, flush=True)
+sys.stdin.read()        # serves until the test closes stdin
+server.close(grace=0)
+"""
+
+
+def store_process(free: int, env: dict) -> tuple[subprocess.Popen, int, queue.Queue]:
+    """A store in its own process (limits and descriptors of its own); its log lines come to a queue."""
+    proc = subprocess.Popen([sys.executable, "-c", STORE_PROCESS, str(free)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **env})
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stderr], daemon=True).start()
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    assert ready, "the store process did not start"
+    return proc, int(proc.stdout.readline()), lines
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.stdin.close()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(5)
+
+
+def silent_connections(port: int, n: int) -> list[socket.socket]:
+    """n connections that never answer the challenge."""
+    return [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(n)]
+
+
+def wait_for_line(lines: queue.Queue, words: str, within: float) -> str | None:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            return None
+        if words in line:
+            return line
+    return None
+
+
+@pytest.mark.parametrize("free", [12, 25])
+def test_the_store_serves_again_after_running_out_of_descriptors(free: int):
+    # the cap on unproven connections is set above the limit, so the connections use up the descriptors
+    proc, port, lines = store_process(free, {"TG_STORE_MAX_UNPROVEN": "1000"})
+    try:
+        flood = silent_connections(port, free + 20)     # more than the process may open: accept fails
+        out_of_fds = wait_for_line(lines, "file descriptors", within=10)
+        for sock in flood:
+            sock.close()
+        client = TCPStore("127.0.0.1", port, secret=b"s", timeout=10)
+        client.set("after", "the flood")
+        assert client.get("after") == b"the flood"
+        client.close()
+        assert out_of_fds is not None and "Too many open files" in out_of_fds, out_of_fds
+    finally:
+        stop(proc)
+
+
+def closed_by_server(sock: socket.socket, within: float) -> bool:
+    """Whether the server hung up on sock (after its challenge) within `within` seconds."""
+    sock.settimeout(within)
+    got = b""
+    try:
+        while True:
+            part = sock.recv(64)
+            if not part:
+                return True
+            got += part
+    except TimeoutError:
+        return False
+    except ConnectionResetError:
+        return True
+
+
+@pytest.mark.parametrize("cap,flood", [(8, 30), (3, 7)])
+def test_unproven_connections_beyond_the_cap_are_closed_and_a_client_is_served(cap: int, flood: int):
+    proc, port, _ = store_process(0, {"TG_STORE_MAX_UNPROVEN": str(cap)})
+    try:
+        silent = silent_connections(port, flood)
+        client = TCPStore("127.0.0.1", port, secret=b"s", timeout=10)     # served with the flood held open
+        client.set("k", "v")
+        assert client.get("k") == b"v"
+        # accepted in order, the oldest closed first: the client's connection took one more place
+        dropped = flood - cap + 1
+        assert [closed_by_server(s, 5) for s in silent[:dropped]] == [True] * dropped
+        assert [closed_by_server(s, 0.2) for s in silent[dropped:]] == [False] * (cap - 1)
+        client.close()
+        for s in silent:
+            s.close()
+    finally:
+        stop(proc)

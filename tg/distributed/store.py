@@ -7,6 +7,9 @@ before the server reads anything else. Requests and replies are fixed binary fra
 version, op, lengths), never pickle; a malformed frame closes that connection and is logged, and
 the server carries on. Connections that fail the handshake are logged at most once every
 REJECT_LOG_EVERY seconds, with a count, so nobody who can reach the port can flood the job's log.
+At most TG_STORE_MAX_UNPROVEN connections wait to prove the secret (a new one closes the oldest), and
+an accept() that fails for want of descriptors or memory is retried after a pause: a flood of
+connections neither uses up the store's descriptors nor stops it serving.
 
 Sizes: keys are at most 64 KiB and values at most TG_STORE_MAX_VALUE bytes (4 MiB; the store holds
 addresses, counters and short JSON records). Values are read in pieces as they arrive, so a frame
@@ -33,6 +36,7 @@ import socket
 import struct
 import threading
 import time
+from typing import Callable
 
 from tg import config
 from tg.distributed.errors import DistributedError  # noqa: E402
@@ -47,6 +51,9 @@ REP = struct.Struct("<4sBBHQ")     # magic, version, status, flags, value length
 MAX_KEY = 1 << 16
 PIECE = 1 << 16                    # bytes read at a time: memory grows only with what really arrives
 REJECT_LOG_EVERY = 10.0            # seconds between two warnings about rejected connections
+# accept() errors that pass (descriptors, buffers or memory short for now): wait, then accept again
+ACCEPT_SHORTAGE = {errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM}
+ACCEPT_BACKOFF = (0.01, 1.0)       # seconds: first and longest wait after such an error
 OP_SET, OP_GET, OP_ADD, OP_WAIT, OP_CAS, OP_DELETE, OP_NUM_KEYS, OP_PING = range(1, 9)
 OP_NAMES = {OP_SET: "set", OP_GET: "get", OP_ADD: "add", OP_WAIT: "wait", OP_CAS: "compare_set",
             OP_DELETE: "delete", OP_NUM_KEYS: "num_keys", OP_PING: "ping"}
@@ -154,22 +161,30 @@ def prove(sock: socket.socket, secret: bytes, purpose: bytes) -> None:
         ok = _recv_exact(sock, 2)
     except (OSError, ConnectionError):
         ok = b""                   # the server hangs up on a wrong answer
-    if ok != b"OK":
+    if ok == b"NO":
         raise SecretRejected("handshake rejected")
+    if ok != b"OK":    # closed without a verdict (a server full of unproven connections): try again
+        raise ConnectionError("the server closed the connection during the handshake")
 
 
-def verify(sock: socket.socket, secret: bytes, purpose: bytes, timeout: float = 10.0) -> bool:
-    """Server side: send a challenge, check the answer in constant time. Nothing else is read first."""
+def verify(sock: socket.socket, secret: bytes, purpose: bytes, timeout: float = 10.0,
+           admit: Callable[[], bool] | None = None) -> bool:
+    """Server side: send a challenge, check the answer in constant time. Nothing else is read first.
+    A wrong answer gets "NO" (the client then knows its secret is wrong); a right one "OK", unless
+    `admit` says the connection was dropped meanwhile (it is then closed without a verdict)."""
     challenge = os.urandom(CHALLENGE)
     sock.settimeout(timeout)
     try:
         sock.sendall(challenge)
         answer = _recv_exact(sock, 32)
+        if not hmac.compare_digest(answer, _mac(secret, challenge, purpose)):
+            sock.sendall(b"NO")
+            return False
+        if admit is not None and not admit():
+            return False
+        sock.sendall(b"OK")
     except (OSError, ConnectionError):
         return False
-    if not hmac.compare_digest(answer, _mac(secret, challenge, purpose)):
-        return False
-    sock.sendall(b"OK")
     sock.settimeout(None)
     return True
 
@@ -195,20 +210,64 @@ class _Server:
         self.port = self.sock.getsockname()[1]
         self.closed = False
         self.conns: set[socket.socket] = set()
+        # connections not yet proven, oldest first: at most TG_STORE_MAX_UNPROVEN, so whoever can reach
+        # the port cannot hold the store's descriptors (and threads); a client proves in one round trip
+        self.unproven: dict[socket.socket, None] = {}
+        self.unproven_lock = threading.Lock()
+        self.short_logged: float | None = None     # when the accept loop last warned of a shortage
         threading.Thread(target=self._accept, daemon=True, name="tg-store-accept").start()
 
     def _accept(self) -> None:
+        wait = ACCEPT_BACKOFF[0]
         while not self.closed:
             try:
                 conn, addr = self.sock.accept()
-            except OSError:
-                return
+            except OSError as e:
+                if e.errno not in ACCEPT_SHORTAGE or self.closed:
+                    return          # the listening socket was closed (stop_accepting, close)
+                # the connections wait in the backlog; returning here would leave them, and every later
+                # rank, unanswered for good
+                self._short_of(e, wait)
+                time.sleep(wait)
+                wait = min(wait * 2, ACCEPT_BACKOFF[1])
+                continue
+            wait = ACCEPT_BACKOFF[0]
+            self._hold_unproven(conn)
             threading.Thread(target=self._serve, args=(conn, addr), daemon=True, name="tg-store-conn").start()
+
+    def _short_of(self, e: OSError, wait: float) -> None:
+        """A warning, at most one every REJECT_LOG_EVERY seconds, while accept() keeps failing."""
+        now = time.monotonic()
+        if self.short_logged is None or now - self.short_logged >= REJECT_LOG_EVERY:
+            self.short_logged = now
+            log.warning("[store] cannot accept a connection (%s: out of file descriptors or memory); "
+                        "trying again in %.2fs. Raise the limit (ulimit -n) if this process needs more",
+                        os.strerror(e.errno or 0), wait)
+
+    def _hold_unproven(self, conn: socket.socket) -> None:
+        """Count conn among the unproven; beyond the cap the oldest is closed (its thread then ends)."""
+        with self.unproven_lock:
+            self.unproven[conn] = None
+            cap = max(config.TG_STORE_MAX_UNPROVEN, 1)
+            while len(self.unproven) > cap:
+                oldest = next(iter(self.unproven))
+                del self.unproven[oldest]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)   # wakes its thread's recv; the thread closes it
+                except OSError:
+                    pass
+
+    def _admit(self, conn: socket.socket) -> bool:
+        """conn proved the secret: it leaves the unproven, unless the cap closed it meanwhile."""
+        with self.unproven_lock:
+            return self.unproven.pop(conn, False) is None
 
     def _serve(self, conn: socket.socket, addr: tuple) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not verify(conn, self.secret, b"tg-store"):
-            self.rejects.rejected(addr)
+        if not verify(conn, self.secret, b"tg-store", admit=lambda: self._admit(conn)):
+            with self.unproven_lock:
+                self.unproven.pop(conn, None)
+            self.rejects.rejected(addr)      # a wrong answer, none in time, or closed by the cap
             conn.close()
             return
         self.conns.add(conn)
