@@ -5,6 +5,7 @@ fallback without packing buffers."""
 from __future__ import annotations
 
 import ctypes
+from collections import OrderedDict
 
 import numpy as np
 import pytest
@@ -45,7 +46,7 @@ def nest(monkeypatch):
     monkeypatch.setattr(gemm, "worth", lambda c: True)
     monkeypatch.setenv("TG_BEAM", "0")
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
-    monkeypatch.setattr(dev, "_by_ast", {})
+    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
     return lambda: any("gemm" in prog.info.extra for prog in dev._by_ast.values())
 
 
@@ -314,7 +315,7 @@ def forced(monkeypatch):
     from tg.core.codegen import search
     dev = Device["CPU"]
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
-    monkeypatch.setattr(dev, "_by_ast", {})
+    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
     monkeypatch.setattr(gemm, "MIN_MACS", 1)          # small cases, quick tests
     seen: list = []
 

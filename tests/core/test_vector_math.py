@@ -1,4 +1,6 @@
 """The SIMD exp2 / log2 the C renderer emits match numpy across the range and on special values."""
+from collections import OrderedDict
+
 import numpy as np
 import pytest
 
@@ -72,8 +74,8 @@ def test_folded_lanes_give_the_bits_of_the_scalar_tree(monkeypatch):
     results, sources = [], []
     for vec in (C_VECTORS, dataclasses.replace(C_VECTORS, evens="", odds="")):
         monkeypatch.setattr(dev.renderer, "d", dataclasses.replace(dev.renderer.d, vec=vec))
-        monkeypatch.setattr(dev, "_by_ast", {})
-        monkeypatch.setattr(dev, "_programs", {})
+        monkeypatch.setattr(dev, "_by_ast", OrderedDict())
+        monkeypatch.setattr(dev, "_programs", OrderedDict())
         results.append(_reductions(np.random.default_rng(5)))
         sources.append("".join(dev._programs))
     assert "TG_SHUF(acc" in sources[0] and "TG_SHUF(acc" not in sources[1]
