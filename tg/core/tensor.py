@@ -173,7 +173,8 @@ def _view_op(fn: _Method) -> _Method:
         if caller.startswith("tg.core."):
             return out
         if name in _AS_SHAPE:
-            step_fn, args, kwargs = _VIEW_STEPS[_AS_SHAPE[name]], (args[0].shape,), {}
+            other = args[0] if args else next(iter(kwargs.values()))
+            step_fn, args, kwargs = _VIEW_STEPS[_AS_SHAPE[name]], (other.shape,), {}
         else:
             step_fn = fn
         if isinstance(out, tuple):
