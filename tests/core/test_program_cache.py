@@ -5,7 +5,7 @@ segment from shared object". Programs past TG_PROGRAM_CACHE are let go of, and a
 nothing uses its kernels; a kernel needed again is loaded again and computes the same."""
 import numpy as np
 
-from tg import Tensor, config
+from tg import Tensor
 from tg.core.device import Device
 
 
@@ -21,8 +21,8 @@ def _distinct_kernel(i: int) -> Tensor:
 
 
 def test_kernels_past_the_cache_are_unloaded_and_load_again(monkeypatch):
-    monkeypatch.setattr(config, "TG_PROGRAM_CACHE", 16)
-    monkeypatch.setattr(config, "TG_SCHEDULE_CACHE", 0)
+    monkeypatch.setenv("TG_PROGRAM_CACHE", "16")      # knobs are read from the environment at each use
+    monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
     dev = Device[_distinct_kernel(-1).device]       # the default device (the suite also runs on CL)
     _distinct_kernel(-1).numpy()
     start = _maps()
@@ -40,8 +40,8 @@ def test_a_captured_replay_keeps_its_kernels_loaded(monkeypatch):
     import gc
 
     from tg import TinyJit
-    monkeypatch.setattr(config, "TG_PROGRAM_CACHE", 4)
-    monkeypatch.setattr(config, "TG_SCHEDULE_CACHE", 0)
+    monkeypatch.setenv("TG_PROGRAM_CACHE", "4")
+    monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
     step = TinyJit(lambda x: (x * 3.0 + 1.0).exp().sum() * 1.0)
     data = [np.random.default_rng(i).standard_normal(6).astype(np.float32) for i in range(6)]
     for d in data[:3]:
