@@ -156,11 +156,11 @@ def _strided(y: Tensor, steps: list[int]) -> Tensor:
         m = math.ceil(n / s)
         arg = [(0, 0)] * y.ndim
         arg[d] = (0, m * s - n)
-        # (views of x's memory, as a slice with a step is in torch: not Tensor.pad or reshape, which copy)
-        y = y._view_move("pad", tuple(arg))
-        y = y._view_move("reshape", y.shape[:d] + (m, s) + y.shape[d + 1:])
+        if m * s != n:
+            y = y.pad(tuple(arg))
+        y = y.reshape(y.shape[:d] + (m, s) + y.shape[d + 1:])
         y = y._shrink(tuple((0, k) if j != d + 1 else (0, 1) for j, k in enumerate(y.shape)))
-        y = y._view_move("reshape", y.shape[:d + 1] + y.shape[d + 2:])
+        y = y.reshape(y.shape[:d + 1] + y.shape[d + 2:])
     return y
 
 
@@ -169,7 +169,7 @@ def basic(x: Tensor, idx: tuple) -> tuple[Tensor, Plan]:
     plan = _plan(x, idx)
     y = x._shrink(tuple(plan.shrink))
     if any(plan.flips):
-        y = y._view_move("flip", tuple(bool(f) for f in plan.flips))   # numpy's x[::-1] is a view too
+        y = y.flip(tuple(i for i, f in enumerate(plan.flips) if f))   # numpy's x[::-1] is a view too
     if any(s != 1 for s in plan.steps):
         y = _strided(y, plan.steps)
     return y, plan

@@ -416,11 +416,10 @@ class Tensor:
             >>> x.grad.tolist()                   # d(x * c)/dx = c, where x * x would give 2x
             [3.0]
         """
-        return _wrap(self.lazydata, False)
+        return self._detached()
 
     def _detached(self) -> Tensor:
-        # detach for tg's own computations (a derivative's inputs, a creation's result): no view of self
-        # to keep up to date, and nothing holds self's memory for it
+        # detach() for tg's core, which makes no views (see _view_op), without the view method's wrapper
         return _wrap(self.lazydata, False)
 
     @_view_op
@@ -1185,12 +1184,6 @@ class Tensor:
             out = mask.where(out, kind(value))
         return out
 
-    def _view_move(self, kind: str, arg: Any) -> Tensor:
-        """A pad, reshape or flip that stays a view of self's memory, for the views built of them (a strided
-        slice, a diagonal): Tensor.pad, .flip and a reshape no strides express are copies, as torch's."""
-        fn, key = _VIEW_KINDS[kind]
-        return apply(fn, self, **{key: arg})
-
     def _shrink(self, arg: tuple[tuple[int, int], ...]) -> Tensor:
         if all(a == (0, s) for a, s in zip(arg, self.shape)):
             return self
@@ -1511,9 +1504,8 @@ class Tensor:
         lead = x.shape[:-2]
         x = x._shrink(tuple((0, s) for s in lead) + ((rows[0], rows[0] + k), (cols[0], cols[0] + k)))
         # element (i, i) of the k x k block sits at i * (k + 1) of its flattened form
-        x = x._view_move("reshape", lead + (k * k,))._view_move("pad", ((0, 0),) * len(lead) + ((0, k),))
-        x = x._view_move("reshape", lead + (k, k + 1))._shrink(tuple((0, s) for s in lead) + ((0, k), (0, 1)))
-        return x._view_move("reshape", lead + (k,))
+        x = x.reshape(lead + (k * k,)).pad(((0, 0),) * len(lead) + ((0, k),)).reshape(lead + (k, k + 1))
+        return x._shrink(tuple((0, s) for s in lead) + ((0, k), (0, 1))).reshape(lead + (k,))
 
     def diag(self, diagonal: builtins.int = 0) -> Tensor:
         """torch.diag: a 1-d tensor becomes a square matrix with it on the `diagonal`-th diagonal; a 2-d
@@ -4640,9 +4632,6 @@ def _views_of(root: Tensor) -> builtins.int:
 
 
 # how each movement moves a window over memory (the tracker of a view, relative to its root's memory)
-_VIEW_KINDS = {"pad": (F.Pad, "arg"), "reshape": (F.Reshape, "shape"), "flip": (F.Flip, "axes")}
-
-
 def _link(view: Tensor, parent: Tensor, step: tuple) -> None:
     """Record view (made from parent by step, over parent's memory) as a view of the tensor that owns that
     memory, so that a write through either is seen by the other, in program order, as in torch."""
