@@ -52,3 +52,45 @@ def test_a_captured_replay_keeps_its_kernels_loaded(monkeypatch):
     for d in data[3:]:
         got = step(Tensor(d)).numpy()
         np.testing.assert_allclose(got, np.exp(d.astype(np.float64) * 3 + 1).sum(), rtol=1e-5)
+
+
+_DROP_ALL = """
+import gc, sys
+import numpy as np
+from tg import Tensor
+from tg.core.device import Device
+rng = np.random.default_rng(int(sys.argv[1]))
+sizes = [int(n) for n in rng.integers(1 << 14, 1 << 18, 4)]     # large enough to run on every thread
+def work(n, c):
+    a = rng.standard_normal(n).astype(np.float32)
+    got = (Tensor(a) * c + 1.0).relu().sum().numpy()
+    want = np.maximum(a.astype(np.float64) * c + 1.0, 0).sum()
+    assert abs(got - want) <= 1e-4 * abs(want) + 1e-3, (got, want)
+for rnd in range(int(sys.argv[2])):
+    for n in sizes:
+        work(n, float(rnd) + 0.5)
+    dev = Device[Tensor([1.0]).device]
+    dev._programs.clear(); dev._by_ast.clear()         # every program let go of: every library unmapped
+    gc.collect()
+print("ok")
+"""
+
+
+def test_unloading_every_kernel_library_leaves_the_thread_runtime_loaded():
+    """The OpenMP runtime is a dependency of the kernel libraries: when the last one was unmapped (every
+    program let go of, or every finalizer at exit) the runtime went with it while its worker threads
+    slept inside it, and the process died of SIGSEGV, after its work or at its next kernel (CI: a
+    process that printed "ok" and exited -11). Seeds draw the sizes; rounds drop everything in between."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    # OMP_WAIT_POLICY: the workers spin between kernels, so an unmapped runtime faults at once
+    env = dict(os.environ, PYTHONPATH=str(root), TG_DEVICE="CPU", TG_SCHEDULE_CACHE="0",
+               OMP_WAIT_POLICY="ACTIVE")
+    for seed in range(8):
+        done = subprocess.run([sys.executable, "-c", _DROP_ALL, str(seed), str(1 + seed % 3)], env=env,
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0 and done.stdout.strip() == "ok", \
+            (seed, done.returncode, done.stderr[-2000:])

@@ -61,6 +61,27 @@ def _pointer(b: Buffer) -> ctypes.c_void_p:
     return ptr
 
 
+_RUNTIMES: dict[str, ctypes.CDLL] = {}
+_RUNTIME_NAMES = ("libgomp", "libomp", "libiomp")
+
+
+def _hold_thread_runtime() -> None:
+    """Loads once more, for good, the OpenMP runtime the kernel libraries link: it is their dependency,
+    so unmapping the last of them unmapped it too while its worker threads waited inside it, and the
+    process died of SIGSEGV (at a later kernel, or at exit). Looked up in this process's mappings
+    until one is found (a kernel without a parallel loop may not link it)."""
+    if _RUNTIMES:
+        return
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split(None, 5)[-1].strip() for line in f if line.count(" ") >= 5}
+    except OSError:
+        return
+    for path in paths:
+        if Path(path).name.startswith(_RUNTIME_NAMES) and ".so" in path:
+            _RUNTIMES[path] = ctypes.CDLL(path)
+
+
 class CPUProgram(Program):
     def __init__(self, dev: CPUDevice, name: str, lib_path: Path, src: str, info):
         self.name, self.src, self.info = name, src, info
@@ -68,7 +89,9 @@ class CPUProgram(Program):
         # the library is unmapped when this program is let go of (a long process loads kernels without
         # end, and Linux caps a process's mappings): ctypes' function objects are cyclic garbage, which
         # only the collector would free, so the program's own lifetime decides (a replay holds it)
-        weakref.finalize(self, _ctypes.dlclose, self.lib._handle)
+        # (not at exit: the process's mappings go with it, and the time is better spent elsewhere)
+        _hold_thread_runtime()
+        weakref.finalize(self, _ctypes.dlclose, self.lib._handle).atexit = False
         self.fxn = self.lib[name]
         self.fxn.restype = None
 
