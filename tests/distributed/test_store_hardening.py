@@ -378,3 +378,53 @@ def test_unproven_connections_beyond_the_cap_are_closed_and_a_client_is_served(c
             s.close()
     finally:
         stop(proc)
+
+
+_STOPPED_HOST = """
+import os, signal, sys
+from tg.distributed.store import TCPStore
+s = TCPStore("127.0.0.1", 0, is_server=True, secret=b"k", timeout=30)
+print(s.port, flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_every_call_to_a_store_whose_host_is_stopped_raises_in_its_bound():
+    """A store's host stopped (SIGSTOP, a debugger, a swap storm) made every call without a wait block
+    forever (issue 35 item 14: the ranks that ask where the others wait must not hang on it). Each
+    operation raises StoreTimeout within its bound (its own, or the store's timeout but 10s at least), and
+    the connection, now out of step, is not used again."""
+    import signal
+
+    from tg.distributed.store import StoreTimeout
+    calls = {
+        "set": lambda s: s.set("k", "v", timeout=1.0),
+        "compare_set": lambda s: s.compare_set("k", b"", b"v", timeout=1.0),
+        "wait": lambda s: s.wait(["k"], timeout=0.5, answer_within=0.5),
+        "get": lambda s: s.get("k", timeout=0.5),
+        "add": lambda s: s.add("n", 1),             # the store's timeout (2s here), 10s at least
+    }
+    from pathlib import Path
+    root = str(Path(__file__).resolve().parents[2])
+    host = subprocess.Popen([sys.executable, "-c", _STOPPED_HOST], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=root))
+    try:
+        port = int(host.stdout.readline())
+        for name, call in calls.items():
+            client = TCPStore("127.0.0.1", port, secret=b"k", timeout=2.0)
+            client.set("warm", "1")
+            os.kill(host.pid, signal.SIGSTOP)
+            while open(f"/proc/{host.pid}/stat").read().rsplit(")", 1)[1].split()[0] not in "TZ":
+                time.sleep(0.01)                    # stopped for real (the signal lands asynchronously)
+            start = time.monotonic()
+            with pytest.raises(StoreTimeout, match="did not answer|timed out"):
+                call(client)
+            took = time.monotonic() - start
+            os.kill(host.pid, signal.SIGCONT)
+            assert took < 10.0 + 5.0, (name, took)
+            with pytest.raises(StoreError):
+                client.set("after", "1")            # closed: never a reply meant for another request
+    finally:
+        os.kill(host.pid, signal.SIGCONT)
+        host.kill()
+        host.wait()

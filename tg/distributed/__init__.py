@@ -354,7 +354,9 @@ def _make_group(ranks: list[int], my_global: int, name: str, backend: str | None
     if store.add(f"{prefix}/ready", 1) == len(ranks):
         store.set(f"{prefix}/all-ready", "1")
     store.wait([f"{prefix}/all-ready"], timeout=_State.timeout)
-    return ProcessGroup(me, len(ranks), ranks, transport, name)
+    group = ProcessGroup(me, len(ranks), ranks, transport, name)
+    group.store, group.prefix = store, prefix
+    return group
 
 
 def is_initialized() -> bool:

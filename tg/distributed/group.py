@@ -8,6 +8,8 @@ identities for a one-rank group (which needs no transport).
 """
 from __future__ import annotations
 
+import json
+import math
 import threading
 import weakref
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,7 +19,7 @@ import numpy as np
 
 from tg.distributed import algorithms as alg
 from tg.distributed.algorithms import Arrays, ReduceOp, gather_pairs, reducer
-from tg.distributed.errors import DistributedError
+from tg.distributed.errors import CollectiveTimeout, DistributedError, ranks_phrase
 from tg.distributed.transport.wire import describe, encode_desc
 
 __all__ = ["ProcessGroup", "ReduceOp", "reducer", "gather_pairs", "Arrays"]
@@ -33,6 +35,8 @@ class ProcessGroup:
         self.seq = 0
         self.pending = 0          # async calls submitted and not yet finished
         self.failure: DistributedError | None = None
+        self.store: Any = None    # the job's store and this group's key prefix: where ranks that time out
+        self.prefix = ""          # say where they wait (_who_is_stuck)
         self.destroyed = False    # destroy_process_group(this group) ran: calls on it are a mistake
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tg-pg-{name}")
         self._lock = threading.Lock()
@@ -82,6 +86,10 @@ class ProcessGroup:
             raise self.failure
         try:
             fn(seq, *args)
+        except CollectiveTimeout as e:
+            err = self._who_is_stuck(seq, e)
+            self._fail(err)
+            raise err from None
         except DistributedError as e:
             self._fail(e)
             raise
@@ -90,6 +98,47 @@ class ProcessGroup:
                                    f"{type(e).__name__}: {e}")
             self._fail(err)
             raise err from e
+
+    def _who_is_stuck(self, seq: int, err: CollectiveTimeout) -> DistributedError:
+        """The error for a timeout, naming its cause. The wait that timed out was on a neighbour in the
+        algorithm (a ring's, a tree's), which may be waiting too: so each rank that times out says, in
+        the store, which call it waits in, and waits a grace (TG_DIST_TIMEOUT, at most 10s) for the
+        others' word. A rank that said nothing by then is the one that is stuck: stopped, hung, or busy
+        outside this group's collectives for longer than the timeout. All saying: the calls diverged
+        (different numbers), or the transfer itself is stuck."""
+        if self.store is None or self.size < 3:      # two ranks: the peer waited on is the only other
+            return err
+        timeout = getattr(self.transport, "timeout", 0.0)
+        grace = min(max(timeout, 1.0), 10.0) if math.isfinite(timeout) else 10.0
+        key = f"{self.prefix}/waiting/%d"
+        try:
+            self.store.set(key % self.rank, json.dumps({"seq": seq}), timeout=grace)
+            try:
+                self.store.wait([key % r for r in range(self.size)], timeout=grace, answer_within=grace)
+            except TimeoutError:
+                pass
+            said = [self.store.compare_set(key % r, b"\0peek", b"", timeout=grace) for r in range(self.size)]
+        except (DistributedError, OSError) as e:
+            return CollectiveTimeout(f"{err} (asking the other ranks where they wait failed: {e})")
+        waiting: dict[int, int] = {}
+        for r, raw in enumerate(said):
+            try:
+                waiting[r] = int(json.loads(raw)["seq"])
+            except (ValueError, KeyError, TypeError):
+                pass
+        silent = [self.ranks[r] for r in range(self.size) if r not in waiting]
+        if silent:
+            verb = "is" if len(silent) == 1 else "are"
+            return CollectiveTimeout(
+                f"[distributed] {ranks_phrase(silent)} {verb} stuck: every other rank of group {self.name} "
+                f"waited in a collective past TG_DIST_TIMEOUT ({timeout:g}s) and {ranks_phrase(silent)} "
+                f"did not (stopped, hung, or busy outside this group's collectives) -- here, {err}")
+        if len(set(waiting.values())) > 1:
+            where = ", ".join(f"rank {self.ranks[r]} in #{s}" for r, s in sorted(waiting.items()))
+            return CollectiveTimeout(f"{err}; every rank of group {self.name} is waiting, in different "
+                                     f"collectives ({where}): the ranks' calls diverged")
+        return CollectiveTimeout(f"{err}; every rank of group {self.name} is waiting in collective #{seq}: "
+                                 f"the transfer itself is stuck, or slower than TG_DIST_TIMEOUT allows")
 
     def _fail(self, err: DistributedError) -> None:
         self.failure = err

@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 
 from tg import config
-from tg.distributed.errors import DistributedError
+from tg.distributed.errors import DistributedError, ranks_phrase
 from tg.distributed.group import Arrays, ProcessGroup, ReduceOp, gather_pairs
 from tg.distributed.transport import wire
 
@@ -232,15 +232,11 @@ class _Watchdog:
                 parts.append(f"rank {p} did not arrive ({last}; {doing(r)})")
         if not late:
             parts.append("every rank arrived, but the call did not complete (MPI itself is stuck)")
-        who = f"{_ranks(waiting)} {'is' if len(waiting) == 1 else 'are'}"
-        hint = f"Find why {_ranks(late)} stopped, or raise TG_DIST_TIMEOUT if it is only slow" if late \
+        who = f"{ranks_phrase(waiting)} {'is' if len(waiting) == 1 else 'are'}"
+        hint = f"Find why {ranks_phrase(late)} stopped, or raise TG_DIST_TIMEOUT if it is only slow" if late \
             else "Raise TG_DIST_TIMEOUT if the transfer is only slow"
         report = f"{head}: {'; '.join(parts)}; {who} waiting in it. {hint}; aborting the MPI job\n"
         return report, me == waiting[0]
-
-
-def _ranks(ranks: list[int]) -> str:
-    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
 
 
 class _Guard:

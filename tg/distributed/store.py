@@ -31,6 +31,7 @@ import errno
 import hashlib
 import hmac
 import logging
+import math
 import os
 import socket
 import struct
@@ -406,6 +407,7 @@ class TCPStore:
         self._server = _Server(host, port, secret) if is_server else None
         self.port = self._server.port if self._server else port
         self._lock = threading.Lock()
+        self._broken = ""        # set when a call went unanswered: the connection is out of step, closed
         self._sock = self._connect()
 
     def _connect(self) -> socket.socket:
@@ -431,24 +433,51 @@ class TCPStore:
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
 
-    def _call(self, op: int, key: str, value: bytes = b"", wait: float | None = None) -> bytes:
+    def _call(self, op: int, key: str, value: bytes = b"", wait: float | None = None,
+              limit: float | None = None) -> bytes:
+        """One request and its reply. The reply is waited for `wait` seconds (a blocking get or wait) plus
+        `limit` (default 5s after a wait, else the store's timeout, 10s at least): a store whose host is
+        stopped makes the call raise, never hang. A reply that did not come in time leaves the connection
+        out of step, so it is closed (later calls raise StoreError)."""
         kb = key.encode()
-        limit = config.TG_STORE_MAX_VALUE
-        if len(kb) > MAX_KEY or len(value) > limit:
+        cap = config.TG_STORE_MAX_VALUE
+        if len(kb) > MAX_KEY or len(value) > cap:
             why = too_large("key", len(kb), MAX_KEY) if len(kb) > MAX_KEY else \
-                too_large("value", len(value), limit)
+                too_large("value", len(value), cap)
             raise StoreRequestError(f"[store] {OP_NAMES[op]} {key[:80]!r}: {why}")
-        with self._lock:
-            self._sock.settimeout(None if wait is None else wait + 5.0)
+        # (no wait: the store's timeout, but 10s at least: a short TG_DIST_TIMEOUT must not fail set-up
+        # on a loaded machine, where the store's thread may be late by seconds)
+        bound = (wait or 0.0) + (limit if limit is not None else 5.0 if wait is not None else
+                                 max(self.timeout, 10.0))
+        finite = math.isfinite(bound)         # TG_DIST_TIMEOUT=inf: wait as long as it takes
+        if not self._lock.acquire(timeout=bound if finite else -1):
+            raise StoreTimeout(f"[store] {OP_NAMES.get(op, op)} {key[:80]!r}: another thread of this process "
+                               f"held the store's connection for {bound:.1f}s")
+        try:
+            if self._broken:
+                raise StoreError(f"[store] {OP_NAMES.get(op, op)} {key[:80]!r}: this connection to the store "
+                                 f"at {self.host}:{self.port} was closed after an earlier call went "
+                                 f"unanswered ({self._broken})")
+            self._sock.settimeout(bound if finite else None)
             try:
                 self._sock.sendall(REQ.pack(MAGIC, VERSION, op, 0, len(kb), len(value)) + kb + value)
                 magic, version, status, _flags, vlen = REP.unpack(_recv_exact(self._sock, REP.size))
                 out = _recv_exact(self._sock, vlen)
+            except TimeoutError:
+                self._sock.close()
+                self._broken = f"{OP_NAMES.get(op, op)} {key[:80]!r} after {bound:.1f}s"
+                raise StoreTimeout(
+                    f"[store] the store at {self.host}:{self.port} did not answer {OP_NAMES.get(op, op)} "
+                    f"{key[:80]!r} within {bound:.1f}s; its host (rank 0 or the launcher) is stopped or "
+                    f"overloaded"
+                ) from None
             except (OSError, ConnectionError) as e:
                 raise StoreError(
                     f"[store] lost the connection to the store at {self.host}:{self.port} ({e}); its "
                     f"host (rank 0 or the launcher) left or died"
                 ) from None
+        finally:
+            self._lock.release()
         if magic != MAGIC or version != VERSION:
             raise StoreError(f"[store] malformed reply from {self.host}:{self.port}")
         if status == TIMEOUT:
@@ -458,8 +487,9 @@ class TCPStore:
                                     f"{self.host}:{self.port}: {out.decode('utf-8', 'replace')}")
         return out
 
-    def set(self, key: str, value: bytes | str) -> None:
-        self._call(OP_SET, key, value.encode() if isinstance(value, str) else value)
+    def set(self, key: str, value: bytes | str, timeout: float | None = None) -> None:
+        """Set key; timeout bounds the wait for the store's answer (default: the store's timeout)."""
+        self._call(OP_SET, key, value.encode() if isinstance(value, str) else value, limit=timeout)
 
     def get(self, key: str, timeout: float | None = None) -> bytes:
         """The value of key, waiting up to timeout seconds for it to be set."""
@@ -469,13 +499,17 @@ class TCPStore:
     def add(self, key: str, delta: int) -> int:
         return struct.unpack("<q", self._call(OP_ADD, key, struct.pack("<q", delta)))[0]
 
-    def wait(self, keys: list[str], timeout: float | None = None) -> None:
+    def wait(self, keys: list[str], timeout: float | None = None, answer_within: float | None = None) -> None:
+        """Until every key is set (StoreTimeout after timeout seconds); answer_within bounds how much
+        longer the store's own answer may take (default 5s)."""
         t = self.timeout if timeout is None else timeout
-        self._call(OP_WAIT, "", struct.pack("<Q", int(t * 1000)) + "\0".join(keys).encode(), wait=t)
+        self._call(OP_WAIT, "", struct.pack("<Q", int(t * 1000)) + "\0".join(keys).encode(), wait=t,
+                   limit=answer_within)
 
-    def compare_set(self, key: str, expected: bytes, desired: bytes) -> bytes:
-        """Set key to desired if it holds expected (b"" matches a missing key); returns the value now."""
-        return self._call(OP_CAS, key, struct.pack("<Q", len(expected)) + expected + desired)
+    def compare_set(self, key: str, expected: bytes, desired: bytes, timeout: float | None = None) -> bytes:
+        """Set key to desired if it holds expected (b"" matches a missing key); returns the value now.
+        timeout bounds the wait for the answer (default: the store's timeout)."""
+        return self._call(OP_CAS, key, struct.pack("<Q", len(expected)) + expected + desired, limit=timeout)
 
     def delete(self, key: str) -> bool:
         return self._call(OP_DELETE, key) == b"\x01"

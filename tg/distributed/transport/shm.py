@@ -18,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from tg.distributed.errors import DistributedError
+from tg.distributed.errors import CollectiveTimeout, DistributedError
 
 SHM_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else "/tmp"
 CONTROL = 64
@@ -143,7 +143,7 @@ class ShmRing:
             if not alive():
                 raise DistributedError("peer died")
             if time.monotonic() - start > timeout:
-                raise DistributedError(f"the peer did not consume shared-memory data within {timeout:.0f}s")
+                raise CollectiveTimeout(f"the peer did not consume shared-memory data within {timeout:.0f}s")
             time.sleep(2e-4)
         k = self.produced % self.slots
         self.slot(k, len(payload))[:] = np.frombuffer(payload, dtype=np.uint8)

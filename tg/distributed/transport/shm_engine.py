@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from tg.distributed.errors import DistributedError
+from tg.distributed.errors import CollectiveTimeout, DistributedError
 from tg.distributed.transport import native, wire
 
 if TYPE_CHECKING:
@@ -190,7 +190,7 @@ class ShmEngine:
         if rc == DISAGREE:
             raise wire.disagreement(f"collective #{seq}", descs, self.ranks)
         if rc == TIMEOUT:
-            raise DistributedError(f"[distributed] {what} #{seq}: rank {self.ranks[self.rank]} timed out "
+            raise CollectiveTimeout(f"[distributed] {what} #{seq}: rank {self.ranks[self.rank]} timed out "
                                    f"after {self.timeout:.0f}s waiting for rank {self.ranks[peer]}")
         self.why_peer(peer, f"{what} #{seq}")
         raise DistributedError(f"[distributed] {what} #{seq}: rank {self.ranks[peer]} sent an unexpected "

@@ -22,7 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg import config
-from tg.distributed.errors import DistributedError
+from tg.distributed.errors import CollectiveTimeout, DistributedError
 from tg.distributed.store import RejectLog, TCPStore, prove, verify
 from tg.distributed.transport.base import Transport
 from tg.distributed.transport.shm import Segment, ShmRing, boot_id, pid_alive
@@ -61,7 +61,7 @@ class SendHandle:
 
     def wait(self, timeout: float | None = None) -> None:
         if not self.done.wait(timeout):
-            raise DistributedError(
+            raise CollectiveTimeout(
                 f"[distributed] {self.what} did not complete within {timeout:.0f}s: the peer "
                 f"is alive but not receiving (stuck, or not in this collective)"
             )
@@ -387,7 +387,8 @@ class TcpTransport(Transport):
                     if len(payload):
                         p.sock.sendall(payload)
             except BaseException as e:  # noqa: BLE001 - every failure reaches the waiting caller
-                handle.error = DistributedError(
+                late = isinstance(e, (CollectiveTimeout, TimeoutError))
+                handle.error = (CollectiveTimeout if late else DistributedError)(
                     f"[distributed] rank {self.rank}: sending to rank {p.rank} "
                     f"failed ({e}); rank {p.rank} died, aborted or stopped reading"
                 )
@@ -409,6 +410,9 @@ class TcpTransport(Transport):
             try:
                 with p.send_lock:
                     p.sock.sendall(header + bytes(payload) if len(payload) else header)
+            except TimeoutError:
+                raise CollectiveTimeout(f"[distributed] rank {self.rank} timed out after {self.timeout:.0f}s "
+                                        f"sending to rank {peer}: it stopped reading") from None
             except OSError as e:
                 raise self._peer_error(p, f"sending failed ({e})") from None
             return _DONE
@@ -423,7 +427,7 @@ class TcpTransport(Transport):
         try:
             raw = _recv_exact(p.sock, FRAME.size)
         except TimeoutError:
-            raise DistributedError(
+            raise CollectiveTimeout(
                 f"[distributed] {what}: rank {self.rank} timed out after {self.timeout:.0f}s "
                 f"waiting for rank {peer}"
             ) from None
@@ -454,7 +458,7 @@ class TcpTransport(Transport):
         try:
             _recv_into_exact(p.sock, buf)
         except TimeoutError:
-            raise DistributedError(
+            raise CollectiveTimeout(
                 f"[distributed] rank {self.rank} timed out after {self.timeout:.0f}s receiving "
                 f"from rank {peer}"
             ) from None
@@ -499,7 +503,7 @@ class TcpTransport(Transport):
             if len(buf):
                 _recv_into_exact(p.p2p, buf)
         except TimeoutError:
-            raise DistributedError(
+            raise CollectiveTimeout(
                 f"[distributed] recv: rank {self.rank} timed out after {self.timeout:.0f}s "
                 f"waiting for rank {peer}"
             ) from None

@@ -52,7 +52,7 @@ import time
 from typing import Any
 
 from tg import config
-from tg.distributed.errors import DistributedError
+from tg.distributed.errors import CollectiveTimeout, DistributedError
 from tg.distributed.store import TCPStore
 from tg.distributed.transport.base import Sent, Transport
 from tg.distributed.transport.wire import DATA, DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step, header
@@ -265,7 +265,7 @@ class UcxTransport(Transport):
             if not deadline:
                 deadline = time.monotonic() + self.timeout
             elif time.monotonic() > deadline:
-                raise DistributedError(
+                raise CollectiveTimeout(
                     f"[distributed] {what}: rank {self.rank} timed out after "
                     f"{self.timeout:.0f}s" + (f" waiting for rank {peer}" if peer is not None else "")
                 )

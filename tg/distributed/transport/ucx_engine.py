@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from tg.distributed.algorithms import FOLD, SMALL, Call, OverTransport, ReduceOp
-from tg.distributed.errors import DistributedError
+from tg.distributed.errors import CollectiveTimeout, DistributedError
 from tg.distributed.transport import native, wire
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ class UcxEngine:
         if rc == STOPPED and self.stopped is not None:
             raise self.stopped
         if rc == TIMEOUT:
-            raise DistributedError(f"[distributed] {where}: rank {ranks[t.rank]} timed out after "
+            raise CollectiveTimeout(f"[distributed] {where}: rank {ranks[t.rank]} timed out after "
                                    f"{t.timeout:.0f}s waiting for rank {ranks[peer]}")
         if rc == BAD_STEP:
             wire.check_in_step(wire.DESC, got_seq, wire.DESC, seq, peer, t.rank, where)   # as recv_control
