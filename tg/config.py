@@ -203,8 +203,9 @@ KNOBS: dict[str, Knob] = {
             "TG_STORE_MAX_UNPROVEN",
             int,
             64,
-            "connections the rendezvous store holds before they prove the job secret; a new one beyond "
-            "that closes the oldest (a local flood cannot use up the store's file descriptors)",
+            "connections the rendezvous store (and a tcp transport's set-up listener) holds before they "
+            "prove the job secret; a new one beyond that closes the oldest (a local flood cannot use up "
+            "their file descriptors)",
         ),
         Knob(
             "TG_STORE_MAX_VALUE",

@@ -190,6 +190,75 @@ def verify(sock: socket.socket, secret: bytes, purpose: bytes, timeout: float = 
     return True
 
 
+class Doorman:
+    """The accept loop of a listening socket that serves holders of the job secret only (the store, a tcp
+    transport's set-up). It never gives up for want of descriptors or memory: accept() is retried after
+    a pause (the waiting connections stay in the backlog; returning would leave them, and every later
+    rank, unanswered for good), with a warning at most every REJECT_LOG_EVERY seconds. It holds at most
+    TG_STORE_MAX_UNPROVEN connections that have not proven the secret: a new one closes the oldest, so
+    whoever can reach the port cannot hold its descriptors and threads. Each connection goes to
+    `serve(conn, addr)` on a thread of its own, which calls `verify(..., admit=lambda:
+    doorman.admitted(conn))` and `doorman.drop(conn)` when it fails."""
+
+    def __init__(self, sock: socket.socket, serve: Callable[[socket.socket, tuple], None], who: str,
+                 stopped: Callable[[], bool], thread: str):
+        self.sock, self.serve, self.who, self.stopped, self.thread = sock, serve, who, stopped, thread
+        self.unproven: dict[socket.socket, None] = {}     # oldest first
+        self.lock = threading.Lock()
+        self.short_logged: float | None = None             # when the loop last warned of a shortage
+
+    def run(self) -> str | None:
+        """Accept until stopped() (None) or accept() fails for another reason (its message: the socket
+        was closed, or its timeout passed)."""
+        wait = ACCEPT_BACKOFF[0]
+        while not self.stopped():
+            try:
+                conn, addr = self.sock.accept()
+            except OSError as e:
+                if self.stopped():
+                    return None
+                if e.errno not in ACCEPT_SHORTAGE:
+                    return str(e)
+                self._short_of(e, wait)
+                time.sleep(wait)
+                wait = min(wait * 2, ACCEPT_BACKOFF[1])
+                continue
+            wait = ACCEPT_BACKOFF[0]
+            self._hold(conn)
+            threading.Thread(target=self.serve, args=(conn, addr), daemon=True, name=self.thread).start()
+        return None
+
+    def _short_of(self, e: OSError, wait: float) -> None:
+        now = time.monotonic()
+        if self.short_logged is None or now - self.short_logged >= REJECT_LOG_EVERY:
+            self.short_logged = now
+            log.warning("%s cannot accept a connection (%s: out of file descriptors or memory); trying again "
+                        "in %.2fs. Raise the limit (ulimit -n) if this process needs more",
+                        self.who, os.strerror(e.errno or 0), wait)
+
+    def _hold(self, conn: socket.socket) -> None:
+        """Count conn among the unproven; beyond the cap the oldest is closed (its thread then ends)."""
+        with self.lock:
+            self.unproven[conn] = None
+            cap = max(config.TG_STORE_MAX_UNPROVEN, 1)
+            while len(self.unproven) > cap:
+                oldest = next(iter(self.unproven))
+                del self.unproven[oldest]
+                try:
+                    oldest.shutdown(socket.SHUT_RDWR)   # wakes its thread's recv; the thread closes it
+                except OSError:
+                    pass
+
+    def admitted(self, conn: socket.socket) -> bool:
+        """conn proved the secret: it leaves the unproven, unless the cap closed it meanwhile."""
+        with self.lock:
+            return self.unproven.pop(conn, False) is None
+
+    def drop(self, conn: socket.socket) -> None:
+        with self.lock:
+            self.unproven.pop(conn, None)
+
+
 class _Server:
     def __init__(self, host: str, port: int, secret: bytes):
         self.secret = secret
@@ -211,63 +280,13 @@ class _Server:
         self.port = self.sock.getsockname()[1]
         self.closed = False
         self.conns: set[socket.socket] = set()
-        # connections not yet proven, oldest first: at most TG_STORE_MAX_UNPROVEN, so whoever can reach
-        # the port cannot hold the store's descriptors (and threads); a client proves in one round trip
-        self.unproven: dict[socket.socket, None] = {}
-        self.unproven_lock = threading.Lock()
-        self.short_logged: float | None = None     # when the accept loop last warned of a shortage
-        threading.Thread(target=self._accept, daemon=True, name="tg-store-accept").start()
-
-    def _accept(self) -> None:
-        wait = ACCEPT_BACKOFF[0]
-        while not self.closed:
-            try:
-                conn, addr = self.sock.accept()
-            except OSError as e:
-                if e.errno not in ACCEPT_SHORTAGE or self.closed:
-                    return          # the listening socket was closed (stop_accepting, close)
-                # the connections wait in the backlog; returning here would leave them, and every later
-                # rank, unanswered for good
-                self._short_of(e, wait)
-                time.sleep(wait)
-                wait = min(wait * 2, ACCEPT_BACKOFF[1])
-                continue
-            wait = ACCEPT_BACKOFF[0]
-            self._hold_unproven(conn)
-            threading.Thread(target=self._serve, args=(conn, addr), daemon=True, name="tg-store-conn").start()
-
-    def _short_of(self, e: OSError, wait: float) -> None:
-        """A warning, at most one every REJECT_LOG_EVERY seconds, while accept() keeps failing."""
-        now = time.monotonic()
-        if self.short_logged is None or now - self.short_logged >= REJECT_LOG_EVERY:
-            self.short_logged = now
-            log.warning("[store] cannot accept a connection (%s: out of file descriptors or memory); "
-                        "trying again in %.2fs. Raise the limit (ulimit -n) if this process needs more",
-                        os.strerror(e.errno or 0), wait)
-
-    def _hold_unproven(self, conn: socket.socket) -> None:
-        """Count conn among the unproven; beyond the cap the oldest is closed (its thread then ends)."""
-        with self.unproven_lock:
-            self.unproven[conn] = None
-            cap = max(config.TG_STORE_MAX_UNPROVEN, 1)
-            while len(self.unproven) > cap:
-                oldest = next(iter(self.unproven))
-                del self.unproven[oldest]
-                try:
-                    oldest.shutdown(socket.SHUT_RDWR)   # wakes its thread's recv; the thread closes it
-                except OSError:
-                    pass
-
-    def _admit(self, conn: socket.socket) -> bool:
-        """conn proved the secret: it leaves the unproven, unless the cap closed it meanwhile."""
-        with self.unproven_lock:
-            return self.unproven.pop(conn, False) is None
+        self.door = Doorman(self.sock, self._serve, "[store]", lambda: self.closed, "tg-store-conn")
+        threading.Thread(target=self.door.run, daemon=True, name="tg-store-accept").start()
 
     def _serve(self, conn: socket.socket, addr: tuple) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not verify(conn, self.secret, b"tg-store", admit=lambda: self._admit(conn)):
-            with self.unproven_lock:
-                self.unproven.pop(conn, None)
+        if not verify(conn, self.secret, b"tg-store", admit=lambda: self.door.admitted(conn)):
+            self.door.drop(conn)
             self.rejects.rejected(addr)      # a wrong answer, none in time, or closed by the cap
             conn.close()
             return

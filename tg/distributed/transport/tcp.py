@@ -23,7 +23,7 @@ import numpy as np
 
 from tg import config
 from tg.distributed.errors import CollectiveTimeout, DistributedError
-from tg.distributed.store import RejectLog, TCPStore, prove, verify
+from tg.distributed.store import Doorman, RejectLog, TCPStore, prove, verify
 from tg.distributed.transport.base import Transport
 from tg.distributed.transport.shm import Segment, ShmRing, boot_id, pid_alive
 from tg.distributed.transport.wire import ABORT, DATA, DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
@@ -162,7 +162,8 @@ class TcpTransport(Transport):
 
         def admit(conn: socket.socket, addr: tuple) -> None:
             # each connection proves the secret on its own thread: a silent one delays nobody
-            if not verify(conn, secret, b"tg-transport"):
+            if not verify(conn, secret, b"tg-transport", admit=lambda: door.admitted(conn)):
+                door.drop(conn)
                 rejects.rejected(addr)
                 conn.close()   # a stray or hostile connection: rejected, the job carries on
                 return
@@ -179,19 +180,18 @@ class TcpTransport(Transport):
                     return
             conn.close()
 
+        # the store's accept loop: it waits out a shortage of descriptors, and caps unproven connections
+        door = Doorman(listener, admit, f"[distributed] rank {rank}",
+                       lambda: all_in.is_set() or stopping.is_set(), "tg-tcp-admit")
+
         def accept_all() -> None:
             if not expected:
                 all_in.set()
                 return
             listener.settimeout(timeout)
-            while not all_in.is_set():
-                try:
-                    conn, addr = listener.accept()
-                except OSError as e:
-                    if not stopping.is_set():     # not the shutdown below
-                        errors.append(str(e))
-                    return
-                threading.Thread(target=admit, args=(conn, addr), daemon=True).start()
+            error = door.run()
+            if error is not None:
+                errors.append(error)
         acceptor = threading.Thread(target=accept_all, daemon=True)
         acceptor.start()
         outgoing: dict[tuple[int, int], socket.socket] = {}
