@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 _LAZY = {"Tensor": "tg.core.tensor", "TinyJit": "tg.core.jit", "dtypes": "tg.core.dtype",
          "Device": "tg.core.device", "GlobalCounters": "tg.core.device", "save": "tg.serialization",
-         "load": "tg.serialization"}
+         "load": "tg.serialization", "autocast": "tg.amp"}
 # torch's dtype names (tg.long is int64, tg.float is float32, ...): tg name -> attribute of dtypes
 _DTYPES = {"bool": "bool", "int8": "int8", "uint8": "uint8", "int16": "int16", "short": "int16",
            "uint16": "uint16", "int32": "int32", "int": "int32", "uint32": "uint32", "int64": "int64",
@@ -64,7 +64,7 @@ _NAMESPACE_NAMES = frozenset({"Generator", "abs", "absolute", "acos", "acosh", "
                               "var", "var_mean", "vdot", "vstack", "where", "xlogy", "zeros", "zeros_like"})
 
 # torch's subpackage paths: tg.nn, tg.optim, tg.utils (data, checkpoint), tg.distributed, tg.linalg
-_SUBPACKAGES = ("nn", "optim", "utils", "distributed", "linalg")
+_SUBPACKAGES = ("nn", "optim", "utils", "distributed", "linalg", "amp")
 
 if TYPE_CHECKING:
     from tg import nn

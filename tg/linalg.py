@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tg.core.autocast import autocast_op
 from tg.core.dtype import DType
 from tg.core.tensor import Tensor
 
@@ -42,6 +43,7 @@ def matrix_norm(x: Tensor, ord: Any = "fro", dim: tuple[int, int] = (-2, -1),  #
     return x.norm(2, tuple(dim), keepdim)
 
 
+@autocast_op
 def norm(x: Tensor, ord: Any = None, dim: Any = None, keepdim: bool = False) -> Tensor:  # noqa: A002
     """vector_norm of all elements or over one dim, matrix_norm over a pair of dims (ord None: 2 or 'fro').
 
@@ -53,6 +55,7 @@ def norm(x: Tensor, ord: Any = None, dim: Any = None, keepdim: bool = False) -> 
     return x.norm(2 if ord is None else ord, dim, keepdim)
 
 
+@autocast_op
 def cross(a: Tensor, b: Tensor, dim: int = -1) -> Tensor:
     """The 3-d cross product along dim (the last, by default, as torch.linalg.cross).
 

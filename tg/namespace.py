@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tg.core.autocast import autocast_op
 from tg.core.device import Device, split_device
 from tg.core.dtype import DType, dtypes, promote_types, scalar_result_type
 from tg.core.tensor import Tensor
@@ -517,6 +518,7 @@ def triu_indices(row: int, col: int, offset: int = 0, **kw: Any) -> Tensor:
 
 # ---------------------------------------------------------------- joining and picking
 
+@autocast_op
 def cat(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join tensors along the existing dim `dim`, promoting dtypes (torch.cat).
 
@@ -620,6 +622,7 @@ def broadcast_tensors(*tensors: Tensor) -> tuple[Tensor, ...]:
     return tuple(t.expand(shape) for t in tensors)
 
 
+@autocast_op
 def tensordot(a: Tensor, b: Tensor, dims: Any = 2) -> Tensor:
     """Sums of products over a's last `dims` dims and b's first ones, or over the dims listed in
     dims=([a dims], [b dims]) (torch.tensordot).
@@ -640,6 +643,7 @@ def tensordot(a: Tensor, b: Tensor, dims: Any = 2) -> Tensor:
     return left.matmul(right).reshape(tuple(a.shape[d] for d in free_a) + tuple(b.shape[d] for d in free_b))
 
 
+@autocast_op
 def cdist(x1: Tensor, x2: Tensor, p: float = 2.0) -> Tensor:
     """The p-norm distance between each row of x1 (..., n, d) and each row of x2 (..., m, d): (..., n, m).
 
@@ -768,6 +772,7 @@ class iinfo:  # noqa: N801  (torch's name)
         return f"iinfo(min={self.min}, max={self.max}, dtype={self.dtype.name})"
 
 
+@autocast_op
 def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
     """Join tensors of one shape along a new dim `dim` (Tensor.stack).
 

@@ -17,6 +17,7 @@ LAYERS = [
         "tg.core.symbolic",
         "tg.core.capture",
     ],
+    ["tg.core.autocast"],
     ["tg.core.shape"],
     ["tg.core.lazy"],
     ["tg.core.kernel"],

@@ -254,3 +254,61 @@ def test_zero_half_parameter_written_between_steps_steps_from_the_written_value(
     results = run_ranks(2, half_written, dtype, optimizer)
     assert results[0] == results[1]
     assert np.abs(np.array(results[0]) - [10.0, 12.0, 14.0]).max() < (0.01 if optimizer == "sgd" else 0.6)
+
+
+# ---------------------------------------------------------------- GradScaler across ranks (issue 36 item 2)
+OVERFLOWS = {1: 1, 3: 0}      # step -> the one rank whose gradients overflow there (only l2.bias[0])
+SCALER_STEPS = 6
+
+
+def scaled_training(rank: int, world: int, kind: str, amp: bool = False) -> dict:
+    """SGD with momentum under a GradScaler; at the steps in OVERFLOWS one rank's l2.bias gradient gets
+    an inf (world 1: the reference, overflowing at those steps itself). With ZeRO that gradient lives in
+    one rank's shard: the verdict must still be every rank's."""
+    model = Net(seed=100 + rank)
+    net, opt, _ = wrapped(model, kind, "sgd", {"momentum": 0.9})
+    scaler = tg.amp.GradScaler(init_scale=2.0 ** 8, growth_interval=2)
+    n = ROWS // world
+    scales = []
+    for s, (batch,) in enumerate(data(SCALER_STEPS, 1)):
+        opt.zero_grad()
+        x, y = batch
+        xs, ys = Tensor(x[rank * n:(rank + 1) * n]), Tensor(y[rank * n:(rank + 1) * n])
+        with tg.autocast("cpu", enabled=amp):          # inside the DDP / ZeRO model: bfloat16 matmuls
+            out = net(xs)
+            loss = ((out.float() - ys) ** 2).mean()
+        assert out.dtype == (tg.bfloat16 if amp else tg.float32)
+        bad = np.zeros(3, np.float32)
+        if (world == 1 and s in OVERFLOWS) or OVERFLOWS.get(s) == rank:
+            bad[0] = np.inf
+        loss = loss + (model.l2.bias * Tensor(bad)).sum()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+    return {"params": values(model), "scales": scales}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("world", [2, 3])
+def test_grad_scaler_skips_an_overflowing_step_on_every_rank(kind, world):
+    """One rank's overflow skips the step everywhere, with the same scales after it; the result equals a
+    one-process run that skipped the same steps."""
+    want = run_ranks(1, scaled_training, "plain", backend="shm")[0]
+    got = run_ranks(world, scaled_training, kind, backend="shm", timeout=240)
+    for r in got:
+        assert r["scales"] == want["scales"] == [256.0, 128.0, 128.0, 64.0, 64.0, 128.0], r["scales"]
+        for name, value in want["params"].items():
+            np.testing.assert_allclose(r["params"][name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("kind", ["ddp", "zero"])
+def test_autocast_inside_ddp_and_zero_models(kind):
+    """The same scaled training with the forward under bfloat16 autocast: every rank ends with the same
+    bits, within bfloat16's precision of one process on the joined batch (a rank's rows round alike,
+    but the gradient sums split differently)."""
+    want = run_ranks(1, scaled_training, "plain", True, backend="shm")[0]
+    got = run_ranks(2, scaled_training, kind, True, backend="shm", timeout=240)
+    assert got[0]["params"] == got[1]["params"] and got[0]["scales"] == got[1]["scales"] == want["scales"]
+    for name, value in want["params"].items():
+        np.testing.assert_allclose(got[0]["params"][name], value, rtol=2e-2, atol=2e-3, err_msg=name)

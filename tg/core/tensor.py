@@ -20,6 +20,7 @@ import numpy as np
 
 from tg.core import autograd, fused, indexing, random
 from tg.core import function as F
+from tg.core.autocast import autocast_op
 from tg.core.device import Device
 from tg.core.dtype import (
     DType,
@@ -1278,6 +1279,7 @@ class Tensor:
             tuple(v for r, s in zip(reps, base) for v in (r, s)))
         return expanded.reshape(tuple(r * s for r, s in zip(reps, base)))
 
+    @autocast_op
     def cat(self, *others: Tensor, dim: int = 0) -> Tensor:
         """Join self and the others along the existing dim `dim`, promoting dtypes as torch.cat does (a
         method here: the first tensor is self).
@@ -1309,6 +1311,7 @@ class Tensor:
         return out
 
     @staticmethod
+    @autocast_op
     def stack(tensors: Sequence[Tensor], dim: int = 0) -> Tensor:
         """Join tensors of one shape along a new dim `dim`.
 
@@ -1525,6 +1528,7 @@ class Tensor:
         x = self.reshape(n, 1).pad(((0, 0), (0, n))).reshape(n * (n + 1))._shrink(((0, n * n),)).reshape(n, n)
         return x.pad(((0, k), (k, 0)) if diagonal > 0 else ((k, 0), (0, k)))
 
+    @autocast_op
     def trace(self) -> Tensor:
         """The sum of the main diagonal of a 2-d tensor (int tensors give int64, as sum does).
 
@@ -1732,6 +1736,7 @@ class Tensor:
         a, b = self._broadcasted(y)
         return a._nograd_op(BinaryOps.MOD, b) if not a.dtype.is_float else a - (a / b).trunc() * b
 
+    @autocast_op
     def pow(self, y: Any, reverse: builtins.bool = False) -> Tensor:
         """self ** y, broadcasting, with torch's dtypes: int ** int stays int (the promoted int dtype)
         and is exact, wrapping on overflow as torch does; a float on either side gives float. A scalar
@@ -1845,12 +1850,15 @@ class Tensor:
     def __mul__(self, y: Any) -> Tensor: return self.mul(y)
     def __rmul__(self, y: Any) -> Tensor: return self.mul(y, True)
     def __truediv__(self, y: Any) -> Tensor: return self.div(y)
+    @autocast_op
     def __rtruediv__(self, y: Any) -> Tensor: return self.div(y, True)
     def __floordiv__(self, y: Any) -> Tensor: return self.floordiv(y)
     def __rfloordiv__(self, y: Any) -> Tensor: return self.floordiv(y, True)
     def __mod__(self, y: Any) -> Tensor: return self.mod(y)
     def __rmod__(self, y: Any) -> Tensor: return self.mod(y, True)
+    @autocast_op
     def __pow__(self, y: Any) -> Tensor: return self.pow(y)
+    @autocast_op
     def __rpow__(self, y: Any) -> Tensor: return self.pow(y, True)
     def __matmul__(self, y: Tensor) -> Tensor: return self.matmul(y)
     def __rmatmul__(self, y: Tensor) -> Tensor: return self._to_tensor(y).matmul(self)
@@ -2104,6 +2112,7 @@ class Tensor:
         """
         return apply(F.Exp2, self._float_like())
 
+    @autocast_op
     def log2(self) -> Tensor:
         """The base-2 logarithm, elementwise (int inputs give float32).
 
@@ -2112,6 +2121,7 @@ class Tensor:
         """
         return apply(F.Log2, self._float_like())
 
+    @autocast_op
     def exp(self) -> Tensor:
         """e ** self, elementwise (int inputs give float32).
 
@@ -2142,6 +2152,7 @@ class Tensor:
         out = (r * (1 / math.log(2))).exp2() * half.exp2() * (k - half).exp2()
         return x.isnan().where(x, out).cast(dtype)
 
+    @autocast_op
     def log(self) -> Tensor:
         """The natural logarithm, elementwise: -inf at 0 and nan below it (int inputs give float32).
 
@@ -2150,6 +2161,7 @@ class Tensor:
         """
         return apply(F.Log2, self._float_like()) * math.log(2)
 
+    @autocast_op
     def log10(self) -> Tensor:
         """The base-10 logarithm, elementwise (int inputs give float32).
 
@@ -2158,6 +2170,7 @@ class Tensor:
         """
         return self.log2() * math.log10(2)
 
+    @autocast_op
     def log1p(self) -> Tensor:
         """log(1 + self), elementwise, accurate for tiny inputs as torch's is: for |x| < 0.5,
         x * log(u) / (u - 1) with u = 1 + x rounded (its rounding error cancels in the ratio; x where
@@ -2177,6 +2190,7 @@ class Tensor:
             out = (xd.abs() < 0.5).where((u == 1).where(xd, xd * (log_u / den)), log_u)
         return x._local(out, (x, lambda: u.reciprocal()))
 
+    @autocast_op
     def expm1(self) -> Tensor:
         """exp(self) - 1, elementwise, accurate for tiny inputs as torch's is: for |x| < 0.5,
         (u - 1) * x / log(u) with u = exp(x) rounded (x where u is 1), else u - 1.
@@ -2202,6 +2216,7 @@ class Tensor:
         """
         return apply(F.Sqrt, self._float_like())
 
+    @autocast_op
     def rsqrt(self) -> Tensor:
         """1 / sqrt(self), elementwise.
 
@@ -2210,6 +2225,7 @@ class Tensor:
         """
         return self.sqrt().reciprocal()
 
+    @autocast_op
     def reciprocal(self) -> Tensor:
         """1 / self, elementwise: inf at 0 (int inputs give float32).
 
@@ -2234,6 +2250,7 @@ class Tensor:
         """
         return apply(F.Cos, self._float_like())
 
+    @autocast_op
     def tan(self) -> Tensor:
         """The tangent of angles in radians, elementwise.
 
@@ -2373,6 +2390,7 @@ class Tensor:
             cdf = (x.detach() * (-1 / math.sqrt(2))).erfc() * 0.5
         return apply(fused.Gelu, x, cdf)
 
+    @autocast_op
     def softplus(self, beta: builtins.float = 1.0, threshold: builtins.float = 20.0) -> Tensor:
         """log(1 + exp(beta * self)) / beta, elementwise, and self itself where beta * self > threshold
         (torch's defaults: beta=1, threshold=20).
@@ -2546,6 +2564,7 @@ class Tensor:
         out = base + tail
         return self._sign_negative().where(-out, out)
 
+    @autocast_op
     def asin(self) -> Tensor:
         """The arcsine, elementwise, in [-pi/2, pi/2]; NaN outside [-1, 1].
 
@@ -2560,6 +2579,7 @@ class Tensor:
             out = (xd / ((1 - xd) * (1 + xd)).sqrt())._atan_values()
         return x._local(out, (x, lambda: ((1 - xd) * (1 + xd)).rsqrt()))
 
+    @autocast_op
     def acos(self) -> Tensor:
         """The arccosine, elementwise, in [0, pi]; NaN outside [-1, 1].
 
@@ -2575,6 +2595,7 @@ class Tensor:
             out = ((1 - xd) / (1 + xd)).sqrt()._atan_values() * 2
         return x._local(out, (x, lambda: -((1 - xd) * (1 + xd)).rsqrt()))
 
+    @autocast_op
     def atan2(self, other: Any) -> Tensor:
         """The angle of the point (other, self) (self is y, other is x), elementwise, in [-pi, pi], with
         the quadrant from both signs (a signed zero x picks 0 or pi, as in torch), broadcasting.
@@ -2599,6 +2620,7 @@ class Tensor:
         return y._local(out, (y, lambda: both_zero.where(0.0, xd / r2)),
                         (x, lambda: both_zero.where(0.0, -yd / r2)))
 
+    @autocast_op
     def sinh(self) -> Tensor:
         """The hyperbolic sine, elementwise, (expm1(x) - expm1(-x)) / 2 (accurate near 0).
 
@@ -2608,6 +2630,7 @@ class Tensor:
         x = self._float_like()
         return (x.expm1() - (-x).expm1()) * 0.5
 
+    @autocast_op
     def cosh(self) -> Tensor:
         """The hyperbolic cosine, elementwise.
 
@@ -2772,6 +2795,7 @@ class Tensor:
             return out
         return out.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
+    @autocast_op
     def sum(self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None, *,
             dim: Any = None) -> Tensor:
         """The sum over `axis` (an int, a tuple, or None for all dims; `dim` is torch's name for it),
@@ -2905,6 +2929,7 @@ class Tensor:
         low = int(min_value(self.dtype))
         return (self == low).any(axis, keepdim).where(low, out)
 
+    @autocast_op
     def mean(self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None, *,
              dim: Any = None) -> Tensor:
         """The average over `axis` (None for all dims), dropping it unless keepdim. Int and bool tensors
@@ -2923,6 +2948,7 @@ class Tensor:
         s = x.sum(axis, keepdim)
         return s * (1 / count) if count else s * float("nan")
 
+    @autocast_op
     def var(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, *,
             dim: Any = None, unbiased: builtins.bool | None = None) -> Tensor:
         """The variance over `axis`: the sum of squared deviations divided by N - correction. As in torch,
@@ -2941,6 +2967,7 @@ class Tensor:
         dev = x - x.mean(axes, keepdim=True)
         return (dev * dev).sum(axes, keepdim) / max(n - correction, 0)
 
+    @autocast_op
     def std(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, *,
             dim: Any = None, unbiased: builtins.bool | None = None) -> Tensor:
         """The standard deviation over `axis`: sqrt(var()), with the same correction (1 by default).
@@ -2959,6 +2986,7 @@ class Tensor:
             out = self.detach().sqrt()
         return self._local(out, (self, lambda: (out == 0).where(0.0, 0.5 / out)))
 
+    @autocast_op
     def prod(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """The product over `axis`: floats keep their dtype (float16/bfloat16 multiply in float32); ints
         (and bool) give int64, an exact product (wrapping on overflow, as in torch).
@@ -3071,6 +3099,7 @@ class Tensor:
         out = self.logical_not().any(dim if dim is not None else axis, keepdim).logical_not()
         return out._as_logical_of(self)
 
+    @autocast_op
     def logsumexp(self, axis: Any = None, keepdim: builtins.bool = False, *, dim: Any = None) -> Tensor:
         """log(sum(exp(self))) over `axis`, shifted by the max so that large inputs do not overflow.
 
@@ -3089,6 +3118,7 @@ class Tensor:
         axes = set(axes)
         return self.reshape(tuple(s for i, s in enumerate(self.shape) if i not in axes))
 
+    @autocast_op
     def softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
         """exp(self) / sum(exp(self)) along `axis` (the last dim by default), shifted by the max for
         stability; int inputs give float32.
@@ -3105,6 +3135,7 @@ class Tensor:
         e = (x - x.amax(axis, keepdim=True)._detached()).exp()
         return e / e.sum(axis, keepdim=True)
 
+    @autocast_op
     def log_softmax(self, axis: builtins.int = -1, *, dim: builtins.int | None = None) -> Tensor:
         """log(softmax(self)) along `axis` (the last dim by default), computed without taking the log of
         a small number.
@@ -3119,6 +3150,7 @@ class Tensor:
         shifted = x - x.amax(axis, keepdim=True)._detached()
         return shifted - shifted.exp().sum(axis, keepdim=True).log()
 
+    @autocast_op
     def cumsum(self, axis: builtins.int = 0, *, dim: builtins.int | None = None) -> Tensor:
         """The running sum along `axis` (dim 0 by default; torch requires it). As in torch, int and bool
         tensors give int64.
@@ -3250,6 +3282,7 @@ class Tensor:
                 out = (p.log() + gumbel).topk(num_samples, 1)[1]
         return out.reshape(num_samples) if self.ndim == 1 else out
 
+    @autocast_op
     def cumprod(self, dim: builtins.int) -> Tensor:
         """The running product along `dim` (int and bool tensors give int64, as prod does); O(n^2) in the
         dim's size.
@@ -3322,6 +3355,7 @@ class Tensor:
         return self._cum_extreme(dim, False)
 
     # ------------------------------------------------------------ linear algebra and nn
+    @autocast_op
     def dot(self, w: Tensor) -> Tensor:
         """matmul() under another name (so, unlike torch.dot, not only for 1-d tensors).
 
@@ -3330,6 +3364,7 @@ class Tensor:
         """
         return self.matmul(w)
 
+    @autocast_op
     def matmul(self, w: Tensor) -> Tensor:
         """Batched matmul with torch's broadcasting: (..., n, k) @ (..., k, m) -> (..., n, m); a 1-d
         operand counts as a row (left) or column (right) vector, and its dim is dropped from the result.
@@ -3375,6 +3410,7 @@ class Tensor:
             out = out.squeeze(-1)
         return out
 
+    @autocast_op
     def linear(self, weight: Tensor, bias: Tensor | None = None) -> Tensor:
         """x @ weight.T + bias, with torch's weight layout (out_features, in_features).
 
@@ -3449,6 +3485,7 @@ class Tensor:
         return win.permute(tuple(range(n)) + tuple(n + nsp + i for i in range(nsp))
                            + tuple(n + i for i in range(nsp)))
 
+    @autocast_op
     def conv2d(self, weight: Tensor, bias: Tensor | None = None, stride: Any = 1, padding: Any = 0,
                dilation: Any = 1, groups: builtins.int = 1) -> Tensor:
         """torch.nn.functional.conv2d: input (N, Cin, H, W), weight (Cout, Cin/groups, kh, kw), and
@@ -3772,6 +3809,7 @@ class Tensor:
         """
         return self._float_like() * (180 / math.pi)
 
+    @autocast_op
     def addcmul(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
         """self + value * tensor1 * tensor2.
 
@@ -3780,6 +3818,7 @@ class Tensor:
         """
         return self + tensor1 * tensor2 * value
 
+    @autocast_op
     def addcdiv(self, tensor1: Tensor, tensor2: Tensor, *, value: Any = 1) -> Tensor:
         """self + value * tensor1 / tensor2.
 
@@ -3823,6 +3862,7 @@ class Tensor:
         """
         return (self != 0).sum(dim)
 
+    @autocast_op
     def norm(self, p: Any = "fro", dim: Any = None, keepdim: builtins.bool = False, *,
              dtype: DType | str | None = None) -> Tensor:
         """The vector p-norm over dim (all elements when None; "fro" is 2): (sum |x|^p)^(1/p), inf the
@@ -4287,6 +4327,7 @@ class Tensor:
         hit, written = self._scattered(dim, index, value if src is None else src, last_wins=True)
         return hit.where(written, self)
 
+    @autocast_op
     def scatter_add(self, dim: builtins.int, index: Tensor, src: Tensor) -> Tensor:
         """A copy of self with src's elements added along dim at the positions in index (repeats add up).
 
@@ -4311,6 +4352,7 @@ class Tensor:
         """
         return indexing.index_fill(self, dim, index, value)
 
+    @autocast_op
     def index_copy(self, dim: builtins.int, index: Tensor, source: Tensor) -> Tensor:
         """A copy of self with source's slices along dim written at the positions in index.
 
@@ -4319,6 +4361,7 @@ class Tensor:
         """
         return indexing.index_copy(self, dim, index, source)
 
+    @autocast_op
     def index_put(self, indices: Any, values: Any, accumulate: builtins.bool = False) -> Tensor:
         """A copy of self with values written at the positions `indices` names (a tuple of index
         tensors, one per leading dim; None means a whole dim); accumulate=True adds instead, and
@@ -4385,6 +4428,7 @@ class Tensor:
         b = b.reshape(tuple(itertools.chain.from_iterable((1, s) for s in b.shape)))
         return (a * b).reshape(tuple(x * y for x, y in zip(a.shape[::2], b.shape[1::2])))
 
+    @autocast_op
     def cross(self, other: Tensor, dim: builtins.int | None = None) -> Tensor:
         """The 3-d cross product along dim (the first dim of size 3 when None, as torch.cross).
 
@@ -4408,6 +4452,7 @@ class Tensor:
         return self.sort(0).values
 
     # matrix products
+    @autocast_op
     def mm(self, mat2: Tensor) -> Tensor:
         """The product of two 2-d tensors.
 
@@ -4417,6 +4462,7 @@ class Tensor:
         _check_ndim("mm", (self, 2), (mat2, 2))
         return self.matmul(mat2)
 
+    @autocast_op
     def mv(self, vec: Tensor) -> Tensor:
         """A 2-d tensor times a 1-d one.
 
@@ -4426,6 +4472,7 @@ class Tensor:
         _check_ndim("mv", (self, 2), (vec, 1))
         return self.matmul(vec)
 
+    @autocast_op
     def bmm(self, mat2: Tensor) -> Tensor:
         """A batch of matrix products: (b, n, k) @ (b, k, m).
 
@@ -4435,6 +4482,7 @@ class Tensor:
         _check_ndim("bmm", (self, 3), (mat2, 3))
         return self.matmul(mat2)
 
+    @autocast_op
     def addmm(self, mat1: Tensor, mat2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
         """beta * self + alpha * (mat1 @ mat2), self broadcasting (beta=0 ignores self).
 
@@ -4444,6 +4492,7 @@ class Tensor:
         _check_ndim("addmm", (mat1, 2), (mat2, 2))
         return _scaled_sum(self, mat1.matmul(mat2), beta, alpha)
 
+    @autocast_op
     def addmv(self, mat: Tensor, vec: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
         """beta * self + alpha * (mat @ vec).
 
@@ -4453,6 +4502,7 @@ class Tensor:
         _check_ndim("addmv", (mat, 2), (vec, 1))
         return _scaled_sum(self, mat.matmul(vec), beta, alpha)
 
+    @autocast_op
     def baddbmm(self, batch1: Tensor, batch2: Tensor, *, beta: Any = 1, alpha: Any = 1) -> Tensor:
         """beta * self + alpha * (batch1 @ batch2) for batches of matrices.
 
@@ -4474,6 +4524,7 @@ class Tensor:
         out = self.reshape(-1, k).matmul(other.reshape(-1, k).transpose(0, 1))
         return out.reshape(self.shape[:-1] + other.shape[:-1])
 
+    @autocast_op
     def vdot(self, other: Tensor) -> Tensor:
         """The dot product of two 1-d tensors.
 

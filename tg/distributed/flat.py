@@ -57,6 +57,7 @@ class HostView:
     def __init__(self, t: Tensor):
         from tg.core.dtype import dtypes
         self.buf = own_memory(t)
+        self._memory = t.lazydata.base      # what lazy work on this memory is registered with
         self.numel = t.numel()
         self.bf16 = t.dtype == dtypes.bfloat16
         self.np_dtype = host_dtype(t.dtype)
@@ -70,9 +71,18 @@ class HostView:
             self._stage = self.buf.allocator.staging(self.buf.nbytes)
         return self._stage
 
+    def settle(self) -> None:
+        """Complete the lazy work still queued on this memory (an assign into it, a computation that
+        reads it) before the memory is read or written outside the lazy graph: a queued assign that ran
+        later would put back its own values over a host write (a clip or a GradScaler that wrote ZeRO's
+        gradients of a skipped step overwrote the next step's), and a host read would miss it."""
+        from tg.core.realize import realize_readers
+        realize_readers([self._memory])
+
     def read(self) -> np.ndarray:
         """The values: the live memory itself when zero_copy, else the staging block, freshly copied
         from the device (valid until the next read or write of this view)."""
+        self.settle()
         if self._array is not None:
             return self._array
         from tg.core.dtype import bf16_to_f32
@@ -91,14 +101,17 @@ class HostView:
 
     def read_part(self, lo: int, hi: int) -> None:
         """Copy elements lo:hi from the device into the staging block."""
+        self.settle()
         self.buf.read_into(self.staged()[lo:hi], lo * self.np_dtype.itemsize)
 
     def write_part(self, lo: int, hi: int) -> None:
         """Copy elements lo:hi of the staging block back to the device."""
+        self.settle()
         self.buf.copyin(self.staged()[lo:hi], lo * self.np_dtype.itemsize)
 
     def write(self, values: np.ndarray) -> None:
         """Store values (any shape with numel elements) into the tensor's memory."""
+        self.settle()
         if self._array is not None:
             if values is not self._array:
                 self._array[...] = values.reshape(-1)

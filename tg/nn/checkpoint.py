@@ -21,15 +21,17 @@ Contract:
 - With preserve_rng_state (the default) the recompute draws the same random numbers as the
   forward did (dropout masks match), and the generator is put back where it was afterwards. The
   state is saved and restored by kernels on the devices, so this also holds inside a TinyJit.
-- The recompute runs with `Tensor.training` as it was in the forward. Like torch's, it runs fn
-  twice, so side effects happen twice: a BatchNorm inside updates its running statistics in the
-  forward and again in the recompute (keep BatchNorm outside checkpointed segments).
+- The recompute runs with `Tensor.training` and autocast (tg.amp) as they were in the forward.
+  Like torch's, it runs fn twice, so side effects happen twice: a BatchNorm inside updates its
+  running statistics in the forward and again in the recompute (keep BatchNorm outside
+  checkpointed segments).
 - Under `tg.no_grad()`, or when nothing fn reads requires grad, fn just runs.
 """
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from tg.core import autocast
 from tg.core.autograd import parents
 from tg.core.dtype import dtypes
 from tg.core.function import Function
@@ -65,6 +67,7 @@ def checkpoint(fn: Callable[..., Any], *args: Any, preserve_rng_state: bool = Tr
     node = _Checkpoint(parents[0].device, *parents)
     node.parents, node.fn, node.args, node.kwargs, node.rng = tuple(parents), fn, args, kwargs, rng
     node.training = Tensor.training
+    node.autocast = autocast.saved()
     node.output_grads = [None] * len(outs)
     # The outputs hang off one node, so backward reaches it after every output's gradient is in.
     anchor = Tensor(LazyBuffer.const(0.0, dtypes.float32, outs[0].device, ()), requires_grad=True)
@@ -117,6 +120,7 @@ class _Checkpoint(Function):
     kwargs: dict[str, Any]
     rng: dict[str, Any] | None
     training: bool
+    autocast: dict[str, tuple[bool, Any]]
     output_grads: list[LazyBuffer | None]
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
@@ -151,13 +155,15 @@ class _Checkpoint(Function):
         return tuple(g.lazydata if g is not None else None for g in grads)
 
     def _recompute(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """fn again, in the forward's mode: Tensor.training as it was then, the same random numbers."""
+        """fn again, in the forward's mode: Tensor.training and autocast as they were then, the same
+        random numbers."""
         prev_training, Tensor.training = Tensor.training, self.training
         now = Tensor.get_rng_state(on_device=True) if self.rng is not None else None
         try:
             if self.rng is not None:
                 Tensor.set_rng_state(self.rng)
-            return self.fn(*args, **kwargs)
+            with autocast.restored(self.autocast):
+                return self.fn(*args, **kwargs)
         finally:
             if now is not None:
                 Tensor.set_rng_state(now)

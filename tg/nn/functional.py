@@ -20,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from tg.core import fused
+from tg.core.autocast import autocast_op
 from tg.core.dtype import DType, dtypes, min_value
 from tg.core.indexing import as_index
 from tg.core.realize import known_values
@@ -158,6 +159,7 @@ def elu(x: Tensor, alpha: float = 1.0, inplace: bool = False) -> Tensor:
     return _in_place("elu", x, x.elu(alpha), inplace)
 
 
+@autocast_op
 def softplus(x: Tensor, beta: float = 1.0, threshold: float = 20.0) -> Tensor:
     """log(1 + exp(beta * x)) / beta, and x itself where beta * x > threshold, as torch.
 
@@ -185,6 +187,7 @@ def tanh(x: Tensor) -> Tensor:
     return x.tanh()
 
 
+@autocast_op
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
     """exp(x) / sum(exp(x)) along dim (default the last; torch has no default).
 
@@ -196,6 +199,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     return x.softmax(dim)
 
 
+@autocast_op
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
     """x - logsumexp(x) along dim (default the last), computed stably.
 
@@ -322,6 +326,7 @@ def glu(x: Tensor, dim: int = -1) -> Tensor:
     return a * b.sigmoid()
 
 
+@autocast_op
 def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None) -> Tensor:
     """x @ weight.T + bias, with weight (out_features, in_features), as torch.nn.functional.linear.
 
@@ -390,6 +395,7 @@ def _einsum_reduce(equation: str, labels: list[str], t: Tensor, keep: set[str]) 
     return labels, t
 
 
+@autocast_op
 def einsum(equation: str, *operands: Tensor) -> Tensor:
     """Sum of products over the labelled dims, as torch.einsum: 'ij,jk->ik' is a matmul; without '->' the
     output is '...' and then the labels seen once, in alphabetical order. A label repeated in one operand
@@ -465,6 +471,7 @@ def dropout2d(x: Tensor, p: float = 0.5, training: bool = True) -> Tensor:
     return kept if p == 1.0 else kept * (1.0 / (1.0 - p))
 
 
+@autocast_op
 def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Tensor:
     """x / max(||x||_p, eps) along dim, as torch.nn.functional.normalize.
 
@@ -476,6 +483,7 @@ def normalize(x: Tensor, p: float = 2.0, dim: int = 1, eps: float = 1e-12) -> Te
     return x / x.norm(p, dim, keepdim=True).clamp(min=eps)
 
 
+@autocast_op
 def cosine_similarity(x1: Tensor, x2: Tensor, dim: int = 1, eps: float = 1e-8) -> Tensor:
     """The cosine of the angle between x1 and x2 along dim, broadcasting the two: as torch, each is
     divided by its own 2-norm (at least eps) before the dot product, so the result stays in [-1, 1].
@@ -670,6 +678,7 @@ def _conv_pads(op: str, padding: int | Sequence[int] | str, kernel: tuple[int, .
     return tuple((p, p) for p in _ntuple(op, "padding", padding, len(kernel)))
 
 
+@autocast_op
 def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
            padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1) -> Tensor:
@@ -701,6 +710,7 @@ def conv2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | 
     return out if x.ndim == 4 else out.squeeze(0)                         # (N, C_out, H', W')
 
 
+@autocast_op
 def conv1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
            padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1) -> Tensor:
@@ -772,6 +782,7 @@ def _conv_transpose(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, nsp
     return out if x.ndim == nsp + 2 else out.squeeze(0)                  # (N, C_out, *spatial')
 
 
+@autocast_op
 def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                      padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
                      groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:
@@ -789,6 +800,7 @@ def conv_transpose2d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
                            dilation)
 
 
+@autocast_op
 def conv_transpose1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                      padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
                      groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:
@@ -802,6 +814,7 @@ def conv_transpose1d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
                            dilation)
 
 
+@autocast_op
 def conv_transpose3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
                      padding: int | Sequence[int] = 0, output_padding: int | Sequence[int] = 0,
                      groups: int = 1, dilation: int | Sequence[int] = 1) -> Tensor:
@@ -816,6 +829,7 @@ def conv_transpose3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stri
                            dilation)
 
 
+@autocast_op
 def conv3d(x: Tensor, weight: Tensor, bias: Tensor | None = None, stride: int | Sequence[int] = 1,
            padding: int | Sequence[int] | str = 0, dilation: int | Sequence[int] = 1,
            groups: int = 1) -> Tensor:
@@ -954,6 +968,7 @@ def max_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequen
     return _max_pool("max_pool2d", x, 2, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
 
 
+@autocast_op
 def max_pool3d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
                padding: int | Sequence[int] = 0, dilation: int | Sequence[int] = 1, ceil_mode: bool = False,
                return_indices: bool = False) -> Tensor | tuple[Tensor, Tensor]:
@@ -1022,6 +1037,7 @@ def avg_pool2d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequen
                      divisor_override)
 
 
+@autocast_op
 def avg_pool3d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,
                padding: int | Sequence[int] = 0, ceil_mode: bool = False, count_include_pad: bool = True,
                divisor_override: int | None = None) -> Tensor:
@@ -1099,6 +1115,7 @@ def adaptive_avg_pool2d(x: Tensor, output_size: int | None | Sequence[int | None
     return _adaptive_avg("adaptive_avg_pool2d", x, 2, output_size)
 
 
+@autocast_op
 def adaptive_avg_pool3d(x: Tensor, output_size: int | None | Sequence[int | None]) -> Tensor:
     """adaptive_avg_pool2d's rule over the last three dims of (N, C, D, H, W) or (C, D, H, W), as
     torch.nn.functional.adaptive_avg_pool3d.
@@ -1243,6 +1260,7 @@ def _interpolate_sizes(op: str, x: Tensor, size: int | Sequence[int] | None,
     return out_sizes, scales
 
 
+@autocast_op
 def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
                 scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> Tensor:
@@ -1301,6 +1319,7 @@ def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None, shape: tuple[
     return x + bias.reshape(shape) if bias is not None else x
 
 
+@autocast_op
 def layer_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | None = None,
                bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """Normalize over the trailing normalized_shape dims, then scale and shift elementwise.
@@ -1336,6 +1355,7 @@ def rms_norm(x: Tensor, normalized_shape: int | Sequence[int], weight: Tensor | 
     return _affine(out, weight, None, shape)
 
 
+@autocast_op
 def group_norm(x: Tensor, num_groups: int, weight: Tensor | None = None, bias: Tensor | None = None,
                eps: float = 1e-5) -> Tensor:
     """Normalize (N, C, *) over each group of C/num_groups channels and all spatial dims; per-channel affine.
@@ -1419,6 +1439,7 @@ def embedding(indices: Tensor, weight: Tensor) -> Tensor:
     return weight[indices]
 
 
+@autocast_op
 def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn_mask: Tensor | None = None,
                                  dropout_p: float = 0.0, is_causal: bool = False,
                                  scale: float | None = None) -> Tensor:
@@ -1466,6 +1487,7 @@ def scaled_dot_product_attention(query: Tensor, key: Tensor, value: Tensor, attn
 
 # ---------------------------------------------------------------- losses
 
+@autocast_op
 def mse_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """(x - target)^2, reduced by 'mean', 'sum' or 'none'; shapes must be equal (torch only warns).
 
@@ -1480,6 +1502,7 @@ def mse_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     return _reduce(diff * diff, reduction)
 
 
+@autocast_op
 def l1_loss(x: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """|x - target|, reduced by 'mean', 'sum' or 'none'; shapes must be equal.
 
@@ -1501,6 +1524,7 @@ def _smooth_abs(op: str, x: Tensor, target: Tensor, reduction: str, limit: float
     return _reduce((diff < limit).where(0.5 * diff * diff, limit * (diff - 0.5 * limit)), reduction)
 
 
+@autocast_op
 def smooth_l1_loss(x: Tensor, target: Tensor, reduction: str = "mean", beta: float = 1.0) -> Tensor:
     """0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, with d = x - target; beta=0 is l1_loss.
 
@@ -1512,6 +1536,7 @@ def smooth_l1_loss(x: Tensor, target: Tensor, reduction: str = "mean", beta: flo
     return _smooth_abs("smooth_l1_loss", x, target, reduction, beta) / beta
 
 
+@autocast_op
 def huber_loss(x: Tensor, target: Tensor, reduction: str = "mean", delta: float = 1.0) -> Tensor:
     """0.5 d^2 where |d| < delta, else delta * (|d| - 0.5 delta), with d = x - target.
 
@@ -1521,6 +1546,7 @@ def huber_loss(x: Tensor, target: Tensor, reduction: str = "mean", delta: float 
     return _smooth_abs("huber_loss", x, target, reduction, delta)
 
 
+@autocast_op
 def binary_cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None,
                          reduction: str = "mean") -> Tensor:
     """-(t log p + (1 - t) log(1 - p)) for probabilities p; each log is clamped at -100 as in torch.
@@ -1537,6 +1563,7 @@ def binary_cross_entropy(x: Tensor, target: Tensor, weight: Tensor | None = None
     return _reduce(loss * weight if weight is not None else loss, reduction)
 
 
+@autocast_op
 def binary_cross_entropy_with_logits(logits: Tensor, target: Tensor, weight: Tensor | None = None,
                                      pos_weight: Tensor | None = None, reduction: str = "mean") -> Tensor:
     """Sigmoid + binary cross entropy in one stable expression: (1 - t) x + (1 + (pw - 1) t) log(1 + e^-x).
@@ -1621,6 +1648,7 @@ def _class_loss(op: str, logp: Tensor, target: Tensor, weight: Tensor | None, ig
     return loss.reshape(()) if unbatched else loss
 
 
+@autocast_op
 def nll_loss(logp: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
              reduction: str = "mean") -> Tensor:
     """Negative log-likelihood of log-probabilities (N, C, *) for class indices (N, *), torch semantics.
@@ -1649,6 +1677,7 @@ def _probability_loss(logp: Tensor, target: Tensor, class_dim: int, weight: Tens
     return _reduce(-per_class.sum(class_dim), reduction)                 # (N, *) or () before reducing
 
 
+@autocast_op
 def cross_entropy(logits: Tensor, target: Tensor, weight: Tensor | None = None, ignore_index: int = -100,
                   reduction: str = "mean", label_smoothing: float = 0.0) -> Tensor:
     """log_softmax over the class dim + nll_loss, with torch's label smoothing: logits (N, C, *) or (C,),
@@ -1688,6 +1717,7 @@ def _check_signs(op: str, name: str, y: Tensor) -> None:
         raise ValueError(f"[nn] {op}: expected {name} of 1 and -1, got {values[bad].flat[0]}")
 
 
+@autocast_op
 def kl_div(input: Tensor, target: Tensor, reduction: str = "mean", log_target: bool = False) -> Tensor:  # noqa: A002
     """The Kullback-Leibler divergence of target from log-probabilities `input`, pointwise
     target * (log(target) - input) (0 where target is 0), or exp(target) * (target - input) when
@@ -1716,6 +1746,7 @@ def kl_div(input: Tensor, target: Tensor, reduction: str = "mean", log_target: b
     return _reduce(loss, reduction)
 
 
+@autocast_op
 def cosine_embedding_loss(x1: Tensor, x2: Tensor, y: Tensor, margin: float = 0.0,
                           reduction: str = "mean") -> Tensor:
     """1 - cos(x1, x2) where y == 1 and max(0, cos(x1, x2) - margin) where y == -1, with the cosine over
@@ -1737,6 +1768,7 @@ def cosine_embedding_loss(x1: Tensor, x2: Tensor, y: Tensor, margin: float = 0.0
     return _reduce(loss, reduction)
 
 
+@autocast_op
 def margin_ranking_loss(x1: Tensor, x2: Tensor, y: Tensor, margin: float = 0.0,
                         reduction: str = "mean") -> Tensor:
     """max(0, -y * (x1 - x2) + margin): y = 1 asks x1 to rank above x2 by the margin, y = -1 below.
@@ -1751,6 +1783,7 @@ def margin_ranking_loss(x1: Tensor, x2: Tensor, y: Tensor, margin: float = 0.0,
     return _reduce((-y * (x1 - x2) + margin).relu(), reduction)
 
 
+@autocast_op
 def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, margin: float = 1.0,
                         p: float = 2.0, eps: float = 1e-6, swap: bool = False,
                         reduction: str = "mean") -> Tensor:
@@ -1772,6 +1805,7 @@ def triplet_margin_loss(anchor: Tensor, positive: Tensor, negative: Tensor, marg
     return _reduce((d_pos - d_neg + margin).relu(), reduction)
 
 
+@autocast_op
 def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0,  # noqa: A002
                          reduction: str = "mean") -> Tensor:
     """x where target == 1 and max(0, margin - x) where target == -1 (input x is usually a distance).
@@ -1786,6 +1820,7 @@ def hinge_embedding_loss(input: Tensor, target: Tensor, margin: float = 1.0,  # 
     return _reduce(loss, reduction)
 
 
+@autocast_op
 def soft_margin_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:  # noqa: A002
     """log(1 + exp(-y x)), the logistic loss of labels y in {1, -1}, computed stably.
 
@@ -1798,6 +1833,7 @@ def soft_margin_loss(input: Tensor, target: Tensor, reduction: str = "mean") -> 
     return _reduce(-logsigmoid(target * input), reduction)
 
 
+@autocast_op
 def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | None = None,  # noqa: A002
                                 reduction: str = "mean") -> Tensor:
     """Binary cross entropy of sigmoid(input) against 0/1 targets, averaged over the classes (the last dim)
@@ -1819,6 +1855,7 @@ def multilabel_soft_margin_loss(input: Tensor, target: Tensor, weight: Tensor | 
     return _reduce(loss.mean(-1), reduction)
 
 
+@autocast_op
 def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full: bool = False,  # noqa: A002
                      eps: float = 1e-8, reduction: str = "mean") -> Tensor:
     """The negative log likelihood of target under Poisson(rate): exp(x) - t x when log_input (x is the
@@ -1838,6 +1875,7 @@ def poisson_nll_loss(input: Tensor, target: Tensor, log_input: bool = True, full
     return _reduce(loss, reduction)
 
 
+@autocast_op
 def gaussian_nll_loss(input: Tensor, target: Tensor, var: Tensor | float, full: bool = False,  # noqa: A002
                       eps: float = 1e-6, reduction: str = "mean") -> Tensor:
     """The negative log likelihood of target under N(input, var): (log var + (x - t)^2 / var) / 2, plus

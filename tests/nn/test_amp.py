@@ -1,0 +1,342 @@
+"""Mixed precision (tg.amp, issue 36 items 1 and 2): autocast's dtypes against torch's op lists, its
+values and gradients against numpy's bfloat16 / float16 arithmetic, its scoping (nesting, threads, an
+explicit dtype, checkpoint's recompute, TinyJit), and GradScaler's scale sequence against the documented
+algorithm.
+
+The expected dtypes below are torch's: the CPU column as torch 2.x computes them under
+torch.autocast("cpu", dtype=torch.bfloat16) (its CPU lists, plus what its composites do: einsum goes
+through bmm), the GPU column as torch's CUDA lists document them (tg uses those for CL devices too)."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+import tg
+import tg.nn.functional as F
+from tg import Tensor, nn
+from tg.amp import GradScaler
+from tg.core import autocast as state
+
+DEVICE = Tensor([0.0]).device
+KIND = state.KINDS.get(DEVICE.split(":")[0], "cpu")
+LOW = {"cpu": tg.bfloat16}.get(KIND, tg.float16)
+
+# op -> (inputs: "f32" | "low" | "mixed", the output dtype: "low" | "f32") for each kind
+LOWER_BOTH = ["matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d",
+              "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "scaled_dot_product_attention",
+              "einsum"]
+LOSSES = ["cross_entropy", "mse_loss", "nll_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
+          "binary_cross_entropy_with_logits", "binary_cross_entropy"]
+KEEP_CPU = ["softmax", "log_softmax", "layer_norm", "group_norm", "exp", "sum", "mean", "cumsum", "norm",
+            "normalize", "softplus", "rsqrt", "pow", "log", "cosine_similarity"]
+FLOAT32_GPU = ["prod", "cdist", "softmax", "log_softmax", "layer_norm", "group_norm", "exp", "sum", "cumsum",
+               "norm", "normalize", "softplus", "rsqrt", "pow", "log", "cosine_similarity"]
+EXPECTED = {
+    "cpu": {**{op: ("f32", "low") for op in LOWER_BOTH},
+            **{op: ("low", "f32") for op in LOSSES + ["prod", "cdist", "trace"]},
+            **{op: ("low", "low") for op in KEEP_CPU},
+            **{op: ("f32", "f32") for op in ["mv", "dot", "addmv"]},
+            **{op: ("mixed", "f32") for op in ["cat", "stack"]}},
+    "gpu": {**{op: ("f32", "low") for op in LOWER_BOTH + ["mv", "addmv"]},
+            # (binary_cross_entropy is refused under CUDA autocast by torch; tg runs it as it is)
+            **{op: ("low", "f32") for op in LOSSES[:-1] + FLOAT32_GPU},
+            **{op: ("low", "low") for op in ["mean", "trace"]},
+            **{op: ("mixed", "f32") for op in ["cat", "stack", "dot"]}},
+}
+
+
+def _data(*shape: int, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng([seed, *shape]).standard_normal(shape).astype(np.float32)
+
+
+def _call(op: str, kind_of_inputs: str) -> Tensor:
+    """op on inputs of the given kind: float32, the low dtype, or one of each."""
+    low = kind_of_inputs == "low"
+
+    def t(*shape: int, seed: int = 0) -> Tensor:
+        x = Tensor(_data(*shape, seed=seed))
+        return x.cast(LOW) if low else x
+    a, b, v = t(4, 4), t(4, 4, seed=1), t(4, seed=2)
+    B = t(2, 4, 4)
+    target = Tensor([0, 1, 2, 3])
+    calls = {
+        "matmul": lambda: a @ b, "mm": lambda: a.mm(b), "bmm": lambda: B.bmm(B),
+        "addmm": lambda: a.addmm(a, b),
+        "baddbmm": lambda: B.baddbmm(B, B), "linear": lambda: F.linear(a, b, v),
+        "conv1d": lambda: F.conv1d(t(1, 2, 5), t(3, 2, 3)),
+        "conv2d": lambda: F.conv2d(t(1, 2, 5, 5), t(3, 2, 3, 3)),
+        "conv3d": lambda: F.conv3d(t(1, 2, 4, 4, 4), t(3, 2, 2, 2, 2)),
+        "conv_transpose1d": lambda: F.conv_transpose1d(t(1, 2, 5), t(2, 3, 3)),
+        "conv_transpose2d": lambda: F.conv_transpose2d(t(1, 2, 5, 5), t(2, 3, 3, 3)),
+        "conv_transpose3d": lambda: F.conv_transpose3d(t(1, 2, 3, 3, 3), t(2, 3, 2, 2, 2)),
+        "scaled_dot_product_attention": lambda: F.scaled_dot_product_attention(B[None], B[None], B[None]),
+        "einsum": lambda: tg.einsum("ij,jk->ik", a, b),
+        "cross_entropy": lambda: F.cross_entropy(a, target), "mse_loss": lambda: F.mse_loss(a, b),
+        "nll_loss": lambda: F.nll_loss(a, target), "l1_loss": lambda: F.l1_loss(a, b),
+        "smooth_l1_loss": lambda: F.smooth_l1_loss(a, b), "huber_loss": lambda: F.huber_loss(a, b),
+        "kl_div": lambda: F.kl_div(a, b, reduction="batchmean"),
+        "binary_cross_entropy_with_logits": lambda: F.binary_cross_entropy_with_logits(a, b.sigmoid()),
+        "binary_cross_entropy": lambda: F.binary_cross_entropy(a.sigmoid(), b.sigmoid()),
+        "prod": lambda: a.prod(), "cdist": lambda: tg.cdist(a, b), "trace": lambda: a.trace(),
+        "softmax": lambda: F.softmax(a, -1), "log_softmax": lambda: F.log_softmax(a, -1),
+        "layer_norm": lambda: F.layer_norm(a, (4,)), "group_norm": lambda: F.group_norm(a[None], 2),
+        "exp": lambda: a.exp(), "sum": lambda: a.sum(), "mean": lambda: a.mean(),
+        "cumsum": lambda: a.cumsum(0),
+        "norm": lambda: a.norm(), "normalize": lambda: F.normalize(a), "softplus": lambda: F.softplus(a),
+        "rsqrt": lambda: a.abs().rsqrt(), "pow": lambda: a.pow(2), "log": lambda: a.abs().log(),
+        "cosine_similarity": lambda: F.cosine_similarity(a, b),
+        "mv": lambda: a.mv(v), "dot": lambda: v.dot(v.cast(LOW) if kind_of_inputs == "mixed" else v),
+        "addmv": lambda: v.addmv(a, v),
+        "cat": lambda: tg.cat([a, b.cast(LOW)]), "stack": lambda: tg.stack([a, b.cast(LOW)]),
+    }
+    return calls[op]()
+
+
+COLUMN = EXPECTED["cpu" if KIND == "cpu" else "gpu"]
+
+
+@pytest.mark.parametrize("op", sorted(COLUMN))
+def test_each_op_gives_the_dtype_torch_gives_under_autocast(op):
+    inputs, out = COLUMN[op]
+    with tg.autocast(KIND):
+        got = _call(op, inputs)
+    assert got.dtype == (LOW if out == "low" else tg.float32), (op, inputs, got.dtype)
+    outside = _call(op, inputs)          # and nothing changes outside a region
+    assert outside.dtype == (LOW if inputs == "low" else tg.float32), (op, outside.dtype)
+
+
+def test_every_op_in_the_tables_that_tg_has_is_marked():
+    """An op named in a table but defined without @autocast_op would silently run in float32."""
+    import tg.linalg
+    import tg.namespace
+    surfaces = [Tensor, F, tg.namespace, tg.linalg]
+    for kind, table in state.TABLES.items():
+        for name in table:
+            defined = [getattr(s, name) for s in surfaces if callable(getattr(s, name, None))]
+            for fn in defined:
+                code = getattr(fn, "__code__", None)
+                if code is not None and code.co_name == "method_as_function":    # tg.prod(x) is x.prod()
+                    fn = getattr(Tensor, name)
+                assert getattr(fn, "__wrapped__", None) is not None and name in state.MARKED, (kind, name, fn)
+
+
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """float32 -> bfloat16 (round to nearest even, by bits) -> float64."""
+    u = x.astype(np.float32).view(np.uint32).astype(np.uint64)
+    u = (u + 0x7FFF + ((u >> 16) & 1)) & 0xFFFF0000
+    return u.astype(np.uint32).view(np.float32).astype(np.float64)
+
+
+def _low(x: np.ndarray) -> np.ndarray:
+    return _bf16(x) if LOW == tg.bfloat16 else x.astype(np.float16).astype(np.float64)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_linear_under_autocast_computes_in_the_low_dtype_and_its_gradients_in_float32(seed):
+    rng = np.random.default_rng(seed)
+    n, k, m = (int(s) for s in rng.integers(3, 70, 3))
+    x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((n, k), (m, k), (m,)))
+    layer = nn.Linear(k, m)
+    layer.weight.assign(Tensor(w))
+    layer.bias.assign(Tensor(b))
+    xt = Tensor(x, requires_grad=True)
+    with tg.autocast(KIND):
+        y = layer(xt)
+        loss = (y.float() ** 2).sum()
+    assert y.dtype == LOW and loss.dtype == tg.float32
+    loss.backward()
+    # forward: the operands rounded to the low dtype, float32 accumulation, the result rounded once
+    want = _low(x) @ _low(w).T + _low(b)
+    got = y.float().numpy()
+    np.testing.assert_allclose(got, want, rtol=2 ** -7, atol=2 ** -7 * np.abs(want).max())
+    # backward: gradients of the float32 leaves, in float32, within the low dtype's precision
+    g = 2 * got
+    assert layer.weight.grad.dtype == tg.float32 and xt.grad.dtype == tg.float32
+    scale = np.abs(g).max() * max(n, k)
+    np.testing.assert_allclose(layer.weight.grad.numpy(), g.T @ x, atol=4 * 2 ** -8 * scale)
+    np.testing.assert_allclose(xt.grad.numpy(), g @ w, atol=4 * 2 ** -8 * scale)
+
+
+@pytest.mark.parametrize("k", [300, 4099, 60000 if LOW == tg.float16 else 65536])
+def test_products_accumulate_in_float32(k):
+    """A low-dtype running sum of ones stalls at 256 in bfloat16 (2048 in float16); summed in float32 and
+    rounded once, the result is k in the low dtype."""
+    with tg.autocast(KIND):
+        got = Tensor.ones(2, k) @ Tensor.ones(k, 3)
+    assert got.dtype == LOW
+    np.testing.assert_array_equal(got.float().numpy(), np.full((2, 3), _low(np.array([k], np.float32))[0]))
+
+
+def test_regions_nest_turn_off_and_belong_to_their_thread():
+    a = Tensor(_data(3, 3))
+    with tg.autocast(KIND):
+        assert (a @ a).dtype == LOW
+        with tg.autocast(KIND, enabled=False):
+            assert (a @ a).dtype == tg.float32
+            with tg.autocast(KIND, dtype=tg.float16):
+                assert (a @ a).dtype == tg.float16 and tg.amp.get_autocast_dtype(KIND) == tg.float16
+        assert (a @ a).dtype == LOW and tg.amp.is_autocast_enabled(KIND)
+        seen = []
+        thread = threading.Thread(target=lambda: seen.append((a @ a).dtype))
+        thread.start()
+        thread.join()
+        assert seen == [tg.float32]          # another thread: no region there
+    assert (a @ a).dtype == tg.float32 and not tg.amp.is_autocast_enabled(KIND)
+    other = "cuda" if KIND == "cpu" else "cpu"
+    with tg.autocast(other):                 # a region for another device kind changes nothing here
+        assert (a @ a).dtype == tg.float32
+
+
+def test_an_explicit_dtype_and_float64_are_left_alone(monkeypatch):
+    monkeypatch.setitem(state.TABLES[KIND], "sum", "lower")      # a lowered op that takes dtype=
+    a = Tensor(_data(5, 3))
+    with tg.autocast(KIND):
+        assert a.sum().dtype == LOW
+        assert a.sum(dtype=tg.float32).dtype == tg.float32
+        d = a.cast(tg.float64)
+        assert (d @ d.T).dtype == tg.float64
+
+
+def test_bad_arguments_say_what_is_expected():
+    with pytest.raises(ValueError, match="expected 'cpu', 'cuda' or 'cl'"):
+        tg.autocast("tpu")
+    with pytest.raises(ValueError, match="expected tg.bfloat16 or tg.float16"):
+        tg.autocast("cpu", dtype=tg.float64)
+
+
+def test_a_decorated_function_and_a_cached_parameter_cast():
+    layer = nn.Linear(6, 6)
+
+    @tg.autocast(KIND)
+    def twice(x: Tensor) -> Tensor:
+        return layer(layer(x))
+    x = Tensor(_data(2, 6))
+    assert twice(x).dtype == LOW
+    with tg.autocast(KIND):
+        first, second = layer.weight, layer.weight
+        assert state._cast(first, LOW) is state._cast(second, LOW)        # one cast per region
+        before = state._cast(first, LOW)
+        with tg.no_grad():
+            layer.weight.assign(layer.weight * 2.0)                         # updated in place: cast again
+        after = state._cast(layer.weight, LOW)
+        assert after is not before
+        np.testing.assert_allclose(after.float().numpy(), _low(layer.weight.numpy()), rtol=0, atol=0)
+
+
+def test_checkpoint_recomputes_under_the_forwards_autocast():
+    from tg.utils.checkpoint import checkpoint
+    rng = np.random.default_rng(5)
+    w1, w2 = (Tensor(rng.standard_normal((7, 7)).astype(np.float32), requires_grad=True) for _ in range(2))
+    x = Tensor(rng.standard_normal((3, 7)).astype(np.float32))
+
+    def block(t: Tensor) -> Tensor:
+        return (t @ w1).relu() @ w2
+    grads = []
+    for wrap in (False, True):
+        w1.grad = w2.grad = None
+        with tg.autocast(KIND):
+            y = checkpoint(block, x, use_reentrant=False) if wrap else block(x)
+        y.float().sum().backward()             # backward (and the recompute) outside the region
+        grads.append((w1.grad.numpy(), w2.grad.numpy()))
+    for plain, recomputed in zip(*grads):
+        np.testing.assert_array_equal(plain, recomputed)
+
+
+def test_a_jitted_function_keeps_the_dtypes_of_its_capture():
+    step = tg.TinyJit(lambda a, b: (a @ b).float().sum(1).realize())
+    data = [(Tensor(_data(4, 5, seed=i)), Tensor(_data(5, 3, seed=i + 10))) for i in range(4)]
+    with tg.autocast(KIND):
+        for a, b in data:
+            got = step(a, b).numpy()
+            want = (_low(a.numpy()) @ _low(b.numpy())).astype(np.float32)
+            want = _low(want).sum(1)
+            np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)
+
+
+# ---------------------------------------------------------------------------- GradScaler
+
+def _documented(pattern: list[bool], init: float, growth: float, backoff: float,
+                interval: int) -> list[float]:
+    """The scale after each step, by torch's description: back off and reset the count after an
+    overflow; after `interval` clean steps in a row, grow and reset the count."""
+    scale, clean, out = init, 0, []
+    for overflow in pattern:
+        if overflow:
+            scale, clean = scale * backoff, 0
+        else:
+            clean += 1
+            if clean == interval:
+                scale, clean = scale * growth, 0
+        out.append(scale)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_scale_follows_the_documented_algorithm_and_overflowing_steps_are_skipped(seed):
+    rng = np.random.default_rng(seed)
+    pattern = [bool(v) for v in rng.random(25) < 0.25]
+    interval = int(rng.integers(1, 5))
+    w = Tensor(np.ones(3, np.float32), requires_grad=True)
+    opt = nn.optim.SGD([w], lr=0.125)
+    scaler = GradScaler(init_scale=2.0 ** 10, growth_interval=interval)
+    scales, expected_w = [], np.ones(3, np.float64)
+    for step, overflow in enumerate(pattern):
+        opt.zero_grad()
+        bad = Tensor([np.inf if overflow else 1.0, 1.0, 1.0])
+        loss = (w * Tensor([1.0, 2.0, 3.0]) * bad).sum()
+        scaler.scale(loss).backward()
+        if step % 2:
+            scaler.unscale_(opt)              # explicitly (for a clip in between) or by step()
+            if not overflow:
+                np.testing.assert_allclose(w.grad.numpy(), [1.0, 2.0, 3.0])
+        scaler.step(opt)
+        scaler.update()
+        if not overflow:
+            expected_w -= 0.125 * np.array([1.0, 2.0, 3.0])
+        np.testing.assert_allclose(w.numpy(), expected_w, rtol=1e-6)
+        scales.append(scaler.get_scale())
+    assert scales == _documented(pattern, 2.0 ** 10, 2.0, 0.5, interval)
+    state_dict = scaler.state_dict()
+    again = GradScaler()
+    again.load_state_dict(state_dict)
+    assert again.state_dict() == state_dict and again.get_scale() == scales[-1]
+
+
+def test_grad_scaler_misuse_and_defaults():
+    scaler = GradScaler()
+    assert (scaler.get_scale(), scaler.get_growth_factor(), scaler.get_backoff_factor(),
+            scaler.get_growth_interval()) == (65536.0, 2.0, 0.5, 2000)
+    w = Tensor([1.0], requires_grad=True)
+    opt = nn.optim.SGD([w], lr=0.1)
+    with pytest.raises(RuntimeError, match="no optimizer was unscaled or stepped"):
+        scaler.update()
+    scaler.scale(w.sum()).backward()
+    scaler.unscale_(opt)
+    with pytest.raises(RuntimeError, match="already called"):
+        scaler.unscale_(opt)
+    scaler.step(opt)
+    with pytest.raises(RuntimeError, match="already called"):
+        scaler.step(opt)
+    scaler.update()
+    with pytest.raises(ValueError, match="backoff_factor"):
+        GradScaler(backoff_factor=2.0)
+    off = GradScaler(enabled=False)
+    loss = w.sum()
+    assert off.scale(loss) is loss and off.get_scale() == 1.0 and off.state_dict() == {}
+
+
+def test_a_scaled_float16_loss_keeps_gradients_that_float16_alone_flushes():
+    """The reason for scaling: a float16 gradient of 1e-8 is 0 unscaled; scaled, it survives, and
+    unscale_ gives it back in float32."""
+    w = Tensor(np.ones(4, np.float32), requires_grad=True)
+    opt = nn.optim.SGD([w], lr=1.0)
+    for scaled in (False, True):
+        w.grad = None
+        scaler = GradScaler(init_scale=2.0 ** 12, enabled=scaled)      # 2^16 is past float16's range
+        loss = (w.cast(tg.float16) * 1e-8).sum()
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)
+        got = w.grad.numpy()
+        assert (got == 0).all() if not scaled else np.allclose(got, 1e-8, rtol=1e-2)
