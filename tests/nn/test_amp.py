@@ -340,3 +340,40 @@ def test_a_scaled_float16_loss_keeps_gradients_that_float16_alone_flushes():
         scaler.unscale_(opt)
         got = w.grad.numpy()
         assert (got == 0).all() if not scaled else np.allclose(got, 1e-8, rtol=1e-2)
+
+
+# ---------------------------------------------------------------------------- Module.to(dtype)
+
+@pytest.mark.parametrize("how", ["to", "method", "tensor", "both"])
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16", "float64", "float32"])
+def test_module_to_dtype_casts_floating_parameters_buffers_and_gradients_in_place(dtype, how):
+    """torch's Module.to(dtype) / half() / bfloat16() / float() / double(): floating parameters,
+    buffers and gradients take the dtype, values rounded as the dtype rounds; integer buffers (a
+    BatchNorm's count) keep theirs; the Tensor objects stay (an optimizer holds them)."""
+    want = getattr(tg, dtype)
+    model = nn.Sequential(nn.Linear(5, 3), nn.BatchNorm1d(3))
+    model(Tensor(_data(4, 5))).sum().backward()
+    params = list(model.parameters())
+    before = {id(p): p.numpy().astype(np.float64) for p in params}
+    grads = {id(p): p.grad.numpy().astype(np.float64) for p in params}
+    if how == "to":
+        model.to(want)
+    elif how == "method":
+        getattr(model, {"bfloat16": "bfloat16", "float16": "half", "float64": "double",
+                        "float32": "float"}[dtype])()
+    elif how == "tensor":
+        model.to(Tensor([0.0]).cast(want))
+    else:
+        model.to(DEVICE, dtype=want)
+    assert list(model.parameters()) == params
+    for p in params:
+        assert p.dtype == want and p.grad.dtype == want
+        cast = {"bfloat16": _bf16, "float16": lambda v: v.astype(np.float16).astype(np.float64)}.get(
+            dtype, lambda v: v.astype(np.float32).astype(np.float64))
+        np.testing.assert_array_equal(p.numpy().astype(np.float64), cast(before[id(p)].astype(np.float32)))
+        np.testing.assert_array_equal(p.grad.numpy().astype(np.float64),
+                                      cast(grads[id(p)].astype(np.float32)))
+    bn = model[1]
+    assert bn.running_mean.dtype == want and bn.num_batches_tracked.dtype == tg.int64
+    with pytest.raises(TypeError, match="only casts to a floating dtype"):
+        model.to(tg.int32)

@@ -32,6 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from tg.core.device import Device
+from tg.core.ops import UnaryOps
 from tg.core.tensor import Tensor
 
 if TYPE_CHECKING:
@@ -459,27 +460,59 @@ class Module:
             p.requires_grad_(requires_grad)
         return self
 
-    def to(self: ModuleT, device: str) -> ModuleT:
-        """Move every parameter, buffer and gradient to device in place: the Tensor objects stay the
-        same, so an optimizer built before still holds them (its state, though, stays where it was:
-        call to() before building the optimizer, as in torch). Returns self.
+    def to(self: ModuleT, *args: Any, **kwargs: Any) -> ModuleT:
+        """torch's Module.to: `to(device)`, `to(dtype)`, `to(device, dtype)`, `to(tensor)` (its device
+        and dtype), or `device=` / `dtype=` (`non_blocking` is accepted). Moves every parameter, buffer
+        and gradient to device, and casts the floating ones to dtype (integer buffers, such as a
+        BatchNorm's count, keep theirs), in place: the Tensor objects stay the same, so an optimizer
+        built before still holds them (its state, though, stays as it was: call to() before building
+        the optimizer, as in torch). Returns self.
 
+            >>> import tg
             >>> from tg.nn import Linear
             >>> layer = Linear(2, 2)
             >>> w = layer.weight
             >>> layer.to("CPU").weight is w, w.device
             (True, 'CPU')
+            >>> layer.to(tg.bfloat16).weight is w, w.dtype
+            (True, dtypes.bfloat16)
         """
-        device = Device.canonicalize(device)
-        moved: list[Tensor] = []
+        device, dtype = _to_arguments(args, kwargs)
+        changed: list[Tensor] = []
+        target_device = Device.canonicalize(str(device)) if device is not None else None
         for t in [*self.parameters(), *self.buffers()]:
             for target in (t, t.grad):
-                if target is not None and target.device != device:
-                    target.lazydata = target.lazydata.copy_to_device(device)
-                    moved.append(target)
-        if moved:
-            moved[0].realize(*moved[1:])
+                if target is None:
+                    continue
+                if target_device is not None and target.device != target_device:
+                    target.lazydata = target.lazydata.copy_to_device(target_device)
+                    changed.append(target)
+                if dtype is not None and target.dtype.is_float and target.dtype != dtype:
+                    target.lazydata = target.lazydata.e(UnaryOps.CAST, arg=dtype)
+                    changed.append(target)
+        if changed:
+            changed[0].realize(*changed[1:])
         return self
+
+    def half(self: ModuleT) -> ModuleT:
+        """Floating parameters and buffers to float16 (Module.to(tg.float16))."""
+        from tg.core.dtype import dtypes
+        return self.to(dtypes.float16)
+
+    def bfloat16(self: ModuleT) -> ModuleT:
+        """Floating parameters and buffers to bfloat16."""
+        from tg.core.dtype import dtypes
+        return self.to(dtypes.bfloat16)
+
+    def float(self: ModuleT) -> ModuleT:
+        """Floating parameters and buffers to float32."""
+        from tg.core.dtype import dtypes
+        return self.to(dtypes.float32)
+
+    def double(self: ModuleT) -> ModuleT:
+        """Floating parameters and buffers to float64."""
+        from tg.core.dtype import dtypes
+        return self.to(dtypes.float64)
 
     # ------------------------------------------------------------ printing
     def extra_repr(self) -> str:
@@ -625,3 +658,24 @@ class ModuleDict(Module):
     def items(self) -> Iterable[tuple[str, Module]]:
         """(name, module) pairs, in insertion order."""
         return [(k, m) for k, m in self._modules.items() if m is not None]
+
+
+def _to_arguments(args: tuple, kwargs: dict) -> tuple[Any, Any]:
+    """(device, dtype) from Module.to's forms, either None when not given."""
+    from tg.core.dtype import DType
+    device, dtype = kwargs.pop("device", None), kwargs.pop("dtype", None)
+    kwargs.pop("non_blocking", None)
+    if kwargs:
+        raise TypeError(f"[nn] Module.to: unexpected arguments {sorted(kwargs)}; expected device, dtype, "
+                        f"non_blocking")
+    for a in args:
+        if isinstance(a, DType):
+            dtype = a
+        elif isinstance(a, Tensor):
+            device, dtype = a.device, a.dtype
+        elif a is not None:
+            device = a
+    if dtype is not None and not dtype.is_float:
+        raise TypeError(f"[nn] Module.to only casts to a floating dtype (as torch), got {dtype}; cast the "
+                        f"tensors you need yourself")
+    return device, dtype
