@@ -56,7 +56,8 @@ def _low_dtype(dtype: Any, kind: str) -> DType:
 
 
 class autocast:
-    """torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None): a context manager (and
+    """torch.autocast(device_type, dtype=None, enabled=True, cache_enabled=None; the last has nothing to
+    turn off in tg, see core/autocast.py): a context manager (and
     a decorator) under which the ops in torch's lists run in `dtype` (bfloat16 on the CPU, float16 on
     GPUs by default), the ones that need float32 in float32, and the rest in their inputs' dtype.
 
@@ -307,6 +308,11 @@ def _unscale_and_check(optimizer: Any, inv_scale: float) -> bool:
                 if g.numel():
                     part = part + g.detach().isfinite().logical_not().sum().cast(dtypes.float32)
             bad = bad + holder.combine(part, "max")
+        combine = getattr(optimizer, "combine", None)
+        if combine is not None:
+            # a ZeroOptimizer's verdict is the group's: at stage 1 each rank's .grad is still its own
+            # (reduced in step), and a rank that skipped alone would leave the others in step's collectives
+            bad = combine(bad, "max")
         found = bad.item() > 0
         for g in grads:
             g.assign((g.detach() * inv_scale).cast(g.dtype))

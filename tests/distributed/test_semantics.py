@@ -266,7 +266,10 @@ def scaled_training(rank: int, world: int, kind: str, amp: bool = False) -> dict
     an inf (world 1: the reference, overflowing at those steps itself). With ZeRO that gradient lives in
     one rank's shard: the verdict must still be every rank's."""
     model = Net(seed=100 + rank)
-    net, opt, _ = wrapped(model, kind, "sgd", {"momentum": 0.9})
+    if kind == "zero1_alone":        # ZeRO-1 without DDP: each rank's .grad is its own until step
+        net, opt = model, ZeroRedundancyOptimizer(get_parameters(model), nn.optim.SGD, lr=0.05, momentum=0.9)
+    else:
+        net, opt, _ = wrapped(model, kind, "sgd", {"momentum": 0.9})
     scaler = tg.amp.GradScaler(init_scale=2.0 ** 8, growth_interval=2)
     n = ROWS // world
     scales = []
@@ -289,7 +292,7 @@ def scaled_training(rank: int, world: int, kind: str, amp: bool = False) -> dict
     return {"params": values(model), "scales": scales}
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", [*KINDS, "zero1_alone"])
 @pytest.mark.parametrize("world", [2, 3])
 def test_grad_scaler_skips_an_overflowing_step_on_every_rank(kind, world):
     """One rank's overflow skips the step everywhere, with the same scales after it; the result equals a

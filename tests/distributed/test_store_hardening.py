@@ -504,3 +504,19 @@ def test_the_tcp_transport_set_up_survives_a_flood_as_the_store_does(free: int, 
         assert "Too many open files" in done.stderr, done.stderr[-2000:]
     else:
         assert int(done.stdout.split()[1]) == flood - cap + 1, done.stdout
+
+
+def _sum_of_ranks(rank: int, world: int) -> float:
+    x = np.full(3, float(rank), np.float32)
+    dist.all_reduce(x)
+    return float(x[0])
+
+
+@pytest.mark.parametrize("world", [4, 6])
+def test_a_job_with_more_ranks_than_the_cap_on_unproven_connections_starts(world):
+    """The cap closes the oldest unproven connection: a tcp set-up where every rank connects to rank 0 at
+    once (more than the cap) must still come up. The set-up listener's cap is at least the connections it
+    expects, and a rank whose connection was closed before the handshake connects again (the store's
+    clients already did)."""
+    got = run_ranks(world, _sum_of_ranks, backend="tcp", env={"TG_STORE_MAX_UNPROVEN": "1"}, timeout=120)
+    assert got == [float(sum(range(world)))] * world

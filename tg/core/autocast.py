@@ -8,32 +8,34 @@ the op is reached (a method, `tg.nn.functional`, the torch namespace, a name imp
 the wrapper:
 - does nothing unless an autocast region is enabled on this thread for the device of the op's first
   tensor (one global counter makes the common case one comparison);
-- does nothing inside another marked op (torch's autocast acts once per op: a loss that calls
-  log_softmax is cast at the loss, and an op in no list on this device, such as mv on the CPU or a
-  mean, runs in its inputs' dtype all through) and for a call given an explicit `dtype=` (or `out=`);
+- does nothing inside another marked op, nor when tg's own op code calls it (a module in INTERNAL):
+  torch's autocast acts once per op, at the user's call; a loss that calls log_softmax is cast at the
+  loss, an op in no list on this device (mv on the CPU, a mean, a sigmoid built from exp) runs in its
+  inputs' dtype all through; and for a call given an explicit `dtype=` (or `out=`);
 - casts the floating tensor arguments (in lists and tuples too): "lower" ones that are float32 to the
   region's dtype, "float32" ones that are float16 / bfloat16 to float32, "promote" ones to the widest
   floating dtype among them. float64 is never lowered.
 
-Casts are recorded by autograd like any op, so gradients come back in each parameter's own dtype. A cast
-of a leaf that requires grad (a parameter) is cached until the outermost region on the thread exits,
-keyed by the leaf's current buffer: a parameter updated in place is cast again.
+Casts are recorded by autograd like any op, so gradients come back in each parameter's own dtype. Each
+use casts afresh (torch caches a parameter's cast per region; a lazy cast costs nothing until fused into
+its reader, and a cached one would go stale under an in-place update).
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
 from typing import Any, Callable, Iterator
 
-from tg.core.dtype import dtypes
+from tg.core.dtype import dtypes, promote_types
 
 # ---------------------------------------------------------------------------- the tables (data)
 # torch's CPU lists (bfloat16 or float16); ops that are composites there (einsum goes through bmm) are
 # listed under what torch's result shows
-_CPU_LOWER = ("matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "linear", "conv1d", "conv2d", "conv3d",
-              "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
-              "scaled_dot_product_attention", "einsum")
+_CPU_LOWER = ("matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm", "linear",
+              "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+              "prelu", "scaled_dot_product_attention", "einsum")
 _CPU_FLOAT32 = ("avg_pool3d", "max_pool3d", "adaptive_avg_pool3d", "binary_cross_entropy", "prod", "cdist",
                 "trace", "mse_loss", "cosine_embedding_loss", "nll_loss", "hinge_embedding_loss",
                 "poisson_nll_loss", "smooth_l1_loss", "cross_entropy", "l1_loss", "huber_loss",
@@ -42,9 +44,9 @@ _CPU_FLOAT32 = ("avg_pool3d", "max_pool3d", "adaptive_avg_pool3d", "binary_cross
                 "multilabel_soft_margin_loss", "gaussian_nll_loss")
 _CPU_PROMOTE = ("cat", "stack", "index_copy")
 # torch's CUDA lists (float16 and bfloat16 alike); tg uses them for every GPU device (CUDA, OpenCL)
-_GPU_LOWER = ("matmul", "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "addr", "mv", "linear", "conv1d",
-              "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d", "prelu",
-              "scaled_dot_product_attention", "einsum")
+_GPU_LOWER = ("matmul", "__matmul__", "__rmatmul__", "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv",
+              "addr", "mv", "linear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d",
+              "conv_transpose3d", "prelu", "scaled_dot_product_attention", "einsum")
 _GPU_FLOAT32 = ("__pow__", "__rpow__", "__rtruediv__", "acos", "asin", "cosh", "sinh", "tan", "erfinv", "exp",
                 "expm1", "log", "log10", "log1p", "log2", "pow", "prod", "reciprocal", "rsqrt", "sum",
                 "cumsum", "cumprod", "norm", "normalize", "cdist", "pdist", "dist", "renorm",
@@ -58,6 +60,10 @@ _GPU_PROMOTE = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot
                 "scatter_add", "tensordot", "cat", "stack", "index_copy")
 
 
+# modules whose calls of a marked op are an op's insides, not a user's call: torch has one kernel where tg
+# composes (sigmoid from exp, batch_norm from rsqrt and sum), and its autocast sees only the outer call
+# (tg.core.* counts too). Layers (tg.nn.layers), the namespace and user code call ops as a user does.
+INTERNAL = frozenset({"tg.nn.functional", "tg.core"})
 # ops torch runs as they are (in no list) that tg builds from listed ones: marked too, so that what they
 # call inside is not cast (a mean of bfloat16 is bfloat16, not the float32 of the sum it is made of).
 # Every marked op with no entry in a device kind's table runs this way on that kind (mv on the CPU).
@@ -87,7 +93,6 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.regions: dict[str, list[tuple[bool, Any]]] = {}     # kind -> stack of (enabled, dtype)
         self.inside = 0                                           # autocast ops running on this thread
-        self.cache: dict[tuple[int, int, Any], tuple[Any, Any, Any]] = {}
         self.depth = 0                                            # regions entered on this thread
 
 
@@ -118,8 +123,6 @@ def leave(kind: str) -> None:
     global _enabled_regions
     enabled, _ = STATE.regions[kind].pop()
     STATE.depth -= 1
-    if STATE.depth == 0:
-        STATE.cache.clear()
     if enabled:
         with _lock:
             _enabled_regions -= 1
@@ -164,17 +167,9 @@ def _first_tensor(args: tuple, kwargs: dict) -> Any:
 
 
 def _cast(t: Any, dtype: Any) -> Any:
-    if t.dtype == dtype:
-        return t
-    if t.requires_grad and t._ctx is None:      # a leaf that requires grad: one cast per region
-        key = (id(t), id(t.lazydata), dtype)
-        hit = STATE.cache.get(key)
-        if hit is not None and hit[0] is t and hit[1] is t.lazydata:
-            return hit[2]
-        cast = t.cast(dtype)
-        STATE.cache[key] = (t, t.lazydata, cast)      # both held: their ids are not reused meanwhile
-        return cast
-    return t.cast(dtype)
+    # (no cache of parameter casts, as torch keeps: a cast is one lazy node, fused into its reader, and a
+    # cached one went stale after an in-place update or a backward that freed its graph)
+    return t if t.dtype == dtype else t.cast(dtype)
 
 
 def _map(args: tuple, kwargs: dict, change: Callable[[Any], Any]) -> tuple[tuple, dict]:
@@ -197,7 +192,7 @@ def _apply(policy: str, low: Any, args: tuple, kwargs: dict) -> tuple[tuple, dic
     _map(args, kwargs, lambda t: floats.append(t.dtype) if t.dtype.is_float else None)
     if len(set(floats)) < 2:
         return args, kwargs
-    widest = max(floats, key=lambda d: (d.itemsize, d == dtypes.float32))
+    widest = functools.reduce(promote_types, floats)       # float16 with bfloat16: float32, as torch
     return _map(args, kwargs, lambda t: _cast(t, widest) if t.dtype.is_float else t)
 
 
@@ -208,7 +203,8 @@ def autocast_op(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> Any:
-        if not _enabled_regions or STATE.inside:
+        if not _enabled_regions or STATE.inside or sys._getframe(1).f_globals.get("__name__") in INTERNAL \
+                or sys._getframe(1).f_globals.get("__name__", "").startswith("tg.core."):
             return fn(*args, **kwargs)
         first = _first_tensor(args, kwargs)
         kind = _device_kind(first.device) if first is not None else "cpu"

@@ -1860,7 +1860,9 @@ class Tensor:
     def __pow__(self, y: Any) -> Tensor: return self.pow(y)
     @autocast_op
     def __rpow__(self, y: Any) -> Tensor: return self.pow(y, True)
+    @autocast_op
     def __matmul__(self, y: Tensor) -> Tensor: return self.matmul(y)
+    @autocast_op
     def __rmatmul__(self, y: Tensor) -> Tensor: return self._to_tensor(y).matmul(self)
     def __iadd__(self, y: Any) -> Tensor: return self._binary_in_place("+=", Tensor.add, y)
     def __isub__(self, y: Any) -> Tensor: return self._binary_in_place("-=", Tensor.sub, y)

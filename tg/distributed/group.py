@@ -102,22 +102,26 @@ class ProcessGroup:
     def _who_is_stuck(self, seq: int, err: CollectiveTimeout) -> DistributedError:
         """The error for a timeout, naming its cause. The wait that timed out was on a neighbour in the
         algorithm (a ring's, a tree's), which may be waiting too: so each rank that times out says, in
-        the store, which call it waits in, and waits a grace (TG_DIST_TIMEOUT, at most 10s) for the
+        the store, which call it waits in, and waits a grace (TG_DIST_TIMEOUT, at most 30s) for the
         others' word. A rank that said nothing by then is the one that is stuck: stopped, hung, or busy
         outside this group's collectives for longer than the timeout. All saying: the calls diverged
         (different numbers), or the transfer itself is stuck."""
         if self.store is None or self.size < 3:      # two ranks: the peer waited on is the only other
             return err
         timeout = getattr(self.transport, "timeout", 0.0)
-        grace = min(max(timeout, 1.0), 10.0) if math.isfinite(timeout) else 10.0
+        # a rank that entered the call later than the others times out later too: the grace is the
+        # timeout itself, up to 30s; the store's answers get 10s at least (a slow one must not cost the
+        # process its store connection)
+        grace = min(max(timeout, 1.0), 30.0) if math.isfinite(timeout) else 30.0
+        answer = max(grace, 10.0)
         key = f"{self.prefix}/waiting/%d"
         try:
-            self.store.set(key % self.rank, json.dumps({"seq": seq}), timeout=grace)
+            self.store.set(key % self.rank, json.dumps({"seq": seq}), timeout=answer)
             try:
-                self.store.wait([key % r for r in range(self.size)], timeout=grace, answer_within=grace)
+                self.store.wait([key % r for r in range(self.size)], timeout=grace, answer_within=answer)
             except TimeoutError:
                 pass
-            said = [self.store.compare_set(key % r, b"\0peek", b"", timeout=grace) for r in range(self.size)]
+            said = [self.store.compare_set(key % r, b"\0peek", b"", timeout=answer) for r in range(self.size)]
         except (DistributedError, OSError) as e:
             return CollectiveTimeout(f"{err} (asking the other ranks where they wait failed: {e})")
         waiting: dict[int, int] = {}

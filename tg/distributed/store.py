@@ -201,8 +201,10 @@ class Doorman:
     doorman.admitted(conn))` and `doorman.drop(conn)` when it fails."""
 
     def __init__(self, sock: socket.socket, serve: Callable[[socket.socket, tuple], None], who: str,
-                 stopped: Callable[[], bool], thread: str):
+                 stopped: Callable[[], bool], thread: str, least: int = 1):
+        """least: the cap is at least this (the connections a tcp transport's set-up expects at once)."""
         self.sock, self.serve, self.who, self.stopped, self.thread = sock, serve, who, stopped, thread
+        self.least = least
         self.unproven: dict[socket.socket, None] = {}     # oldest first
         self.lock = threading.Lock()
         self.short_logged: float | None = None             # when the loop last warned of a shortage
@@ -240,7 +242,7 @@ class Doorman:
         """Count conn among the unproven; beyond the cap the oldest is closed (its thread then ends)."""
         with self.lock:
             self.unproven[conn] = None
-            cap = max(config.TG_STORE_MAX_UNPROVEN, 1)
+            cap = max(config.TG_STORE_MAX_UNPROVEN, self.least, 1)
             while len(self.unproven) > cap:
                 oldest = next(iter(self.unproven))
                 del self.unproven[oldest]

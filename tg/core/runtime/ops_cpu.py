@@ -62,7 +62,9 @@ def _pointer(b: Buffer) -> ctypes.c_void_p:
 
 
 _RUNTIMES: dict[str, ctypes.CDLL] = {}
-_RUNTIME_NAMES = ("libgomp", "libomp", "libiomp")
+# the runtimes' own file names (libgomp.so.1.0.0, ...), not copies that wheels bundle under hashed names
+# (libgomp-855c301a.so): the kernels link the system's by its soname
+_RUNTIME_NAMES = ("libgomp.so", "libomp.so", "libiomp5.so")
 
 
 def _hold_thread_runtime() -> None:
@@ -78,7 +80,7 @@ def _hold_thread_runtime() -> None:
     except OSError:
         return
     for path in paths:
-        if Path(path).name.startswith(_RUNTIME_NAMES) and ".so" in path:
+        if Path(path).name.startswith(_RUNTIME_NAMES):
             _RUNTIMES[path] = ctypes.CDLL(path)
 
 

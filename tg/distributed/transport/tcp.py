@@ -23,7 +23,7 @@ import numpy as np
 
 from tg import config
 from tg.distributed.errors import CollectiveTimeout, DistributedError
-from tg.distributed.store import Doorman, RejectLog, TCPStore, prove, verify
+from tg.distributed.store import Doorman, RejectLog, SecretRejected, TCPStore, prove, verify
 from tg.distributed.transport.base import Transport
 from tg.distributed.transport.shm import Segment, ShmRing, boot_id, pid_alive
 from tg.distributed.transport.wire import ABORT, DATA, DESC, FRAME, MAGIC, MAX_CONTROL, P2P, check_in_step
@@ -182,7 +182,7 @@ class TcpTransport(Transport):
 
         # the store's accept loop: it waits out a shortage of descriptors, and caps unproven connections
         door = Doorman(listener, admit, f"[distributed] rank {rank}",
-                       lambda: all_in.is_set() or stopping.is_set(), "tg-tcp-admit")
+                       lambda: all_in.is_set() or stopping.is_set(), "tg-tcp-admit", least=len(expected))
 
         def accept_all() -> None:
             if not expected:
@@ -199,8 +199,7 @@ class TcpTransport(Transport):
             host_port = store.get(f"{prefix}/tcp/{peer}").decode()
             h, p = host_port.rsplit(":", 1)
             for channel in (0, 1):     # 0: collectives, 1: point-to-point (they never interleave)
-                sock = _connect(h, int(p), timeout)
-                prove(sock, secret, b"tg-transport")
+                sock = _connect_proven(h, int(p), secret, timeout)
                 sock.sendall(struct.pack("<IB", rank, channel))
                 outgoing[(peer, channel)] = sock
         all_in.wait(timeout)
@@ -602,6 +601,30 @@ def _connect(host: str, port: int, timeout: float) -> socket.socket:
                 ) from None
             time.sleep(delay)
             delay = min(delay * 2, 0.2)
+
+
+def _connect_proven(host: str, port: int, secret: bytes, timeout: float) -> socket.socket:
+    """A connection to a peer's listener that proved the job secret. A listener full of unproven
+    connections closes the oldest without a verdict (store.Doorman): then connect again, until the
+    timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        sock = _connect(host, port, max(deadline - time.monotonic(), 0.1))
+        try:
+            prove(sock, secret, b"tg-transport")
+            return sock
+        except SecretRejected:
+            sock.close()
+            raise DistributedError(f"[distributed] the peer at {host}:{port} rejected this rank's job "
+                                   f"secret; every rank must get the same TG_SECRET (tglaunch sets it)"
+                                   ) from None
+        except (OSError, ConnectionError) as e:
+            sock.close()
+            if time.monotonic() > deadline:
+                raise DistributedError(f"[distributed] the peer at {host}:{port} kept closing the connection "
+                                       f"before the handshake for {timeout:.0f}s ({e}): more connections "
+                                       f"than TG_STORE_MAX_UNPROVEN reach it at once; raise it") from None
+            time.sleep(0.01)
 
 
 def _recv_exact(sock: socket.socket, n: int, timeout: float | None = None) -> bytes:
