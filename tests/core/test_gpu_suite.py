@@ -45,6 +45,6 @@ def test_core_and_nn_suites_pass_on_cl(suite):
         env=env,
         capture_output=True,
         text=True,
-        timeout=1400,
+        timeout=2700,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

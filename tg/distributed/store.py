@@ -169,22 +169,30 @@ def prove(sock: socket.socket, secret: bytes, purpose: bytes) -> None:
 
 
 def verify(sock: socket.socket, secret: bytes, purpose: bytes, timeout: float = 10.0,
-           admit: Callable[[], bool] | None = None) -> bool:
+           admit: Callable[[], bool] | None = None, rejected: Callable[[], None] | None = None) -> bool:
     """Server side: send a challenge, check the answer in constant time. Nothing else is read first.
     A wrong answer gets "NO" (the client then knows its secret is wrong); a right one "OK", unless
-    `admit` says the connection was dropped meanwhile (it is then closed without a verdict)."""
+    `admit` says the connection was dropped meanwhile (it is then closed without a verdict).
+    `rejected()` runs for every connection that fails, before a wrong one hears "NO" (so whoever counts
+    rejections has counted it by the time the client knows)."""
     challenge = os.urandom(CHALLENGE)
     sock.settimeout(timeout)
     try:
         sock.sendall(challenge)
         answer = _recv_exact(sock, 32)
         if not hmac.compare_digest(answer, _mac(secret, challenge, purpose)):
+            if rejected is not None:
+                rejected()
             sock.sendall(b"NO")
             return False
         if admit is not None and not admit():
+            if rejected is not None:
+                rejected()
             return False
         sock.sendall(b"OK")
     except (OSError, ConnectionError):
+        if rejected is not None:
+            rejected()
         return False
     sock.settimeout(None)
     return True
@@ -287,9 +295,9 @@ class _Server:
 
     def _serve(self, conn: socket.socket, addr: tuple) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not verify(conn, self.secret, b"tg-store", admit=lambda: self.door.admitted(conn)):
-            self.door.drop(conn)
-            self.rejects.rejected(addr)      # a wrong answer, none in time, or closed by the cap
+        if not verify(conn, self.secret, b"tg-store", admit=lambda: self.door.admitted(conn),
+                      rejected=lambda: self.rejects.rejected(addr)):
+            self.door.drop(conn)      # a wrong answer, none in time, or closed by the cap
             conn.close()
             return
         self.conns.add(conn)

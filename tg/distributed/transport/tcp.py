@@ -162,9 +162,9 @@ class TcpTransport(Transport):
 
         def admit(conn: socket.socket, addr: tuple) -> None:
             # each connection proves the secret on its own thread: a silent one delays nobody
-            if not verify(conn, secret, b"tg-transport", admit=lambda: door.admitted(conn)):
+            if not verify(conn, secret, b"tg-transport", admit=lambda: door.admitted(conn),
+                          rejected=lambda: rejects.rejected(addr)):
                 door.drop(conn)
-                rejects.rejected(addr)
                 conn.close()   # a stray or hostile connection: rejected, the job carries on
                 return
             try:
