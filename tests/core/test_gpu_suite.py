@@ -16,8 +16,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 # Two runs, so that pytest-xdist can give them a worker each; with a cold kernel cache tests/nn takes
 # about five minutes on two busy cores (every kernel is built by the OpenCL driver and by NVRTC), and
-# tests/core, with issue 34's generated tests and fuzzer, about 25.
-@pytest.mark.timeout(3000)
+# tests/core, with issue 34's generated tests and fuzzer, 25 to 60 (the bound leaves room for the slow
+# end; making this run shorter is the suite-time work still open).
+@pytest.mark.timeout(4000)
 @pytest.mark.parametrize("suite", ["tests/core", "tests/nn"])
 @pytest.mark.skipif(os.environ.get("TG_DEVICE") == "CL", reason="this is the run it starts")
 def test_core_and_nn_suites_pass_on_cl(suite):
@@ -45,6 +46,6 @@ def test_core_and_nn_suites_pass_on_cl(suite):
         env=env,
         capture_output=True,
         text=True,
-        timeout=2700,
+        timeout=3600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
