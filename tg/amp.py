@@ -297,17 +297,18 @@ def _unscale_and_check(optimizer: Any, inv_scale: float) -> bool:
     grads = [*own, *(g for _, gs in held for g in gs)]
     if not grads:
         return False
-    with _NoGrad():
-        bad = Tensor.zeros(device=grads[0].device)
-        for g in own:
+    device = grads[0].device
+
+    def nonfinite(gs: list[Tensor]) -> Tensor:
+        count = Tensor.zeros(device=device)
+        for g in gs:
             if g.numel():
-                bad = bad + g.detach().isfinite().logical_not().sum().cast(dtypes.float32)
+                count = count + g.detach().isfinite().logical_not().sum().cast(dtypes.float32)
+        return count
+    with _NoGrad():
+        bad = nonfinite(own)
         for holder, gs in held:
-            part = Tensor.zeros(device=grads[0].device)
-            for g in gs:
-                if g.numel():
-                    part = part + g.detach().isfinite().logical_not().sum().cast(dtypes.float32)
-            bad = bad + holder.combine(part, "max")
+            bad = bad + holder.combine(nonfinite(gs), "max")
         combine = getattr(optimizer, "combine", None)
         if combine is not None:
             # a ZeroOptimizer's verdict is the group's: at stage 1 each rank's .grad is still its own

@@ -64,10 +64,6 @@ _GPU_PROMOTE = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot
 # composes (sigmoid from exp, batch_norm from rsqrt and sum), and its autocast sees only the outer call
 # (tg.core.* counts too). Layers (tg.nn.layers), the namespace and user code call ops as a user does.
 INTERNAL = frozenset({"tg.nn.functional", "tg.core"})
-# ops torch runs as they are (in no list) that tg builds from listed ones: marked too, so that what they
-# call inside is not cast (a mean of bfloat16 is bfloat16, not the float32 of the sum it is made of).
-# Every marked op with no entry in a device kind's table runs this way on that kind (mv on the CPU).
-KEEP = ("mean", "var", "std", "logsumexp")
 
 
 def _table(lower: tuple, float32: tuple, promote: tuple) -> dict[str, str]:
@@ -93,7 +89,6 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.regions: dict[str, list[tuple[bool, Any]]] = {}     # kind -> stack of (enabled, dtype)
         self.inside = 0                                           # autocast ops running on this thread
-        self.depth = 0                                            # regions entered on this thread
 
 
 STATE = _State()
@@ -113,7 +108,6 @@ def current(kind: str) -> Any:
 def enter(kind: str, enabled: bool, dtype: Any) -> None:
     global _enabled_regions
     STATE.regions.setdefault(kind, []).append((enabled, dtype))
-    STATE.depth += 1
     if enabled:
         with _lock:
             _enabled_regions += 1
@@ -122,7 +116,6 @@ def enter(kind: str, enabled: bool, dtype: Any) -> None:
 def leave(kind: str) -> None:
     global _enabled_regions
     enabled, _ = STATE.regions[kind].pop()
-    STATE.depth -= 1
     if enabled:
         with _lock:
             _enabled_regions -= 1
@@ -203,8 +196,10 @@ def autocast_op(fn: Callable) -> Callable:
 
     @functools.wraps(fn)
     def op(*args: Any, **kwargs: Any) -> Any:
-        if not _enabled_regions or STATE.inside or sys._getframe(1).f_globals.get("__name__") in INTERNAL \
-                or sys._getframe(1).f_globals.get("__name__", "").startswith("tg.core."):
+        if not _enabled_regions or STATE.inside:
+            return fn(*args, **kwargs)
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if caller in INTERNAL or caller.startswith("tg.core."):
             return fn(*args, **kwargs)
         first = _first_tensor(args, kwargs)
         kind = _device_kind(first.device) if first is not None else "cpu"

@@ -2931,7 +2931,6 @@ class Tensor:
         low = int(min_value(self.dtype))
         return (self == low).any(axis, keepdim).where(low, out)
 
-    @autocast_op
     def mean(self, axis: Any = None, keepdim: builtins.bool = False, dtype: DType | str | None = None, *,
              dim: Any = None) -> Tensor:
         """The average over `axis` (None for all dims), dropping it unless keepdim. Int and bool tensors
@@ -2950,7 +2949,6 @@ class Tensor:
         s = x.sum(axis, keepdim)
         return s * (1 / count) if count else s * float("nan")
 
-    @autocast_op
     def var(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, *,
             dim: Any = None, unbiased: builtins.bool | None = None) -> Tensor:
         """The variance over `axis`: the sum of squared deviations divided by N - correction. As in torch,
@@ -2969,7 +2967,6 @@ class Tensor:
         dev = x - x.mean(axes, keepdim=True)
         return (dev * dev).sum(axes, keepdim) / max(n - correction, 0)
 
-    @autocast_op
     def std(self, axis: Any = None, keepdim: builtins.bool = False, correction: builtins.int = 1, *,
             dim: Any = None, unbiased: builtins.bool | None = None) -> Tensor:
         """The standard deviation over `axis`: sqrt(var()), with the same correction (1 by default).
