@@ -89,6 +89,9 @@ KNOBS: dict[str, Knob] = {
         Knob("TG_DISABLE_CACHE", int, 0, "1 compiles every kernel afresh and never touches the disk cache"),
         Knob("TG_CC", str, "cc", "C compiler the CPU device calls"),
         Knob("TG_CPU_THREADS", int, 0, "threads a CPU kernel may use (OpenMP); 0 means one per core"),
+        Knob("TG_CPU_DISABLE", str, "",
+             "CPU features kernels must not use, as /proc/cpuinfo names them, comma-separated "
+             "(amx_bf16,avx512_bf16): the fallback paths on a machine that has them"),
         Knob("TG_NOOPT", int, 0,
              "1 turns off the loop optimisations (upcast, vector lanes, unroll, GEMM blocking)"),
         Knob(

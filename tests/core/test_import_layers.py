@@ -26,6 +26,7 @@ LAYERS = [
     ["tg.core.codegen.linearizer"],
     ["tg.core.renderer"],
     ["tg.core.codegen.gemm", "tg.core.codegen.rows"],
+    ["tg.core.codegen.amx"],
     ["tg.core.compiler", "tg.core.device"],
     ["tg.core.codegen.search"],
     [

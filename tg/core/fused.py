@@ -31,8 +31,19 @@ def matmul_nt(a: LazyBuffer, bt: LazyBuffer) -> LazyBuffer:
     m = bt.shape[-2]
     full = (*batch, n, m, k)
     rows, cols = a.reshape((*batch, n, 1, k)).expand(full), bt.reshape((*batch, 1, m, k)).expand(full)
-    terms = rows.e(BinaryOps.MUL, cols)
-    return terms.r(ReduceOps.SUM, (len(full) - 1,)).reshape((*batch, n, m))
+    return sum_of_products(rows, cols, (len(full) - 1,)).reshape((*batch, n, m))
+
+
+def sum_of_products(x: LazyBuffer, y: LazyBuffer, axes: tuple[int, ...]) -> LazyBuffer:
+    """x * y summed over axes (x and y of one shape and dtype). float16 and bfloat16 factors are
+    multiplied and summed in float32 and the sum rounded once, as torch's matmul and conv accumulate:
+    each product of two narrow values is exact in float32, and a narrow running sum would stop
+    growing (a bfloat16 sum of ones stays at 256). The cast of each factor is fused into the reduce's
+    kernel, which codegen/gemm.py runs on the low-precision units where the CPU has them."""
+    if x.dtype not in NARROW:
+        return x.e(BinaryOps.MUL, y).r(ReduceOps.SUM, axes)
+    wide = x.e(UnaryOps.CAST, arg=dtypes.float32).e(BinaryOps.MUL, y.e(UnaryOps.CAST, arg=dtypes.float32))
+    return wide.r(ReduceOps.SUM, axes).e(UnaryOps.CAST, arg=x.dtype)
 
 
 def swap_last(x: LazyBuffer) -> LazyBuffer:
@@ -408,7 +419,7 @@ def _correlate(x: LazyBuffer, w: LazyBuffer, stride: tuple[int, int], padding: t
     n, g, cout_g, _, oh, ow, _, _ = win.shape
     wide = w.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(win.shape)
     order = (0, 1, 2, 4, 5, 3, 6, 7)            # the reduce dims last and adjacent: Cin/G, kh and kw merge
-    out = win.permute(order).e(BinaryOps.MUL, wide.permute(order)).r(ReduceOps.SUM, (5, 6, 7))
+    out = sum_of_products(win.permute(order), wide.permute(order), (5, 6, 7))
     return out.reshape((n, cout, oh, ow)), win
 
 
@@ -454,7 +465,7 @@ def _correlate_rows(x: LazyBuffer, w: LazyBuffer, padding: tuple[int, int], dila
     full = (n, g, cout_g, span, cin_g, kh, kw)
     win = view.reshape((n, g, 1, cin_g, span, kh, kw)).permute((0, 1, 2, 4, 3, 5, 6)).expand(full)
     wide = w.reshape((1, g, cout_g, 1, cin_g, kh, kw)).expand(full)
-    out = win.e(BinaryOps.MUL, wide).r(ReduceOps.SUM, (4, 5, 6)).reshape((n, cout, oh, w2))
+    out = sum_of_products(win, wide, (4, 5, 6)).reshape((n, cout, oh, w2))
     return out.shrink(((0, n), (0, cout), (0, oh), (0, ow))) if w2 != ow else out
 
 
@@ -494,14 +505,14 @@ class Conv2d(Function):
         spread = grad.reshape((n, g, cout_g, 1, oh, ow, 1, 1)).expand(self.full)
         win = self.win if self.x is None else \
             _window_copy(self.x, (kh, kw), self.stride, self.padding, self.dilation, g, g * cout_g)
-        dw = spread.e(BinaryOps.MUL, win).r(ReduceOps.SUM, (0, 4, 5)).reshape(self.w_shape) \
+        dw = sum_of_products(spread, win, (0, 4, 5)).reshape(self.w_shape) \
             if win is not None else None
         dx = None
         if self.weight is not None and self._as_conv():
             dx = self._dx_as_conv(self.weight, grad)
         elif self.weight is not None:
             wide = self.weight.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(self.full)
-            dx = self._dx(spread.e(BinaryOps.MUL, wide).r(ReduceOps.SUM, (2,)))
+            dx = self._dx(sum_of_products(spread, wide, (2,)))
         if not self.has_bias:
             return dx, dw
         return dx, dw, grad.r(ReduceOps.SUM, (0, 2, 3)).reshape((self.w_shape[0],)) if need[2] else None

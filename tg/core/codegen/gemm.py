@@ -42,16 +42,19 @@ from the search in `tg/core/codegen/search.py`, which times candidates and remem
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from tg.core.codegen.linearizer import STREAM_MIN_BYTES, Linearized, _coef, normalized
-from tg.core.dtype import dtypes
+from tg.core.dtype import DType, dtypes
 from tg.core.kernel import AstOps, Kernel, KOp
-from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps
+from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.renderer import _C_TYPES, CStyleRenderer, _lit
 from tg.core.shape import prod
 from tg.core.symbolic import Lin, Node, Var, num
 
+NARROW = (dtypes.float16, dtypes.bfloat16)
 MIN_MACS = 1 << 22        # smaller contractions are not considered (nothing to amortize packing)
+MIN_MACS_LOW = 1 << 16    # ... unless a factor is narrow, which the one-pass kernel reads a scalar at a time
 
 
 @dataclass(frozen=True)
@@ -63,7 +66,7 @@ class Params:
     kc: int
     mc: int
     nc: int
-    nest: str = "packed"     # render_packed, render_direct or render_broadcast
+    nest: str = "packed"     # render_packed, render_direct, render_broadcast or amx.render
 
 
 @dataclass
@@ -94,6 +97,22 @@ class Contraction:
     def epilogue(self) -> bool:
         return self.ast.src[0] is not self.red
 
+    @property
+    def low(self) -> bool:
+        """Whether a factor is a float16 or bfloat16 value cast to float32: the one-pass kernel would
+        convert it element by element, unvectorized; the nests convert it once, in the packing."""
+        return _from_narrow(self.x) or _from_narrow(self.y)
+
+    @property
+    def narrow(self) -> bool:
+        """Whether the output is float16 or bfloat16 (the float32 sums rounded once, in the epilogue):
+        it cannot hold the partial sums of K blocks, so the nests run K whole or sum elsewhere."""
+        return self.kernel.buf_dtypes[0] != dtypes.float32
+
+
+def _from_narrow(tree: KOp) -> bool:
+    return tree.op is UnaryOps.CAST and tree.src[0].dtype in NARROW
+
 
 def _vars(shape: tuple[int, ...]) -> list[Var]:
     return [Var(f"x{d}", 0, max(s - 1, 0)) for d, s in enumerate(shape)]
@@ -114,14 +133,17 @@ def _depends(tree: KOp, variables: list[Var]) -> set[int]:
 
 
 def find(kernel: Kernel, lanes: int) -> Contraction | None:
-    """The kernel as a contraction worth blocking (lanes: float32s per SIMD vector), or None."""
-    if kernel.buf_dtypes[0] != dtypes.float32:
+    """The kernel as a contraction worth blocking (lanes: float32s per SIMD vector), or None. Its sums
+    are float32; its output float32, or float16 / bfloat16 (fused.sum_of_products: narrow factors cast
+    to float32 in the kernel, the sum rounded once)."""
+    out_dtype = kernel.buf_dtypes[0]
+    if out_dtype not in (dtypes.float32, *NARROW):
         return None
     if kernel.reads_target:
         return None      # an in-place update reading its target: the partial sums in it would be read
     reds = [n for n in kernel.ast.walk() if isinstance(n.op, ReduceOps)]
     if len(reds) != 1 or reds[0].op is not ReduceOps.SUM or reds[0].dtype != dtypes.float32 or \
-            reds[0].src[0].op is not BinaryOps.MUL or kernel.ast.dtype != dtypes.float32:
+            reds[0].src[0].op is not BinaryOps.MUL or kernel.ast.dtype != out_dtype:
         return None      # (checked before normalizing: most reduce kernels are not products)
     ast, shape, is_reduce = normalized(kernel)
     red = next(n for n in ast.walk() if isinstance(n.op, ReduceOps))
@@ -141,7 +163,7 @@ def find(kernel: Kernel, lanes: int) -> Contraction | None:
     b_dims = [d for d in out if d not in m_dims + n_dims]
     c = Contraction(kernel, ast, shape, b_dims, m_dims, n_dims, k_dims, x, y, red, ldc)
     _, m, n, k = c.sizes
-    if m * n * k < MIN_MACS or m < 16 or n < 2 * lanes or k < 16:
+    if m * n * k < (MIN_MACS_LOW if c.low else MIN_MACS) or m < 16 or n < 2 * lanes or k < 16:
         return None
     return c
 
@@ -236,7 +258,10 @@ def clamp(c: Contraction, p: Params, lanes: int) -> Params:
         mr = max(1, min(p.mr, -(-m // lanes)))
         return Params(mr, max(1, min(p.nr, n)), max(1, min(p.kc, k)), mr, 1, "broadcast")
     kc = min(p.kc, k)
-    mc = max(p.mr, min(p.mc, -(-m // p.mr) * p.mr) // p.mr * p.mr)     # whole panels
+    mc = p.mc
+    if c.narrow:     # K whole (no partial sums to keep), A's block held to about 256 KB of L2
+        kc, mc = k, min(mc, max(p.mr, (1 << 16) // max(k, 1)))
+    mc = max(p.mr, min(mc, -(-m // p.mr) * p.mr) // p.mr * p.mr)     # whole panels
     nc = max(nr, min(p.nc // nr * nr, -(-n // nr) * nr))       # whole panels: the packed block holds nc
     return Params(p.mr, nr, kc, mc, nc)
 
@@ -389,11 +414,12 @@ def _finish_tile(c: Contraction, renderer: CStyleRenderer, p: Params) -> list[st
     """A tile held in `tile`: rows and columns inside the matrix get (partial sums of earlier K blocks
     added, then) the epilogue and the store."""
     ex, value = _epilogue(c, renderer)
+    out = c.kernel.buf_dtypes[0]
+    partial = [] if c.narrow else ["if (pc > 0) acc += *cp;", "if (!last) { *cp = acc; continue; }"]
     inner = [f"float acc = tile[i * {p.nr} + j];",
-             f"float* cp = data0 + cbase + (m0 + i) * {c.ldc} + n0 + j;",
-             "if (pc > 0) acc += *cp;", "if (!last) { *cp = acc; continue; }",
-             *_decode(c, c.m_dims, "(m0 + i)"), *_decode(c, c.n_dims, "(n0 + j)"), *ex.lines,
-             f"*cp = {value};"]
+             f"{_C_TYPES[out.name]}* cp = data0 + cbase + (m0 + i) * {c.ldc} + n0 + j;",
+             *partial, *_decode(c, c.m_dims, "(m0 + i)"), *_decode(c, c.n_dims, "(n0 + j)"), *ex.lines,
+             f"*cp = {stored(renderer, out, value)};"]
     return [f"for (long i = 0; i < {p.mr} && m0 + i < M; i++)",
             f"  for (long j = 0; j < {p.nr} && n0 + j < N; j++) {{", *["    " + x for x in inner], "  }"]
 
@@ -405,6 +431,7 @@ def _naive(c: Contraction, renderer: CStyleRenderer, name: str) -> list[str]:
     red_lines = ex.lines
     epi, value = _epilogue(c, renderer)
     idx, _ = c.ast.arg[1].expr_idxs(_context(c, c.b_dims + c.m_dims + c.n_dims))     # a plain store
+    out = c.kernel.buf_dtypes[0]
     return [f"static void {name}_naive({_params(c)}) {{",
             "  for (long bb = 0; bb < BATCH; bb++)",
             "  for (long m = 0; m < M; m++)",
@@ -415,8 +442,19 @@ def _naive(c: Contraction, renderer: CStyleRenderer, name: str) -> list[str]:
             "    for (long k = 0; k < K; k++) {",
             *["      " + x for x in [*_decode(c, c.k_dims, "k"), *red_lines, f"acc += {prod_value};"]],
             "    }",
-            *["    " + x for x in [*epi.lines, f"data0[{idx.render()}] = {value};"]],
+            *["    " + x for x in [*epi.lines, f"data0[{idx.render()}] = {stored(renderer, out, value)};"]],
             "  }", "}"]
+
+
+# The kernels' scratch pool (ops_cpu.SCRATCH_SOURCE, loaded before any kernel): buffers kept between calls.
+SCRATCH_DECLS = "void* tg_scratch_take(long bytes);\nvoid tg_scratch_give(void* p);\n"
+
+
+def stored(renderer: CStyleRenderer, dtype: DType, value: str) -> str:
+    """C for a computed float value as the bits a float16 or bfloat16 output holds (else as it is)."""
+    if dtype == dtypes.float16:
+        return renderer.d.half_store.format(value)
+    return f"tg_f32_to_bf16({value})" if dtype == dtypes.bfloat16 else value
 
 
 def _params(c: Contraction) -> str:
@@ -432,7 +470,7 @@ def _source(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lane
     batch, m, n, k = c.sizes
     defines = [f"#define BATCH {batch}L", f"#define M {m}L", f"#define N {n}L", f"#define K {k}L"]
     undefs = ["#undef BATCH", "#undef M", "#undef N", "#undef K"]
-    head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + \
+    head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n" + SCRATCH_DECLS + \
         ("#include <immintrin.h>\n" if stream else "") + renderer.v.header.replace("BYTES", str(4 * lanes))
     lines = [*defines, *_micro(name, p, lanes, stream), *_naive(c, renderer, name), *body, *undefs]
     return head + "\n".join(lines) + "\n"
@@ -458,7 +496,7 @@ def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
     """The packed nest (the module's docstring)."""
     batch, m, n, k = c.sizes
     threads = f" num_threads({renderer.threads})" if renderer.threads else ""
-    ap_floats = -(-p.kc * (p.mc + p.mr) // 16) * 16      # whole 64-byte lines: what aligned_alloc takes
+    ap_floats = -(-p.kc * (p.mc + p.mr) // 16) * 16      # whole 64-byte lines
     bp_floats = -(-p.kc * p.nc // 16) * 16
     cbase = _index(c, c.ast, c.b_dims)
     tile_body = _finish_tile(c, renderer, p)
@@ -466,10 +504,10 @@ def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
     body = [
         f"void {name}({_params(c)}) {{",
         f"  int max_threads = {renderer.threads or 'omp_get_max_threads()'};",
-        f"  float* bp = (float*)aligned_alloc(64, sizeof(float) * {bp_floats});",
-        f"  float* ap_all = (float*)aligned_alloc(64, sizeof(float) * {ap_floats} * (long)max_threads);",
+        f"  float* bp = (float*)tg_scratch_take(sizeof(float) * {bp_floats});",
+        f"  float* ap_all = (float*)tg_scratch_take(sizeof(float) * {ap_floats} * (long)max_threads);",
         "  if (!bp || !ap_all) {",
-        "    free(bp); free(ap_all);",
+        "    tg_scratch_give(bp); tg_scratch_give(ap_all);",
         f"    {_fallback(c, name)}",
         "    return;",
         "  }",
@@ -509,11 +547,12 @@ def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         f"              for (long jr = jr_first * {p.nr}; jr < nc; jr += jr_step * {p.nr})",
         f"                for (long ir = 0; ir < mc; ir += {p.mr}) {{",
         "                  long m0 = ic + ir, n0 = jc + jr;",
-        f"                  {direct} {{",
-        f"                    {name}_micro(kc, ap + ir * kc, bp + jr * kc, "
-        f"data0 + cbase + m0 * {c.ldc} + n0, {c.ldc}, pc > 0);",
-        "                    continue;",
-        "                  }",
+        *([] if c.narrow else [      # (a narrow output takes every tile through the epilogue)
+            f"                  {direct} {{",
+            f"                    {name}_micro(kc, ap + ir * kc, bp + jr * kc, "
+            f"data0 + cbase + m0 * {c.ldc} + n0, {c.ldc}, pc > 0);",
+            "                    continue;",
+            "                  }"]),
         f"                  {name}_micro(kc, ap + ir * kc, bp + jr * kc, tile, {p.nr}, 0);",
         *["                  " + x for x in tile_body],
         "                }",
@@ -523,8 +562,8 @@ def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         "      }",
         "    }",
         "  }",
-        "  free(bp);",
-        "  free(ap_all);",
+        "  tg_scratch_give(bp);",
+        "  tg_scratch_give(ap_all);",
         "}",
     ]
     return _source(c, p, renderer, name, lanes, body)
@@ -583,10 +622,10 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
               f"  koff[k] = {koff};", "}"]
     body = [
         f"void {name}({_params(c)}) {{",
-        f"  float* ap = (float*)aligned_alloc(64, sizeof(float) * {-(-mp * k // 16) * 16});",
+        f"  float* ap = (float*)tg_scratch_take(sizeof(float) * {-(-mp * k // 16) * 16});",
         "  long* koff = (long*)malloc(sizeof(long) * K);",
         "  if (!ap || !koff) {",
-        "    free(ap); free(koff);",
+        "    tg_scratch_give(ap); free(koff);",
         f"    {_fallback(c, name)}",
         "    return;",
         "  }",
@@ -623,7 +662,7 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
         *(["    _mm_sfence();    /* this thread's streaming stores, before the region ends */"] if stream else
           []),
         "  }",
-        "  free(ap);",
+        "  tg_scratch_give(ap);",
         "  free(koff);",
         "}",
     ]
@@ -717,9 +756,9 @@ def render_broadcast(c: Contraction, p: Params, renderer: CStyleRenderer, name: 
         "  long* yrow = (long*)malloc(sizeof(long) * N);",
         "  long* ykoff = (long*)malloc(sizeof(long) * K);",
         f"  int max_threads = {renderer.threads or 'omp_get_max_threads()'};",
-        f"  float* ap_all = (float*)aligned_alloc(64, sizeof(float) * {block} * (long)max_threads);",
+        f"  float* ap_all = (float*)tg_scratch_take(sizeof(float) * {block} * (long)max_threads);",
         "  if (!yrow || !ykoff || !ap_all) {",
-        "    free(yrow); free(ykoff); free(ap_all);",
+        "    free(yrow); free(ykoff); tg_scratch_give(ap_all);",
         f"    {_fallback(c, name)}",
         "    return;",
         "  }",
@@ -759,7 +798,7 @@ def render_broadcast(c: Contraction, p: Params, renderer: CStyleRenderer, name: 
         "    }",
         "  }",
         "  #undef MW",
-        "  free(yrow); free(ykoff); free(ap_all);",
+        "  free(yrow); free(ykoff); tg_scratch_give(ap_all);",
         "}",
     ]
     return _source(c, p, renderer, name, lanes, body)
@@ -770,12 +809,14 @@ def name(c: Contraction) -> str:
     return "r_" + "_".join(str(s) for s in c.shape)
 
 
-def lower(c: Contraction, p: Params, renderer: CStyleRenderer, lanes: int) -> tuple[str, str, Linearized]:
-    """(name, source, info) of the contraction's nest with block sizes p."""
+def lower(c: Contraction, p: Params, renderer: CStyleRenderer, lanes: int,
+          nest: Callable[..., str] = render) -> tuple[str, str, Linearized]:
+    """(name, source, info) of the contraction's nest with block sizes p (rendered by `nest`: these
+    here, or amx.render)."""
     kname = name(c)
     batch, m, n, k = c.sizes
     kernel = c.kernel
     mem = sum(size * dt.itemsize for size, dt in zip(kernel.buf_sizes, kernel.buf_dtypes))
     info = Linearized(kname, [], list(kernel.buf_dtypes), lanes, 1, prod(c.shape), 2 * batch * m * n * k, mem)
     info.extra["gemm"] = p
-    return kname, render(c, p, renderer, kname, lanes), info
+    return kname, nest(c, p, renderer, kname, lanes), info

@@ -284,6 +284,8 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
     and what is left of this process's budget allow), else the rule of thumb (gemm.worth and gemm.params,
     gemm.direct_rule, gemm.broadcast_rule)."""
+    if c.narrow or c.low:    # the one-pass kernel reads narrow values a scalar at a time: the packed nest
+        return gemm.params(c, lanes)
     rule = _rule(c, lanes)
     batch, m, n, k = c.sizes
     if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:

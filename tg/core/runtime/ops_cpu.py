@@ -18,12 +18,47 @@ from tg.core.renderer import C_FILE_NAMES, DIALECTS, CStyleRenderer
 
 
 @functools.cache
-def _vector_bytes() -> int:
+def _cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as /proc/cpuinfo lists them (empty where it cannot be read)."""
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return 32
-    return 64 if " avx512f" in flags else 32
+        return frozenset()
+    line = next((ln for ln in text.splitlines() if ln.startswith("flags")), "")
+    return frozenset(line.partition(":")[2].split())
+
+
+def _vector_bytes() -> int:
+    return 64 if "avx512f" in features() else 32
+
+
+AMX_FEATURES = frozenset({"amx_tile", "amx_bf16"})
+_ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
+
+
+@functools.cache
+def _amx_granted() -> bool:
+    """Whether Linux lets this process use the AMX tile registers: it must ask once
+    (arch_prctl(ARCH_REQ_XCOMP_PERM, XTILEDATA)) before its first tile instruction, which otherwise
+    dies of SIGILL; the grant holds for every thread, and children inherit it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM),
+                            ctypes.c_long(_XFEATURE_XTILEDATA)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def features() -> frozenset[str]:
+    """The CPU features generated kernels may use: the CPU's flags less those TG_CPU_DISABLE names,
+    and the AMX ones only once Linux granted the tile state. Kernels are compiled for this CPU
+    (-march=native), so every compiled kernel's cache key holds this set: a library built where AMX
+    or AVX512-FP16 was used is never loaded on a machine without them."""
+    off = {f.strip() for f in config.TG_CPU_DISABLE.split(",") if f.strip()}
+    have = _cpu_flags() - off
+    if AMX_FEATURES <= have and not _amx_granted():
+        have -= AMX_FEATURES
+    return frozenset(have)
 
 
 class ClangCompiler(CCompiler):
@@ -38,6 +73,15 @@ class ClangCompiler(CCompiler):
                           "-fno-strict-aliasing", "-x", "c", "-"], "[cpu] a generated kernel")
 
     batches = True
+
+    @property   # type: ignore[override]
+    def ident(self) -> str:
+        """The compiler, its flags and the CPU features kernels are built for (-march=native)."""
+        return f"{self._ident} cpu:{','.join(sorted(features()))}"
+
+    @ident.setter
+    def ident(self, value: str) -> None:
+        self._ident = value
 
     def compile_many_to(self, srcs: list[str], out: Path) -> None:
         """One library from several kernel sources in one translation unit: each kernel's file-level
@@ -84,9 +128,81 @@ def _hold_thread_runtime() -> None:
             _RUNTIMES[path] = ctypes.CDLL(path)
 
 
+# Scratch memory for the kernels' packed operands (codegen/gemm.py, codegen/amx.py), kept between calls
+# in one library every kernel links to: a fresh allocation of a few MB is a fresh mapping, whose every
+# page faults on first touch (measured: 1,100 faults, 3.3 ms, for the packs of one 1024^3 bfloat16
+# matmul that computes in 2.9). A few buffers are pooled (the largest asked for stays); a take that
+# finds every one busy (another thread's kernel) allocates afresh and frees on give.
+SCRATCH_SOURCE = r"""
+#include <pthread.h>
+#include <stdlib.h>
+#define SLOTS 8
+static struct { void* p; long size; int busy; } pool[SLOTS];
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+void* tg_scratch_take(long bytes) {
+  bytes = (bytes + 4095) / 4096 * 4096;
+  pthread_mutex_lock(&lock);
+  int best = -1, spare = -1;
+  for (int i = 0; i < SLOTS; i++) {
+    if (pool[i].busy) continue;
+    if (pool[i].size >= bytes && (best < 0 || pool[i].size < pool[best].size)) best = i;
+    if (spare < 0 || pool[i].size < pool[spare].size) spare = i;
+  }
+  if (best < 0 && spare >= 0) {          /* the smallest free slot grows to the size asked */
+    free(pool[spare].p);
+    pool[spare].p = aligned_alloc(4096, bytes);
+    pool[spare].size = pool[spare].p ? bytes : 0;
+    if (pool[spare].p) best = spare;
+  }
+  void* p = best >= 0 ? pool[best].p : NULL;
+  if (best >= 0) pool[best].busy = 1;
+  pthread_mutex_unlock(&lock);
+  return p ? p : aligned_alloc(4096, bytes);
+}
+void tg_scratch_give(void* p) {
+  if (!p) return;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < SLOTS; i++)
+    if (pool[i].p == p && pool[i].busy) { pool[i].busy = 0; pthread_mutex_unlock(&lock); return; }
+  pthread_mutex_unlock(&lock);
+  free(p);
+}
+long tg_scratch_trim(void) {             /* frees the pooled buffers not in use; returns the bytes freed */
+  long freed = 0;
+  pthread_mutex_lock(&lock);
+  for (int i = 0; i < SLOTS; i++)
+    if (!pool[i].busy && pool[i].p) {
+      free(pool[i].p); freed += pool[i].size; pool[i].p = NULL; pool[i].size = 0;
+    }
+  pthread_mutex_unlock(&lock);
+  return freed;
+}
+"""
+_SCRATCH: list[ctypes.CDLL] = []
+
+
+def scratch_library() -> ctypes.CDLL:
+    """The scratch pool's library, built (cached like a kernel) and loaded once with its names global,
+    before any kernel that links to them."""
+    if not _SCRATCH:
+        path = ClangCompiler().compile(SCRATCH_SOURCE)
+        _SCRATCH.append(ctypes.CDLL(str(path), mode=ctypes.RTLD_GLOBAL))
+    return _SCRATCH[0]
+
+
+def release_scratch() -> int:
+    """Frees the kernels' pooled scratch buffers that are not in use; the bytes freed."""
+    if not _SCRATCH:
+        return 0
+    trim = _SCRATCH[0].tg_scratch_trim
+    trim.restype = ctypes.c_long
+    return int(trim())
+
+
 class CPUProgram(Program):
     def __init__(self, dev: CPUDevice, name: str, lib_path: Path, src: str, info):
         self.name, self.src, self.info = name, src, info
+        scratch_library()
         self.lib = ctypes.CDLL(str(lib_path))
         # the library is unmapped when this program is let go of (a long process loads kernels without
         # end, and Linux caps a process's mappings): ctypes' function objects are cyclic garbage, which
@@ -121,6 +237,7 @@ class CPUDevice(Compiled):
         super().__init__(name)
         self.allocator = HostAllocator()
         self.compiler = ClangCompiler()
+        scratch_library()         # before any kernel library, which links to it
         self.renderer = CStyleRenderer(DIALECTS["c"], threads=config.TG_CPU_THREADS)
         self.program = CPUProgram
         self.lower_options = {"cpu_vector_bytes": _vector_bytes()}
@@ -138,12 +255,14 @@ class CPUDevice(Compiled):
         contraction (matmul in any layout, batched) becomes a blocked, packed loop nest
         (codegen/gemm.py) where the rule or the search (codegen/search.py) says it pays; every other
         kernel the one-pass loop nest of the linearizer."""
-        from tg.core.codegen import gemm, rows, search
+        from tg.core.codegen import amx, gemm, rows, search
         from tg.core.renderer import linearize_for
         if isinstance(kernel, rows.RowGroup):
             return rows.render(kernel, self.renderer, _vector_bytes())
         lanes = _vector_bytes() // 4
         c = None if config.TG_NOOPT else gemm.find(kernel, lanes)
+        if c is not None and amx.ok(c, features()):       # bfloat16 factors on the tile unit
+            return gemm.lower(c, amx.rule(c), self.renderer, lanes, amx.render)
         if c is not None:
             def one_pass(name: str) -> str:
                 lin = linearize_for(kernel, self.renderer.d, **self.lower_options)

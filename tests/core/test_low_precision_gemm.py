@@ -1,0 +1,185 @@
+"""bfloat16 and float16 contractions (issue 36 item 3): matmul, linear and conv of narrow tensors multiply
+and sum in float32 and round once (fused.sum_of_products), on the AMX tile unit where the CPU has it
+(codegen/amx.py), else in the packed float32 nest with the conversion in its packing (codegen/gemm.py).
+Both paths run here where the CPU has AMX (TG_CPU_DISABLE turns it off for the fallback); without AMX
+the AMX cases are skipped and the tests of the choice prove the fallback is taken. References: float64
+sums of the narrow inputs, rounded once (numpy's bit arithmetic in test_half_precision)."""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import tg
+from tests.core.test_half_precision import narrow, ulp
+from tg import Device, Tensor
+from tg.core.codegen import amx
+from tg.core.runtime import ops_cpu
+
+HAS_AMX = amx.FEATURES <= ops_cpu.features()
+PATHS = ["amx", "fallback"]
+
+
+@pytest.fixture(params=PATHS)
+def path(request, monkeypatch):
+    """The contraction path under test, each kernel lowered afresh; yields the path's name and a check
+    that a program of it ran."""
+    if request.param == "amx" and not HAS_AMX:
+        pytest.skip("this CPU has no AMX-BF16 (or Linux did not grant the tile state): "
+                    "test_without_amx_the_fallback_is_chosen covers it")
+    if request.param == "fallback":
+        monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16,amx_tile")
+    monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
+    dev = Device["CPU"]
+    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
+
+    def ran() -> bool:
+        sources = [prog.src for prog in dev._by_ast.values() if "gemm" in prog.info.extra]
+        tiles = any("_tile_dpbf16ps" in s for s in sources)
+        return bool(sources) and tiles == (request.param == "amx")
+    return request.param, ran
+
+
+def narrow_rand(rng, shape, dtype) -> np.ndarray:
+    return narrow(rng.standard_normal(shape).astype(np.float32), dtype)
+
+
+def T(values: np.ndarray, dtype) -> Tensor:
+    return Tensor(values, device="CPU").cast(dtype)
+
+
+def assert_rounded_once(got: np.ndarray, exact: np.ndarray, dtype, slack: np.ndarray | float = 0.0) -> None:
+    """got is the float64 value rounded to dtype: within half a step of dtype at each value, plus what a
+    float32 sum may be off (`slack`: K * 2^-24 times the sum of the terms' sizes, the bound of a float32
+    sum in any order; where it cancels to near 0 that is more than a step), a full step where that
+    slack straddles a rounding boundary."""
+    err = np.abs(got.astype(np.float64) - exact)
+    step = ulp(exact, dtype)
+    excess = err - (step + slack)
+    assert (excess <= 0).all(), f"{int((excess > 0).sum())} of {err.size} off by more than a step; " \
+        f"worst {err.flat[int(np.argmax(excess))]} at {exact.flat[int(np.argmax(excess))]}"
+    assert (err <= step / 2 + slack).mean() > 0.99
+
+
+def slack(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The bound of a float32 sum's error for a @ b (see assert_rounded_once)."""
+    return a.shape[-1] * 2.0 ** -24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
+
+
+SIZES = [(197, 301, 83), (64, 1000, 257), (300, 67, 130), (33, 2050, 96)]
+LAYOUTS = ["A B", "A B^T", "A^T B", "A^T B^T"]
+
+
+@pytest.mark.parametrize("dtype", [tg.bfloat16, tg.float16])
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("m,k,n", SIZES)
+def test_a_narrow_matmul_is_its_float64_sum_rounded_once(m, k, n, layout, dtype, path):
+    rng = np.random.default_rng(m * k + n)
+    a, b = narrow_rand(rng, (m, k), dtype), narrow_rand(rng, (k, n), dtype)
+    ta = T(np.ascontiguousarray(a.T), dtype).T if layout.startswith("A^T") else T(a, dtype)
+    tb = T(np.ascontiguousarray(b.T), dtype).T if layout.endswith("B^T") else T(b, dtype)
+    out = ta @ tb
+    assert out.dtype == dtype
+    got = out.float().numpy()
+    assert_rounded_once(got, a.astype(np.float64) @ b.astype(np.float64), dtype, slack(a, b))
+    name, ran = path
+    if dtype == tg.bfloat16 or name == "fallback":      # float16 has no tile path: the packed nest
+        assert ran()
+
+
+@pytest.mark.parametrize("k", [65536, 4096 + 37])
+def test_the_sums_are_float32_a_long_reduce_of_ones_is_exact(k, path):
+    for dtype in (tg.bfloat16, tg.float16):
+        out = Tensor.ones(17, k, device="CPU", dtype=dtype) @ Tensor.ones(k, 40, device="CPU", dtype=dtype)
+        with np.errstate(over="ignore"):       # float16's 65536 is inf
+            want = narrow(np.array([k], np.float32), dtype)[0]    # k rounded once (a narrow sum: 256)
+        np.testing.assert_array_equal(out.float().numpy(), np.full((17, 40), want, np.float32))
+
+
+def test_batched_linear_with_a_bias_and_its_gradients(path):
+    """Every operand layout of a training step: x @ W^T + b forward, and the backward's products
+    (grad @ W, grad^T @ x: x read along its rows by the weight gradient), against float64."""
+    rng = np.random.default_rng(3)
+    dtype = tg.bfloat16
+    x, w, bias = narrow_rand(rng, (3, 70, 160), dtype), narrow_rand(rng, (96, 160), dtype), \
+        narrow_rand(rng, (96,), dtype)
+    tx = T(x, dtype).requires_grad_()
+    tw, tb = T(w, dtype).requires_grad_(), T(bias, dtype).requires_grad_()
+    out = tx.linear(tw, tb)
+    x64, w64 = x.astype(np.float64), w.astype(np.float64)
+    # the product rounds once, then the bias add rounds again (bfloat16 ops)
+    prod = narrow((x64 @ w64.T).astype(np.float32), dtype)
+    assert_rounded_once(out.float().numpy(), prod.astype(np.float64) + bias, dtype, 2 * ulp(prod, dtype))
+    g = narrow_rand(rng, out.shape, dtype)
+    out.backward(T(g, dtype))
+    g64 = g.astype(np.float64)
+    assert_rounded_once(tx.grad.float().numpy(), g64 @ w64, dtype, slack(g, w))
+    g2, x2 = g.reshape(-1, g.shape[-1]), x.reshape(-1, x.shape[-1])
+    assert_rounded_once(tw.grad.float().numpy(), g2.T.astype(np.float64) @ x2, dtype, slack(g2.T, x2))
+    assert path[1]()
+
+
+@pytest.mark.parametrize("stride", [1, 2])
+def test_a_bf16_conv_is_its_float64_sum_rounded_once(stride, path):
+    rng = np.random.default_rng(stride)
+    dtype = tg.bfloat16
+    x, w = narrow_rand(rng, (2, 24, 30, 29), dtype), narrow_rand(rng, (40, 24, 3, 3), dtype)
+    got = T(x, dtype).conv2d(T(w, dtype), stride=stride, padding=1).float().numpy()
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
+    oh, ow = got.shape[2:]
+    want, size = np.zeros(got.shape), np.zeros(got.shape)
+    for i in range(3):
+        for j in range(3):
+            patch = xp[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
+            want += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j].astype(np.float64))
+            size += np.einsum("nchw,oc->nohw", np.abs(patch), np.abs(w[:, :, i, j].astype(np.float64)))
+    assert_rounded_once(got, want, dtype, 24 * 9 * 2.0 ** -24 * size)
+
+
+def test_nan_and_inf_in_a_bf16_product_come_out_as_in_float32(path):
+    rng = np.random.default_rng(5)
+    a, b = narrow_rand(rng, (64, 300), tg.bfloat16), narrow_rand(rng, (300, 80), tg.bfloat16)
+    a[3, 7], a[10, 0], b[5, 9] = np.nan, np.inf, -np.inf
+    got = (T(a, tg.bfloat16) @ T(b, tg.bfloat16)).float().numpy()
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    assert_rounded_once(got[finite], want[finite], tg.bfloat16, slack(a, b)[finite])
+
+
+def test_without_amx_the_fallback_is_chosen_and_the_cache_key_says_which(monkeypatch):
+    """The CPU features kernels are built for are part of every kernel's cache key (a library using AMX
+    is never loaded where AMX is not), and a contraction takes the tile nest exactly when AMX is there."""
+    a, b = Tensor.empty(128, 256, device="CPU", dtype=tg.bfloat16), Tensor.empty(256, 64, device="CPU",
+                                                                                   dtype=tg.bfloat16)
+    from tests.core.test_gemm import contraction
+    c = contraction(a @ b)
+    assert c is not None and c.narrow
+    compiler = ops_cpu.ClangCompiler()
+    with_all = compiler.cached_path("int x;")
+    assert amx.ok(c, ops_cpu.features()) == HAS_AMX
+    monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16")
+    assert not amx.ok(c, ops_cpu.features())
+    assert "amx_bf16" not in ops_cpu.features()
+    if HAS_AMX or "amx_bf16" in ops_cpu._cpu_flags():
+        assert compiler.cached_path("int x;") != with_all
+    monkeypatch.setenv("TG_CPU_DISABLE", "")
+    assert compiler.cached_path("int x;") == with_all
+    # float32 factors never take the tile nest
+    f = contraction(Tensor.empty(256, 512, device="CPU") @ Tensor.empty(512, 64, device="CPU"))
+    assert f is not None and not f.narrow and not amx.ok(f, frozenset(amx.FEATURES))
+
+
+def test_the_scratch_pool_keeps_its_buffers_until_released(path):
+    rng = np.random.default_rng(9)
+    a, b = narrow_rand(rng, (300, 500), tg.bfloat16), narrow_rand(rng, (500, 200), tg.bfloat16)
+    ops_cpu.release_scratch()
+    first = (T(a, tg.bfloat16) @ T(b, tg.bfloat16)).float().numpy()
+    assert path[1]()
+    assert ops_cpu.release_scratch() >= 2 * 500 * 200        # at least the packed copy of b
+    assert ops_cpu.release_scratch() == 0
+    again = (T(a, tg.bfloat16) @ T(b, tg.bfloat16)).float().numpy()     # taken afresh after the release
+    np.testing.assert_array_equal(again, first)

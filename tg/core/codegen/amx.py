@@ -1,0 +1,286 @@
+"""bfloat16 contractions on the AMX tile unit (Sapphire Rapids and later): TDPBF16PS multiplies a 16 x 32
+bfloat16 tile by a 32 x 16 one into a 16 x 16 float32 tile, 16x what the float32 FMAs of a core do.
+
+A contraction (gemm.py) whose two factors are bfloat16 values cast to float32 (fused.sum_of_products:
+matmul, linear and conv in bfloat16, as autocast makes them) runs here when the CPU has AMX and Linux
+granted this process the tile state (ops_cpu.features). For each batch index:
+
+    pack all of x into bfloat16 panels of 32 rows:     [K/32][32 rows][32 k]        (a tile: 16 rows)
+    pack all of y into bfloat16 panels of 32 columns:  [K/32][2][16 k pairs][16 columns][2]
+                                                        (VNNI: the two k of a pair side by side)
+    for each MC x NC block of C (the threads share the blocks):
+      for pc in K by KC:
+        for jr in NC by 32:            y's micro-panel (KC x 32) stays in L1 while
+          for ir in MC by 32:          x's micro-panels stream from L2:
+            micro-kernel: 2 x 2 float32 tiles of C (32 x 32) in tile registers 0-3, two tiles of x and
+            two of y per 32 of K (registers 4-7), four TDPBF16PS; the tiles added to the block's
+            float32 sums (a per-thread buffer) after each K block
+      the block's epilogue: each sum through the kernel's epilogue (its cast to bfloat16, a bias, an
+      activation) into the output
+
+K, M and N are padded to whole tiles with zeros in the packed copies; the sums outside the matrix are
+never stored. The packs read a plain bfloat16 load's bits as they are (a vector copy); any other factor
+is evaluated in float and converted (exact: it is a bfloat16 value). Each thread loads the tile
+configuration (eight tiles of 16 rows x 64 bytes) at the start of the parallel region and releases the
+tiles at its end.
+"""
+from __future__ import annotations
+
+from tg.core.codegen.gemm import (
+    SCRATCH_DECLS,
+    Contraction,
+    Params,
+    _context,
+    _decode,
+    _epilogue,
+    _Expr,
+    _fallback,
+    _index,
+    _inner_stride,
+    _naive,
+    _params,
+    _vars,
+    stored,
+)
+from tg.core.codegen.linearizer import _coef
+from tg.core.dtype import dtypes
+from tg.core.kernel import AstOps, KOp
+from tg.core.ops import UnaryOps
+from tg.core.renderer import CStyleRenderer
+
+FEATURES = frozenset({"amx_tile", "amx_bf16"})
+TILE = 32          # the micro-kernel's block of C: 2 x 2 tiles of 16 x 16 floats; x and y panels of 32
+KC, MC, NC = 512, 256, 256     # rules of thumb: x's micro-panel 32 KB, a block's sums 256 KB of L2
+
+
+def _bf16(tree: KOp) -> bool:
+    return tree.op is UnaryOps.CAST and tree.dtype == dtypes.float32 and tree.src[0].dtype == dtypes.bfloat16
+
+
+def ok(c: Contraction, features: frozenset[str]) -> bool:
+    """Whether c runs on the tile unit here: AMX granted, and both factors bfloat16 values."""
+    return FEATURES <= features and _bf16(c.x) and _bf16(c.y)
+
+
+def rule(c: Contraction) -> Params:
+    """The block sizes: whole tiles, no block larger than the padded matrix."""
+    _, m, n, k = c.sizes
+    def up(v: int) -> int:
+        return -(-v // TILE) * TILE
+    return Params(TILE, TILE, min(KC, up(k)), min(MC, up(m)), min(NC, up(n)), "amx")
+
+
+def _strides(c: Contraction, load: KOp, dims: list[int]) -> tuple[int, int] | None:
+    """(stride along the panel's rows or columns, stride along k) of a plain bfloat16 load with no mask,
+    one dim each (a matmul's operand in either layout): what the vector packs need. None otherwise."""
+    if len(dims) != 1 or len(c.k_dims) != 1:
+        return None
+    variables = _vars(c.shape)
+    idx, valid = load.arg[1].expr_idxs(variables)
+    if not (valid.is_const and valid.min == 1):
+        return None
+    rs, ks = _coef(idx, variables[dims[0]]), _coef(idx, variables[c.k_dims[0]])
+    return None if rs is None or ks is None else (rs, ks)
+
+
+def _vector_pack(c: Contraction, side: str) -> list[str] | None:
+    """A full block of the panel (32 rows or columns by 32 of K, all inside the matrix) packed with
+    AVX-512 from a plain load, by layout: x along k (64-byte copies), x along m (32-bit gathers of row
+    pairs, split by a permute), y along n (two rows of k interleaved by a permute), y along k (32-bit
+    gathers of k pairs). `s` points at the block's first element. None where no layout applies."""
+    tree, dims = (c.x, c.m_dims) if side == "a" else (c.y, c.n_dims)
+    found = _strides(c, tree.src[0], dims) if tree.src[0].op is AstOps.LOAD else None
+    if found is None:
+        return None
+    rs, ks = found
+    if side == "a" and ks == 1:
+        return ["for (long i = 0; i < 32; i++)",
+                f"  _mm512_store_si512(dst + kb * 1024 + i * 32, _mm512_loadu_si512(s + i * {rs}L));"]
+    if side == "a" and rs == 1:      # a gather of 32 bits holds rows i, i+1 at one k
+        return [_offsets(ks),
+                "for (long i = 0; i < 32; i += 2) {",
+                "  __m512i lo = _mm512_i32gather_epi32(at, s + i, 2);",
+                f"  __m512i hi = _mm512_i32gather_epi32(at, s + i + 16L * {ks}, 2);",
+                "  unsigned short* d = dst + kb * 1024 + i * 32;",
+                "  _mm512_store_si512(d, _mm512_permutex2var_epi16(lo, evens, hi));",
+                "  _mm512_store_si512(d + 32, _mm512_permutex2var_epi16(lo, odds, hi));",
+                "}"]
+    if side == "b" and rs == 1:      # rows k, k+1 of 32 columns, interleaved
+        return ["for (long kp = 0; kp < 16; kp++) {",
+                f"  __m512i r0 = _mm512_loadu_si512(s + 2 * kp * {ks}L);",
+                f"  __m512i r1 = _mm512_loadu_si512(s + (2 * kp + 1) * {ks}L);",
+                "  unsigned short* d = dst + kb * 1024 + kp * 32;",
+                "  _mm512_store_si512(d, _mm512_permutex2var_epi16(r0, first16, r1));",
+                "  _mm512_store_si512(d + 512, _mm512_permutex2var_epi16(r0, last16, r1));",
+                "}"]
+    if side == "b" and ks == 1:      # a gather of 32 bits holds a k pair of one column
+        return [_offsets(rs),
+                "for (long j = 0; j < 2; j++)",
+                "  for (long kp = 0; kp < 16; kp++)",
+                f"    _mm512_store_si512(dst + kb * 1024 + j * 512 + kp * 32, "
+                f"_mm512_i32gather_epi32(at, s + j * 16L * {rs} + 2 * kp, 2));",
+                ]
+    return None
+
+
+def _offsets(stride: int) -> str:
+    """C declaring `at`, the 16 lanes 0, stride, 2 * stride, ...: a gather's offsets (16-bit elements)."""
+    return f"const __m512i at = _mm512_set_epi32({', '.join(str(i * stride) for i in range(15, -1, -1))});"
+
+
+# permutes of 32 16-bit lanes from two vectors (indices >= 32 pick from the second)
+_PERMUTES = {
+    "evens": [2 * i for i in range(32)],                       # lo's then hi's even lanes: row i
+    "odds": [2 * i + 1 for i in range(32)],                    # row i + 1
+    "first16": [v for col in range(16) for v in (col, 32 + col)],        # columns 0-15: (k, k+1) pairs
+    "last16": [v for col in range(16, 32) for v in (col, 32 + col)],     # columns 16-31
+}
+
+
+def _pack(c: Contraction, renderer: CStyleRenderer, side: str) -> list[str]:
+    """The body packing one panel of 32 rows of x (side "a") or 32 columns of y ("b"), all of K, into
+    `dst` (bfloat16 bits, zeros past the matrix), starting at row or column `first`: full blocks with
+    AVX-512 where the layout allows (_vector_pack), the rest element by element."""
+    tree, dims, total = (c.x, c.m_dims, "M") if side == "a" else (c.y, c.n_dims, "N")
+    src = tree.src[0]
+    ctx = _context(c, c.b_dims + dims + c.k_dims)
+    if src.op is AstOps.LOAD:      # the stored bits as they are
+        idx, valid = src.arg[1].expr_idxs(ctx)
+        bits = f"data{src.arg[0]}[{idx.render()}]"
+        lines: list[str] = []
+        value = bits if valid.is_const and valid.min == 1 else f"(({valid.render()}) ? {bits} : 0)"
+    else:
+        ex = _Expr(renderer, ctx)
+        value = f"tg_f32_to_bf16({ex(tree)})"
+        lines = ex.lines
+    # where in the panel: x [kb][row][k]; y [kb][column / 16][k / 2][column % 16][k % 2]
+    at = "kb * 1024 + i * 32 + kk" if side == "a" else \
+        "kb * 1024 + (i >> 4) * 512 + (kk >> 1) * 32 + (i & 15) * 2 + (kk & 1)"
+    row = ["long row = first + i;", *_decode(c, dims, "row")]
+    kay = ["long k = kb * 32 + kk;", *_decode(c, c.k_dims, "k")]
+    rows_inner = _inner_stride(c, tree, dims) == 1     # the source contiguous along rows (or columns)
+    outer, inner = (("kk", kay), ("i", row)) if rows_inner else (("i", row), ("kk", kay))
+
+    def loops(check: bool) -> list[str]:
+        put = f"dst[{at}] = {value};"
+        if check:
+            put = f"dst[{at}] = (row < {total} && k < K) ? {value} : 0;"
+        return [f"for (long {outer[0]} = 0; {outer[0]} < 32; {outer[0]}++) {{", *["  " + x for x in outer[1]],
+                f"  for (long {inner[0]} = 0; {inner[0]} < 32; {inner[0]}++) {{",
+                *["    " + x for x in [*inner[1], *lines, put]], "  }", "}"]
+    fast = _vector_pack(c, side)
+    if fast is not None:       # s: the block's first element (row `first`, k = kb * 32)
+        start = ["long row = first, k = kb * 32;", *_decode(c, dims, "row"), *_decode(c, c.k_dims, "k"),
+                 f"const unsigned short* s = data{src.arg[0]} + {idx.render()};"]
+        full = [*start, *fast]
+    else:
+        full = loops(False)
+    return ["for (long kb = 0; kb < KP / 32; kb++) {",
+            f"  if (first + 32 <= {total} && kb * 32 + 32 <= K) {{",
+            *["    " + x for x in full], "  } else {", *["    " + x for x in loops(True)], "  }", "}"]
+
+
+def _micro(name: str) -> list[str]:
+    """C (32 x 32 floats at c, row stride NC) (+)= a panel (kc x 32 rows) times b panel (kc x 32 columns)."""
+    ld = "NC * 4"
+    cs = [("c", 0), ("c + 16", 1), ("c + 16 * NC", 2), ("c + 16 * NC + 16", 3)]
+    return [f"static inline __attribute__((always_inline)) void {name}_micro(long kc, "
+            "const unsigned short* a, "
+            "const unsigned short* b, float* c, int add) {",
+            "  if (add) {", *[f"    _tile_loadd({t}, {p}, {ld});" for p, t in cs], "  } else {",
+            *[f"    _tile_zero({t});" for _, t in cs], "  }",
+            "  for (long k = 0; k < kc; k += 32, a += 1024, b += 1024) {",
+            "    _tile_loadd(4, a, 64); _tile_loadd(5, a + 512, 64);",
+            "    _tile_loadd(6, b, 64); _tile_loadd(7, b + 512, 64);",
+            "    _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);",
+            "    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);",
+            "  }", *[f"  _tile_stored({t}, {p}, {ld});" for p, t in cs], "}"]
+
+
+def _finish_block(c: Contraction, renderer: CStyleRenderer) -> list[str]:
+    """The block's sums (in `cs`, rows ic.., columns jc..) through the epilogue into the output."""
+    ex, value = _epilogue(c, renderer)
+    out = c.kernel.buf_dtypes[0]
+    return ["long rows = M - ic < mc ? M - ic : mc, cols = N - jc < nc ? N - jc : nc;",
+            "for (long i = 0; i < rows; i++) {",
+            "  long mm = ic + i;",
+            *["  " + x for x in _decode(c, c.m_dims, "mm")],
+            "  #pragma omp simd",
+            "  for (long j = 0; j < cols; j++) {",
+            *["    " + x for x in ["long nn = jc + j;", *_decode(c, c.n_dims, "nn"),
+                                   "float acc = cs[i * NC + j];",
+                                   *ex.lines,
+                                   f"data0[cbase + mm * {c.ldc} + nn] = {stored(renderer, out, value)};"]],
+            "  }", "}"]
+
+
+def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
+    """The C source of the AMX nest (the module's docstring) as one function `name`."""
+    batch, m, n, k = c.sizes
+    mp, np_, kp = (-(-v // TILE) * TILE for v in (m, n, k))
+    threads = f" num_threads({renderer.threads})" if renderer.threads else ""
+    defines = {"BATCH": batch, "M": m, "N": n, "K": k, "MP": mp, "NP": np_, "KP": kp, "KC": p.kc, "MC": p.mc,
+               "NC": p.nc}
+    cfg = f"{name}_cfg"
+    body = [
+        f"typedef struct {{ unsigned char palette, start; unsigned char zero[14]; unsigned short colsb[16]; "
+        f"unsigned char rows[16]; }} {cfg};",
+        *_micro(name), *_naive(c, renderer, name),
+        # the loop vectorizer (off for the one-pass kernels) on for this function: the epilogue's loop
+        f'__attribute__((optimize("tree-loop-vectorize"))) void {name}({_params(c)}) {{',
+        f"  int max_threads = {renderer.threads or 'omp_get_max_threads()'};",
+        "  unsigned short* ap = (unsigned short*)tg_scratch_take(2L * MP * KP);",
+        "  unsigned short* bp = (unsigned short*)tg_scratch_take(2L * NP * KP);",
+        "  float* cs_all = (float*)tg_scratch_take(4L * MC * NC * max_threads);",
+        "  if (!ap || !bp || !cs_all) {",
+        "    tg_scratch_give(ap); tg_scratch_give(bp); tg_scratch_give(cs_all);",
+        f"    {_fallback(c, name)}",
+        "    return;",
+        "  }",
+        f"  #pragma omp parallel{threads}",
+        "  {",
+        f"    {cfg} cfg = {{0}};",
+        "    cfg.palette = 1;",
+        "    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }",
+        "    _tile_loadconfig(&cfg);",
+        "    float* cs = cs_all + (long)omp_get_thread_num() * MC * NC;",
+        *[f"    const __m512i {k_} = _mm512_set_epi16({', '.join(map(str, reversed(v)))});"
+          for k_, v in _PERMUTES.items()],
+        "    const long blocks_n = (NP + NC - 1) / NC, blocks = (MP + MC - 1) / MC * blocks_n;",
+        "    for (long bb = 0; bb < BATCH; bb++) {",
+        *["      " + x for x in _decode(c, c.b_dims, "bb")],
+        f"      long cbase = {_index(c, c.ast, c.b_dims)};",
+        "      #pragma omp for schedule(static)",
+        "      for (long first = 0; first < MP; first += 32) {",
+        "        unsigned short* dst = ap + first * KP;",
+        *["        " + x for x in _pack(c, renderer, "a")],
+        "      }",
+        "      #pragma omp for schedule(static)",
+        "      for (long first = 0; first < NP; first += 32) {",
+        "        unsigned short* dst = bp + first * KP;",
+        *["        " + x for x in _pack(c, renderer, "b")],
+        "      }",
+        "      #pragma omp for schedule(static)",
+        "      for (long blk = 0; blk < blocks; blk++) {",
+        "        long ic = blk / blocks_n * MC, jc = blk % blocks_n * NC;",
+        "        long mc = MP - ic < MC ? MP - ic : MC, nc = NP - jc < NC ? NP - jc : NC;",
+        "        for (long pc = 0; pc < KP; pc += KC) {",
+        "          long kc = KP - pc < KC ? KP - pc : KC;",
+        "          for (long jr = 0; jr < nc; jr += 32)",
+        "            for (long ir = 0; ir < mc; ir += 32)",
+        f"              {name}_micro(kc, ap + (ic + ir) * KP + pc * 32, bp + (jc + jr) * KP + pc * 32, "
+        "cs + ir * NC + jr, pc > 0);",
+        "        }",
+        *["        " + x for x in _finish_block(c, renderer)],
+        "      }",
+        "    }",
+        "    _tile_release();",
+        "  }",
+        "  tg_scratch_give(ap); tg_scratch_give(bp); tg_scratch_give(cs_all);",
+        "}",
+    ]
+    head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n#include <immintrin.h>\n" + \
+        SCRATCH_DECLS + \
+        renderer.v.header.replace("BYTES", str(4 * lanes))
+    lines = [*[f"#define {k_} {v}L" for k_, v in defines.items()], *body, *[f"#undef {k_}" for k_ in defines]]
+    return head + "\n".join(lines) + "\n"
