@@ -96,6 +96,7 @@ class VecSyntax:
     bytes: int = 0                 # SIMD width; 0 = the running CPU's (the C dialect)
     evens: str = ""                # the even lanes of {a} then those of {b} ({idx}: their numbers)
     odds: str = ""                 # the odd lanes likewise; "" (both): no shuffles, lanes one by one
+    bf16: bool = False             # bfloat16 values in lanes (float vectors; BF16_VECTORS' helpers)
 
 
 # exp2 / log2 on whole SIMD vectors (libm has only scalar versions): range reduction to a small
@@ -179,17 +180,33 @@ SHUFFLE_MACRO = """#if defined(__clang__) || __GNUC__ >= 12
 #endif
 """
 
+# bfloat16 in C's lanes: its values compute as float vectors (as a scalar computes in float); a load
+# widens the 16-bit words (the bits to the top half), a store or a cast to bfloat16 rounds to nearest
+# even in integer arithmetic, a NaN kept a NaN with its top bits (quiet), exactly as tg_f32_to_bf16.
+BF16_VECTORS = """typedef unsigned short u16v __attribute__((vector_size(BYTES / 2), aligned(2)));
+static inline f32v tg_bf16_widen_v(u16v b) { return (f32v)(__builtin_convertvector(b, u32v) << 16); }
+static inline u32v tg_bf16_bits_v(f32v f) {
+  u32v u = (u32v)f, t = u >> 16;
+  u32v r = (u + 0x7fffu + (t & 1u)) >> 16, q = t | ((u32v)((t & 0x7fu) == 0) & 0x40u);
+  i32v nan = (i32v)(f != f);
+  return (u32v)(((i32v)r & ~nan) | ((i32v)q & nan));
+}
+static inline u16v tg_bf16_narrow_v(f32v f) { return __builtin_convertvector(tg_bf16_bits_v(f), u16v); }
+static inline f32v tg_bf16_round_v(f32v f) { return (f32v)(tg_bf16_bits_v(f) << 16); }
+"""
+
 # GCC/Clang vector extensions: typedefs sized for the lane count, operators as on scalars. A splat is
 # the scalar minus a zero vector: x - 0.0 is x for every float (0.0 + x would turn -0.0 into +0.0).
 C_VECTORS = VecSyntax(
-    types={"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v"},
+    types={"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v", "bfloat16": "f32v"},
     splat="({x}-({t}){{}})", build="(({t}){{{xs}}})", get="{x}[{i}]", load="(*({t}*)({addr}))",
     store="*({t}*)({addr}) = {x};", convert="__builtin_convertvector({x}, {t})", bitcast="(({t})({x}))",
     select="(({t})((((i32v)({a}))&({m}))|(((i32v)({b}))&~({m}))))",
     math={"EXP2": "tg_exp2_v", "LOG2": "tg_log2_v"},
     evens="TG_SHUF({a}, {b}, {idx})", odds="TG_SHUF({a}, {b}, {idx})",
     header=SHUFFLE_MACRO + "".join(f"typedef {t} {v} __attribute__((vector_size(BYTES), aligned(4)));\n"
-                   for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v"))) + VECTOR_MATH)
+                   for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v"))) + VECTOR_MATH
+    + BF16_VECTORS, bf16=True)
 # cos through sincos: Intel's CPU OpenCL runtime (the `cl` extra) crashes in its vectorizer
 # ("sycl-kernel-vec-clone") on kernels that take cos of several values next to sin (cos(sin(cos(x))),
 # a chain the issue-34 tests build); sincos's cosine is the same correctly reduced value
@@ -207,7 +224,8 @@ OPENCL_VECTORS = VecSyntax(
 
 # Every file-level name a C kernel's source declares besides the kernel itself (vector typedefs,
 # static helpers): a batch build renames them per kernel (ClangCompiler.compile_many_to).
-C_FILE_NAMES = ("f32v", "i32v", "u32v", "tg_exp2_v", "tg_log2_v", "tg_exp2_s", "tg_log2_s",
+C_FILE_NAMES = ("f32v", "i32v", "u32v", "u16v", "tg_bf16_widen_v", "tg_bf16_bits_v", "tg_bf16_narrow_v",
+                "tg_bf16_round_v", "tg_exp2_v", "tg_log2_v", "tg_exp2_s", "tg_log2_s",
                 "tg_bf16_to_f32", "tg_f32_to_bf16", "tg_h2f", "tg_f2h", "tg_d2h", "tg_v4sf", "tg_v8hi",
                 "tg_nan_h2f", "tg_nan_f2h")
 
@@ -385,6 +403,7 @@ def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_siz
         gpu=dialect.global_id is not None,
         group_size=group_size,
         serial=serial,
+        bf16_lanes=vec is not None and vec.bf16,
     )
 
 
@@ -688,6 +707,8 @@ class CStyleRenderer:
         if access == "vector" and u.dtype != dtypes.bool:
             base = self.sub_lane(idx, 0).render()
             expr = self.vfmt(self.v.load, u.dtype, addr=f"data{buf}+{base}")
+            if u.dtype == dtypes.bfloat16:
+                expr = f"tg_bf16_widen_v(*(u16v*)(data{buf}+{base}))"
             zero = self.vfmt(self.v.splat, u.dtype, x=_lit(0, u.dtype, self.d))
             if valid.is_const:
                 return expr if valid.min == 1 else zero
@@ -716,6 +737,8 @@ class CStyleRenderer:
             addr = f"data{buf}+{self.sub_lane(idx, 0).render()}"
             if getattr(self, "streaming", False):
                 return f"{guard}_mm512_stream_ps((float*)({addr}), (__m512){self.bcast(val, dtype)});"
+            if dtype == dtypes.bfloat16:
+                return f"{guard}*(u16v*)({addr}) = tg_bf16_narrow_v({self.bcast(val, dtype)});"
             return guard + self.vfmt(self.v.store, dtype, addr=addr, x=self.bcast(val, dtype))
         parts = []
         for i in range(self.lanes):
@@ -822,9 +845,10 @@ class CStyleRenderer:
             return self.select(self.ref(cond), self.bcast(a, dtype), self.bcast(b, dtype), dtype)
         if op is BinaryOps.MAX:
             return self.vmax(self.bcast(srcs[0], dtype), self.bcast(srcs[1], dtype), dtype)
-        if op is UnaryOps.RECIP and src_dtype == dtypes.float32:
+        computed_as_f32 = src_dtype in (dtypes.float32, dtypes.bfloat16)     # bfloat16 lanes are floats
+        if op is UnaryOps.RECIP and computed_as_f32:
             return f"(1.0f/{r[0]})"
-        if op.name in self.v.math and src_dtype == dtypes.float32 and srcs[0].vec:
+        if op.name in self.v.math and computed_as_f32 and srcs[0].vec:
             return f"{self.v.math[op.name]}({r[0]})"
         basic = {
             BinaryOps.ADD,
@@ -843,8 +867,20 @@ class CStyleRenderer:
         return None
 
     def vector_cast(self, src: UOp, src_dtype: DType, to: DType) -> str:
-        """A vector value converted lane by lane (bool masks are -1/0, so negated into 1/0)."""
+        """A vector value converted lane by lane (bool masks are -1/0, so negated into 1/0). bfloat16
+        lanes are floats: a value leaving bfloat16 is rounded to it first unless it is one of its values
+        already (as alu() does for a scalar), one entering it is rounded to it."""
         x = self.ref(src)
+        if to == src_dtype:
+            return x
+        if src_dtype == dtypes.bfloat16:
+            x = x if _exact(src) else f"tg_bf16_round_v({x})"
+            return self._vector_convert(x, dtypes.float32, to)
+        if to == dtypes.bfloat16:
+            return f"tg_bf16_round_v({self._vector_convert(x, src_dtype, dtypes.float32)})"
+        return self._vector_convert(x, src_dtype, to)
+
+    def _vector_convert(self, x: str, src_dtype: DType, to: DType) -> str:
         if to == src_dtype:
             return x
         if src_dtype == dtypes.bool:
