@@ -35,9 +35,10 @@ def path(request, monkeypatch):
     monkeypatch.setattr(dev, "_by_ast", OrderedDict())
 
     def ran() -> bool:
-        sources = [prog.src for prog in dev._by_ast.values() if "gemm" in prog.info.extra]
-        tiles = any("_tile_dpbf16ps" in s for s in sources)
-        return bool(sources) and tiles == (request.param == "amx")
+        """Whether the path's kernels ran: a tile nest on "amx"; on "fallback" none (the packed nest or
+        the one-pass kernel, which reads bfloat16 in SIMD lanes)."""
+        tiles = any("_tile_dpbf16ps" in prog.src for prog in dev._by_ast.values())
+        return tiles == (request.param == "amx")
     return request.param, ran
 
 
@@ -67,7 +68,7 @@ def slack(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a.shape[-1] * 2.0 ** -24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64)))
 
 
-SIZES = [(197, 301, 83), (64, 1000, 257), (300, 67, 130), (33, 2050, 96)]
+SIZES = [(197, 301, 83), (64, 1000, 257), (300, 167, 130), (33, 2050, 96)]     # each a contraction
 LAYOUTS = ["A B", "A B^T", "A^T B", "A^T B^T"]
 
 
@@ -102,8 +103,8 @@ def test_batched_linear_with_a_bias_and_its_gradients(path):
     (grad @ W, grad^T @ x: x read along its rows by the weight gradient), against float64."""
     rng = np.random.default_rng(3)
     dtype = tg.bfloat16
-    x, w, bias = narrow_rand(rng, (3, 70, 160), dtype), narrow_rand(rng, (96, 160), dtype), \
-        narrow_rand(rng, (96,), dtype)
+    x, w, bias = narrow_rand(rng, (3, 70, 200), dtype), narrow_rand(rng, (130, 200), dtype), \
+        narrow_rand(rng, (130,), dtype)
     tx = T(x, dtype).requires_grad_()
     tw, tb = T(w, dtype).requires_grad_(), T(bias, dtype).requires_grad_()
     out = tx.linear(tw, tb)
@@ -153,7 +154,7 @@ def test_nan_and_inf_in_a_bf16_product_come_out_as_in_float32(path):
 def test_without_amx_the_fallback_is_chosen_and_the_cache_key_says_which(monkeypatch):
     """The CPU features kernels are built for are part of every kernel's cache key (a library using AMX
     is never loaded where AMX is not), and a contraction takes the tile nest exactly when AMX is there."""
-    a, b = Tensor.empty(128, 256, device="CPU", dtype=tg.bfloat16), Tensor.empty(256, 64, device="CPU",
+    a, b = Tensor.empty(256, 512, device="CPU", dtype=tg.bfloat16), Tensor.empty(512, 64, device="CPU",
                                                                                    dtype=tg.bfloat16)
     from tests.core.test_gemm import contraction
     c = contraction(a @ b)
@@ -174,12 +175,45 @@ def test_without_amx_the_fallback_is_chosen_and_the_cache_key_says_which(monkeyp
 
 
 def test_the_scratch_pool_keeps_its_buffers_until_released(path):
+    """The nests' packing buffers (the tile nest's, and the packed nest's: float16 factors take it)."""
     rng = np.random.default_rng(9)
-    a, b = narrow_rand(rng, (300, 500), tg.bfloat16), narrow_rand(rng, (500, 200), tg.bfloat16)
+    dtype = tg.bfloat16 if path[0] == "amx" else tg.float16
+    a, b = narrow_rand(rng, (300, 500), dtype), narrow_rand(rng, (500, 200), dtype)
     ops_cpu.release_scratch()
-    first = (T(a, tg.bfloat16) @ T(b, tg.bfloat16)).float().numpy()
+    first = (T(a, dtype) @ T(b, dtype)).float().numpy()
     assert path[1]()
     assert ops_cpu.release_scratch() >= 2 * 500 * 200        # at least the packed copy of b
     assert ops_cpu.release_scratch() == 0
-    again = (T(a, tg.bfloat16) @ T(b, tg.bfloat16)).float().numpy()     # taken afresh after the release
+    again = (T(a, dtype) @ T(b, dtype)).float().numpy()     # taken afresh after the release
     np.testing.assert_array_equal(again, first)
+
+
+@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16: nothing to build the tile nest for")
+@pytest.mark.parametrize("threads", [1, 3, 8])
+@pytest.mark.parametrize("memory", [True, False])
+def test_the_tile_nest_at_any_thread_count_and_without_scratch_memory(threads, memory):
+    """Threads that do not divide the blocks (3), more threads than blocks (8): each packs its own
+    rows of x and waits for the others before the next batch index's pack of y. The scratch pool
+    failing takes the plain loops."""
+    import ctypes
+
+    from tests.core.test_gemm import contraction
+    from tg.core.renderer import DIALECTS, CStyleRenderer
+    rng = np.random.default_rng(threads)
+    batch, m, k, n = 2, 131, 400, 81
+    a, b = narrow_rand(rng, (batch, m, k), tg.bfloat16), narrow_rand(rng, (batch, k, n), tg.bfloat16)
+    c = contraction(T(a, tg.bfloat16).realize() @ T(b, tg.bfloat16).realize())
+    assert c is not None and amx.ok(c, ops_cpu.features()) and c.sizes == (batch, m, n, k)
+    assert c.kernel.buf_dtypes == [tg.bfloat16] * 3 and c.x.src[0].arg[0] == 1    # out, a, b: their words
+    renderer = CStyleRenderer(DIALECTS["c"], threads=threads)
+    prefix = "" if memory else \
+        "static void* no_memory(long n) { return 0; }\n#define tg_scratch_take no_memory\n"
+    ops_cpu.scratch_library()
+    src = prefix + amx.render(c, amx.rule(c), renderer, "amx_test", 16)
+    fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).amx_test
+    words = [np.ascontiguousarray((x.view(np.uint32) >> 16).astype(np.uint16)) for x in (a, b)]
+    out = np.zeros((batch, m, n), np.uint16)
+    fn(*[ctypes.c_void_p(x.ctypes.data) for x in (out, *words)])
+    got = (out.astype(np.uint32) << 16).view(np.float32)
+    assert_rounded_once(got, a.astype(np.float64) @ b.astype(np.float64), tg.bfloat16,
+                        k * 2.0 ** -24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))))

@@ -46,11 +46,11 @@ from tg.core.codegen.linearizer import _coef
 from tg.core.dtype import dtypes
 from tg.core.kernel import AstOps, KOp
 from tg.core.ops import UnaryOps
-from tg.core.renderer import CStyleRenderer
+from tg.core.renderer import _C_TYPES, CStyleRenderer
 
 FEATURES = frozenset({"amx_tile", "amx_bf16"})
 TILE = 32          # the micro-kernel's block of C: 2 x 2 tiles of 16 x 16 floats; x and y panels of 32
-KC, MC, NC = 512, 256, 256     # rules of thumb: x's micro-panel 32 KB, a block's sums 256 KB of L2
+KC, MC, NC = 256, 256, 64       # rules of thumb (measured at 2048 on a 2-core Xeon): a micro-panel 16 KB
 
 
 def _bf16(tree: KOp) -> bool:
@@ -67,7 +67,8 @@ def rule(c: Contraction) -> Params:
     _, m, n, k = c.sizes
     def up(v: int) -> int:
         return -(-v // TILE) * TILE
-    return Params(TILE, TILE, min(KC, up(k)), min(MC, up(m)), min(NC, up(n)), "amx")
+    mc = max(TILE, min(MC, (1 << 19) // up(k) // TILE * TILE))     # a thread's x block: <= 1 MB
+    return Params(TILE, TILE, min(KC, up(k)), min(mc, up(m)), min(NC, up(n)), "amx")
 
 
 def _strides(c: Contraction, load: KOp, dims: list[int]) -> tuple[int, int] | None:
@@ -201,7 +202,20 @@ def _finish_block(c: Contraction, renderer: CStyleRenderer) -> list[str]:
     """The block's sums (in `cs`, rows ic.., columns jc..) through the epilogue into the output."""
     ex, value = _epilogue(c, renderer)
     out = c.kernel.buf_dtypes[0]
-    return ["long rows = M - ic < mc ? M - ic : mc, cols = N - jc < nc ? N - jc : nc;",
+    head = "long rows = M - ic < mc ? M - ic : mc, cols = N - jc < nc ? N - jc : nc;"
+    plain = c.ast.src[0] is c.red and out == dtypes.float32
+    rounded = c.ast.src[0].op is UnaryOps.CAST and c.ast.src[0].src[0] is c.red and out == dtypes.bfloat16
+    if plain or rounded:      # the sums as they are, or rounded to bfloat16: 16 at a time
+        convert = "tg_bf16_narrow_v(*(f32v*)(src + j))" if rounded else "*(f32v*)(src + j)"
+        vtype = "u16v" if rounded else "f32v"
+        return [head, "for (long i = 0; i < rows; i++) {",
+                "  const float* src = cs + i * NC;",
+                f"  {_C_TYPES[out.name]}* dst = data0 + cbase + (ic + i) * {c.ldc} + jc;",
+                "  long j = 0;",
+                f"  for (; j + 16 <= cols; j += 16) *({vtype}*)(dst + j) = {convert};",
+                f"  for (; j < cols; j++) dst[j] = {stored(renderer, out, 'src[j]')};",
+                "}"]
+    return [head,
             "for (long i = 0; i < rows; i++) {",
             "  long mm = ic + i;",
             *["  " + x for x in _decode(c, c.m_dims, "mm")],
@@ -229,11 +243,11 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         # the loop vectorizer (off for the one-pass kernels) on for this function: the epilogue's loop
         f'__attribute__((optimize("tree-loop-vectorize"))) void {name}({_params(c)}) {{',
         f"  int max_threads = {renderer.threads or 'omp_get_max_threads()'};",
-        "  unsigned short* ap = (unsigned short*)tg_scratch_take(2L * MP * KP);",
+        "  unsigned short* ap_all = (unsigned short*)tg_scratch_take(2L * MC * KP * max_threads);",
         "  unsigned short* bp = (unsigned short*)tg_scratch_take(2L * NP * KP);",
         "  float* cs_all = (float*)tg_scratch_take(4L * MC * NC * max_threads);",
-        "  if (!ap || !bp || !cs_all) {",
-        "    tg_scratch_give(ap); tg_scratch_give(bp); tg_scratch_give(cs_all);",
+        "  if (!ap_all || !bp || !cs_all) {",
+        "    tg_scratch_give(ap_all); tg_scratch_give(bp); tg_scratch_give(cs_all);",
         f"    {_fallback(c, name)}",
         "    return;",
         "  }",
@@ -243,7 +257,9 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         "    cfg.palette = 1;",
         "    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }",
         "    _tile_loadconfig(&cfg);",
-        "    float* cs = cs_all + (long)omp_get_thread_num() * MC * NC;",
+        "    const long nth = omp_get_num_threads(), tid = omp_get_thread_num();",
+        "    float* cs = cs_all + tid * MC * NC;",
+        "    unsigned short* ap = ap_all + tid * MC * KP;",
         *[f"    const __m512i {k_} = _mm512_set_epi16({', '.join(map(str, reversed(v)))});"
           for k_, v in _PERMUTES.items()],
         "    const long blocks_n = (NP + NC - 1) / NC, blocks = (MP + MC - 1) / MC * blocks_n;",
@@ -251,36 +267,39 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         *["      " + x for x in _decode(c, c.b_dims, "bb")],
         f"      long cbase = {_index(c, c.ast, c.b_dims)};",
         "      #pragma omp for schedule(static)",
-        "      for (long first = 0; first < MP; first += 32) {",
-        "        unsigned short* dst = ap + first * KP;",
-        *["        " + x for x in _pack(c, renderer, "a")],
-        "      }",
-        "      #pragma omp for schedule(static)",
         "      for (long first = 0; first < NP; first += 32) {",
         "        unsigned short* dst = bp + first * KP;",
         *["        " + x for x in _pack(c, renderer, "b")],
         "      }",
-        "      #pragma omp for schedule(static)",
-        "      for (long blk = 0; blk < blocks; blk++) {",
+        "      long packed = -1;         /* the rows of x in this thread's pack */",
+        "      for (long blk = blocks * tid / nth; blk < blocks * (tid + 1) / nth; blk++) {",
         "        long ic = blk / blocks_n * MC, jc = blk % blocks_n * NC;",
         "        long mc = MP - ic < MC ? MP - ic : MC, nc = NP - jc < NC ? NP - jc : NC;",
+        "        if (ic != packed) {    /* x's rows of this block, packed where they are used next */",
+        "          for (long first = ic; first < ic + mc; first += 32) {",
+        "            unsigned short* dst = ap + (first - ic) * KP;",
+        *["            " + x for x in _pack(c, renderer, "a")],
+        "          }",
+        "          packed = ic;",
+        "        }",
         "        for (long pc = 0; pc < KP; pc += KC) {",
         "          long kc = KP - pc < KC ? KP - pc : KC;",
         "          for (long jr = 0; jr < nc; jr += 32)",
         "            for (long ir = 0; ir < mc; ir += 32)",
-        f"              {name}_micro(kc, ap + (ic + ir) * KP + pc * 32, bp + (jc + jr) * KP + pc * 32, "
+        f"              {name}_micro(kc, ap + ir * KP + pc * 32, bp + (jc + jr) * KP + pc * 32, "
         "cs + ir * NC + jr, pc > 0);",
         "        }",
         *["        " + x for x in _finish_block(c, renderer)],
         "      }",
+        "      #pragma omp barrier      /* y's pack is read until here */",
         "    }",
         "    _tile_release();",
         "  }",
-        "  tg_scratch_give(ap); tg_scratch_give(bp); tg_scratch_give(cs_all);",
+        "  tg_scratch_give(ap_all); tg_scratch_give(bp); tg_scratch_give(cs_all);",
         "}",
     ]
     head = renderer.d.header + "#include <stdlib.h>\n#include <omp.h>\n#include <immintrin.h>\n" + \
         SCRATCH_DECLS + \
-        renderer.v.header.replace("BYTES", str(4 * lanes))
+        renderer.v.header.replace("BYTES", "64")      # (AVX-512 wherever AMX is)
     lines = [*[f"#define {k_} {v}L" for k_, v in defines.items()], *body, *[f"#undef {k_}" for k_ in defines]]
     return head + "\n".join(lines) + "\n"

@@ -54,7 +54,7 @@ from tg.core.symbolic import Lin, Node, Var, num
 
 NARROW = (dtypes.float16, dtypes.bfloat16)
 MIN_MACS = 1 << 22        # smaller contractions are not considered (nothing to amortize packing)
-MIN_MACS_LOW = 1 << 16    # ... unless a factor is narrow, which the one-pass kernel reads a scalar at a time
+MIN_MACS_LOW = 1 << 16    # ... unless a factor is float16, which the one-pass kernel reads a scalar at a time
 
 
 @dataclass(frozen=True)
@@ -99,8 +99,8 @@ class Contraction:
 
     @property
     def low(self) -> bool:
-        """Whether a factor is a float16 or bfloat16 value cast to float32: the one-pass kernel would
-        convert it element by element, unvectorized; the nests convert it once, in the packing."""
+        """Whether a factor is a float16 value cast to float32: the one-pass kernel would convert it
+        element by element, unvectorized; the nests convert it once, in the packing."""
         return _from_narrow(self.x) or _from_narrow(self.y)
 
     @property
@@ -111,7 +111,9 @@ class Contraction:
 
 
 def _from_narrow(tree: KOp) -> bool:
-    return tree.op is UnaryOps.CAST and tree.src[0].dtype in NARROW
+    """Whether tree is a float16 value cast to float32 (bfloat16 ones the one-pass kernel reads in
+    SIMD lanes, float16 ones a scalar at a time)."""
+    return tree.op is UnaryOps.CAST and tree.src[0].dtype == dtypes.float16
 
 
 def _vars(shape: tuple[int, ...]) -> list[Var]:
