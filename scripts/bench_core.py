@@ -277,6 +277,161 @@ def fma_peak() -> float:
     return lib.tg_fma_threads() * iters * 16 * (width // 4) * 2 / seconds / 1e9
 
 
+# The bfloat16 units' peaks, like FMA_LOOP: independent accumulators so only throughput bounds them.
+# AMX: four 16x16 float32 tiles each += a 16x32 by 32x16 bfloat16 product (TDPBF16PS, 16384 flops).
+AMX_LOOP = """
+#include <immintrin.h>
+#include <omp.h>
+#include <string.h>
+typedef struct { unsigned char palette, start; unsigned char zero[14]; unsigned short colsb[16];
+                 unsigned char rows[16]; } tg_cfg;
+double tg_amx_seconds(long iters, float* out) {
+  double start = omp_get_wtime();
+  #pragma omp parallel
+  {
+    tg_cfg cfg; memset(&cfg, 0, sizeof cfg); cfg.palette = 1;
+    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
+    _tile_loadconfig(&cfg);
+    unsigned short ones[512]; float c[256];
+    for (int i = 0; i < 512; i++) ones[i] = 0x3f80;
+    _tile_loadd(4, ones, 64); _tile_loadd(5, ones, 64); _tile_loadd(6, ones, 64); _tile_loadd(7, ones, 64);
+    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+    for (long i = 0; i < iters; i++) {
+      _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
+    }
+    _tile_stored(0, c, 64);
+    out[omp_get_thread_num()] = c[0];
+    _tile_release();
+  }
+  return omp_get_wtime() - start;
+}
+int tg_threads(void) { return omp_get_max_threads(); }
+"""
+# AVX512_BF16: 16 independent VDPBF16PS (a 16-lane float32 vector += 32 bfloat16 products, 64 flops).
+DPBF16_LOOP = """
+#include <immintrin.h>
+#include <omp.h>
+double tg_dpbf16_seconds(long iters, float seed, float* out) {
+  double start = omp_get_wtime();
+  #pragma omp parallel
+  {
+    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
+    __m512 c0 = _mm512_set1_ps(seed), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
+    __m512 c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+    for (long i = 0; i < iters; i++) {
+      c0 = _mm512_dpbf16_ps(c0, a, b); c1 = _mm512_dpbf16_ps(c1, a, b); c2 = _mm512_dpbf16_ps(c2, a, b);
+      c3 = _mm512_dpbf16_ps(c3, a, b); c4 = _mm512_dpbf16_ps(c4, a, b); c5 = _mm512_dpbf16_ps(c5, a, b);
+      c6 = _mm512_dpbf16_ps(c6, a, b); c7 = _mm512_dpbf16_ps(c7, a, b); c8 = _mm512_dpbf16_ps(c8, a, b);
+      c9 = _mm512_dpbf16_ps(c9, a, b); c10 = _mm512_dpbf16_ps(c10, a, b); c11 = _mm512_dpbf16_ps(c11, a, b);
+      c12 = _mm512_dpbf16_ps(c12, a, b); c13 = _mm512_dpbf16_ps(c13, a, b);
+      c14 = _mm512_dpbf16_ps(c14, a, b); c15 = _mm512_dpbf16_ps(c15, a, b);
+    }
+    __m512 s = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11 + c12 + c13 + c14 + c15;
+    out[omp_get_thread_num()] = _mm512_reduce_add_ps(s);
+  }
+  return omp_get_wtime() - start;
+}
+int tg_threads(void) { return omp_get_max_threads(); }
+"""
+
+
+def bf16_peak() -> tuple[float, str]:
+    """(GFLOPS, unit) of the CPU's bfloat16 unit on every core: AMX's tiles where the process may use
+    them, else AVX512_BF16's dot products, else the float32 FMA peak (the conversion path)."""
+    from tg.core.runtime.ops_cpu import ClangCompiler, features
+    have = features()
+    if {"amx_tile", "amx_bf16"} <= have:
+        lib = ctypes.CDLL(str(ClangCompiler().compile(AMX_LOOP)))
+        lib.tg_amx_seconds.restype = ctypes.c_double
+        out = np.zeros(lib.tg_threads(), np.float32)
+        iters = 2_000_000
+        seconds = min(lib.tg_amx_seconds(ctypes.c_long(iters), ctypes.c_void_p(out.ctypes.data))
+                      for _ in range(3))
+        return lib.tg_threads() * iters * 4 * 16384 / seconds / 1e9, "AMX TDPBF16PS"
+    if "avx512_bf16" in have:
+        lib = ctypes.CDLL(str(ClangCompiler().compile(DPBF16_LOOP)))
+        lib.tg_dpbf16_seconds.restype = ctypes.c_double
+        out = np.zeros(lib.tg_threads(), np.float32)
+        iters = 10_000_000
+        seconds = min(lib.tg_dpbf16_seconds(ctypes.c_long(iters), ctypes.c_float(1e-3),
+                                            ctypes.c_void_p(out.ctypes.data)) for _ in range(3))
+        return lib.tg_threads() * iters * 16 * 64 / seconds / 1e9, "VDPBF16PS"
+    return fma_peak(), "float32 FMA (no bfloat16 unit)"
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
+    except OSError:
+        return "?"
+
+
+def bf16_matmul_case(n: int, torch) -> tuple[float, dict]:
+    """(flops, contenders) of an n x n bfloat16 matmul, and its float32 twin on each side."""
+    import tg
+    rng = np.random.default_rng(n)
+    a_np, b_np = rng.standard_normal((n, n), np.float32), rng.standard_normal((n, n), np.float32)
+    a, b = Tensor(a_np).realize(), Tensor(b_np).realize()
+    ah, bh = a.cast(tg.bfloat16).realize(), b.cast(tg.bfloat16).realize()
+    got = (ah @ bh).float().numpy()
+    ref = ah.float().numpy().astype(np.float64) @ bh.float().numpy()
+    assert np.abs(got - ref).max() <= 2 ** -7 * np.abs(ref).max(), f"tg bf16 matmul {n} is wrong"
+    contenders = {"tg bf16": lambda: (ah @ bh).realize(), "tg f32": lambda: (a @ b).realize()}
+    if torch is not None:
+        ta, tb = torch.from_numpy(a_np).bfloat16(), torch.from_numpy(b_np).bfloat16()
+        fa, fb = torch.from_numpy(a_np), torch.from_numpy(b_np)
+        contenders.update({"torch bf16": lambda: ta @ tb, "torch f32": lambda: fa @ fb})
+    return 2 * n ** 3, contenders
+
+
+def bf16_conv_case(bsz: int, cin: int, cout: int, hw: int, pad: int, torch) -> tuple[float, dict]:
+    """(flops, contenders) of a bfloat16 3x3 conv2d forward, and its float32 twin on each side."""
+    import tg
+    rng = np.random.default_rng(cin)
+    x_np = rng.standard_normal((bsz, cin, hw, hw), np.float32)
+    w_np = rng.standard_normal((cout, cin, 3, 3), np.float32)
+    x, w = Tensor(x_np).realize(), Tensor(w_np).realize()
+    xh, wh = x.cast(tg.bfloat16).realize(), w.cast(tg.bfloat16).realize()
+    contenders = {"tg bf16": lambda: xh.conv2d(wh, padding=pad).realize(),
+                  "tg f32": lambda: x.conv2d(w, padding=pad).realize()}
+    if torch is not None:
+        F = torch.nn.functional
+        tx, tw = torch.from_numpy(x_np), torch.from_numpy(w_np)
+        txh, twh = tx.bfloat16(), tw.bfloat16()
+        contenders.update({"torch bf16": lambda: F.conv2d(txh, twh, padding=pad),
+                           "torch f32": lambda: F.conv2d(tx, tw, padding=pad)})
+    out_hw = hw + 2 * pad - 2
+    return 2 * bsz * cout * cin * 9 * out_hw * out_hw, contenders
+
+
+def low_precision_rows(quick: bool) -> tuple[list[tuple[str, ...]], str]:
+    """Table 3: bfloat16 matmul and conv (float32 sums, rounded once) against torch's bfloat16 (oneDNN)
+    and tg's own float32, in turns; the limit is the bfloat16 unit's measured peak."""
+    torch = load_torch()
+    peak, unit = bf16_peak()
+    rows: list[tuple[str, ...]] = []
+    for n in [256] if quick else [1024, 2048, 4096]:
+        flops, c = bf16_matmul_case(n, torch)
+        rows.append(_low_row(f"(h) matmul {n} bf16", flops, c, peak, 5 if n < 4096 else 2))
+    for bsz, cin, cout, hw, pad in [(2, 16, 16, 16, 1)] if quick else [(16, 64, 64, 56, 1), (128, 32, 64, 26, 0)]:
+        flops, c = bf16_conv_case(bsz, cin, cout, hw, pad, torch)
+        rows.append(_low_row(f"(h) conv 3x3 {cin}->{cout} {hw}x{hw} b{bsz} bf16", flops, c, peak, 5))
+    head = f"limit (same run): {unit} peak {peak:.0f} GFLOPS on {os.cpu_count()} cores ({cpu_model()})"
+    return rows, head
+
+
+def _low_row(name: str, flops: float, contenders: dict, peak: float, repeat: int) -> tuple[str, ...]:
+    rate = {k: flops / t / 1e9 for k, t in race(contenders, repeat).items()}
+    cell = lambda k: f"{rate[k]:.0f}" if k in rate else "-"   # noqa: E731
+    vs_torch = rate["tg bf16"] / rate["torch bf16"] if "torch bf16" in rate else None
+    vs_f32 = rate["tg bf16"] / rate["tg f32"]
+    ok = (vs_torch is None or vs_torch >= 1.0) and vs_f32 >= 3.0
+    return (name, f"{cell('tg bf16')} GFLOPS", cell("tg f32"), cell("torch bf16"), cell("torch f32"),
+            f"{vs_torch:.2f}x" if vs_torch else "-", f"{vs_f32:.2f}x", f"{rate['tg bf16'] / peak:.2f}",
+            ">= 1.0x torch bf16, >= 3x tg f32", "ok" if ok else "MISS")
+
+
 def blas_kernel() -> str:
     try:
         from threadpoolctl import threadpool_info
@@ -485,6 +640,13 @@ def main() -> None:
         print("CPU kernels against libraries (best of 3 interleaved rounds; tg eager)")
         print(head)
         print_table(("benchmark", "tg", "numpy", "torch", "tg/best", "of limit", "target", ""), lib_rows)
+        low_rows, head = low_precision_rows(args.quick)
+        print()
+        print("bfloat16 kernels (float32 sums, rounded once) against torch bfloat16 and tg float32 "
+              "(best of 3 interleaved rounds; tg eager)")
+        print(head)
+        print_table(("benchmark", "tg bf16", "tg f32", "torch bf16", "torch f32", "vs torch bf16",
+                     "vs tg f32", "of limit", "target", ""), low_rows)
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ from tg.core.codegen.gemm import (
     Params,
     _context,
     _decode,
+    _depends,
     _epilogue,
     _Expr,
     _fallback,
@@ -47,6 +48,7 @@ from tg.core.dtype import dtypes
 from tg.core.kernel import AstOps, KOp
 from tg.core.ops import UnaryOps
 from tg.core.renderer import _C_TYPES, CStyleRenderer
+from tg.core.symbolic import Node
 
 FEATURES = frozenset({"amx_tile", "amx_bf16"})
 TILE = 32          # the micro-kernel's block of C: 2 x 2 tiles of 16 x 16 floats; x and y panels of 32
@@ -71,34 +73,59 @@ def rule(c: Contraction) -> Params:
     return Params(TILE, TILE, min(KC, up(k)), min(mc, up(m)), min(NC, up(n)), "amx")
 
 
-def _strides(c: Contraction, load: KOp, dims: list[int]) -> tuple[int, int] | None:
-    """(stride along the panel's rows or columns, stride along k) of a plain bfloat16 load with no mask,
-    one dim each (a matmul's operand in either layout): what the vector packs need. None otherwise."""
-    if len(dims) != 1 or len(c.k_dims) != 1:
-        return None
+def _flat_stride(c: Contraction, idx: Node, dims: list[int]) -> int | None:
+    """The stride of idx along the flat index over dims (outermost first), where each dim's variable is a
+    plain term whose coefficient nests (the innermost's s, the next's s times the innermost's size...),
+    else None."""
     variables = _vars(c.shape)
-    idx, valid = load.arg[1].expr_idxs(variables)
+    stride = None
+    span = 1
+    for d in reversed(dims):
+        coef = _coef(idx, variables[d])
+        if coef is None or (stride is not None and coef != stride * span):
+            return None
+        if stride is None:
+            stride = coef
+        span *= c.shape[d]
+    return stride
+
+
+def _strides(c: Contraction, load: KOp, dims: list[int]) -> tuple[int | None, int | None] | None:
+    """(flat stride along the panel's rows or columns, along k) of a plain bfloat16 load with no mask,
+    each None where it does not nest; None for a masked load."""
+    idx, valid = load.arg[1].expr_idxs(_vars(c.shape))
     if not (valid.is_const and valid.min == 1):
         return None
-    rs, ks = _coef(idx, variables[dims[0]]), _coef(idx, variables[c.k_dims[0]])
-    return None if rs is None or ks is None else (rs, ks)
+    return _flat_stride(c, idx, dims), _flat_stride(c, idx, c.k_dims)
+
+
+def _at(c: Contraction, load: KOp, dims: list[int], row: str, k: str) -> str:
+    """C (a statement expression) for the address of load's element at flat row (or column) `row` and
+    flat reduce index `k`, the batch dims' variables in scope."""
+    idx, _ = load.arg[1].expr_idxs(_context(c, c.b_dims + dims + c.k_dims))
+    decode = " ".join([*_decode(c, dims, "row_"), *_decode(c, c.k_dims, "k_")])
+    return f"({{ long row_ = {row}, k_ = {k}; {decode} data{load.arg[0]} + {idx.render()}; }})"
 
 
 def _vector_pack(c: Contraction, side: str) -> list[str] | None:
     """A full block of the panel (32 rows or columns by 32 of K, all inside the matrix) packed with
-    AVX-512 from a plain load, by layout: x along k (64-byte copies), x along m (32-bit gathers of row
-    pairs, split by a permute), y along n (two rows of k interleaved by a permute), y along k (32-bit
-    gathers of k pairs). `s` points at the block's first element. None where no layout applies."""
+    AVX-512 from a plain load, by layout: x along k (64-byte copies of each row), x along m (32-bit
+    gathers of row pairs, split by a permute), y along n (two rows of k interleaved by a permute), y
+    along k (32-bit gathers of k pairs). The rows of x and the k rows of y are found by their own index
+    (a conv's reduce over channels and window offsets: a row of its window view per k). None where no
+    layout applies."""
     tree, dims = (c.x, c.m_dims) if side == "a" else (c.y, c.n_dims)
-    found = _strides(c, tree.src[0], dims) if tree.src[0].op is AstOps.LOAD else None
+    load = tree.src[0]
+    found = _strides(c, load, dims) if load.op is AstOps.LOAD else None
     if found is None:
         return None
     rs, ks = found
     if side == "a" and ks == 1:
         return ["for (long i = 0; i < 32; i++)",
-                f"  _mm512_store_si512(dst + kb * 1024 + i * 32, _mm512_loadu_si512(s + i * {rs}L));"]
-    if side == "a" and rs == 1:      # a gather of 32 bits holds rows i, i+1 at one k
-        return [_offsets(ks),
+                f"  _mm512_store_si512(dst + kb * 1024 + i * 32, "
+                f"_mm512_loadu_si512({_at(c, load, dims, 'first + i', 'kb * 32')}));"]
+    if side == "a" and rs == 1 and ks is not None:      # a gather of 32 bits holds rows i, i+1 at one k
+        return [_offsets(ks), f"const unsigned short* s = {_at(c, load, dims, 'first', 'kb * 32')};",
                 "for (long i = 0; i < 32; i += 2) {",
                 "  __m512i lo = _mm512_i32gather_epi32(at, s + i, 2);",
                 f"  __m512i hi = _mm512_i32gather_epi32(at, s + i + 16L * {ks}, 2);",
@@ -108,14 +135,14 @@ def _vector_pack(c: Contraction, side: str) -> list[str] | None:
                 "}"]
     if side == "b" and rs == 1:      # rows k, k+1 of 32 columns, interleaved
         return ["for (long kp = 0; kp < 16; kp++) {",
-                f"  __m512i r0 = _mm512_loadu_si512(s + 2 * kp * {ks}L);",
-                f"  __m512i r1 = _mm512_loadu_si512(s + (2 * kp + 1) * {ks}L);",
+                f"  __m512i r0 = _mm512_loadu_si512({_at(c, load, dims, 'first', 'kb * 32 + 2 * kp')});",
+                f"  __m512i r1 = _mm512_loadu_si512({_at(c, load, dims, 'first', 'kb * 32 + 2 * kp + 1')});",
                 "  unsigned short* d = dst + kb * 1024 + kp * 32;",
                 "  _mm512_store_si512(d, _mm512_permutex2var_epi16(r0, first16, r1));",
                 "  _mm512_store_si512(d + 512, _mm512_permutex2var_epi16(r0, last16, r1));",
                 "}"]
-    if side == "b" and ks == 1:      # a gather of 32 bits holds a k pair of one column
-        return [_offsets(rs),
+    if side == "b" and ks == 1 and rs is not None:      # a gather of 32 bits holds a k pair of one column
+        return [_offsets(rs), f"const unsigned short* s = {_at(c, load, dims, 'first', 'kb * 32')};",
                 "for (long j = 0; j < 2; j++)",
                 "  for (long kp = 0; kp < 16; kp++)",
                 f"    _mm512_store_si512(dst + kb * 1024 + j * 512 + kp * 32, "
@@ -170,12 +197,7 @@ def _pack(c: Contraction, renderer: CStyleRenderer, side: str) -> list[str]:
                 f"  for (long {inner[0]} = 0; {inner[0]} < 32; {inner[0]}++) {{",
                 *["    " + x for x in [*inner[1], *lines, put]], "  }", "}"]
     fast = _vector_pack(c, side)
-    if fast is not None:       # s: the block's first element (row `first`, k = kb * 32)
-        start = ["long row = first, k = kb * 32;", *_decode(c, dims, "row"), *_decode(c, c.k_dims, "k"),
-                 f"const unsigned short* s = data{src.arg[0]} + {idx.render()};"]
-        full = [*start, *fast]
-    else:
-        full = loops(False)
+    full = fast if fast is not None else loops(False)
     return ["for (long kb = 0; kb < KP / 32; kb++) {",
             f"  if (first + 32 <= {total} && kb * 32 + 32 <= K) {{",
             *["    " + x for x in full], "  } else {", *["    " + x for x in loops(True)], "  }", "}"]
@@ -236,6 +258,7 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
     defines = {"BATCH": batch, "M": m, "N": n, "K": k, "MP": mp, "NP": np_, "KP": kp, "KC": p.kc, "MC": p.mc,
                "NC": p.nc}
     cfg = f"{name}_cfg"
+    x_batch = bool(_depends(c.x, _vars(c.shape)) & set(c.b_dims))    # else x's pack serves every batch index
     body = [
         f"typedef struct {{ unsigned char palette, start; unsigned char zero[14]; unsigned short colsb[16]; "
         f"unsigned char rows[16]; }} {cfg};",
@@ -263,6 +286,8 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         *[f"    const __m512i {k_} = _mm512_set_epi16({', '.join(map(str, reversed(v)))});"
           for k_, v in _PERMUTES.items()],
         "    const long blocks_n = (NP + NC - 1) / NC, blocks = (MP + MC - 1) / MC * blocks_n;",
+        *(["    long packed = -1;         /* the rows of x in this thread's pack (the same for each one) */"]
+          if not x_batch else []),
         "    for (long bb = 0; bb < BATCH; bb++) {",
         *["      " + x for x in _decode(c, c.b_dims, "bb")],
         f"      long cbase = {_index(c, c.ast, c.b_dims)};",
@@ -271,7 +296,7 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         "        unsigned short* dst = bp + first * KP;",
         *["        " + x for x in _pack(c, renderer, "b")],
         "      }",
-        "      long packed = -1;         /* the rows of x in this thread's pack */",
+        *(["      long packed = -1;         /* the rows of x in this thread's pack */"] if x_batch else []),
         "      for (long blk = blocks * tid / nth; blk < blocks * (tid + 1) / nth; blk++) {",
         "        long ic = blk / blocks_n * MC, jc = blk % blocks_n * NC;",
         "        long mc = MP - ic < MC ? MP - ic : MC, nc = NP - jc < NC ? NP - jc : NC;",
