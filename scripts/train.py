@@ -182,6 +182,9 @@ def write_svg_plot(path: Path, train: list[tuple[int, float]], val: list[tuple[i
 
 # ---------------------------------------------------------------------------- options
 
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument(
@@ -202,6 +205,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--checkpoint-activations", action="store_true", help="recompute each block in backward")
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="gradient bucket size for the collectives")
     ap.add_argument("--no-jit", action="store_true", help="run every step eagerly (no TinyJit capture)")
+    ap.add_argument("--precision", choices=PRECISIONS, default="auto",
+                    help="fp32; bf16 or fp16 autocast (fp16 with a GradScaler); auto: bf16 where the device "
+                         "computes it on its own units (AMX, AVX512_BF16, tensor cores), else fp32")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument(
@@ -279,6 +285,31 @@ class Run:
         self.net = net  # what the loss is computed through: DDP's wrapper, or the model under ZeRO
         self.start_step, self.epoch = 0, 0
         self.history: dict = {"train": [], "val": []}
+        self.precision, self.units = resolve_precision(args.precision)
+        # float16's small gradients underflow unless the loss is scaled (bfloat16 has float32's range)
+        self.scaler = tg.amp.GradScaler(device_kind()) if self.precision == "fp16" else None
+        self.skipped: list[int] = []      # steps the scaler skipped (their gradients overflowed)
+
+    def autocast(self) -> tg.autocast:
+        """The forward's mixed-precision region (off for fp32); the parameters stay float32 (the
+        master weights the optimizer updates and the checkpoints hold)."""
+        low = {"bf16": tg.bfloat16, "fp16": tg.float16}.get(self.precision)
+        return tg.autocast(device_kind(), dtype=low, enabled=low is not None)
+
+
+def device_kind() -> str:
+    """autocast's device_type for the default device."""
+    name = str(Tensor([0]).device).upper()
+    return "cuda" if name.startswith("CUDA") else "cl" if name.startswith("CL") else "cpu"
+
+
+def resolve_precision(asked: str) -> tuple[str, str | None]:
+    """(precision, the bfloat16 hardware or None): auto is bf16 where the default device has
+    bfloat16 units, else fp32."""
+    units = tg.amp.bf16_units()
+    if asked == "auto":
+        return ("bf16" if units else "fp32"), units
+    return asked, units
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -350,6 +381,8 @@ def resume(run: Run) -> None:
     if meta is None:
         return
     run.start_step, extra = meta["step"], meta["extra"]
+    if run.scaler is not None and "scaler" in extra:
+        run.scaler.load_state_dict(extra["scaler"])
     run.history, run.epoch = extra["history"], extra["loader"]["epoch"]
     # the position in the epoch, in sequences over all ranks: the same at another number of ranks
     seen = extra["sequences_in_epoch"] // (run.world * args.batch)
@@ -370,10 +403,12 @@ def announce(run: Run) -> None:
     n_params = sum(p.numel() for p in run.params)
     source = "stdlib" if args.data is None else args.data
     mode = ("ZeRO-2" if args.zero else "DDP") + (" + checkpointing" if args.checkpoint_activations else "")
+    precision = {"fp32": "fp32", "bf16": f"bf16 autocast ({run.units or 'converted: no bf16 units'})",
+                 "fp16": "fp16 autocast + GradScaler"}[run.precision]
     print(
         f"tg GPT: {n_params / 1e6:.2f}M params, {len(run.tokens):,} tokens ({source}), "
         f"{run.world} rank(s) on "
-        f"{dist.get_backend()}, batch {run.world}x{args.batch}x{args.block}, {mode}, "
+        f"{dist.get_backend()}, batch {run.world}x{args.batch}x{args.block}, {mode}, {precision}, "
         f"device {Tensor([0]).device}",
         flush=True,
     )
@@ -382,17 +417,39 @@ def announce(run: Run) -> None:
 def step_functions(run: Run) -> tuple[Callable[[Tensor, Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]:
     """One training step (zero_grad, forward, backward, optimizer step) and one eval step, each
     captured by TinyJit unless --no-jit."""
-    def train_step(x: Tensor, y: Tensor) -> Tensor:
+    scaler = run.scaler
+
+    def forward_backward(x: Tensor, y: Tensor) -> Tensor:
         Tensor.training = True
         run.opt.zero_grad()
-        loss = run.net.loss(x, y)
-        loss.backward()
+        with run.autocast():
+            loss = run.net.loss(x, y)
+        (scaler.scale(loss) if scaler else loss).backward()
+        return loss
+
+    def train_step(x: Tensor, y: Tensor) -> Tensor:
+        loss = forward_backward(x, y)
         run.opt.step()
         Tensor.training = False
         return loss.realize()
 
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
-        return run.model.loss(x, y).realize()
+        with run.autocast():
+            return run.model.loss(x, y).realize()
+    if scaler is not None:
+        # the scaler decides on the host whether a step's gradients overflowed (then the step is
+        # skipped), so these steps run eagerly: a TinyJit replay of the forward and backward alone would
+        # leave the parameters' .grad as the capture left them (only what it returns is new)
+        def scaled_step(x: Tensor, y: Tensor) -> Tensor:
+            loss = forward_backward(x, y).realize()
+            scale = scaler.get_scale()
+            scaler.step(run.opt)
+            scaler.update()
+            if scaler.get_scale() < scale:        # backed off: this step's gradients overflowed
+                run.skipped.append(len(run.history["train"]) + run.start_step + 1)
+            Tensor.training = False
+            return loss
+        return scaled_step, (eval_step if run.args.no_jit else TinyJit(eval_step))
     if run.args.no_jit:
         return train_step, eval_step
     return TinyJit(train_step), TinyJit(eval_step)
@@ -414,6 +471,8 @@ def save(run: Run, step: int) -> None:
     state = run.loader.state_dict()
     extra = {"loader": state, "sequences_in_epoch": state["batches"] * run.world * run.args.batch,
              "history": run.history, "config": vars(run.args)}
+    if run.scaler is not None:
+        extra["scaler"] = run.scaler.state_dict()
     dist.save_checkpoint(run.ckpt_dir, step, run.model, run.opt, extra=extra)
 
 
@@ -475,7 +534,11 @@ def report(run: Run, last_loss: float) -> dict:
             f"plot {run.out / 'loss.svg'}",
             flush=True,
         )
-    return {"first_loss": first, "last_loss": last_loss, "history": history}
+        if run.scaler is not None:
+            late = sum(s > 50 for s in run.skipped)
+            print(f"fp16: {len(run.skipped)} steps skipped on overflow ({late} after step 50), "
+                  f"loss scale {run.scaler.get_scale():g}", flush=True)
+    return {"first_loss": first, "last_loss": last_loss, "history": history, "skipped": run.skipped}
 
 
 def iter_epochs(loader: dist.DataLoader, epoch: int):

@@ -31,7 +31,7 @@ from typing import Any, Callable
 from tg.core import autocast as _state
 from tg.core.dtype import DType, dtypes
 
-__all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype"]
+__all__ = ["autocast", "GradScaler", "is_autocast_enabled", "get_autocast_dtype", "bf16_units"]
 
 _DEFAULT_DTYPE = {"cpu": dtypes.bfloat16, "cuda": dtypes.float16, "cl": dtypes.float16}
 
@@ -104,6 +104,27 @@ def get_autocast_dtype(device_type: Any = "cpu") -> DType:
     """The dtype autocast lowers to for device_type here (its default outside any region)."""
     kind = _kind(device_type)
     return _state.current(kind) or _DEFAULT_DTYPE[kind]
+
+
+def bf16_units(device: Any = None) -> str | None:
+    """The hardware a device computes bfloat16 products on, named ("AMX", "AVX512_BF16", "tensor
+    cores"), or None where bfloat16 would only be converted to float32 and back (no faster than
+    float32): what a training script asks before it turns bfloat16 autocast on by itself.
+
+        >>> import tg
+        >>> tg.amp.bf16_units("CPU") in (None, "AMX", "AVX512_BF16")
+        True
+    """
+    from tg.core.device import Device
+    name = str(device or Device.DEFAULT).upper()
+    if name.startswith("CPU"):
+        from tg.core.runtime.ops_cpu import AMX_FEATURES, features
+        have = features()
+        return "AMX" if AMX_FEATURES <= have else "AVX512_BF16" if "avx512_bf16" in have else None
+    if name.startswith("CUDA"):
+        major = getattr(Device[name], "capability", (0, 0))[0]     # Ampere (8.0) and later
+        return "tensor cores" if major >= 8 else None
+    return None
 
 
 # ---------------------------------------------------------------------------- loss scaling
