@@ -414,7 +414,8 @@ def low_precision_rows(quick: bool) -> tuple[list[tuple[str, ...]], str]:
     for n in [256] if quick else [1024, 2048, 4096]:
         flops, c = bf16_matmul_case(n, torch)
         rows.append(_low_row(f"(h) matmul {n} bf16", flops, c, peak, 5 if n < 4096 else 2))
-    for bsz, cin, cout, hw, pad in [(2, 16, 16, 16, 1)] if quick else [(16, 64, 64, 56, 1), (128, 32, 64, 26, 0)]:
+    convs = [(2, 16, 16, 16, 1)] if quick else [(16, 64, 64, 56, 1), (128, 32, 64, 26, 0)]
+    for bsz, cin, cout, hw, pad in convs:
         flops, c = bf16_conv_case(bsz, cin, cout, hw, pad, torch)
         rows.append(_low_row(f"(h) conv 3x3 {cin}->{cout} {hw}x{hw} b{bsz} bf16", flops, c, peak, 5))
     head = f"limit (same run): {unit} peak {peak:.0f} GFLOPS on {os.cpu_count()} cores ({cpu_model()})"
