@@ -21,7 +21,16 @@ from typing import Any, Callable
 import numpy as np
 
 from tg.distributed.errors import DistributedError
-from tg.distributed.transport.wire import DATA, desc_hash, described, disagreement, list_call
+from tg.distributed.transport.wire import (
+    DATA,
+    bf16_narrow,
+    bf16_widen,
+    desc_hash,
+    described,
+    disagreement,
+    is_bf16,
+    list_call,
+)
 
 # reduce(dst, src, base=None): dst = (base, or dst itself) op src, into dst's memory
 Reducer = Callable[..., None]
@@ -49,6 +58,8 @@ def reducer(op: ReduceOp, dtype: np.dtype) -> Reducer:
     A dtype the op cannot use is a TypeError here, when the call is made (not cached: every such call
     raises)."""
     kind = np.dtype(dtype).kind
+    if is_bf16(dtype):
+        return _bf16_reducer(op)
     if op in (ReduceOp.BAND, ReduceOp.BOR, ReduceOp.BXOR) and kind not in "biu":
         raise TypeError(
             f"[distributed] ReduceOp.{op.name} needs integer or bool tensors, got {np.dtype(dtype).name}"
@@ -70,6 +81,26 @@ def reducer(op: ReduceOp, dtype: np.dtype) -> Reducer:
     def reduce(dst: np.ndarray, src: np.ndarray, base: np.ndarray | None = None) -> None:
         ufunc(dst if base is None else base, src, out=dst)
     return reduce
+
+
+def _bf16_reducer(op: ReduceOp) -> Reducer:
+    """bfloat16 words combined in float32 and rounded back once per combine (wire.BF16)."""
+    if op not in (ReduceOp.SUM, ReduceOp.AVG, ReduceOp.MIN, ReduceOp.MAX):
+        raise TypeError(f"[distributed] ReduceOp.{op.name} is not defined on bfloat16; use SUM, AVG, MIN or "
+                        f"MAX (or reduce float32 values)")
+    ufunc = _UFUNC[op]
+
+    def reduce(dst: np.ndarray, src: np.ndarray, base: np.ndarray | None = None) -> None:
+        bf16_narrow(ufunc(bf16_widen(dst if base is None else base), bf16_widen(src)), dst)
+    return reduce
+
+
+def divide_by(values: np.ndarray, n: int) -> None:
+    """AVG's last step in place: values / n (bfloat16 words divided in float32 and rounded)."""
+    if is_bf16(values.dtype):
+        bf16_narrow(bf16_widen(values) / np.float32(n), values)
+    else:
+        np.divide(values, n, out=values, casting="unsafe")
 
 
 Arrays = np.ndarray | list[np.ndarray]     # all_gather's out and mine: one array, or a list gathered as one
@@ -453,7 +484,7 @@ class OverTransport:
         flat = work.reshape(-1)
         self.reduce_flat(seq, what, arr, root, op, flat)
         if op is ReduceOp.AVG:
-            np.divide(flat, self.size, out=flat, casting="unsafe")
+            divide_by(flat, self.size)
         if work is not arr:
             arr[...] = work
 
@@ -489,7 +520,7 @@ class OverTransport:
         result = np.empty(out.size, np.float32) if wide else out
         ring_reduce_scatter(c, work, reducer(op, work.dtype), _blocks(work.size, self.size), result)
         if op is ReduceOp.AVG:
-            np.divide(result, self.size, out=result, casting="unsafe")
+            divide_by(result, self.size)
         if result is not out:
             out[...] = result
 

@@ -36,7 +36,15 @@ import numpy as np
 
 from tg.core.capture import host_step
 from tg.core.tensor import Tensor
-from tg.distributed.flat import HostView, check_params, make_buckets, view_tensor
+from tg.distributed.flat import (
+    HostView,
+    check_params,
+    from_wire,
+    make_buckets,
+    to_wire,
+    view_tensor,
+    wire_format,
+)
 from tg.nn.state import get_parameters, get_state_dict
 
 
@@ -123,7 +131,8 @@ class DistributedDataParallel:
     >>> dist.destroy_process_group()
     """
 
-    def __init__(self, module: Any, bucket_mb: float = 25.0, group: Any = None, broadcast_from: int = 0):
+    def __init__(self, module: Any, bucket_mb: float = 25.0, group: Any = None, broadcast_from: int = 0,
+                 reduce_dtype: Any = None):
         if bucket_mb <= 0:
             raise ValueError(f"[distributed] DistributedDataParallel: bucket_mb must be > 0, got {bucket_mb}")
         self.module, self.group = module, group
@@ -134,6 +143,9 @@ class DistributedDataParallel:
                              "weights train (nn layers create them with requires_grad=True)")
         check_params(self.params, "DistributedDataParallel")
         self.rank, self.world_size = _world(group)
+        # mixed precision: the gradients' mean is taken in reduce_dtype on the wire (float32 sums inside)
+        self.wire = wire_format(reduce_dtype, "DistributedDataParallel")
+        self._wire_bufs: list[np.ndarray] = []
         broadcast_state(module, broadcast_from, group)
         self.buckets = make_buckets(self.params, int(bucket_mb * (1 << 20)))
         # each bucket's gradients as views of one flat buffer, made at the first synchronisation
@@ -186,6 +198,8 @@ class DistributedDataParallel:
             buf = bucket.alloc()
             self._grad_views.append(bucket.views(buf))
             self._flats.append(HostView(view_tensor(buf, 0, (bucket.padded,))))
+            if self.wire is not None:
+                self._wire_bufs.append(np.empty(bucket.padded, self.wire))
 
     def sync_gradients(self) -> None:
         """Average every parameter's gradient across the group now (called after backward)."""
@@ -194,7 +208,7 @@ class DistributedDataParallel:
             self._bucket_memory()
         used = used_anywhere(self.params, self.group, self.world_size)
         works: list[Any] = []
-        for bucket, views, flat in zip(self.buckets, self._grad_views, self._flats):
+        for b, (bucket, views, flat) in enumerate(zip(self.buckets, self._grad_views, self._flats)):
             for p, view in zip(bucket.params, views):
                 if p.grad is not view:      # computed into the bucket (a parameter without one: zeros)
                     view.assign(p.grad if p.grad is not None else Tensor.zeros(*p.shape, dtype=p.dtype,
@@ -202,16 +216,18 @@ class DistributedDataParallel:
                     p.grad = view
             views[0].realize(*views[1:])
 
-            def start(flat: HostView = flat) -> None:
+            def start(flat: HostView = flat, b: int = b) -> None:
                 values = flat.read()      # the memory itself on CPU, a staged copy on other devices
-                works.append((dist.all_reduce(values, op=dist.ReduceOp.AVG, group=self.group, async_op=True),
-                              flat, values))
+                sent = values if self.wire is None else to_wire(values, self._wire_bufs[b])
+                works.append((dist.all_reduce(sent, op=dist.ReduceOp.AVG, group=self.group, async_op=True),
+                              flat, sent))
             host_step(start)
 
         def finish() -> None:
             for work, flat, values in works:
                 work.wait()
-                flat.write(values)        # no copy when values is the memory itself
+                # no copy when values is the memory itself
+                flat.write(values if self.wire is None else from_wire(values))
             works.clear()
         host_step(finish)
         for p, anywhere in zip(self.params, used):

@@ -127,6 +127,40 @@ class HostView:
         self.buf.copyin(stage)
 
 
+def wire_format(reduce_dtype: Any, who: str) -> np.dtype | None:
+    """The numpy dtype float32 gradients travel in under a mixed-precision reduce policy (DDP's and
+    ZeroOptimizer's reduce_dtype): wire.BF16 for bfloat16 (half the bytes on every backend but MPI, which
+    has no 16-bit float and reduces in float32), float16 (halved where the C engines reduce: shared
+    memory and UCX), None for the gradients' own dtype. Each reduction combines in float32 and rounds."""
+    from tg.core.dtype import dtypes
+    from tg.distributed.transport import wire
+    got = getattr(dtypes, reduce_dtype, reduce_dtype) if isinstance(reduce_dtype, str) else reduce_dtype
+    if got is None or got == dtypes.float32:
+        return None
+    if got == dtypes.bfloat16:
+        return wire.BF16
+    if got == dtypes.float16:
+        return np.dtype(np.float16)
+    raise ValueError(f"[distributed] {who}: reduce_dtype must be tg.bfloat16, tg.float16 or tg.float32 "
+                     f"(None: the gradients' own dtype), got {reduce_dtype!r}")
+
+
+def to_wire(values: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """float32 values rounded into out (wire.BF16 words or float16); returns out."""
+    from tg.distributed.transport import wire
+    if wire.is_bf16(out.dtype):
+        wire.bf16_narrow(values.reshape(-1), out)
+    else:
+        out[...] = values.reshape(-1)
+    return out
+
+
+def from_wire(arr: np.ndarray) -> np.ndarray:
+    """Wire values (wire.BF16 words or float16) as float32."""
+    from tg.distributed.transport import wire
+    return wire.bf16_widen(arr) if wire.is_bf16(arr.dtype) else arr.astype(np.float32)
+
+
 def view_tensor(buf: Buffer, first: int, shape: tuple[int, ...]) -> Tensor:
     """Elements first.. of buf as a realized tensor of `shape` sharing buf's memory (no copy): writes
     through either are seen by the other. `first` must start at the allocator's view alignment."""

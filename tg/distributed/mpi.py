@@ -295,6 +295,14 @@ def _remove_abort_hook() -> None:
 
 # ---------------------------------------------------------------------------- the group
 
+def _store(arr: np.ndarray, values: np.ndarray) -> None:
+    """A widened result back into arr (bfloat16 words rounded to nearest even)."""
+    if wire.is_bf16(arr.dtype):
+        wire.bf16_narrow(values.reshape(arr.shape), arr)
+    else:
+        arr[...] = values
+
+
 def _bytes(arr: np.ndarray) -> np.ndarray:
     return arr.reshape(-1).view(np.uint8)
 
@@ -432,6 +440,8 @@ class MpiGroup(ProcessGroup):
         elements on, where numpy and the other backends wrap; the low bits of the wide sum are the
         wrapped sum, and storing it back in the narrow dtype keeps just those."""
         kind, size = arr.dtype.kind, arr.itemsize
+        if wire.is_bf16(arr.dtype):       # bfloat16 words: MPI has no such type either
+            return wire.bf16_widen(arr)
         if kind == "f" and size < 4:
             return arr.astype(np.float32)
         if kind in "iu" and size < 4 and op is ReduceOp.SUM:
@@ -474,7 +484,7 @@ class MpiGroup(ProcessGroup):
         if op is ReduceOp.AVG:
             np.divide(work, self.size, out=work, casting="unsafe")
         if work is not arr:
-            arr[...] = work
+            _store(arr, work)
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
         data = _bytes(arr)
@@ -502,7 +512,7 @@ class MpiGroup(ProcessGroup):
         if op is ReduceOp.AVG:
             np.divide(work_out, self.size, out=work_out, casting="unsafe")
         if not direct:
-            out.reshape(-1)[...] = work_out
+            _store(out.reshape(-1), work_out)
 
     def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
         work = self._typed(self._reducible(arr, op))
@@ -515,7 +525,7 @@ class MpiGroup(ProcessGroup):
         if result is not None and work.size:
             if op is ReduceOp.AVG:
                 result = result / self.size
-            arr[...] = result.reshape(arr.shape)
+            _store(arr, result.reshape(arr.shape))
 
     def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
         flat = np.empty(self.size * mine.nbytes, np.uint8) if self.rank == root else None

@@ -56,7 +56,16 @@ from tg.core.dtype import dtypes
 from tg.core.realize import realize_readers
 from tg.core.tensor import Tensor
 from tg.distributed.ddp import _world, ddp_owner, new_gradients, used_anywhere, warn_once, watch_backward
-from tg.distributed.flat import Bucket, HostView, check_params, make_buckets, view_tensor
+from tg.distributed.flat import (
+    Bucket,
+    HostView,
+    check_params,
+    from_wire,
+    make_buckets,
+    to_wire,
+    view_tensor,
+    wire_format,
+)
 from tg.nn.optim import Optimizer, hold_gradients
 
 SLOTS = 2   # buckets of full gradients alive at once (one reduce-scattered while the next is computed)
@@ -100,7 +109,7 @@ class ZeroOptimizer(Optimizer):
     stage = 2
 
     def __init__(self, params: Iterable[Tensor], optimizer_class: type[Optimizer], group: Any = None,
-                 bucket_mb: float = 25.0, **kwargs: Any):
+                 bucket_mb: float = 25.0, reduce_dtype: Any = None, **kwargs: Any):
         params = list(params)
         if any(isinstance(p, Mapping) for p in params):
             raise TypeError("[distributed] ZeroOptimizer takes a list of Tensors, got param groups (dicts); "
@@ -116,6 +125,9 @@ class ZeroOptimizer(Optimizer):
         super().__init__(params, kwargs.get("lr", 1e-3))
         self.group = group
         self.rank, self.world_size = _world(group)
+        # mixed precision: the gradients' reduce-scatter in reduce_dtype on the wire (float32 sums inside);
+        # the shards, the optimizer's state and the checkpoints stay float32
+        self.wire = wire_format(reduce_dtype, "ZeroOptimizer")
         # MPI forbids a send buffer inside the receive buffer: the all-gather sends a copy of the part
         self._send_copy = False
         if self.world_size > 1:
@@ -310,6 +322,11 @@ class ZeroOptimizer(Optimizer):
             works[b] = (_Done(), flat[self._part(bucket)].copy())
             return
         grad = self._grad_views[b]
+        if self.wire is not None and self.world_size > 1:     # narrowed for the wire, widened in _finish
+            recv = np.empty(grad.numel, self.wire)
+            sent = to_wire(flat, np.empty(flat.size, self.wire))
+            works[b] = (self._collective("reduce_scatter", recv, sent), recv)
+            return
         recv = grad.read() if grad.zero_copy and not accumulate else np.empty(grad.numel, grad.np_dtype)
         works[b] = (self._collective("reduce_scatter", recv, flat), recv)
 
@@ -318,6 +335,8 @@ class ZeroOptimizer(Optimizer):
         work, recv = works.pop(b)
         work.wait()
         grad = self._grad_views[b]
+        if recv.dtype != grad.np_dtype:       # the wire's narrow values
+            recv = from_wire(recv)
         if accumulate:
             recv += grad.read()
         grad.write(recv)      # no copy when recv is the gradient's memory

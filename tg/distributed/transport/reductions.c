@@ -1,14 +1,25 @@
 /* tg's elementwise reductions, shared by the collective engines written in C (shm_engine.c,
  * ucx_engine.c): the Python side puts this text before each engine's source. dtype and op codes
  * are wire.DTYPE_CODES' order and ReduceOp's values. Integers wrap as numpy's do; MIN and MAX keep
- * a NaN; float16 is summed in float32 and rounded once; every rank combines in the same order. */
+ * a NaN; float16 and bfloat16 are summed in float32 and rounded once (a ring's steps: once each); every
+ * rank combines in the same order. */
 #include <stdint.h>
 #include <string.h>
 
 #define BLOCK 2048            /* elements reduced at a time: the partial sums stay in L1 */
-enum { D_BOOL, D_I8, D_U8, D_I16, D_U16, D_I32, D_U32, D_I64, D_U64, D_F16, D_F32, D_F64, D_C64, D_C128 };
+enum { D_BOOL, D_I8, D_U8, D_I16, D_U16, D_I32, D_U32, D_I64, D_U64, D_F16, D_F32, D_F64, D_C64, D_C128, D_BF16 };
 enum { R_SUM = 1, R_PROD = 2, R_MIN = 3, R_MAX = 4, R_AVG = 5, R_BAND = 6, R_BOR = 7, R_BXOR = 8 };
-static const int SIZE[] = {1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8, 8, 16};
+static const int SIZE[] = {1, 1, 1, 2, 2, 4, 4, 8, 8, 2, 4, 8, 8, 16, 2};
+
+/* bfloat16 words: widened to float32 (the bits on top), rounded back to nearest even; a NaN stays a
+   quiet NaN with its top bits (wire.bf16_narrow) */
+static inline float bf16_widen(uint16_t w) { union { uint32_t u; float f; } c; c.u = (uint32_t)w << 16; return c.f; }
+static inline uint16_t bf16_narrow(float f) {
+    union { uint32_t u; float f; } c; c.f = f;
+    uint32_t top = c.u >> 16;
+    if (f != f) return (uint16_t)((top & 0x7f) ? top : (top | 0x40));
+    return (uint16_t)((c.u + 0x7fffu + (top & 1u)) >> 16);
+}
 
 /* ------------------------------------------------------------------ reductions */
 
@@ -50,6 +61,15 @@ static void b_or(uint8_t *d, const uint8_t *a, const uint8_t *b, uint64_t m) { f
 static void b_and(uint8_t *d, const uint8_t *a, const uint8_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = a[i] && b[i]; }
 static void b_xor(uint8_t *d, const uint8_t *a, const uint8_t *b, uint64_t m) { for (uint64_t i = 0; i < m; i++) d[i] = (a[i] != 0) != (b[i] != 0); }
 
+/* one combine of two bfloat16 arrays (a ring step), in float32, rounded once */
+#define BF16OP(NAME, EXPR)                                                                        \
+    static void bf16_##NAME(uint16_t *d, const uint16_t *a, const uint16_t *b, uint64_t m) {      \
+        for (uint64_t i = 0; i < m; i++) { float x = bf16_widen(a[i]), y = bf16_widen(b[i]); d[i] = bf16_narrow(EXPR); } \
+    }
+BF16OP(sum, x + y)
+BF16OP(min, (x < y || x != x) ? x : y)
+BF16OP(max, (x > y || x != x) ? x : y)
+
 typedef void (*binop)(void *, const void *, const void *, uint64_t);
 
 static binop pick(int dtype, int op) {
@@ -78,6 +98,7 @@ static binop pick(int dtype, int op) {
     case D_F64: return sum ? (binop)f64_sum : op == R_PROD ? (binop)f64_prod : op == R_MIN ? (binop)f64_min : (binop)f64_max;
     case D_C64: return op == R_PROD ? (binop)c64_prod : (binop)c64_sum;
     case D_C128: return op == R_PROD ? (binop)c128_prod : (binop)c128_sum;
+    case D_BF16: return sum ? (binop)bf16_sum : op == R_MIN ? (binop)bf16_min : op == R_MAX ? (binop)bf16_max : NULL;
     }
     return NULL;
 }
@@ -105,20 +126,30 @@ static void divide(int dtype, void *d, uint64_t m, int n) {
 static void reduce_into(int dtype, int op, void *dst, const void **srcs, int k, uint64_t m) {
     binop f = pick(dtype, op);
     int es = SIZE[dtype];
-    if (dtype == D_F16) {
+    if (dtype == D_F16 || dtype == D_BF16) {
+        binop wide = pick(D_F32, op);
         float acc[BLOCK], other[BLOCK];
         for (uint64_t lo = 0; lo < m; lo += BLOCK) {
             uint64_t b = m - lo < BLOCK ? m - lo : BLOCK;
-            const _Float16 *s0 = (const _Float16 *)srcs[0] + lo;
-            for (uint64_t i = 0; i < b; i++) acc[i] = (float)s0[i];
-            for (int j = 1; j < k; j++) {
-                const _Float16 *s = (const _Float16 *)srcs[j] + lo;
-                for (uint64_t i = 0; i < b; i++) other[i] = (float)s[i];
-                f(acc, acc, other, b);
+            for (int j = 0; j < k; j++) {
+                float *to = j ? other : acc;
+                if (dtype == D_F16) {
+                    const _Float16 *s = (const _Float16 *)srcs[j] + lo;
+                    for (uint64_t i = 0; i < b; i++) to[i] = (float)s[i];
+                } else {
+                    const uint16_t *s = (const uint16_t *)srcs[j] + lo;
+                    for (uint64_t i = 0; i < b; i++) to[i] = bf16_widen(s[i]);
+                }
+                if (j) wide(acc, acc, other, b);
             }
             if (op == R_AVG) divide(D_F32, acc, b, k);
-            _Float16 *d = (_Float16 *)dst + lo;
-            for (uint64_t i = 0; i < b; i++) d[i] = (_Float16)acc[i];
+            if (dtype == D_F16) {
+                _Float16 *d = (_Float16 *)dst + lo;
+                for (uint64_t i = 0; i < b; i++) d[i] = (_Float16)acc[i];
+            } else {
+                uint16_t *d = (uint16_t *)dst + lo;
+                for (uint64_t i = 0; i < b; i++) d[i] = bf16_narrow(acc[i]);
+            }
         }
         return;
     }

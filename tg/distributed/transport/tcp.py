@@ -148,6 +148,8 @@ class TcpTransport(Transport):
                  timeout: float):
         self.rank, self.world, self.timeout, self.secret = rank, world, timeout, secret
         self.peers: dict[int, _Peer] = {}
+        self.sent_bytes = 0               # payload bytes of the frames this rank has sent (collectives' data)
+        self._count = threading.Lock()
         self.closed = False
         self.abort_reason: str | None = None
         listener = socket.create_server((host, 0), backlog=max(world, 8))
@@ -401,6 +403,8 @@ class TcpTransport(Transport):
     ) -> SendHandle:
         p = self.peers[peer]
         header = FRAME.pack(MAGIC, kind, 0, 0, seq & 0xFFFFFFFF, arg & 0xFFFFFFFF, len(payload))
+        with self._count:
+            self.sent_bytes += len(payload)
         with p.state:
             direct = p.pending == 0 and len(payload) <= DIRECT_SEND
             if not direct:

@@ -54,9 +54,37 @@ DESC_HEAD = struct.Struct("<BBbiB")   # op, reduce op, dtype code, root, ndim
 MAX_DIMS = 64
 DESC_MAX = DESC_HEAD.size + 8 * MAX_DIMS
 REDUCE_OPS = {1: "SUM", 2: "PRODUCT", 3: "MIN", 4: "MAX", 5: "AVG", 6: "BAND", 7: "BOR", 8: "BXOR"}
-# what a collective carries: numpy's native-order numeric types (object, string, datetime... are not data)
+# bfloat16 on the wire: numpy has no such type, so its 16-bit words travel as this two-byte record; the
+# reductions widen each to float32 (the bits in the top half), combine, and round back to nearest even
+# (a NaN stays a quiet NaN with its top bits), so a mixed-precision job's gradients move half the bytes
+BF16 = np.dtype([("bfloat16", "<u2")])
+# what a collective carries: numpy's native-order numeric types (object, string, datetime... are not data),
+# and BF16 (last: its code follows the others in the C engines' enum)
 DTYPE_CODES = [np.dtype(t).str for t in ("bool", "int8", "uint8", "=i2", "=u2", "=i4", "=u4", "=i8", "=u8",
-                                         "=f2", "=f4", "=f8", "=c8", "=c16")]
+                                         "=f2", "=f4", "=f8", "=c8", "=c16")] + [BF16.str]
+
+
+def bf16_widen(words: np.ndarray) -> np.ndarray:
+    """bfloat16 words (BF16 or uint16) as float32 values."""
+    return (np.asarray(words).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def bf16_narrow(values: np.ndarray, out: np.ndarray) -> None:
+    """float32 values rounded to bfloat16 (nearest, ties to even; a NaN quiet, its top bits kept) into
+    out's words (BF16 or uint16, values' shape)."""
+    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
+    top = u >> 16
+    rounded = (u + 0x7FFF + (top & 1)) >> 16
+    quiet = np.where(top & 0x7F, top, top | 0x40)
+    out.view(np.uint16)[...] = np.where(np.isnan(values), quiet, rounded).astype(np.uint16)
+
+
+def is_bf16(dtype: np.dtype) -> bool:
+    return np.dtype(dtype).str == BF16.str
+
+
+def dtype_name(dtype: np.dtype) -> str:
+    return "bfloat16" if is_bf16(dtype) else np.dtype(dtype).name
 
 
 def carried(dtype: np.dtype, what: str) -> None:
@@ -64,7 +92,7 @@ def carried(dtype: np.dtype, what: str) -> None:
     dt = np.dtype(dtype)
     if dt.str in DTYPE_CODES:
         return
-    names = ", ".join(np.dtype(c).name for c in DTYPE_CODES)
+    names = ", ".join(dtype_name(np.dtype(c)) for c in DTYPE_CODES)
     hint = ("convert it with arr.astype(arr.dtype.newbyteorder('='))" if dt.kind in "biufc" else
             "collectives move numbers; send objects with broadcast_object / all_gather_object")
     raise TypeError(f"[distributed] {what}: cannot send a {dt.name} ({dt.str}) array; collectives carry "
@@ -107,7 +135,7 @@ def describe(desc: bytes) -> str:
         return f"a malformed call ({desc[:32].hex()})"
     if name in ("barrier", "leave"):
         return "destroy_process_group (leaving)" if name == "leave" else name
-    dt = np.dtype(DTYPE_CODES[code]).name if 0 <= code < len(DTYPE_CODES) else "?"
+    dt = dtype_name(np.dtype(DTYPE_CODES[code])) if 0 <= code < len(DTYPE_CODES) else "?"
     if name == "all_gather_list" and len(shape) == 3:
         return f"all_gather of {shape[0]} {dt} arrays ({shape[1]} elements, sizes #{shape[2]:x})"
     extra = f" root={root}" if root >= 0 else ""
