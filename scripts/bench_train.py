@@ -4,6 +4,7 @@ torch.compile on the CPU, in the same run, at 1 and 2 threads.
     python scripts/bench_train.py                            # all rows
     python scripts/bench_train.py --models mlp --threads 1   # one model, one thread count
     python scripts/bench_train.py --quick                    # few steps (a smoke run, not a measurement)
+    python scripts/bench_train.py --precision fp32,bf16      # a row each: bf16 autocast on both sides
 
 Models: (a) mlp: MLP 784-512-512-10, batch 256, cross-entropy, Adam; (b) cnn: conv 1->32 3x3,
 conv 32->64 3x3, max-pool 2, linear -> 10 on 28x28, batch 128, Adam; (c) gpt: the GPT of
@@ -36,6 +37,7 @@ import time
 import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -191,18 +193,27 @@ def torch_setup(name: str, compiled: bool) -> Setup:
     return Setup(lambda x, y: torch.nn.functional.cross_entropy(forward(x), y), opt, x, y)
 
 
-def make_step(kind: str, name: str, threads: int) -> Callable[[], float]:
-    """One training step of the worker kind, returning loss.item()."""
+def make_step(kind: str, name: str, threads: int, precision: str = "fp32") -> Callable[[], float]:
+    """One training step of the worker kind, returning loss.item(); with precision bf16 the forward runs
+    under bfloat16 autocast (torch.autocast("cpu") / tg.autocast("cpu"): the same op lists)."""
+    import contextlib
+    region: Callable[[], Any] = contextlib.nullcontext
     if kind.startswith("torch"):
         import torch
         torch.set_num_threads(threads)
         s = torch_setup(name, compiled=kind == "torch-compile")
+        if precision == "bf16":
+            region = lambda: torch.autocast("cpu", dtype=torch.bfloat16)     # noqa: E731
     else:
+        import tg
         s = tg_setup(name)
+        if precision == "bf16":
+            region = lambda: tg.autocast("cpu", dtype=tg.bfloat16)           # noqa: E731
 
     def step(x, y):
         s.opt.zero_grad()
-        loss = s.loss_fn(x, y)
+        with region():
+            loss = s.loss_fn(x, y)
         loss.backward()
         s.opt.step()
         return loss
@@ -215,7 +226,7 @@ def make_step(kind: str, name: str, threads: int) -> Callable[[], float]:
 
 # ---------------------------------------------------------------------------- the worker process
 
-def worker(kind: str, name: str, threads: int, warmup: int) -> None:
+def worker(kind: str, name: str, threads: int, warmup: int, precision: str = "fp32") -> None:
     """Set up, report the first step, warm up, then run timed windows on request until 'quit'.
 
     Protocol, one JSON line each way: the worker sends {"first_step_s", "first_loss", "setup_s"}
@@ -230,7 +241,7 @@ def worker(kind: str, name: str, threads: int, warmup: int) -> None:
         proto.flush()
     t0 = time.perf_counter()
     try:
-        step = make_step(kind, name, threads)
+        step = make_step(kind, name, threads, precision)
         t1 = time.perf_counter()
         first_loss = step()
         t2 = time.perf_counter()
@@ -247,19 +258,24 @@ def worker(kind: str, name: str, threads: int, warmup: int) -> None:
         t = time.perf_counter()
         for _ in range(request["steps"]):
             loss = step()
-        send({"seconds": time.perf_counter() - t, "loss": loss})
+        seconds = time.perf_counter() - t
+        mem = None
+        if kind.startswith("tg"):
+            from tg import GlobalCounters
+            mem = GlobalCounters.mem_peak / 2 ** 20      # the peak of tensor memory so far, MiB
+        send({"seconds": seconds, "loss": loss, "mem_mib": mem})
 
 
 class Worker:
     """A worker process the parent talks to line by line, with a timeout on every answer."""
 
-    def __init__(self, kind: str, name: str, threads: int, warmup: int, cache: str):
+    def __init__(self, kind: str, name: str, threads: int, warmup: int, cache: str, precision: str = "fp32"):
         env = {**os.environ, "TG_CPU_THREADS": str(threads), "TG_CACHE_DIR": cache}
         self.kind = kind
         self.stderr = tempfile.TemporaryFile(mode="w+")
         self.proc = subprocess.Popen(
             [sys.executable, __file__, "--worker", kind, "--models", name, "--threads", str(threads),
-             "--warmup", str(warmup)],
+             "--warmup", str(warmup), "--precision", precision],
             env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.stderr, text=True,
         )
 
@@ -314,6 +330,7 @@ class Result:
     warm_first_step_s: float | None = None
     first_loss: float | None = None
     last_loss: float | None = None
+    mem_mib: float | None = None
     failure: str | None = None
     trace: str = ""
 
@@ -328,10 +345,10 @@ def torch_installed() -> bool:
 
 
 def start(kind: str, name: str, threads: int, warmup: int, cache: str, budget: float,
-          results: dict[str, Result]) -> Worker | None:
+          results: dict[str, Result], precision: str = "fp32") -> Worker | None:
     """Start a worker and wait until it is warm, recording its first step (or its failure)."""
     result = results[kind]
-    w = Worker(kind, name, threads, warmup, cache)
+    w = Worker(kind, name, threads, warmup, cache, precision)
     try:
         ready = w.receive(budget)
     except TimeoutError:
@@ -344,10 +361,11 @@ def start(kind: str, name: str, threads: int, warmup: int, cache: str, budget: f
     return w
 
 
-def warm_first_step(kind: str, name: str, threads: int, cache: str, budget: float) -> float | None:
+def warm_first_step(kind: str, name: str, threads: int, cache: str, budget: float,
+                    precision: str = "fp32") -> float | None:
     """The first step of a fresh tg worker on the kernel cache an earlier worker filled."""
     scratch = {kind: Result()}
-    w = start(kind, name, threads, 0, cache, budget, scratch)
+    w = start(kind, name, threads, 0, cache, budget, scratch, precision)
     if w is not None:
         w.close()
     return scratch[kind].first_step_s
@@ -355,7 +373,8 @@ def warm_first_step(kind: str, name: str, threads: int, cache: str, budget: floa
 
 # Complexity: one row is a small protocol: start four workers (each may fail in its own way), take
 # turns over the timed windows, then the warm-cache first steps.
-def measure_row(name: str, threads: int, args: argparse.Namespace, torch_ok: bool) -> dict[str, Result]:  # noqa: C901
+def measure_row(name: str, threads: int, args: argparse.Namespace, torch_ok: bool,  # noqa: C901
+                precision: str = "fp32") -> dict[str, Result]:
     results = {kind: Result() for kind in WORKER_KINDS}
     kinds = list(WORKER_KINDS) if torch_ok else ["tg-eager", "tg-jit"]
     for kind in WORKER_KINDS:
@@ -366,7 +385,8 @@ def measure_row(name: str, threads: int, args: argparse.Namespace, torch_ok: boo
         workers: dict[str, Worker] = {}
         for kind in kinds:
             budget = args.compile_budget if kind == "torch-compile" else args.timeout
-            w = start(kind, name, threads, args.warmup, caches.get(kind, eager_cache), budget, results)
+            w = start(kind, name, threads, args.warmup, caches.get(kind, eager_cache), budget, results,
+                      precision)
             if w is not None:
                 workers[kind] = w
         # interleaved windows: tg eager, torch eager, tg JIT, torch.compile, and around again
@@ -384,11 +404,12 @@ def measure_row(name: str, threads: int, args: argparse.Namespace, torch_ok: boo
                     continue
                 results[kind].rates.append(args.window_steps[name] / answer["seconds"])
                 results[kind].last_loss = answer["loss"]
+                results[kind].mem_mib = answer.get("mem_mib")
         for w in workers.values():
             w.close()
         for kind in ("tg-eager", "tg-jit"):
             if results[kind].first_step_s is not None:
-                warm = warm_first_step(kind, name, threads, caches[kind], args.timeout)
+                warm = warm_first_step(kind, name, threads, caches[kind], args.timeout, precision)
                 results[kind].warm_first_step_s = warm
     return results
 
@@ -409,20 +430,22 @@ def fmt_first(r: Result) -> str:
     return f"{s(r.first_step_s)} / {s(r.warm_first_step_s)} s"
 
 
-def table_row(name: str, threads: int, res: dict[str, Result]) -> tuple[str, ...]:
+def table_row(name: str, threads: int, res: dict[str, Result], precision: str = "fp32") -> tuple[str, ...]:
     eager, jit, torch_eager = res["tg-eager"], res["tg-jit"], res["torch-eager"]
     target = f">= {EAGER_TARGET[name]:.2f}x"
     if eager.steps_per_s is not None and torch_eager.steps_per_s is not None:
         met = eager.steps_per_s / torch_eager.steps_per_s >= EAGER_TARGET[name]
         target += " ok" if met else " MISS"
     loss = f"{eager.first_loss:.3f} -> {eager.last_loss:.3f}" if eager.last_loss is not None else "-"
-    return (name, str(threads), fmt_rate(eager), fmt_rate(jit), fmt_rate(torch_eager),
+    mem = f"{eager.mem_mib:.0f}" if eager.mem_mib is not None else "-"
+    return (name, precision, str(threads), fmt_rate(eager), fmt_rate(jit), fmt_rate(torch_eager),
             fmt_rate(res["torch-compile"]), fmt_ratio(eager, torch_eager), fmt_ratio(jit, torch_eager),
-            target, fmt_first(eager), fmt_first(jit), loss)
+            target, fmt_first(eager), fmt_first(jit), loss, mem)
 
 
-HEADER = ("model", "thr", "tg eager", "tg JIT", "torch eager", "torch.compile", "eager/torch", "JIT/torch",
-          "eager target", "1st step eager cold/warm", "1st step JIT cold/warm", "tg eager loss")
+HEADER = ("model", "prec", "thr", "tg eager", "tg JIT", "torch eager", "torch.compile", "eager/torch",
+          "JIT/torch", "eager target", "1st step eager cold/warm", "1st step JIT cold/warm", "tg eager loss",
+          "tg peak MiB")
 
 
 def print_table(rows: list[tuple[str, ...]], args: argparse.Namespace) -> None:
@@ -437,6 +460,27 @@ def print_table(rows: list[tuple[str, ...]], args: argparse.Namespace) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
 
 
+def print_precision_ratios(rates: dict[tuple[str, int, str], dict[str, Result]]) -> None:
+    """bf16 rows against the same model's fp32 row: tg's speed-up and its peak tensor memory."""
+    lines = []
+    for (name, threads, precision), res in rates.items():
+        base = rates.get((name, threads, "fp32"))
+        if precision != "bf16" or base is None:
+            continue
+        parts = []
+        for kind in ("tg-eager", "tg-jit"):
+            ours, f32 = res[kind], base[kind]
+            if ours.steps_per_s is not None and f32.steps_per_s is not None:
+                parts.append(f"{kind} {ours.steps_per_s / f32.steps_per_s:.2f}x fp32")
+        if res["tg-eager"].mem_mib and base["tg-eager"].mem_mib:
+            parts.append(f"peak tensor memory {res['tg-eager'].mem_mib / base['tg-eager'].mem_mib:.2f}x fp32")
+        lines.append(f"  {name} thr {threads} bf16: " + ", ".join(parts) +
+                     "  (targets: >= 1.5x fp32, memory <= 0.7x)")
+    if lines:
+        print("bf16 autocast against fp32 (same run):")
+        print("\n".join(lines))
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="2 short windows, 1 warmup step: a smoke run")
@@ -447,6 +491,8 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--compile-budget", type=float, default=120.0,
                     help="seconds torch.compile may take for import, compile and warmup")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds any other worker answer may take")
+    ap.add_argument("--precision", default="fp32",
+                    help="comma-separated of fp32, bf16 (bfloat16 autocast on both sides), one row each")
     ap.add_argument("--worker", choices=WORKER_KINDS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.window_steps = dict(WINDOW_STEPS)
@@ -454,6 +500,8 @@ def parse_args() -> argparse.Namespace:
         args.windows, args.warmup, args.window_steps = 2, 1, {name: 2 for name in MODELS}
     if not all(t.isdigit() and int(t) > 0 for t in args.threads.split(",")):
         ap.error(f"--threads takes positive integers like 1,2; got {args.threads!r}")
+    if not set(args.precision.split(",")) <= {"fp32", "bf16"}:
+        ap.error(f"--precision takes fp32, bf16 or both (comma-separated); got {args.precision!r}")
     unknown = set(args.models.split(",")) - set(MODELS)
     if unknown:
         ap.error(f"unknown model(s) {','.join(sorted(unknown))}; expected some of {','.join(MODELS)}")
@@ -463,17 +511,21 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     if args.worker:
-        worker(args.worker, args.models, int(args.threads), args.warmup)
+        worker(args.worker, args.models, int(args.threads), args.warmup, args.precision)
         return
     torch_ok = torch_installed()
     rows, traces = [], []
+    rates: dict[tuple[str, int, str], dict[str, Result]] = {}
     for name in args.models.split(","):
         for threads in (int(t) for t in args.threads.split(",")):
-            results = measure_row(name, threads, args, torch_ok)
-            rows.append(table_row(name, threads, results))
-            traces += [f"--- {name} threads={threads} {kind}: {r.failure}\n{r.trace}"
-                       for kind, r in results.items() if r.trace]
+            for precision in args.precision.split(","):
+                results = measure_row(name, threads, args, torch_ok, precision)
+                rates[(name, threads, precision)] = results
+                rows.append(table_row(name, threads, results, precision))
+                traces += [f"--- {name} threads={threads} {precision} {kind}: {r.failure}\n{r.trace}"
+                           for kind, r in results.items() if r.trace]
     print_table(rows, args)
+    print_precision_ratios(rates)
     if traces:
         print("\nfailures (the last lines of each worker's stderr):")
         print("\n".join(traces))

@@ -167,6 +167,12 @@ void tg_scratch_give(void* p) {
   pthread_mutex_unlock(&lock);
   free(p);
 }
+/* a child of fork() has one thread: a lock or a slot another thread of the parent held is free there */
+static void child_after_fork(void) {
+  pthread_mutex_init(&lock, NULL);
+  for (int i = 0; i < SLOTS; i++) pool[i].busy = 0;
+}
+__attribute__((constructor)) static void at_load(void) { pthread_atfork(NULL, NULL, child_after_fork); }
 long tg_scratch_trim(void) {             /* frees the pooled buffers not in use; returns the bytes freed */
   long freed = 0;
   pthread_mutex_lock(&lock);
