@@ -286,6 +286,11 @@ class Run:
         self.start_step, self.epoch = 0, 0
         self.history: dict = {"train": [], "val": []}
         self.precision, self.units = resolve_precision(args.precision)
+        if args.precision == "auto" and world > 1:     # every rank the same: bf16 only if all have the units
+            everywhere = np.array([self.precision == "bf16"], np.int32)
+            dist.all_reduce(everywhere, op=dist.ReduceOp.MIN)
+            if not everywhere[0]:
+                self.precision = "fp32"
         # float16's small gradients underflow unless the loss is scaled (bfloat16 has float32's range)
         self.scaler = tg.amp.GradScaler(device_kind()) if self.precision == "fp16" else None
         self.skipped: list[int] = []      # steps the scaler skipped (their gradients overflowed)

@@ -57,8 +57,7 @@ def both_ways(monkeypatch, fn):
 
 
 def same_bits(a: np.ndarray, b: np.ndarray, any_nan: bool = False) -> None:
-    """Equal bits; with any_nan a NaN matches any NaN (a reduce over several NaNs keeps the payload of
-    the one its order meets first: lanes and a scalar loop add in different orders)."""
+    """Equal bits; with any_nan a NaN matches any NaN."""
     assert a.dtype == b.dtype
     if any_nan:
         as_float = (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a
@@ -119,12 +118,17 @@ def test_bfloat16_programs_give_the_same_bits_with_lanes_and_without(n, seed, fr
             (a + b).amax(axis=1),
         ]
         with np.errstate(all="ignore"):
+            for o in outs:        # computed and stored by their own kernels (a bitcast fused into one
+                o.realize()       # would make it int16's: no lanes), then read as words
             return [bits_of(o) if o.dtype == tg.bfloat16 else o.numpy() for o in outs] + \
                 [(a == b).numpy(), a.cast(tg.int32).numpy()]
     with np.errstate(all="ignore"):
         lanes, scalar = both_ways(monkeypatch, program)
-    for i, (got, want) in enumerate(zip(lanes, scalar)):
-        same_bits(got, want, any_nan=i in (8, 9))      # the reduces
+    for got, want in zip(lanes, scalar):
+        # a NaN matches any NaN: which operand's payload (and sign) an op on two NaNs keeps is the C
+        # compiler's choice, and lanes and scalar code differ there for float32 too (the conversions'
+        # NaN bits are pinned by test_casts_to_and_from_bfloat16_round_as_numpy_in_lanes)
+        same_bits(got, want, any_nan=True)
 
 
 def test_the_lanes_are_taken(fresh):

@@ -35,10 +35,11 @@ def path(request, monkeypatch):
     monkeypatch.setattr(dev, "_by_ast", OrderedDict())
 
     def ran() -> bool:
-        """Whether the path's kernels ran: a tile nest on "amx"; on "fallback" none (the packed nest or
-        the one-pass kernel, which reads bfloat16 in SIMD lanes)."""
+        """Whether the path's nest ran: a tile nest on "amx"; on "fallback" the packed nest and no
+        tiles."""
         tiles = any("_tile_dpbf16ps" in prog.src for prog in dev._by_ast.values())
-        return tiles == (request.param == "amx")
+        nest = any("gemm" in prog.info.extra for prog in dev._by_ast.values())
+        return nest and tiles == (request.param == "amx")
     return request.param, ran
 
 
@@ -92,10 +93,13 @@ def test_a_narrow_matmul_is_its_float64_sum_rounded_once(m, k, n, layout, dtype,
 @pytest.mark.parametrize("k", [65536, 4096 + 37])
 def test_the_sums_are_float32_a_long_reduce_of_ones_is_exact(k, path):
     for dtype in (tg.bfloat16, tg.float16):
-        out = Tensor.ones(17, k, device="CPU", dtype=dtype) @ Tensor.ones(k, 40, device="CPU", dtype=dtype)
+        ones_a = Tensor.ones(33, k, device="CPU", dtype=dtype).contiguous().realize()     # loads, not
+        ones_b = Tensor.ones(k, 40, device="CPU", dtype=dtype).contiguous().realize()     # constants
+        out = ones_a @ ones_b
         with np.errstate(over="ignore"):       # float16's 65536 is inf
             want = narrow(np.array([k], np.float32), dtype)[0]    # k rounded once (a narrow sum: 256)
-        np.testing.assert_array_equal(out.float().numpy(), np.full((17, 40), want, np.float32))
+        np.testing.assert_array_equal(out.float().numpy(), np.full((33, 40), want, np.float32))
+    assert path[1]()
 
 
 def test_batched_linear_with_a_bias_and_its_gradients(path):
@@ -125,7 +129,7 @@ def test_batched_linear_with_a_bias_and_its_gradients(path):
 def test_a_bf16_conv_is_its_float64_sum_rounded_once(stride, path):
     rng = np.random.default_rng(stride)
     dtype = tg.bfloat16
-    x, w = narrow_rand(rng, (2, 24, 30, 29), dtype), narrow_rand(rng, (40, 24, 3, 3), dtype)
+    x, w = narrow_rand(rng, (2, 48, 33, 31), dtype), narrow_rand(rng, (64, 48, 3, 3), dtype)    # contractions
     got = T(x, dtype).conv2d(T(w, dtype), stride=stride, padding=1).float().numpy()
     xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (1, 1), (1, 1)))
     oh, ow = got.shape[2:]
@@ -135,12 +139,13 @@ def test_a_bf16_conv_is_its_float64_sum_rounded_once(stride, path):
             patch = xp[:, :, i:i + stride * oh:stride, j:j + stride * ow:stride]
             want += np.einsum("nchw,oc->nohw", patch, w[:, :, i, j].astype(np.float64))
             size += np.einsum("nchw,oc->nohw", np.abs(patch), np.abs(w[:, :, i, j].astype(np.float64)))
-    assert_rounded_once(got, want, dtype, 24 * 9 * 2.0 ** -24 * size)
+    assert_rounded_once(got, want, dtype, 48 * 9 * 2.0 ** -24 * size)
+    assert path[1]()
 
 
 def test_nan_and_inf_in_a_bf16_product_come_out_as_in_float32(path):
     rng = np.random.default_rng(5)
-    a, b = narrow_rand(rng, (64, 300), tg.bfloat16), narrow_rand(rng, (300, 80), tg.bfloat16)
+    a, b = narrow_rand(rng, (128, 512), tg.bfloat16), narrow_rand(rng, (512, 128), tg.bfloat16)
     a[3, 7], a[10, 0], b[5, 9] = np.nan, np.inf, -np.inf
     got = (T(a, tg.bfloat16) @ T(b, tg.bfloat16)).float().numpy()
     with np.errstate(invalid="ignore", over="ignore"):
@@ -149,6 +154,7 @@ def test_nan_and_inf_in_a_bf16_product_come_out_as_in_float32(path):
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     finite = np.isfinite(want)
     assert_rounded_once(got[finite], want[finite], tg.bfloat16, slack(a, b)[finite])
+    assert path[1]()
 
 
 def test_without_amx_the_fallback_is_chosen_and_the_cache_key_says_which(monkeypatch):
@@ -217,3 +223,60 @@ def test_the_tile_nest_at_any_thread_count_and_without_scratch_memory(threads, m
     got = (out.astype(np.uint32) << 16).view(np.float32)
     assert_rounded_once(got, a.astype(np.float64) @ b.astype(np.float64), tg.bfloat16,
                         k * 2.0 ** -24 * (np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))))
+
+
+def _ending_at_a_guard_page(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A copy of values whose last byte is the last before a page that may not be read: a kernel that
+    reads past the array dies of SIGSEGV instead of reading what happens to be mapped there."""
+    import ctypes
+    import mmap
+    page = mmap.PAGESIZE
+    area = -(-values.nbytes // page) * page
+    whole = np.frombuffer(mmap.mmap(-1, area + page), np.uint8)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+    assert libc.mprotect(ctypes.c_void_p(whole.ctypes.data + area), page, 0) == 0      # PROT_NONE
+    out = whole[area - values.nbytes:area].view(values.dtype).reshape(values.shape)
+    out[...] = values
+    return out, whole        # (whole keeps the mapping alive)
+
+
+@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16: nothing to build the tile nest for")
+@pytest.mark.parametrize("m,k,n", [(131, 400, 81), (97, 300, 200), (64, 2048, 33)])
+def test_the_tile_nest_reads_nothing_past_its_inputs_when_the_cast_is_fused(m, k, n):
+    """autocast's usual case: float32 operands cast to bfloat16 inside the contraction (the factors are
+    casts of float32 loads, packed element by element). The edge blocks past M, N and K read nothing:
+    each operand ends right before a page no one may read."""
+    import ctypes
+
+    from tests.core.test_gemm import contraction
+    from tg.core.renderer import DIALECTS, CStyleRenderer
+    rng = np.random.default_rng(m)
+    a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
+    c = contraction(Tensor(a, device="CPU").cast(tg.bfloat16) @ Tensor(b, device="CPU").cast(tg.bfloat16))
+    assert c is not None and amx.ok(c, ops_cpu.features()) and c.kernel.buf_dtypes[1:] == [tg.float32] * 2
+    ops_cpu.scratch_library()
+    src = amx.render(c, amx.rule(c), CStyleRenderer(DIALECTS["c"], threads=2), "amx_fused", 16)
+    fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).amx_fused
+    (ga, keep_a), (gb, keep_b) = _ending_at_a_guard_page(a), _ending_at_a_guard_page(b)
+    out = np.zeros((m, n), np.uint16)
+    fn(*[ctypes.c_void_p(x.ctypes.data) for x in (out, ga, gb)])
+    del keep_a, keep_b
+    an, bn = narrow(a, tg.bfloat16).astype(np.float64), narrow(b, tg.bfloat16).astype(np.float64)
+    got = (out.astype(np.uint32) << 16).view(np.float32)
+    assert_rounded_once(got, an @ bn, tg.bfloat16, slack(an, bn))
+
+
+def test_subnormals_flush_to_zero_on_the_tiles_and_stay_elsewhere(path):
+    """TDPBF16PS flushes subnormal inputs and sums to zero (amx.py's docstring); the packed nest keeps
+    them. Everything at normal scale is the same on both."""
+    a = np.full((128, 512), 2.0 ** -60, np.float32)
+    b = np.full((512, 128), 2.0 ** -60, np.float32)
+    a[0, :], b[:, 0] = 2.0 ** -130, 1.0                      # a subnormal input (bfloat16 keeps 2^-130)
+    a[1, :] = 2.0 ** -75                                     # normal inputs, a subnormal product
+    got = (T(a, tg.bfloat16).realize() @ T(b, tg.bfloat16).realize()).float().numpy()
+    flushed = path[0] == "amx"
+    assert got[0, 0] == (0.0 if flushed else np.float32(512 * 2.0 ** -130))
+    assert got[1, 1] == (0.0 if flushed else np.float32(512 * 2.0 ** -135))
+    assert got[2, 2] == np.float32(512 * 2.0 ** -120)          # normal: equal on both
+    assert path[1]()

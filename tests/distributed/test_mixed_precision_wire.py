@@ -42,7 +42,7 @@ def _bf16_collectives(rank: int, world: int, n: int, seed: int) -> dict:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("world", [2, 3])
 def test_bf16_words_are_reduced_in_float32_on_every_backend(backend, world):
-    n = world * 4099      # past every backend's small-message path; reduce_scatter takes equal parts
+    n = world * 9001      # bfloat16 bytes past every backend's 32 KiB small-message path: the rings run
     seed = world + 10 * BACKENDS.index(backend)
     results = run_ranks(world, _bf16_collectives, n, seed, backend=backend)
     from tg.distributed.transport import wire
@@ -140,6 +140,21 @@ def test_zero_reduce_scatters_bf16_with_float32_master_shards():
             assert np.abs(d16 - d32).max() <= 2.0 ** -6 * np.abs(d32).max()
     for a, b in zip(results[0]["bfloat16"]["moved"], results[1]["bfloat16"]["moved"]):
         np.testing.assert_array_equal(a, b)
+
+
+def test_only_bf16_itself_travels_as_bfloat16():
+    """Another two-byte record (or a plain V2) has BF16's dtype string: it is refused, not summed as
+    bfloat16 words."""
+    import tg.distributed as dist
+    from tg.distributed.transport import wire
+    dist.init_process_group()
+    try:
+        for other in (np.dtype("V2"), np.dtype([("count", "<i2")]), np.dtype([("bfloat16", ">u2")])):
+            with pytest.raises(TypeError, match="cannot send a void16"):
+                dist.all_reduce(np.zeros(4, other))
+        dist.all_reduce(np.zeros(4, wire.BF16))
+    finally:
+        dist.destroy_process_group()
 
 
 def test_a_reduce_dtype_other_than_a_float_is_an_error():

@@ -37,6 +37,7 @@ from tg.distributed.errors import DistributedError
 from tg.distributed.flat import HOST_DEVICES, HostView
 from tg.distributed.group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.store import TCPStore
+from tg.distributed.transport import wire
 from tg.distributed.transport.wire import carried
 
 log = logging.getLogger("tg.distributed")
@@ -772,8 +773,8 @@ def _check_whole(
     """The one-tensor collectives: `whole` holds n parts, each the size and dtype of `part`."""
     if whole.size != part.size * n or whole.dtype != part.dtype:
         raise ValueError(
-            f"[distributed] {op}: {whole_name} {whole.dtype.name}{list(whole.shape)} must hold {n} x "
-            f"{part_name} {part.dtype.name}{list(part.shape)}"
+            f"[distributed] {op}: {whole_name} {wire.dtype_name(whole.dtype)}{list(whole.shape)} must hold "
+            f"{n} x {part_name} {wire.dtype_name(part.dtype)}{list(part.shape)}"
         )
 
 
@@ -820,8 +821,8 @@ def all_gather(tensor_list: list, tensor: Any, group: Any = None, async_op: bool
     for o, _a in outs:
         if o.shape != inp.shape or o.dtype != inp.dtype:
             raise ValueError(
-                f"[distributed] all_gather: every output must be {inp.dtype.name}{list(inp.shape)}, "
-                f"got {o.dtype.name}{list(o.shape)}"
+                f"[distributed] all_gather: every output must be {wire.dtype_name(inp.dtype)}"
+                f"{list(inp.shape)}, got {wire.dtype_name(o.dtype)}{list(o.shape)}"
             )
     flat = np.empty(inp.size * g.size, inp.dtype)
 
@@ -887,8 +888,8 @@ def _check_chunks(what: str, name: str, chunks: list[np.ndarray], like: np.ndarr
     for i, chunk in enumerate(chunks):
         if chunk.size != like.size or chunk.dtype != like.dtype:
             raise ValueError(
-                f"[distributed] {what}: {name}[{i}] is {chunk.dtype.name}{list(chunk.shape)}, every "
-                f"entry must match {like_name} {like.dtype.name}{list(like.shape)}"
+                f"[distributed] {what}: {name}[{i}] is {wire.dtype_name(chunk.dtype)}{list(chunk.shape)}, "
+                f"every entry must match {like_name} {wire.dtype_name(like.dtype)}{list(like.shape)}"
             )
 
 

@@ -23,6 +23,10 @@ never stored. The packs read a plain bfloat16 load's bits as they are (a vector 
 is evaluated in float and converted (exact: it is a bfloat16 value). Each thread loads the tile
 configuration (eight tiles of 16 rows x 64 bytes) at the start of the parallel region and releases the
 tiles at its end.
+
+TDPBF16PS treats subnormal inputs as zero and flushes subnormal sums to zero (as oneDNN's AMX kernels
+do); the packed nest, where AMX is not used, keeps them. A product of magnitude below 2^-126 is all
+that differs (tests/core/test_low_precision_gemm.py pins both).
 """
 from __future__ import annotations
 
@@ -190,12 +194,12 @@ def _pack(c: Contraction, renderer: CStyleRenderer, side: str) -> list[str]:
     outer, inner = (("kk", kay), ("i", row)) if rows_inner else (("i", row), ("kk", kay))
 
     def loops(check: bool) -> list[str]:
-        put = f"dst[{at}] = {value};"
-        if check:
-            put = f"dst[{at}] = (row < {total} && k < K) ? {value} : 0;"
+        body = [*lines, f"dst[{at}] = {value};"]
+        if check:        # past the matrix nothing is read (a fused factor's loads are in `lines`): a zero
+            body = [f"if (row < {total} && k < K) {{", *["  " + x for x in body], f"}} else dst[{at}] = 0;"]
         return [f"for (long {outer[0]} = 0; {outer[0]} < 32; {outer[0]}++) {{", *["  " + x for x in outer[1]],
                 f"  for (long {inner[0]} = 0; {inner[0]} < 32; {inner[0]}++) {{",
-                *["    " + x for x in [*inner[1], *lines, put]], "  }", "}"]
+                *["    " + x for x in [*inner[1], *body]], "  }", "}"]
     fast = _vector_pack(c, side)
     full = fast if fast is not None else loops(False)
     return ["for (long kb = 0; kb < KP / 32; kb++) {",

@@ -33,6 +33,7 @@ def _vector_bytes() -> int:
 
 
 AMX_FEATURES = frozenset({"amx_tile", "amx_bf16"})
+AMX_PROBE = "#include <immintrin.h>\nvoid tg_amx_probe(void) { _tile_zero(0); _tile_dpbf16ps(0, 1, 2); }\n"
 _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
 
 
@@ -131,12 +132,14 @@ def _hold_thread_runtime() -> None:
 # Scratch memory for the kernels' packed operands (codegen/gemm.py, codegen/amx.py), kept between calls
 # in one library every kernel links to: a fresh allocation of a few MB is a fresh mapping, whose every
 # page faults on first touch (measured: 1,100 faults, 3.3 ms, for the packs of one 1024^3 bfloat16
-# matmul that computes in 2.9). A few buffers are pooled (the largest asked for stays); a take that
-# finds every one busy (another thread's kernel) allocates afresh and frees on give.
+# matmul that computes in 2.9). A few buffers are pooled (the largest asked for stays, up to 256 MiB
+# each: a kernel that large computes for long enough that its pages' faults do not matter); a take
+# that finds every one busy (another thread's kernel) allocates afresh and frees on give.
 SCRATCH_SOURCE = r"""
 #include <pthread.h>
 #include <stdlib.h>
 #define SLOTS 8
+#define KEEP_MAX (256L << 20)   /* a larger buffer goes back to the system when given back */
 static struct { void* p; long size; int busy; } pool[SLOTS];
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 void* tg_scratch_take(long bytes) {
@@ -163,7 +166,12 @@ void tg_scratch_give(void* p) {
   if (!p) return;
   pthread_mutex_lock(&lock);
   for (int i = 0; i < SLOTS; i++)
-    if (pool[i].p == p && pool[i].busy) { pool[i].busy = 0; pthread_mutex_unlock(&lock); return; }
+    if (pool[i].p == p && pool[i].busy) {
+      pool[i].busy = 0;
+      if (pool[i].size > KEEP_MAX) { free(p); pool[i].p = NULL; pool[i].size = 0; }
+      pthread_mutex_unlock(&lock);
+      return;
+    }
   pthread_mutex_unlock(&lock);
   free(p);
 }
@@ -247,6 +255,18 @@ class CPUDevice(Compiled):
         self.renderer = CStyleRenderer(DIALECTS["c"], threads=config.TG_CPU_THREADS)
         self.program = CPUProgram
         self.lower_options = {"cpu_vector_bytes": _vector_bytes()}
+        self._amx_builds: bool | None = None
+
+    def builds_amx(self) -> bool:
+        """Whether TG_CC builds AMX intrinsics for this CPU (a compiler older than the CPU may not): a
+        probe compiled once (cached like a kernel); without it the packed nest runs bfloat16."""
+        if self._amx_builds is None:
+            try:
+                self.compiler.compile(AMX_PROBE)
+                self._amx_builds = True
+            except CompileError:
+                self._amx_builds = False
+        return self._amx_builds
 
     def fuse_rows(self, items: list, outs: list) -> list:
         """The schedule with its row groups of this device's kernels as one item each (codegen/rows.py)."""
@@ -267,7 +287,7 @@ class CPUDevice(Compiled):
             return rows.render(kernel, self.renderer, _vector_bytes())
         lanes = _vector_bytes() // 4
         c = None if config.TG_NOOPT else gemm.find(kernel, lanes)
-        if c is not None and amx.ok(c, features()):       # bfloat16 factors on the tile unit
+        if c is not None and amx.ok(c, features()) and self.builds_amx():     # bfloat16 factors on the tiles
             return gemm.lower(c, amx.rule(c), self.renderer, lanes, amx.render)
         if c is not None:
             def one_pass(name: str) -> str:

@@ -80,20 +80,29 @@ def bf16_narrow(values: np.ndarray, out: np.ndarray) -> None:
 
 
 def is_bf16(dtype: np.dtype) -> bool:
-    return np.dtype(dtype).str == BF16.str
+    """Whether dtype is BF16 itself (its field name and byte order too: another two-byte record, or a
+    plain 'V2', has the same .str and is no bfloat16)."""
+    return np.dtype(dtype) == BF16
 
 
 def dtype_name(dtype: np.dtype) -> str:
     return "bfloat16" if is_bf16(dtype) else np.dtype(dtype).name
 
 
+def code_name(code: str) -> str:
+    """The name of a DTYPE_CODES entry."""
+    return "bfloat16" if code == BF16.str else np.dtype(code).name
+
+
 def carried(dtype: np.dtype, what: str) -> None:
     """Raise TypeError at the call, before any byte moves, for a dtype collectives cannot carry."""
     dt = np.dtype(dtype)
-    if dt.str in DTYPE_CODES:
+    if dt.str in DTYPE_CODES and (dt.str != BF16.str or dt == BF16):
         return
-    names = ", ".join(dtype_name(np.dtype(c)) for c in DTYPE_CODES)
+    names = ", ".join(code_name(c) for c in DTYPE_CODES)
     hint = ("convert it with arr.astype(arr.dtype.newbyteorder('='))" if dt.kind in "biufc" else
+            "bfloat16 words travel as tg.distributed.transport.wire.BF16 (view a uint16 array as it)"
+            if dt.kind == "V" else
             "collectives move numbers; send objects with broadcast_object / all_gather_object")
     raise TypeError(f"[distributed] {what}: cannot send a {dt.name} ({dt.str}) array; collectives carry "
                     f"native-order {names}; {hint}")
@@ -135,7 +144,7 @@ def describe(desc: bytes) -> str:
         return f"a malformed call ({desc[:32].hex()})"
     if name in ("barrier", "leave"):
         return "destroy_process_group (leaving)" if name == "leave" else name
-    dt = dtype_name(np.dtype(DTYPE_CODES[code])) if 0 <= code < len(DTYPE_CODES) else "?"
+    dt = code_name(DTYPE_CODES[code]) if 0 <= code < len(DTYPE_CODES) else "?"
     if name == "all_gather_list" and len(shape) == 3:
         return f"all_gather of {shape[0]} {dt} arrays ({shape[1]} elements, sizes #{shape[2]:x})"
     extra = f" root={root}" if root >= 0 else ""
