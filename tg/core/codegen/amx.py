@@ -120,10 +120,16 @@ def _vector_pack(c: Contraction, side: str) -> list[str] | None:
     layout applies."""
     tree, dims = (c.x, c.m_dims) if side == "a" else (c.y, c.n_dims)
     load = tree.src[0]
+    # autocast's usual factor: a float32 load cast to bfloat16 in the kernel, rounded 16 lanes at a time
+    wide = load.op is UnaryOps.CAST and load.src[0].op is AstOps.LOAD and load.src[0].dtype == dtypes.float32
+    if wide:
+        load = load.src[0]
     found = _strides(c, load, dims) if load.op is AstOps.LOAD else None
     if found is None:
         return None
     rs, ks = found
+    if wide:
+        return _rounding_pack(c, side, load, dims, rs, ks)
     if side == "a" and ks == 1:
         return ["for (long i = 0; i < 32; i++)",
                 f"  _mm512_store_si512(dst + kb * 1024 + i * 32, "
@@ -152,6 +158,32 @@ def _vector_pack(c: Contraction, side: str) -> list[str] | None:
                 f"    _mm512_store_si512(dst + kb * 1024 + j * 512 + kp * 32, "
                 f"_mm512_i32gather_epi32(at, s + j * 16L * {rs} + 2 * kp, 2));",
                 ]
+    return None
+
+
+def _rounding_pack(c: Contraction, side: str, load: KOp, dims: list[int], rs: int | None,
+                   ks: int | None) -> list[str] | None:
+    """_vector_pack's contiguous layouts for float32 values rounded to bfloat16 (renderer.BF16_VECTORS:
+    nearest even, NaN kept), 16 at a time: x along k (each row's 32), y along n (two k rows of 32
+    columns, interleaved). None for the others (packed element by element)."""
+    def words(ptr: str) -> str:
+        """32 floats from ptr as 32 bfloat16 words in a 512-bit vector."""
+        low, high = (f"(__m256i)tg_bf16_narrow_v(*(const f32v*)({ptr}{off}))" for off in ("", " + 16"))
+        return f"_mm512_inserti64x4(_mm512_castsi256_si512({low}), {high}, 1)"
+    if side == "a" and ks == 1:
+        return ["for (long i = 0; i < 32; i++) {",
+                f"  const float* p = {_at(c, load, dims, 'first + i', 'kb * 32')};",
+                f"  _mm512_store_si512(dst + kb * 1024 + i * 32, {words('p')});",
+                "}"]
+    if side == "b" and rs == 1:
+        return ["for (long kp = 0; kp < 16; kp++) {",
+                f"  const float* p0 = {_at(c, load, dims, 'first', 'kb * 32 + 2 * kp')};",
+                f"  const float* p1 = {_at(c, load, dims, 'first', 'kb * 32 + 2 * kp + 1')};",
+                f"  __m512i r0 = {words('p0')}, r1 = {words('p1')};",
+                "  unsigned short* d = dst + kb * 1024 + kp * 32;",
+                "  _mm512_store_si512(d, _mm512_permutex2var_epi16(r0, first16, r1));",
+                "  _mm512_store_si512(d + 512, _mm512_permutex2var_epi16(r0, last16, r1));",
+                "}"]
     return None
 
 
