@@ -65,18 +65,16 @@ DTYPE_CODES = [np.dtype(t).str for t in ("bool", "int8", "uint8", "=i2", "=u2", 
 
 
 def bf16_widen(words: np.ndarray) -> np.ndarray:
-    """bfloat16 words (BF16 or uint16) as float32 values."""
-    return (np.asarray(words).view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    """bfloat16 words (BF16 or uint16) as float32 values (tg.core.dtype's conversion)."""
+    from tg.core.dtype import bf16_to_f32
+    return bf16_to_f32(np.asarray(words).view(np.uint16))
 
 
 def bf16_narrow(values: np.ndarray, out: np.ndarray) -> None:
-    """float32 values rounded to bfloat16 (nearest, ties to even; a NaN quiet, its top bits kept) into
-    out's words (BF16 or uint16, values' shape)."""
-    u = np.ascontiguousarray(values, dtype=np.float32).view(np.uint32)
-    top = u >> 16
-    rounded = (u + 0x7FFF + (top & 1)) >> 16
-    quiet = np.where(top & 0x7F, top, top | 0x40)
-    out.view(np.uint16)[...] = np.where(np.isnan(values), quiet, rounded).astype(np.uint16)
+    """float32 values rounded to bfloat16 (tg.core.dtype's rounding: nearest even, a NaN quiet with its
+    top bits) into out's words (BF16 or uint16, values' shape)."""
+    from tg.core.dtype import f32_to_bf16
+    out.view(np.uint16)[...] = f32_to_bf16(values)
 
 
 def is_bf16(dtype: np.dtype) -> bool:
