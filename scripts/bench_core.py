@@ -316,8 +316,10 @@ double tg_dpbf16_seconds(long iters, float seed, float* out) {
   #pragma omp parallel
   {
     __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
-    __m512 c0 = _mm512_set1_ps(seed), c1 = c0, c2 = c0, c3 = c0, c4 = c0, c5 = c0, c6 = c0, c7 = c0;
-    __m512 c8 = c0, c9 = c0, c10 = c0, c11 = c0, c12 = c0, c13 = c0, c14 = c0, c15 = c0;
+    /* distinct values: equal chains would be merged into one by the compiler */
+    __m512 c0 = _mm512_set1_ps(seed), c1 = c0 + 1, c2 = c1 + 1, c3 = c2 + 1, c4 = c3 + 1, c5 = c4 + 1;
+    __m512 c6 = c5 + 1, c7 = c6 + 1, c8 = c7 + 1, c9 = c8 + 1, c10 = c9 + 1, c11 = c10 + 1, c12 = c11 + 1;
+    __m512 c13 = c12 + 1, c14 = c13 + 1, c15 = c14 + 1;
     for (long i = 0; i < iters; i++) {
       c0 = _mm512_dpbf16_ps(c0, a, b); c1 = _mm512_dpbf16_ps(c1, a, b); c2 = _mm512_dpbf16_ps(c2, a, b);
       c3 = _mm512_dpbf16_ps(c3, a, b); c4 = _mm512_dpbf16_ps(c4, a, b); c5 = _mm512_dpbf16_ps(c5, a, b);

@@ -109,7 +109,8 @@ def get_autocast_dtype(device_type: Any = "cpu") -> DType:
 def bf16_units(device: Any = None) -> str | None:
     """The hardware a device computes bfloat16 products on, named ("AMX", "AVX512_BF16", "tensor
     cores"), or None where bfloat16 would only be converted to float32 and back (no faster than
-    float32): what a training script asks before it turns bfloat16 autocast on by itself.
+    float32; on a CPU also where its AVX512_BF16 measures slower than its float32 FMAs, as on Sapphire
+    Rapids without AMX): what a training script asks before it turns bfloat16 autocast on by itself.
 
         >>> import tg
         >>> tg.amp.bf16_units("CPU") in (None, "AMX", "AVX512_BF16")
@@ -118,9 +119,11 @@ def bf16_units(device: Any = None) -> str | None:
     from tg.core.device import Device
     name = str(device or Device.DEFAULT).upper()
     if name.startswith("CPU"):
-        from tg.core.runtime.ops_cpu import AMX_FEATURES, features
-        have = features()
-        return "AMX" if AMX_FEATURES <= have else "AVX512_BF16" if "avx512_bf16" in have else None
+        from tg.core.codegen import bf16
+        from tg.core.runtime.ops_cpu import features
+        dev, have = Device[name], features()
+        unit = next((u for u in bf16.UNITS if u.features <= have and dev.usable(u)), None)
+        return None if unit is None else {"amx": "AMX", "dpbf16": "AVX512_BF16"}[unit.name]
     if name.startswith("CUDA"):
         major = getattr(Device[name], "capability", (0, 0))[0]     # Ampere (8.0) and later
         return "tensor cores" if major >= 8 else None

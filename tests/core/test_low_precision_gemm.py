@@ -1,9 +1,11 @@
 """bfloat16 and float16 contractions (issue 36 item 3): matmul, linear and conv of narrow tensors multiply
-and sum in float32 and round once (fused.sum_of_products), on the AMX tile unit where the CPU has it
-(codegen/amx.py), else in the packed float32 nest with the conversion in its packing (codegen/gemm.py).
-Both paths run here where the CPU has AMX (TG_CPU_DISABLE turns it off for the fallback); without AMX
-the AMX cases are skipped and the tests of the choice prove the fallback is taken. References: float64
-sums of the narrow inputs, rounded once (numpy's bit arithmetic in test_half_precision)."""
+and sum in float32 and round once (fused.sum_of_products), on a bfloat16 unit of the CPU (codegen/bf16.py:
+AMX tiles, or AVX512_BF16's VDPBF16PS where it pays), else in the packed float32 nest with the conversion
+in its packing (codegen/gemm.py). Every path the CPU has runs here: TG_CPU_DISABLE turns AMX off for the
+others, and the VDPBF16PS nest is forced where the CPU has the instruction but it does not pay (half the
+FMAs' rate on Sapphire Rapids); a path the CPU lacks is skipped and the tests of the choice prove the
+fallback is taken. References: float64 sums of the narrow inputs, rounded once (numpy's bit arithmetic
+in test_half_precision)."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -14,32 +16,42 @@ import pytest
 import tg
 from tests.core.test_half_precision import narrow, ulp
 from tg import Device, Tensor
-from tg.core.codegen import amx
+from tg.core.codegen import bf16
 from tg.core.runtime import ops_cpu
 
-HAS_AMX = amx.FEATURES <= ops_cpu.features()
-PATHS = ["amx", "fallback"]
+HAS = {u.name: u.features <= ops_cpu.features() for u in bf16.UNITS}
+HAS_AMX = HAS["amx"]
+PATHS = ["amx", "dpbf16", "fallback"]
+MARKS = {"amx": "_tile_dpbf16ps", "dpbf16": "_mm512_dpbf16_ps"}    # each unit's instruction in its nest
+
+
+def force(monkeypatch, name: str) -> None:
+    """Kernels lowered from now on take the path `name` (a unit of bf16.UNITS, or "fallback")."""
+    monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
+    dev = Device["CPU"]
+    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
+    if name != "amx":
+        monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16,amx_tile")
+    monkeypatch.setattr(dev, "_usable", {"dpbf16": name == "dpbf16"} if name != "amx" else {})
 
 
 @pytest.fixture(params=PATHS)
 def path(request, monkeypatch):
     """The contraction path under test, each kernel lowered afresh; yields the path's name and a check
     that a program of it ran."""
-    if request.param == "amx" and not HAS_AMX:
-        pytest.skip("this CPU has no AMX-BF16 (or Linux did not grant the tile state): "
-                    "test_without_amx_the_fallback_is_chosen covers it")
-    if request.param == "fallback":
-        monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16,amx_tile")
-    monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
+    if request.param != "fallback" and not HAS[request.param]:
+        pytest.skip(f"this CPU has no {request.param} (or Linux did not grant AMX's tile state): "
+                    "test_without_a_unit_the_fallback_is_chosen covers it")
+    force(monkeypatch, request.param)
     dev = Device["CPU"]
-    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
 
     def ran() -> bool:
-        """Whether the path's nest ran: a tile nest on "amx"; on "fallback" the packed nest and no
-        tiles."""
-        tiles = any("_tile_dpbf16ps" in prog.src for prog in dev._by_ast.values())
+        """Whether the path's nest ran: a nest with its unit's instruction; on "fallback" the packed
+        nest and neither."""
         nest = any("gemm" in prog.info.extra for prog in dev._by_ast.values())
-        return nest and tiles == (request.param == "amx")
+        srcs = [prog.src for prog in dev._by_ast.values()]
+        marks = {name for name, mark in MARKS.items() if any(mark in src for src in srcs)}
+        return nest and marks == ({request.param} if request.param in MARKS else set())
     return request.param, ran
 
 
@@ -86,7 +98,7 @@ def test_a_narrow_matmul_is_its_float64_sum_rounded_once(m, k, n, layout, dtype,
     got = out.float().numpy()
     assert_rounded_once(got, a.astype(np.float64) @ b.astype(np.float64), dtype, slack(a, b))
     name, ran = path
-    if dtype == tg.bfloat16 or name == "fallback":      # float16 has no tile path: the packed nest
+    if dtype == tg.bfloat16 or name == "fallback":      # float16 has no unit: the packed nest
         assert ran()
 
 
@@ -157,9 +169,10 @@ def test_nan_and_inf_in_a_bf16_product_come_out_as_in_float32(path):
     assert path[1]()
 
 
-def test_without_amx_the_fallback_is_chosen_and_the_cache_key_says_which(monkeypatch):
+def test_without_a_unit_the_fallback_is_chosen_and_the_cache_key_says_which(monkeypatch):
     """The CPU features kernels are built for are part of every kernel's cache key (a library using AMX
-    is never loaded where AMX is not), and a contraction takes the tile nest exactly when AMX is there."""
+    is never loaded where AMX is not), and a contraction takes a unit exactly when the CPU has it (and,
+    for VDPBF16PS, where it pays)."""
     a, b = Tensor.empty(256, 512, device="CPU", dtype=tg.bfloat16), Tensor.empty(512, 64, device="CPU",
                                                                                    dtype=tg.bfloat16)
     from tests.core.test_gemm import contraction
@@ -167,23 +180,65 @@ def test_without_amx_the_fallback_is_chosen_and_the_cache_key_says_which(monkeyp
     assert c is not None and c.narrow
     compiler = ops_cpu.ClangCompiler()
     with_all = compiler.cached_path("int x;")
-    assert amx.ok(c, ops_cpu.features()) == HAS_AMX
+    yes, no = (lambda u: True), (lambda u: False)
+    assert bf16.unit(c, ops_cpu.features(), yes) == next((u for u in bf16.UNITS if HAS[u.name]), None)
+    assert bf16.unit(c, ops_cpu.features(), no) is None       # TG_CC lacks the intrinsics, or none pays
     monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16")
-    assert not amx.ok(c, ops_cpu.features())
+    assert bf16.unit(c, ops_cpu.features(), yes) == (bf16.DPBF16 if HAS["dpbf16"] else None)
     assert "amx_bf16" not in ops_cpu.features()
     if HAS_AMX or "amx_bf16" in ops_cpu._cpu_flags():
         assert compiler.cached_path("int x;") != with_all
+    monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16,avx512_bf16")
+    assert bf16.unit(c, ops_cpu.features(), yes) is None
     monkeypatch.setenv("TG_CPU_DISABLE", "")
     assert compiler.cached_path("int x;") == with_all
-    # float32 factors never take the tile nest
+    # float32 factors never take a unit
     f = contraction(Tensor.empty(256, 512, device="CPU") @ Tensor.empty(512, 64, device="CPU"))
-    assert f is not None and not f.narrow and not amx.ok(f, frozenset(amx.FEATURES))
+    every = frozenset().union(*(u.features for u in bf16.UNITS))
+    assert f is not None and not f.narrow and bf16.unit(f, every, yes) is None
+
+
+@pytest.mark.skipif(not HAS["dpbf16"], reason="this CPU has no AVX512_BF16: nothing to measure")
+def test_vdpbf16ps_is_used_exactly_where_it_measures_faster_than_the_fmas(monkeypatch):
+    """The measured speedup decides (ops_cpu.CPUDevice.usable): a bound the unit cannot reach turns it
+    off, one it always reaches turns it on, and the device's verdict is the measurement's."""
+    import ctypes
+    dev = Device["CPU"]
+    lib = ctypes.CDLL(str(dev.compiler.compile(bf16.DPBF16.speedup)))
+    lib.tg_speedup.restype = ctypes.c_double
+    speedup = lib.tg_speedup()
+    assert 0.05 < speedup < 20
+    for bound, want in ((1e9, False), (1e-9, True)):
+        monkeypatch.setattr(dev, "_usable", {})
+        monkeypatch.setattr(bf16, "PAYS", bound)
+        assert dev.usable(bf16.DPBF16) is want
+    monkeypatch.setattr(dev, "_usable", {})
+    monkeypatch.setattr(bf16, "PAYS", 1.25)
+    clear = abs(speedup - 1.25) > 0.3         # (a speedup near the bound may measure either way)
+    assert not clear or dev.usable(bf16.DPBF16) == (speedup >= 1.25)
+
+
+@pytest.mark.parametrize("pays", [True, False])
+def test_amp_names_the_unit_the_contractions_take(monkeypatch, pays):
+    """tg.amp.bf16_units (what train.py --precision auto asks) says AVX512_BF16 only where the VDPBF16PS
+    nest is what a bfloat16 matmul runs on: where it pays; AMX where AMX is there."""
+    dev = Device["CPU"]
+    monkeypatch.setattr(dev, "_usable", {"amx": True, "dpbf16": pays})
+    assert tg.amp.bf16_units("CPU") == ("AMX" if HAS_AMX else "AVX512_BF16" if HAS["dpbf16"] and pays else None)
+    monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16,amx_tile")
+    assert tg.amp.bf16_units("CPU") == ("AVX512_BF16" if HAS["dpbf16"] and pays else None)
+    force(monkeypatch, "dpbf16" if HAS["dpbf16"] and pays else "fallback")
+    monkeypatch.setattr(dev, "_usable", {"dpbf16": pays})
+    a = Tensor.ones(64, 512, device="CPU", dtype=tg.bfloat16).contiguous().realize()
+    (a @ Tensor.ones(512, 128, device="CPU", dtype=tg.bfloat16).contiguous().realize()).realize()
+    used = any(MARKS["dpbf16"] in prog.src for prog in dev._by_ast.values())
+    assert used == (tg.amp.bf16_units("CPU") == "AVX512_BF16")
 
 
 def test_the_scratch_pool_keeps_its_buffers_until_released(path):
     """The nests' packing buffers (the tile nest's, and the packed nest's: float16 factors take it)."""
     rng = np.random.default_rng(9)
-    dtype = tg.bfloat16 if path[0] == "amx" else tg.float16
+    dtype = tg.bfloat16 if path[0] in MARKS else tg.float16
     a, b = narrow_rand(rng, (300, 500), dtype), narrow_rand(rng, (500, 200), dtype)
     ops_cpu.release_scratch()
     first = (T(a, dtype) @ T(b, dtype)).float().numpy()
@@ -194,10 +249,19 @@ def test_the_scratch_pool_keeps_its_buffers_until_released(path):
     np.testing.assert_array_equal(again, first)
 
 
-@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16: nothing to build the tile nest for")
+UNIT_NAMES = [u.name for u in bf16.UNITS]
+
+
+def _unit(name: str) -> bf16.Unit:
+    if not HAS[name]:
+        pytest.skip(f"this CPU has no {name}: nothing to build its nest for")
+    return next(u for u in bf16.UNITS if u.name == name)
+
+
+@pytest.mark.parametrize("unit", UNIT_NAMES)
 @pytest.mark.parametrize("threads", [1, 3, 8])
 @pytest.mark.parametrize("memory", [True, False])
-def test_the_tile_nest_at_any_thread_count_and_without_scratch_memory(threads, memory):
+def test_the_unit_nests_at_any_thread_count_and_without_scratch_memory(threads, memory, unit):
     """Threads that do not divide the blocks (3), more threads than blocks (8): each packs its own
     rows of x and waits for the others before the next batch index's pack of y. The scratch pool
     failing takes the plain loops."""
@@ -205,18 +269,20 @@ def test_the_tile_nest_at_any_thread_count_and_without_scratch_memory(threads, m
 
     from tests.core.test_gemm import contraction
     from tg.core.renderer import DIALECTS, CStyleRenderer
+    u = _unit(unit)
     rng = np.random.default_rng(threads)
     batch, m, k, n = 2, 131, 400, 81
     a, b = narrow_rand(rng, (batch, m, k), tg.bfloat16), narrow_rand(rng, (batch, k, n), tg.bfloat16)
     c = contraction(T(a, tg.bfloat16).realize() @ T(b, tg.bfloat16).realize())
-    assert c is not None and amx.ok(c, ops_cpu.features()) and c.sizes == (batch, m, n, k)
+    assert c is not None and bf16.unit(c, ops_cpu.features()) is not None and c.sizes == (batch, m, n, k)
     assert c.kernel.buf_dtypes == [tg.bfloat16] * 3 and c.x.src[0].arg[0] == 1    # out, a, b: their words
     renderer = CStyleRenderer(DIALECTS["c"], threads=threads)
     prefix = "" if memory else \
         "static void* no_memory(long n) { return 0; }\n#define tg_scratch_take no_memory\n"
     ops_cpu.scratch_library()
-    src = prefix + amx.render(c, amx.rule(c), renderer, "amx_test", 16)
-    fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).amx_test
+    src = prefix + bf16.render(c, bf16.rule(c, u), renderer, "unit_test", 16)
+    assert MARKS[unit] in src
+    fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).unit_test
     words = [np.ascontiguousarray((x.view(np.uint32) >> 16).astype(np.uint16)) for x in (a, b)]
     out = np.zeros((batch, m, n), np.uint16)
     fn(*[ctypes.c_void_p(x.ctypes.data) for x in (out, *words)])
@@ -241,9 +307,9 @@ def _ending_at_a_guard_page(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]
     return out, whole        # (whole keeps the mapping alive)
 
 
-@pytest.mark.skipif(not HAS_AMX, reason="this CPU has no AMX-BF16: nothing to build the tile nest for")
+@pytest.mark.parametrize("unit", UNIT_NAMES)
 @pytest.mark.parametrize("m,k,n", [(131, 400, 81), (97, 300, 200), (64, 2048, 33)])
-def test_the_tile_nest_reads_nothing_past_its_inputs_when_the_cast_is_fused(m, k, n):
+def test_the_unit_nests_read_nothing_past_their_inputs_when_the_cast_is_fused(m, k, n, unit):
     """autocast's usual case: float32 operands cast to bfloat16 inside the contraction (the factors are
     casts of float32 loads, packed element by element). The edge blocks past M, N and K read nothing:
     each operand ends right before a page no one may read."""
@@ -251,13 +317,15 @@ def test_the_tile_nest_reads_nothing_past_its_inputs_when_the_cast_is_fused(m, k
 
     from tests.core.test_gemm import contraction
     from tg.core.renderer import DIALECTS, CStyleRenderer
+    u = _unit(unit)
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)
     c = contraction(Tensor(a, device="CPU").cast(tg.bfloat16) @ Tensor(b, device="CPU").cast(tg.bfloat16))
-    assert c is not None and amx.ok(c, ops_cpu.features()) and c.kernel.buf_dtypes[1:] == [tg.float32] * 2
+    assert c is not None and bf16.unit(c, ops_cpu.features()) is not None
+    assert c.kernel.buf_dtypes[1:] == [tg.float32] * 2
     ops_cpu.scratch_library()
-    src = amx.render(c, amx.rule(c), CStyleRenderer(DIALECTS["c"], threads=2), "amx_fused", 16)
-    fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).amx_fused
+    src = bf16.render(c, bf16.rule(c, u), CStyleRenderer(DIALECTS["c"], threads=2), "unit_fused", 16)
+    fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).unit_fused
     (ga, keep_a), (gb, keep_b) = _ending_at_a_guard_page(a), _ending_at_a_guard_page(b)
     out = np.zeros((m, n), np.uint16)
     fn(*[ctypes.c_void_p(x.ctypes.data) for x in (out, ga, gb)])
@@ -268,14 +336,14 @@ def test_the_tile_nest_reads_nothing_past_its_inputs_when_the_cast_is_fused(m, k
 
 
 def test_subnormals_flush_to_zero_on_the_tiles_and_stay_elsewhere(path):
-    """TDPBF16PS flushes subnormal inputs and sums to zero (amx.py's docstring); the packed nest keeps
-    them. Everything at normal scale is the same on both."""
+    """TDPBF16PS and VDPBF16PS flush subnormal inputs and sums to zero (bf16.py's docstring); the packed
+    nest keeps them. Everything at normal scale is the same on both."""
     a = np.full((128, 512), 2.0 ** -60, np.float32)
     b = np.full((512, 128), 2.0 ** -60, np.float32)
     a[0, :], b[:, 0] = 2.0 ** -130, 1.0                      # a subnormal input (bfloat16 keeps 2^-130)
     a[1, :] = 2.0 ** -75                                     # normal inputs, a subnormal product
     got = (T(a, tg.bfloat16).realize() @ T(b, tg.bfloat16).realize()).float().numpy()
-    flushed = path[0] == "amx"
+    flushed = path[0] in MARKS
     assert got[0, 0] == (0.0 if flushed else np.float32(512 * 2.0 ** -130))
     assert got[1, 1] == (0.0 if flushed else np.float32(512 * 2.0 ** -135))
     assert got[2, 2] == np.float32(512 * 2.0 ** -120)          # normal: equal on both

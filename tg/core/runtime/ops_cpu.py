@@ -33,7 +33,6 @@ def _vector_bytes() -> int:
 
 
 AMX_FEATURES = frozenset({"amx_tile", "amx_bf16"})
-AMX_PROBE = "#include <immintrin.h>\nvoid tg_amx_probe(void) { _tile_zero(0); _tile_dpbf16ps(0, 1, 2); }\n"
 _ARCH_REQ_XCOMP_PERM, _XFEATURE_XTILEDATA, _SYS_ARCH_PRCTL = 0x1023, 18, 158
 
 
@@ -129,7 +128,7 @@ def _hold_thread_runtime() -> None:
             _RUNTIMES[path] = ctypes.CDLL(path)
 
 
-# Scratch memory for the kernels' packed operands (codegen/gemm.py, codegen/amx.py), kept between calls
+# Scratch memory for the kernels' packed operands (codegen/gemm.py, codegen/bf16.py), kept between calls
 # in one library every kernel links to: a fresh allocation of a few MB is a fresh mapping, whose every
 # page faults on first touch (measured: 1,100 faults, 3.3 ms, for the packs of one 1024^3 bfloat16
 # matmul that computes in 2.9). A few buffers are pooled (the largest asked for stays, up to 256 MiB
@@ -255,18 +254,27 @@ class CPUDevice(Compiled):
         self.renderer = CStyleRenderer(DIALECTS["c"], threads=config.TG_CPU_THREADS)
         self.program = CPUProgram
         self.lower_options = {"cpu_vector_bytes": _vector_bytes()}
-        self._amx_builds: bool | None = None
+        self._usable: dict[str, bool] = {}
 
-    def builds_amx(self) -> bool:
-        """Whether TG_CC builds AMX intrinsics for this CPU (a compiler older than the CPU may not): a
-        probe compiled once (cached like a kernel); without it the packed nest runs bfloat16."""
-        if self._amx_builds is None:
+    def usable(self, unit) -> bool:
+        """Whether a bfloat16 unit (codegen/bf16.UNITS) is used here: TG_CC builds its probe (a compiler
+        older than the CPU may lack its intrinsics), and where the feature alone does not make it fast
+        (VDPBF16PS: twice the FMAs' rate on Zen 4/5, half on Sapphire Rapids) its measured speedup over
+        the float32 FMAs is at least bf16.PAYS. Decided once per process (the builds are cached like
+        kernels; the measurement takes about a millisecond)."""
+        from tg.core.codegen.bf16 import PAYS
+        if unit.name not in self._usable:
             try:
-                self.compiler.compile(AMX_PROBE)
-                self._amx_builds = True
+                self.compiler.compile(unit.probe)
+                ok = True
+                if unit.speedup is not None:
+                    lib = ctypes.CDLL(str(self.compiler.compile(unit.speedup)))
+                    lib.tg_speedup.restype = ctypes.c_double
+                    ok = lib.tg_speedup() >= PAYS
             except CompileError:
-                self._amx_builds = False
-        return self._amx_builds
+                ok = False
+            self._usable[unit.name] = ok
+        return self._usable[unit.name]
 
     def fuse_rows(self, items: list, outs: list) -> list:
         """The schedule with its row groups of this device's kernels as one item each (codegen/rows.py)."""
@@ -281,14 +289,15 @@ class CPUDevice(Compiled):
         contraction (matmul in any layout, batched) becomes a blocked, packed loop nest
         (codegen/gemm.py) where the rule or the search (codegen/search.py) says it pays; every other
         kernel the one-pass loop nest of the linearizer."""
-        from tg.core.codegen import amx, gemm, rows, search
+        from tg.core.codegen import bf16, gemm, rows, search
         from tg.core.renderer import linearize_for
         if isinstance(kernel, rows.RowGroup):
             return rows.render(kernel, self.renderer, _vector_bytes())
         lanes = _vector_bytes() // 4
         c = None if config.TG_NOOPT else gemm.find(kernel, lanes)
-        if c is not None and amx.ok(c, features()) and self.builds_amx():     # bfloat16 factors on the tiles
-            return gemm.lower(c, amx.rule(c), self.renderer, lanes, amx.render)
+        unit = None if c is None else bf16.unit(c, features(), self.usable)
+        if c is not None and unit is not None:        # bfloat16 factors on a bfloat16 unit
+            return gemm.lower(c, bf16.rule(c, unit), self.renderer, lanes, bf16.render)
         if c is not None:
             def one_pass(name: str) -> str:
                 lin = linearize_for(kernel, self.renderer.d, **self.lower_options)

@@ -1,9 +1,12 @@
-"""bfloat16 contractions on the AMX tile unit (Sapphire Rapids and later): TDPBF16PS multiplies a 16 x 32
-bfloat16 tile by a 32 x 16 one into a 16 x 16 float32 tile, 16x what the float32 FMAs of a core do.
+"""bfloat16 contractions on the CPU's bfloat16 units, float32 sums: the AMX tile unit (Sapphire Rapids and
+later; TDPBF16PS multiplies a 16 x 32 bfloat16 tile by a 32 x 16 one into a 16 x 16 float32 tile, 16x what
+the float32 FMAs of a core do) or, without AMX, AVX512_BF16's VDPBF16PS (Zen 4/5, Cooper Lake; a 16-lane
+float32 vector += 16 pairs of bfloat16 products, twice the float32 FMA's rate).
 
 A contraction (gemm.py) whose two factors are bfloat16 values cast to float32 (fused.sum_of_products:
-matmul, linear and conv in bfloat16, as autocast makes them) runs here when the CPU has AMX and Linux
-granted this process the tile state (ops_cpu.features). For each batch index:
+matmul, linear and conv in bfloat16, as autocast makes them) runs here on the first unit of UNITS the
+CPU has (ops_cpu.features: AMX only where Linux granted this process the tile state) and TG_CC builds
+(ops_cpu.CPUDevice.builds). The two units share everything but the micro-kernel. For each batch index:
 
     pack all of x into bfloat16 panels of 32 rows:     [K/32][32 rows][32 k]        (a tile: 16 rows)
     pack all of y into bfloat16 panels of 32 columns:  [K/32][2][16 k pairs][16 columns][2]
@@ -12,23 +15,30 @@ granted this process the tile state (ops_cpu.features). For each batch index:
       for pc in K by KC:
         for jr in NC by 32:            y's micro-panel (KC x 32) stays in L1 while
           for ir in MC by 32:          x's micro-panels stream from L2:
-            micro-kernel: 2 x 2 float32 tiles of C (32 x 32) in tile registers 0-3, two tiles of x and
-            two of y per 32 of K (registers 4-7), four TDPBF16PS; the tiles added to the block's
-            float32 sums (a per-thread buffer) after each K block
+            micro-kernel, a 32 x 32 block of C:
+              amx:    2 x 2 float32 tiles in tile registers 0-3, two tiles of x and two of y per 32 of K
+                      (registers 4-7), four TDPBF16PS
+              dpbf16: rows in groups of 12, 12 and 8, each row two float32 vectors (columns 0-15,
+                      16-31); per k pair y's two vectors are loaded, each row's pair broadcast to 16
+                      lanes, two VDPBF16PS per row
+            its sums added to the block's float32 sums (a per-thread buffer) after each K block
       the block's epilogue: each sum through the kernel's epilogue (its cast to bfloat16, a bias, an
       activation) into the output
 
 K, M and N are padded to whole tiles with zeros in the packed copies; the sums outside the matrix are
 never stored. The packs read a plain bfloat16 load's bits as they are (a vector copy); any other factor
-is evaluated in float and converted (exact: it is a bfloat16 value). Each thread loads the tile
+is evaluated in float and converted (exact: it is a bfloat16 value). On AMX each thread loads the tile
 configuration (eight tiles of 16 rows x 64 bytes) at the start of the parallel region and releases the
 tiles at its end.
 
-TDPBF16PS treats subnormal inputs as zero and flushes subnormal sums to zero (as oneDNN's AMX kernels
-do); the packed nest, where AMX is not used, keeps them. A product of magnitude below 2^-126 is all
-that differs (tests/core/test_low_precision_gemm.py pins both).
+Both units treat subnormal inputs as zero and flush subnormal sums to zero (their definition: neither
+reads MXCSR; oneDNN's kernels do the same); the packed nest, where neither is used, keeps them. A
+product of magnitude below 2^-126 is all that differs (tests/core/test_low_precision_gemm.py pins both).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from tg.core.codegen.gemm import (
     SCRATCH_DECLS,
@@ -54,27 +64,88 @@ from tg.core.ops import UnaryOps
 from tg.core.renderer import _C_TYPES, CStyleRenderer
 from tg.core.symbolic import Node
 
-FEATURES = frozenset({"amx_tile", "amx_bf16"})
-TILE = 32          # the micro-kernel's block of C: 2 x 2 tiles of 16 x 16 floats; x and y panels of 32
+
+@dataclass(frozen=True)
+class Unit:
+    """A bfloat16 unit: its name (Params.nest), the CPU features it needs (as /proc/cpuinfo names them),
+    a C probe TG_CC must build for it (a compiler older than the CPU may lack the intrinsics), and where
+    having the feature does not make it faster, C of `double tg_speedup(void)`: its rate over the float32
+    FMAs' in register-only loops on one core, the unit used only where that is at least PAYS."""
+    name: str
+    features: frozenset[str]
+    probe: str
+    speedup: str | None = None
+
+
+PAYS = 1.25     # what the unit's micro-kernel must beat the packed float32 nest by (its packs cost more)
+# 24 independent chains of each (distinct values: none may be merged), the best of 3 runs
+_SPEEDUP = """#include <immintrin.h>
+#include <time.h>
+static double now(void) {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec;
+}
+#define CHAINS(X) X(0) X(1) X(2) X(3) X(4) X(5) X(6) X(7) X(8) X(9) X(10) X(11) X(12) X(13) X(14) X(15) \\
+  X(16) X(17) X(18) X(19) X(20) X(21) X(22) X(23)
+#define INIT(i) __m512 c##i = _mm512_set1_ps(1e-3f * (i + 1));
+#define SUM(i) s += _mm512_reduce_add_ps(c##i);
+static volatile float sink;
+static double fma_seconds(long n, __m512 m, __m512 a) {
+  CHAINS(INIT) double t = now();
+#define FMA(i) c##i = _mm512_fmadd_ps(c##i, m, a);
+  for (long i = 0; i < n; i++) { CHAINS(FMA) }
+  t = now() - t; float s = 0; CHAINS(SUM) sink = s; return t;
+}
+static double dp_seconds(long n, __m512bh x, __m512bh y) {
+  CHAINS(INIT) double t = now();
+#define DP(i) c##i = _mm512_dpbf16_ps(c##i, x, y);
+  for (long i = 0; i < n; i++) { CHAINS(DP) }
+  t = now() - t; float s = 0; CHAINS(SUM) sink = s; return t;
+}
+double tg_speedup(void) {
+  double f = 1e9, d = 1e9;
+  __m512 m = _mm512_set1_ps(0.9999f + sink), a = _mm512_set1_ps(1e-6f);
+  __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80 + (short)sink), y = (__m512bh)_mm512_set1_epi16(0x3c00);
+  for (int r = 0; r < 3; r++) {
+    double tf = fma_seconds(40000, m, a), td = dp_seconds(40000, x, y);
+    f = tf < f ? tf : f; d = td < d ? td : d;
+  }
+  return (64.0 / d) / (32.0 / f);       /* flops per second: 64 per VDPBF16PS, 32 per FMA */
+}
+"""
+
+
+AMX = Unit("amx", frozenset({"amx_tile", "amx_bf16"}),
+           "#include <immintrin.h>\nvoid tg_probe(void) { _tile_zero(0); _tile_dpbf16ps(0, 1, 2); }\n")
+DPBF16 = Unit("dpbf16", frozenset({"avx512_bf16", "avx512bw"}),
+              "#include <immintrin.h>\n__m512 tg_probe(__m512 a, __m512i b) "
+              "{ return _mm512_dpbf16_ps(a, (__m512bh)b, (__m512bh)b); }\n", _SPEEDUP)
+UNITS = (AMX, DPBF16)        # the first one the CPU has is used
+TILE = 32          # the micro-kernel's block of C: 32 x 32 floats; x and y panels of 32
 KC, MC, NC = 256, 256, 64       # rules of thumb (measured at 2048 on a 2-core Xeon): a micro-panel 16 KB
+DP_ROWS = (12, 12, 8)           # dpbf16: rows of the micro-kernel's block in registers at once (2 each)
 
 
 def _bf16(tree: KOp) -> bool:
     return tree.op is UnaryOps.CAST and tree.dtype == dtypes.float32 and tree.src[0].dtype == dtypes.bfloat16
 
 
-def ok(c: Contraction, features: frozenset[str]) -> bool:
-    """Whether c runs on the tile unit here: AMX granted, and both factors bfloat16 values."""
-    return FEATURES <= features and _bf16(c.x) and _bf16(c.y)
+def unit(c: Contraction, features: frozenset[str], usable: Callable[[Unit], bool] = lambda u: True) \
+        -> Unit | None:
+    """The unit c runs on here: the first of UNITS whose features the CPU has and that `usable` says
+    TG_CC builds and pays (ops_cpu.CPUDevice.usable), where both factors are bfloat16 values; else None
+    (the packed nest)."""
+    if not (_bf16(c.x) and _bf16(c.y)):
+        return None
+    return next((u for u in UNITS if u.features <= features and usable(u)), None)
 
 
-def rule(c: Contraction) -> Params:
+def rule(c: Contraction, u: Unit) -> Params:
     """The block sizes: whole tiles, no block larger than the padded matrix."""
     _, m, n, k = c.sizes
     def up(v: int) -> int:
         return -(-v // TILE) * TILE
     mc = max(TILE, min(MC, (1 << 19) // up(k) // TILE * TILE))     # a thread's x block: <= 1 MB
-    return Params(TILE, TILE, min(KC, up(k)), min(mc, up(m)), min(NC, up(n)), "amx")
+    return Params(TILE, TILE, min(KC, up(k)), min(mc, up(m)), min(NC, up(n)), u.name)
 
 
 def _flat_stride(c: Contraction, idx: Node, dims: list[int]) -> int | None:
@@ -239,13 +310,16 @@ def _pack(c: Contraction, renderer: CStyleRenderer, side: str) -> list[str]:
             *["    " + x for x in full], "  } else {", *["    " + x for x in loops(True)], "  }", "}"]
 
 
-def _micro(name: str) -> list[str]:
-    """C (32 x 32 floats at c, row stride NC) (+)= a panel (kc x 32 rows) times b panel (kc x 32 columns)."""
+def _micro(name: str, nest: str) -> list[str]:
+    """C (32 x 32 floats at c, row stride NC) (+)= a panel (kc x 32 rows) times b panel (kc x 32
+    columns), on the unit `nest` names."""
+    head = [f"static inline __attribute__((always_inline)) void {name}_micro(long kc, "
+            "const unsigned short* a, const unsigned short* b, float* c, int add) {"]
+    if nest == DPBF16.name:
+        return [*head, *_dp_micro(), "}"]
     ld = "NC * 4"
     cs = [("c", 0), ("c + 16", 1), ("c + 16 * NC", 2), ("c + 16 * NC + 16", 3)]
-    return [f"static inline __attribute__((always_inline)) void {name}_micro(long kc, "
-            "const unsigned short* a, "
-            "const unsigned short* b, float* c, int add) {",
+    return [*head,
             "  if (add) {", *[f"    _tile_loadd({t}, {p}, {ld});" for p, t in cs], "  } else {",
             *[f"    _tile_zero({t});" for _, t in cs], "  }",
             "  for (long k = 0; k < kc; k += 32, a += 1024, b += 1024) {",
@@ -254,6 +328,33 @@ def _micro(name: str) -> list[str]:
             "    _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7);",
             "    _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);",
             "  }", *[f"  _tile_stored({t}, {p}, {ld});" for p, t in cs], "}"]
+
+
+def _dp_micro() -> list[str]:
+    """The VDPBF16PS micro-kernel's body: each group of DP_ROWS rows in 2 x rows float32 vectors over all
+    of kc; per k pair y's two vectors (columns 0-15 at b, 16-31 at b + 512 in each block of 32 k) and
+    each row's pair of x broadcast."""
+    lines: list[str] = []
+    first = 0
+    for rows in DP_ROWS:
+        acc = [(f"c{i}_{h}", f"c + {first + i} * NC + {16 * h}") for i in range(rows) for h in range(2)]
+        lines += ["  {",
+                  *[f"    __m512 {v} = add ? _mm512_loadu_ps({p}) : _mm512_setzero_ps();" for v, p in acc],
+                  "    for (long k = 0; k < kc; k += 32) {",
+                  "      const unsigned short* ak = a + k * 32 + " + str(first * 32) + ";",
+                  "      const unsigned short* bk = b + k * 32;",
+                  "      for (long p = 0; p < 16; p++) {",
+                  "        __m512bh y0 = (__m512bh)_mm512_load_si512(bk + p * 32);",
+                  "        __m512bh y1 = (__m512bh)_mm512_load_si512(bk + 512 + p * 32);",
+                  *[line for i in range(rows) for line in (
+                      f"        __m512bh x{i} = "
+                      f"(__m512bh)_mm512_set1_epi32(*(const int*)(ak + {i * 32} + 2 * p));",
+                      f"        c{i}_0 = _mm512_dpbf16_ps(c{i}_0, x{i}, y0); "
+                      f"c{i}_1 = _mm512_dpbf16_ps(c{i}_1, x{i}, y1);")],
+                  "      }", "    }",
+                  *[f"    _mm512_storeu_ps({p}, {v});" for v, p in acc], "  }"]
+        first += rows
+    return lines
 
 
 def _finish_block(c: Contraction, renderer: CStyleRenderer) -> list[str]:
@@ -287,7 +388,7 @@ def _finish_block(c: Contraction, renderer: CStyleRenderer) -> list[str]:
 
 
 def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:
-    """The C source of the AMX nest (the module's docstring) as one function `name`."""
+    """The C source of the nest on the unit p.nest names (the module's docstring) as one function `name`."""
     batch, m, n, k = c.sizes
     mp, np_, kp = (-(-v // TILE) * TILE for v in (m, n, k))
     threads = f" num_threads({renderer.threads})" if renderer.threads else ""
@@ -295,10 +396,11 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
                "NC": p.nc}
     cfg = f"{name}_cfg"
     x_batch = bool(_depends(c.x, _vars(c.shape)) & set(c.b_dims))    # else x's pack serves every batch index
+    tiles = p.nest == AMX.name
     body = [
-        f"typedef struct {{ unsigned char palette, start; unsigned char zero[14]; unsigned short colsb[16]; "
-        f"unsigned char rows[16]; }} {cfg};",
-        *_micro(name), *_naive(c, renderer, name),
+        *([f"typedef struct {{ unsigned char palette, start; unsigned char zero[14]; "
+           f"unsigned short colsb[16]; unsigned char rows[16]; }} {cfg};"] if tiles else []),
+        *_micro(name, p.nest), *_naive(c, renderer, name),
         # the loop vectorizer (off for the one-pass kernels) on for this function: the epilogue's loop
         f'__attribute__((optimize("tree-loop-vectorize"))) void {name}({_params(c)}) {{',
         f"  int max_threads = {renderer.threads or 'omp_get_max_threads()'};",
@@ -312,10 +414,10 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         "  }",
         f"  #pragma omp parallel{threads}",
         "  {",
-        f"    {cfg} cfg = {{0}};",
-        "    cfg.palette = 1;",
-        "    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }",
-        "    _tile_loadconfig(&cfg);",
+        *([f"    {cfg} cfg = {{0}};",
+           "    cfg.palette = 1;",
+           "    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }",
+           "    _tile_loadconfig(&cfg);"] if tiles else []),
         "    const long nth = omp_get_num_threads(), tid = omp_get_thread_num();",
         "    float* cs = cs_all + tid * MC * NC;",
         "    unsigned short* ap = ap_all + tid * MC * KP;",
@@ -354,7 +456,7 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         "      }",
         "      #pragma omp barrier      /* y's pack is read until here */",
         "    }",
-        "    _tile_release();",
+        *(["    _tile_release();"] if tiles else []),
         "  }",
         "  tg_scratch_give(ap_all); tg_scratch_give(bp); tg_scratch_give(cs_all);",
         "}",
