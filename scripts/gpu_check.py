@@ -17,7 +17,8 @@ On the device it runs, in this order:
    weights compared with the CPU device's;
 4. bench_core's rows on the device (scripts/bench_core.py's own functions): the fused elementwise
    chain and sum(-1) in GB/s with a ratio to the device's copy bandwidth measured in the same run,
-   float32 and float16 matmul in GFLOPS with a ratio to bench_core's reference.
+   float32, float16 and bfloat16 matmul in GFLOPS with a ratio to bench_core's reference (on CUDA
+   from sm_80 the 16-bit ones run on the tensor cores, codegen/mma.py; the row says which kernel ran).
 
 It prints one table: the device, what it is (GPU name, driver and, for CUDA, the NVRTC version and
 target architecture), then a row per check. Exit status: 0 when every check passed, 1 when one
@@ -266,7 +267,9 @@ def bench_rows(device: str, quick: bool, gpu: bool) -> list[tuple[str, Callable[
 
         def row() -> Row:
             ours, ref, ref_name = bench_core.bench_matmul(n, device, dtype)
-            return Row(name, f"{ours:.1f} GFLOPS", f"{ours / ref:.2f}x {ref_name} ({ref:.1f} GFLOPS)")
+            tensor_cores = any("mma" in getattr(p.info, "extra", {}) for p in Device[device]._by_ast.values())
+            kernel = "; tensor cores (mma.sync)" if tensor_cores and dtype != "float32" else ""
+            return Row(name, f"{ours:.1f} GFLOPS", f"{ours / ref:.2f}x {ref_name} ({ref:.1f} GFLOPS){kernel}")
         return name, row
 
     return [bandwidth(f"elementwise chain + sum, {n_elem >> 20}M f32",
@@ -275,7 +278,8 @@ def bench_rows(device: str, quick: bool, gpu: bool) -> list[tuple[str, Callable[
                       lambda jit: bench_core.bench_elementwise(n_elem, device, False, jit)),
             bandwidth(f"sum(-1) of {n_sum}x{n_sum} f32",
                       lambda jit: bench_core.bench_sum(n_sum, device, jit)),
-            *[matmul(n, "float32") for n in sizes], matmul(sizes[-1], "float16")]
+            *[matmul(n, "float32") for n in sizes], matmul(sizes[-1], "float16"),
+            *[matmul(n, "bfloat16") for n in sizes]]
 
 
 # ----------------------------------------------------------------------------------------- main

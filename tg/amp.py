@@ -122,7 +122,8 @@ def bf16_units(device: Any = None) -> str | None:
         from tg.core.codegen import bf16
         from tg.core.runtime.ops_cpu import features
         dev, have = Device[name], features()
-        unit = next((u for u in bf16.UNITS if u.features <= have and dev.usable(u)), None)
+        unit = next((u for u in bf16.UNITS if u.features <= have and dev.usable(u)),  # type: ignore[attr-defined]
+                    None)
         return None if unit is None else {"amx": "AMX", "dpbf16": "AVX512_BF16"}[unit.name]
     if name.startswith("CUDA"):
         major = getattr(Device[name], "capability", (0, 0))[0]     # Ampere (8.0) and later

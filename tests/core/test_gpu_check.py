@@ -40,7 +40,8 @@ def test_quick_check_passes_on_cl_and_prints_every_row():
     for name in ("TinyJit training step", "DDP step"):
         assert " PASS " in table_row(out, name)
     rows = [("elementwise chain + sum", "GB/s"), ("elementwise chain,", "GB/s"), ("sum(-1)", "GB/s"),
-            ("matmul 256x256 float32", "GFLOPS"), ("matmul 256x256 float16", "GFLOPS")]
+            ("matmul 256x256 float32", "GFLOPS"), ("matmul 256x256 float16", "GFLOPS"),
+            ("matmul 256x256 bfloat16", "GFLOPS")]
     for name, unit in rows:
         number = re.search(rf"\s(\d+\.\d+) {unit}\s+(\d+\.\d+)x ", table_row(out, name))
         assert number and float(number[1]) > 0 and float(number[2]) > 0, table_row(out, name)

@@ -224,7 +224,8 @@ def test_amp_names_the_unit_the_contractions_take(monkeypatch, pays):
     nest is what a bfloat16 matmul runs on: where it pays; AMX where AMX is there."""
     dev = Device["CPU"]
     monkeypatch.setattr(dev, "_usable", {"amx": True, "dpbf16": pays})
-    assert tg.amp.bf16_units("CPU") == ("AMX" if HAS_AMX else "AVX512_BF16" if HAS["dpbf16"] and pays else None)
+    dp = "AVX512_BF16" if HAS["dpbf16"] and pays else None
+    assert tg.amp.bf16_units("CPU") == ("AMX" if HAS_AMX else dp)
     monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16,amx_tile")
     assert tg.amp.bf16_units("CPU") == ("AVX512_BF16" if HAS["dpbf16"] and pays else None)
     force(monkeypatch, "dpbf16" if HAS["dpbf16"] and pays else "fallback")

@@ -134,10 +134,11 @@ def _depends(tree: KOp, variables: list[Var]) -> set[int]:
     return used
 
 
-def find(kernel: Kernel, lanes: int) -> Contraction | None:
-    """The kernel as a contraction worth blocking (lanes: float32s per SIMD vector), or None. Its sums
-    are float32; its output float32, or float16 / bfloat16 (fused.sum_of_products: narrow factors cast
-    to float32 in the kernel, the sum rounded once)."""
+def find(kernel: Kernel, lanes: int, least: int | None = None) -> Contraction | None:
+    """The kernel as a contraction worth blocking (lanes: float32s per SIMD vector; `least`: the fewest
+    multiply-adds, by default the CPU's MIN_MACS), or None. Its sums are float32; its output float32,
+    or float16 / bfloat16 (fused.sum_of_products: narrow factors cast to float32 in the kernel, the sum
+    rounded once)."""
     out_dtype = kernel.buf_dtypes[0]
     if out_dtype not in (dtypes.float32, *NARROW):
         return None
@@ -166,7 +167,8 @@ def find(kernel: Kernel, lanes: int) -> Contraction | None:
     c = Contraction(kernel, ast, shape, b_dims, m_dims, n_dims, k_dims, x, y, red, ldc)
     _, m, n, k = c.sizes
     half = _from_narrow(x, (dtypes.float16,)) or _from_narrow(y, (dtypes.float16,))
-    if m * n * k < (MIN_MACS_LOW if half else MIN_MACS) or m < 16 or n < 2 * lanes or k < 16:
+    fewest = least if least is not None else MIN_MACS_LOW if half else MIN_MACS
+    if m * n * k < fewest or m < 16 or n < 2 * lanes or k < 16:
         return None
     return c
 

@@ -273,6 +273,13 @@ class CUDADevice(Compiled):
         self.renderer = CStyleRenderer(DIALECTS["cuda"])
         self.program = CUDAProgram
 
+    def lower(self, kernel: Any) -> tuple[str, Any, Any]:
+        """A contraction of bfloat16 or float16 factors runs on the tensor cores (codegen/mma.py) from
+        sm_80 on; every other kernel as the linearizer lowers it."""
+        from tg.core.codegen import mma
+        found = None if config.TG_NOOPT else mma.lower(kernel, self.renderer, self.capability)
+        return found if found is not None else super().lower(kernel)
+
     @property
     def hardware(self) -> str:
         return f"{self.gpu_name} (sm_{self.capability[0]}{self.capability[1]}, driver CUDA " \

@@ -39,10 +39,26 @@ class NullDevice(Compiled):
         self.program = NullProgram
         self.lower_options = {"cpu_vector_bytes": 64}
 
+    def lower(self, kernel):
+        """As the device of the dialect lowers it: on CUDA a bfloat16 or float16 contraction is the
+        tensor-core kernel (codegen/mma.py, for an sm_90 GPU), else the linearizer's kernel."""
+        found = self._tensor_cores(kernel, self.renderer)
+        return found if found is not None else super().lower(kernel)
+
     def render(self, kernel, dialect: str | None = None) -> str:
-        """The source of a kernel in a dialect (default TG_NULL_DIALECT)."""
+        """The source of a kernel in a dialect (default TG_NULL_DIALECT), as that device would run it."""
         d = _dialect(dialect or config.TG_NULL_DIALECT)
+        found = self._tensor_cores(kernel, CStyleRenderer(d))
+        if found is not None:
+            return found[1]
         return CStyleRenderer(d).render(linearize_for(kernel, d, **self.lower_options))
+
+    @staticmethod
+    def _tensor_cores(kernel, renderer: CStyleRenderer):
+        from tg.core.codegen import mma
+        if renderer.d.name != "cuda" or config.TG_NOOPT:
+            return None
+        return mma.lower(kernel, renderer, (9, 0))
 
 
 def _dialect(name: str):
