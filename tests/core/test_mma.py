@@ -1,8 +1,10 @@
 """The tensor-core kernel for bfloat16 and float16 contractions on CUDA (codegen/mma.py, issue 36 item 3),
 checked without a GPU: its fragment coordinates against the PTX ISA's statement of the m16n8k16 layouts,
-its index arithmetic run over whole blocks in numpy into a product (against numpy's matmul), which
-kernels take it (the NULL device rendering CUDA, as tests/conftest.py's NVRTC run does), and NVRTC
-compiling them to cubins for sm_80 and sm_90. scripts/gpu_check.py runs them where a GPU is lent."""
+its index arithmetic run over whole blocks in numpy into a product (against numpy's matmul), the whole
+generated kernel run on the CPU by an emulator of the CUDA threads and of mma.sync (tests/core/cuda_emu.py)
+against the CPU device's result for the same buffers, which kernels take it (the NULL device rendering
+CUDA, as tests/conftest.py's NVRTC run does), and NVRTC compiling them to cubins for sm_80 and sm_90.
+scripts/gpu_check.py runs them where a GPU is lent."""
 from __future__ import annotations
 
 import itertools
@@ -175,3 +177,86 @@ def test_nvrtc_builds_the_tensor_core_kernels_to_cubins(arch):
         assert len(compiler.compile_binary(src)) > 1000, name
     ptx = NVRTCCompiler("compute_" + arch[3:]).compile_binary(_mma_sources()[0][1]).decode()
     assert ptx.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 16     # 2 k steps x 2 x 4
+
+
+def _random_cases():
+    """(name, a function making the output from random CPU tensors, float16?) of every kind of
+    contraction gemm.find accepts: layouts, batches, epilogues, factors that are not plain loads, convs."""
+    rng = np.random.default_rng(7)
+
+    def R(*shape, dt=tg.bfloat16):
+        return Tensor(rng.standard_normal(shape).astype(np.float32), device="CPU").cast(dt).realize()
+
+    def F(*shape):
+        return Tensor(rng.standard_normal(shape).astype(np.float32), device="CPU").realize()
+    h = tg.float16
+    return [
+        ("A B", lambda: R(100, 70) @ R(70, 130)),
+        ("A^T B", lambda: R(70, 100).T @ R(70, 130)),
+        ("A B^T", lambda: R(100, 70) @ R(130, 70).T),
+        ("A^T B^T", lambda: R(70, 100).T @ R(130, 70).T),
+        ("A A^T", lambda: (lambda a: a @ a.T)(R(100, 70))),
+        ("sliced", lambda: R(120, 90)[7:107, 5:75] @ R(80, 140)[3:73, 4:134]),
+        ("batched", lambda: R(3, 65, 40) @ R(3, 40, 33)),
+        ("broadcast batch", lambda: R(3, 65, 40) @ R(40, 33)),
+        ("permuted batch", lambda: R(65, 3, 40).permute(1, 0, 2) @ R(40, 33)),
+        ("output permuted", lambda: (R(3, 65, 40) @ R(3, 40, 33)).permute(1, 0, 2).contiguous()),
+        ("linear + bias + relu", lambda: R(5, 40, 96).linear(R(48, 96), R(48)).relu()),
+        ("autocast factors", lambda: F(96, 80).cast(tg.bfloat16) @ F(80, 72).cast(tg.bfloat16)),
+        ("computed factor", lambda: (R(100, 70) * 2 + 1) @ R(70, 130)),
+        ("float32 output", lambda: R(96, 80).float() @ R(80, 72).float()),
+        ("long K", lambda: R(33, 1000) @ R(1000, 47)),
+        ("float16", lambda: R(100, 70, dt=h) @ R(70, 130, dt=h)),
+        ("float16 bias gelu", lambda: R(4, 30, 64, dt=h).linear(R(80, 64, dt=h), R(80, dt=h)).gelu()),
+        ("conv", lambda: R(2, 16, 12, 12).conv2d(R(32, 16, 3, 3), padding=1)),
+        ("conv stride 2", lambda: R(2, 16, 13, 13).conv2d(R(32, 16, 3, 3), stride=2, padding=1)),
+        ("conv groups", lambda: R(2, 32, 12, 12).conv2d(R(32, 16, 3, 3), groups=2, padding=1)),
+        ("conv dilated", lambda: R(2, 16, 12, 12).conv2d(R(32, 16, 3, 3), dilation=2, padding=2)),
+    ]
+
+
+def _as_float(values: np.ndarray, dtype) -> np.ndarray:
+    if dtype == tg.bfloat16:
+        return (values.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+    return values.view(np.float16).astype(np.float32) if dtype == tg.float16 else values.view(np.float32)
+
+
+@pytest.mark.parametrize("case", range(len(_random_cases())), ids=[c[0] for c in _random_cases()])
+def test_the_generated_kernel_run_by_the_emulator_gives_the_cpu_devices_result(case):
+    """The kernel's CUDA C on the kernel's own input buffers, each CUDA thread a CPU thread and mma.sync
+    placed by the ISA, against the CPU device's output for the same kernel: within a step of the output
+    type (two float32 sums in another order round at most one step apart)."""
+    import cuda_emu
+
+    from tg.core.renderer import DIALECTS, CStyleRenderer
+    from tg.core.schedule import create_schedule
+    name, make = _random_cases()[case]
+    out = make()
+    items = [it for it in create_schedule([out.lazydata]) if it.kind == "kernel"]
+    renderer = CStyleRenderer(DIALECTS["cuda"])
+    found = [(it, lowered) for it in items if (lowered := mma.lower(it.kernel, renderer, (9, 0))) is not None]
+    assert len(found) == 1, f"{name}: {len(found)} tensor-core kernels"
+    out.realize()
+    it, (_, src, info) = found[0]
+    want = it.out.realized.numpy()
+    got = np.zeros_like(want)
+    cuda_emu.run(src, info, it.kernel.buf_dtypes, [got, *[b.realized.numpy() for b in it.inputs]])
+    dtype = it.kernel.buf_dtypes[0]
+    g, w = _as_float(got, dtype), _as_float(want, dtype)
+    step = 2.0 ** -8 if dtype == tg.bfloat16 else 2.0 ** -11 if dtype == tg.float16 else 2.0 ** -20
+    np.testing.assert_allclose(g, w, rtol=step, atol=step * np.abs(w).max(), err_msg=name)
+
+
+def test_the_compile_target_bounds_the_instructions_as_the_gpu_does():
+    """TG_CUDA_ARCH=compute_75 on an sm_90 GPU: PTX for 7.5 must not hold sm_80's bf16 mma (the driver's
+    JIT would reject the module), so the kernel is the linearizer's there."""
+    from tg.core.runtime.ops_cuda import arch_capability
+    targets = ("sm_90", "compute_90", "sm_90a", "sm_100", "compute_75", "sm_120f")
+    assert [arch_capability(a) for a in targets] == [(9, 0), (9, 0), (9, 0), (10, 0), (7, 5), (12, 0)]
+    from tests.core.test_gemm import kernels
+    from tg.core.renderer import DIALECTS, CStyleRenderer
+    k = next(iter(kernels(Tensor.empty(64, 64, dtype=tg.bfloat16, device="CPU")
+                          @ Tensor.empty(64, 64, dtype=tg.bfloat16, device="CPU"))))
+    renderer = CStyleRenderer(DIALECTS["cuda"])
+    assert mma.lower(k, renderer, min((9, 0), arch_capability("compute_75"))) is None
+    assert mma.lower(k, renderer, min((9, 0), arch_capability("sm_90"))) is not None

@@ -3626,18 +3626,24 @@ class Tensor:
         word = dtypes.int64 if x.dtype == dtypes.float64 else dtypes.int32
         a = (x.bitcast(word) & ((1 << (8 * word.itemsize - 1)) - 1)).bitcast(x.dtype)   # |x|, x read once
         z2 = a * a
-        small = a + a * (_poly(z2, ERF_PP) / _poly(z2, (1.0, *ERF_QQ)))
         s = a - 1
-        mid = _poly(s, ERF_PA) / _poly(s, (1.0, *ERF_QA))
         at = (a < 40.0).where(a, 40.0)              # erfc(40) is 0 even in float64; no inf - inf below
         inv = 1 / (at * at)
         near = at < 1 / 0.35
-        ratio = near.where(_poly(inv, ERF_RA) / _poly(inv, (1.0, *ERF_SA)),
-                           _poly(inv, ERF_RB) / _poly(inv, (1.0, *ERF_SB)))
+        low, middle = a < 0.84375, a < 1.25
+        # each range's rational function is one quotient P/Q, and a value uses one range: the numerators
+        # and denominators are chosen first, so the four quotients are one division (the same one in
+        # each lane; a division costs what a dozen multiply-adds do)
+        q = low.where(_poly(z2, ERF_PP), middle.where(_poly(s, ERF_PA), near.where(_poly(inv, ERF_RA),
+                                                                                   _poly(inv, ERF_RB)))) / \
+            low.where(_poly(z2, (1.0, *ERF_QQ)), middle.where(_poly(s, (1.0, *ERF_QA)),
+                                                              near.where(_poly(inv, (1.0, *ERF_SA)),
+                                                                         _poly(inv, (1.0, *ERF_SB)))))
+        small = a + a * q
         cut = (at.bitcast(word) & (-(1 << 32) if word == dtypes.int64 else -(1 << 13))).bitcast(x.dtype)
-        tail = (-cut * cut - 0.5625).exp() * ((cut - at) * (cut + at) + ratio).exp() / at
-        erf_a = (a < 0.84375).where(small, (a < 1.25).where(mid + ERF_ERX, 1 - tail))
-        erfc_a = (a < 0.84375).where(1 - small, (a < 1.25).where((1 - ERF_ERX) - mid, tail))
+        tail = (-cut * cut - 0.5625).exp() * ((cut - at) * (cut + at) + q).exp() / at
+        erf_a = low.where(small, middle.where(q + ERF_ERX, 1 - tail))
+        erfc_a = low.where(1 - small, middle.where((1 - ERF_ERX) - q, tail))
         nan = a.isnan()
         return nan.where(a, erf_a), nan.where(a, erfc_a)
 

@@ -5,13 +5,15 @@ float32 vector += 16 pairs of bfloat16 products, twice the float32 FMA's rate).
 
 A contraction (gemm.py) whose two factors are bfloat16 values cast to float32 (fused.sum_of_products:
 matmul, linear and conv in bfloat16, as autocast makes them) runs here on the first unit of UNITS the
-CPU has (ops_cpu.features: AMX only where Linux granted this process the tile state) and TG_CC builds
-(ops_cpu.CPUDevice.builds). The two units share everything but the micro-kernel. For each batch index:
+CPU has (ops_cpu.features: AMX only where Linux granted this process the tile state) and may use
+(ops_cpu.CPUDevice.usable: TG_CC builds its probe and, for VDPBF16PS, it measures faster than the
+FMAs). The two units share everything but the micro-kernel. For each batch index:
 
     pack all of x into bfloat16 panels of 32 rows:     [K/32][32 rows][32 k]        (a tile: 16 rows)
     pack all of y into bfloat16 panels of 32 columns:  [K/32][2][16 k pairs][16 columns][2]
                                                         (VNNI: the two k of a pair side by side)
-    for each MC x NC block of C (the threads share the blocks):
+    for each MC x NC block of C (the threads share the blocks; MC smaller where there would be fewer
+    blocks than threads):
       for pc in K by KC:
         for jr in NC by 32:            y's micro-panel (KC x 32) stays in L1 while
           for ir in MC by 32:          x's micro-panels stream from L2:
@@ -423,7 +425,13 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         "    unsigned short* ap = ap_all + tid * MC * KP;",
         *[f"    const __m512i {k_} = _mm512_set_epi16({', '.join(map(str, reversed(v)))});"
           for k_, v in _PERMUTES.items()],
-        "    const long blocks_n = (NP + NC - 1) / NC, blocks = (MP + MC - 1) / MC * blocks_n;",
+        "    const long blocks_n = (NP + NC - 1) / NC;",
+        "    long mcb = MC;     /* rows of a block: fewer where MC would leave a thread without one */",
+        "    if ((MP + MC - 1) / MC * blocks_n < nth) {",
+        "      long want = (nth + blocks_n - 1) / blocks_n;",
+        "      mcb = ((MP + want - 1) / want + 31) / 32 * 32;",
+        "    }",
+        "    const long blocks = (MP + mcb - 1) / mcb * blocks_n;",
         *(["    long packed = -1;         /* the rows of x in this thread's pack (the same for each one) */"]
           if not x_batch else []),
         "    for (long bb = 0; bb < BATCH; bb++) {",
@@ -436,8 +444,8 @@ def render(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes
         "      }",
         *(["      long packed = -1;         /* the rows of x in this thread's pack */"] if x_batch else []),
         "      for (long blk = blocks * tid / nth; blk < blocks * (tid + 1) / nth; blk++) {",
-        "        long ic = blk / blocks_n * MC, jc = blk % blocks_n * NC;",
-        "        long mc = MP - ic < MC ? MP - ic : MC, nc = NP - jc < NC ? NP - jc : NC;",
+        "        long ic = blk / blocks_n * mcb, jc = blk % blocks_n * NC;",
+        "        long mc = MP - ic < mcb ? MP - ic : mcb, nc = NP - jc < NC ? NP - jc : NC;",
         "        if (ic != packed) {    /* x's rows of this block, packed where they are used next */",
         "          for (long first = ic; first < ic + mc; first += 32) {",
         "            unsigned short* dst = ap + (first - ic) * KP;",

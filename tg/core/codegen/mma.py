@@ -120,15 +120,19 @@ def _finish(c: Contraction, renderer: CStyleRenderer) -> list[str]:
     ex, value = _epilogue(c, renderer)
     out = c.kernel.buf_dtypes[0]
     _, m, n, _ = c.sizes
-    return ["for (int i = 0; i < 2; i++)",
+    store = f"data0[cbase + mm * {c.ldc} + nn] = {stored(renderer, out, value)};"
+    return ["#pragma unroll",        # (unrolled, the sums stay in registers)
+            "for (int i = 0; i < 2; i++)",
+            "  #pragma unroll",
             "  for (int j = 0; j < 4; j++)",
+            "    #pragma unroll",
             "    for (int reg = 0; reg < 4; reg++) {",
             f"      long mm = ic + wm + 16 * i + {FRAGMENTS['c'][0]};",
             f"      long nn = jc + wn + 8 * j + {FRAGMENTS['c'][1]};",
-            f"      if (mm >= {m} || nn >= {n}) continue;",
-            *["      " + x for x in [*_decode(c, c.m_dims, "mm"), *_decode(c, c.n_dims, "nn"),
-                                     "float acc = sums[i][j][reg];", *ex.lines,
-                                     f"data0[cbase + mm * {c.ldc} + nn] = {stored(renderer, out, value)};"]],
+            f"      if (mm < {m} && nn < {n}) {{",
+            *["        " + x for x in [*_decode(c, c.m_dims, "mm"), *_decode(c, c.n_dims, "nn"),
+                                       "float acc = sums[i][j][reg];", *ex.lines, store]],
+            "      }",
             "    }"]
 
 

@@ -114,13 +114,19 @@ def check_versions(driver: tuple[int, int], nvrtc: tuple[int, int], arch: str) -
                            f"runs on any CUDA {nvrtc[0]} driver), or {fix[5:]}")
 
 
+def arch_capability(arch: str) -> tuple[int, int]:
+    """The compute capability a target names: sm_90 and compute_90 -> (9, 0), sm_90a -> (9, 0),
+    sm_100 -> (10, 0), compute_75 -> (7, 5)."""
+    digits = arch.partition("_")[2].rstrip("af")
+    return int(digits[:-1]), int(digits[-1])
+
+
 def check_arch(arch: str, capability: tuple[int, int], gpu: str) -> None:
     """Raise when a cubin built for arch cannot run on a GPU of this compute capability (a cubin runs
     only on its own major architecture, at its minor or above)."""
     if not arch.startswith("sm_"):
         return
-    digits = arch[3:].rstrip("af")
-    major, minor = int(digits[:-1]), int(digits[-1])
+    major, minor = arch_capability(arch)
     if major != capability[0] or minor > capability[1]:
         raise ValueError(
             f"[cuda] TG_CUDA_ARCH={arch} cannot run on {gpu} (compute capability "
@@ -264,6 +270,9 @@ class CUDADevice(Compiled):
                                   attr.CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR))
         self.capability = (major, minor)
         arch = config.TG_CUDA_ARCH or f"sm_{self.capability[0]}{self.capability[1]}"
+        # what the kernels may use: the GPU's features, and no more than the target's (PTX for compute_75
+        # on an sm_90 GPU must not hold sm_80's bf16 mma, which the driver's JIT then rejects)
+        self.target = min(self.capability, arch_capability(arch))
         self.compiler = NVRTCCompiler(arch)
         version = int(_check(driver.cuDriverGetVersion(), "cuDriverGetVersion"))
         self.driver_version = (version // 1000, version % 1000 // 10)
@@ -274,10 +283,11 @@ class CUDADevice(Compiled):
         self.program = CUDAProgram
 
     def lower(self, kernel: Any) -> tuple[str, Any, Any]:
-        """A contraction of bfloat16 or float16 factors runs on the tensor cores (codegen/mma.py) from
-        sm_80 on; every other kernel as the linearizer lowers it."""
+        """A contraction of bfloat16 or float16 factors runs on the tensor cores (codegen/mma.py) where
+        the GPU and the compile target (TG_CUDA_ARCH) are sm_80 or later; every other kernel as the
+        linearizer lowers it."""
         from tg.core.codegen import mma
-        found = None if config.TG_NOOPT else mma.lower(kernel, self.renderer, self.capability)
+        found = None if config.TG_NOOPT else mma.lower(kernel, self.renderer, self.target)
         return found if found is not None else super().lower(kernel)
 
     @property
