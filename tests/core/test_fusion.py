@@ -66,6 +66,25 @@ def test_expensive_elementwise_read_many_times_is_stored_once(device):
     np.testing.assert_allclose(out.numpy(), np.exp(a * 2) @ w, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("pieces", [2, 3, 4])
+@pytest.mark.parametrize("axis", [0, 1])
+def test_a_cat_read_by_every_column_of_a_matmul_is_stored_once(device, pieces, axis):
+    """Each piece of a cat is a masked read (a test and a select per element, with its index
+    arithmetic): two pieces or more read by each column of a matmul cost more than storing the cat (the
+    qkv gradients of attention, concatenated, into both products of a linear's backward)."""
+    rng = np.random.default_rng(pieces * 10 + axis)
+    parts = [rng.standard_normal((5, 6) if axis == 0 else (6, 5)).astype(np.float32) for _ in range(pieces)]
+    w = rng.standard_normal((6 if axis == 0 else 5 * pieces, 7)).astype(np.float32)
+    x = Tensor.cat(*[Tensor(p, device=device) for p in parts], dim=axis)
+    out = x @ Tensor(w, device=device)
+    assert_kernels(out, 2)
+    np.testing.assert_allclose(out.numpy(), np.concatenate(parts, axis) @ w, rtol=1e-4, atol=1e-4)
+    a, b = rng.standard_normal((5, 6)).astype(np.float32), rng.standard_normal((6, 7)).astype(np.float32)
+    one = Tensor(a, device=device).pad(((0, 2), (0, 0))) @ Tensor(b, device=device)
+    assert_kernels(one, 1)          # a single padded read stays fused
+    np.testing.assert_allclose(one.numpy(), np.pad(a, ((0, 2), (0, 0))) @ b, rtol=1e-4, atol=1e-4)
+
+
 def test_two_reduces_never_share_a_kernel(device):
     a, b = np.random.randn(10).astype(np.float32), np.random.randn(11).astype(np.float32)
     out = Tensor(a, device=device).sum() + Tensor(b, device=device).max()

@@ -16,7 +16,7 @@ import pytest
 import tg
 from tests.core.test_half_precision import narrow, ulp
 from tg import Device, Tensor
-from tg.core.codegen import bf16
+from tg.core.codegen import bf16, gemm
 from tg.core.runtime import ops_cpu
 
 HAS = {u.name: u.features <= ops_cpu.features() for u in bf16.UNITS}
@@ -234,6 +234,19 @@ def test_amp_names_the_unit_the_contractions_take(monkeypatch, pays):
     (a @ Tensor.ones(512, 128, device="CPU", dtype=tg.bfloat16).contiguous().realize()).realize()
     used = any(MARKS["dpbf16"] in prog.src for prog in dev._by_ast.values())
     assert used == (tg.amp.bf16_units("CPU") == "AVX512_BF16")
+
+
+@pytest.mark.parametrize("m,n,k,batch", [(512, 64, 64, 1), (256, 64, 64, 1), (64, 64, 32, 16),
+                                         (128, 64, 64, 4)])
+def test_a_bf16_contraction_takes_a_nest_from_a_million_multiply_adds(m, n, k, batch):
+    """The one-pass kernel widens a bfloat16 factor at every use (2x its float32 time on a 512 x 64 x 64
+    product), so bfloat16 contractions take a nest from gemm.MIN_MACS_NARROW multiply-adds of one batch
+    index (float32 ones from MIN_MACS): a batch of small attention products stays one-pass."""
+    from tests.core.test_gemm import contraction
+    e = lambda *s, dt=tg.bfloat16: Tensor.empty(*s, device="CPU", dtype=dt)     # noqa: E731
+    found = contraction(e(batch, m, k) @ e(batch, k, n)) is not None
+    assert found == (m * n * k >= gemm.MIN_MACS_NARROW)
+    assert contraction(e(batch, m, k, dt=tg.float32) @ e(batch, k, n, dt=tg.float32)) is None
 
 
 def test_the_scratch_pool_keeps_its_buffers_until_released(path):

@@ -108,7 +108,8 @@ def _inlined_reduces(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
 
 
 # An elementwise value read through an expanding view is recomputed for every copy; past this
-# many ALU ops it is cheaper to store it once (the cross-entropy gradient feeding a matmul).
+# many ALU ops it is cheaper to store it once (the cross-entropy gradient feeding a matmul; a cat, each
+# piece a masked read that counts as one more op, feeding one).
 RECOMPUTE_LIMIT = 2
 
 # An elementwise epilogue runs once per output element after the reduce, unvectorised; a long one
@@ -140,8 +141,10 @@ def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) 
                 continue
             if prod(s.shape) > prod(sb.shape) and cost.get(id(sb), 0) > RECOMPUTE_LIMIT:
                 store.add(id(sb))
+        # a read through a masked view (a pad, a cat's pieces) costs its test and select per element
         cost[id(b)] = 1 + sum(cost.get(id(s.base), 0) for s in srcs
-                              if id(s.base) not in store and s.base.realized is None)
+                              if id(s.base) not in store and s.base.realized is None) + \
+            sum(1 for s in srcs if any(v.mask is not None for v in s.st.views))
         reduces: list[tuple[LazyBuffer, LazyBuffer]] = []
         for s in srcs:
             sb = s.base

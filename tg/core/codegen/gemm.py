@@ -55,6 +55,7 @@ from tg.core.symbolic import Lin, Node, Var, num
 NARROW = (dtypes.float16, dtypes.bfloat16)
 MIN_MACS = 1 << 22        # smaller contractions are not considered (nothing to amortize packing)
 MIN_MACS_LOW = 1 << 16    # ... unless a factor is float16, which the one-pass kernel reads a scalar at a time
+MIN_MACS_NARROW = 1 << 20     # ... or bfloat16 (widened in the one-pass kernel: 2x its float32 time here)
 
 
 @dataclass(frozen=True)
@@ -167,7 +168,8 @@ def find(kernel: Kernel, lanes: int, least: int | None = None) -> Contraction | 
     c = Contraction(kernel, ast, shape, b_dims, m_dims, n_dims, k_dims, x, y, red, ldc)
     _, m, n, k = c.sizes
     half = _from_narrow(x, (dtypes.float16,)) or _from_narrow(y, (dtypes.float16,))
-    fewest = least if least is not None else MIN_MACS_LOW if half else MIN_MACS
+    narrow = _from_narrow(x) or _from_narrow(y)
+    fewest = least if least is not None else MIN_MACS_LOW if half else MIN_MACS_NARROW if narrow else MIN_MACS
     if m * n * k < fewest or m < 16 or n < 2 * lanes or k < 16:
         return None
     return c
