@@ -434,27 +434,21 @@ def step_functions(run: Run) -> tuple[Callable[[Tensor, Tensor], Tensor], Callab
 
     def train_step(x: Tensor, y: Tensor) -> Tensor:
         loss = forward_backward(x, y)
-        run.opt.step()
+        if scaler is not None:        # float16: skipped where the gradients overflowed
+            scaler.step(run.opt)
+            scaler.update()
+        else:
+            run.opt.step()
         Tensor.training = False
         return loss.realize()
 
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
         with run.autocast():
             return run.model.loss(x, y).realize()
-    if scaler is not None:
-        # the scaler decides on the host whether a step's gradients overflowed (then the step is
-        # skipped), so these steps run eagerly: a TinyJit replay of the forward and backward alone would
-        # leave the parameters' .grad as the capture left them (only what it returns is new)
-        def scaled_step(x: Tensor, y: Tensor) -> Tensor:
-            loss = forward_backward(x, y).realize()
-            scale = scaler.get_scale()
-            scaler.step(run.opt)
-            scaler.update()
-            if scaler.get_scale() < scale:        # backed off: this step's gradients overflowed
-                run.skipped.append(len(run.history["train"]) + run.start_step + 1)
-            Tensor.training = False
-            return loss
-        return scaled_step, (eval_step if run.args.no_jit else TinyJit(eval_step))
+    if scaler is not None and not scaler.decides_on_device(run.opt):
+        # a ZeroOptimizer's verdict is agreed on the host (one read per step), which a TinyJit replay
+        # cannot redo: these steps run eagerly
+        return train_step, (eval_step if run.args.no_jit else TinyJit(eval_step))
     if run.args.no_jit:
         return train_step, eval_step
     return TinyJit(train_step), TinyJit(eval_step)
@@ -490,12 +484,17 @@ def loop(run: Run) -> float:
     start = time.perf_counter()
     tokens_per_step = world * args.batch * args.block
     loss_v = float("nan")
+    scale = run.scaler.get_scale() if run.scaler is not None else 0.0
     for step in range(run.start_step + 1, args.steps + 1):
         x, y = next(batches)
         if args.crash_at_step == step and config.TG_RESTART_COUNT == 0 and rank == world - 1:
             print(f"fault drill: rank {rank} kills itself at step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
         loss_local = np.array([step_fn(Tensor(x), Tensor(y)).item()])
+        if run.scaler is not None:        # backed off: this step's gradients overflowed, it was skipped
+            scale, before = run.scaler.get_scale(), scale
+            if scale < before:
+                run.skipped.append(step)
         dist.all_reduce(loss_local, op=dist.ReduceOp.AVG)
         loss_v = float(loss_local[0])
         run.sched.step()

@@ -153,11 +153,14 @@ class GradScaler:
         >>> w.item(), scaler.get_scale()            # a clean step at growth_interval=1: the scale grows
         (-0.5, 8.0)
 
-    The verdict on infs needs the gradients' values on the host (one read per step), so step() runs
-    outside a TinyJit; the scale itself is a device tensor, so scale(loss) may be captured. Gradients
-    a ZeroOptimizer holds in shards are checked there, and the verdict is agreed by every rank (one
-    rank's overflow skips the step everywhere, with the same scale after it); DistributedDataParallel's
-    gradients are the same on every rank already.
+    With tg's own optimizers (SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta) the verdict on infs stays on
+    the device: a 0-d tensor the optimizer's every write is conditioned on (`Optimizer._skip`), the scale
+    and the count of clean steps device tensors updated in place, so a whole step (scale, backward,
+    step, update) is captured by TinyJit and replayed without a host sync; get_scale() and state_dict()
+    read the device values. Other optimizers, and a ZeroOptimizer (whose gradients are held in shards
+    and whose verdict every rank must agree on), take the verdict to the host (one read per step) and
+    skip the step there, outside a TinyJit. DistributedDataParallel's gradients are the same on every
+    rank already, so its verdict agrees by itself.
     """
 
     def __init__(self, device: Any = "cpu", init_scale: float = 2.0 ** 16, growth_factor: float = 2.0,
@@ -178,16 +181,37 @@ class GradScaler:
         self._growth_interval = growth_interval
         self._growth_tracker = 0
         self._scale_on: dict[str, Any] = {}         # device -> the 0-d float32 scale tensor there
+        self._tracker_on: dict[str, Any] = {}       # device -> the 0-d float32 count of clean steps
+        self._found_on: dict[int, Any] = {}         # id(optimizer) -> its 0-d float32 verdict (1: inf)
+        # once a step was decided on the device, its tensors there hold the values (a TinyJit replay
+        # updates them without Python running): _scale and _growth_tracker are read back from them
+        self._home: str | None = None
         self._stage: dict[int, str] = {}            # id(optimizer) -> where it is in this step
-        self._found_inf: dict[int, bool] = {}
+        self._found_inf: dict[int, Any] = {}        # id(optimizer) -> a bool, or its verdict tensor
 
     # ------------------------------------------------------------------ the step
     def _scale_tensor(self, device: str) -> Any:
         from tg.core.tensor import Tensor
         t = self._scale_on.get(device)
         if t is None:
+            self._sync()
             t = self._scale_on[device] = Tensor([self._scale], device=device).reshape(()).realize()
         return t
+
+    def _sync(self) -> None:
+        """The host values from the device once steps are decided there (a read of two numbers)."""
+        if self._home is not None:
+            self._scale = float(self._scale_on[self._home].item())
+            self._growth_tracker = int(self._tracker_on[self._home].item())
+
+    def decides_on_device(self, optimizer: Any) -> bool:
+        """Whether optimizer's steps are skipped on the device (no host sync; a whole step may be
+        captured by TinyJit): one of tg's own optimizer classes (every write through Optimizer._set)
+        holding its gradients itself; else the verdict is read on the host."""
+        from tg.nn.optim import _CAPTURABLE, _gradients
+        if type(optimizer) not in _CAPTURABLE or getattr(optimizer, "combine", None) is not None:
+            return False
+        return not _gradients(optimizer.params)[1]
 
     def scale(self, outputs: Any) -> Any:
         """outputs (a Tensor, or lists / tuples of them) times the scale."""
@@ -213,12 +237,38 @@ class GradScaler:
         if stage == _STEPPED:
             raise RuntimeError("[amp] GradScaler.unscale_() was called after step(); call it before step(), "
                                "or not at all (step() unscales)")
-        self._found_inf[id(optimizer)] = _unscale_and_check(optimizer, 1.0 / self._scale)
+        if self.decides_on_device(optimizer):
+            self._found_inf[id(optimizer)] = self._unscale_on_device(optimizer)
+        else:
+            self._sync()
+            self._found_inf[id(optimizer)] = _unscale_and_check(optimizer, 1.0 / self._scale)
         self._stage[id(optimizer)] = _UNSCALED
+
+    def _unscale_on_device(self, optimizer: Any) -> Any:
+        """The gradients divided by the scale tensor, lazily; the verdict (1.0 where any is inf or NaN) in
+        the optimizer's own realized 0-d tensor, returned."""
+        from tg.core.tensor import Tensor, _NoGrad
+        from tg.nn.optim import _gradients
+        grads = _gradients(optimizer.params)[0]
+        device = grads[0].device if grads else optimizer.device
+        found = self._found_on.get(id(optimizer))
+        if found is None or found.device != device:
+            found = self._found_on[id(optimizer)] = Tensor.zeros(device=device).contiguous().realize()
+        with _NoGrad():
+            inv = 1.0 / self._scale_tensor(device)
+            bad = Tensor.zeros(device=device)
+            for g in grads:
+                if g.numel():
+                    bad = bad + g.detach().isfinite().logical_not().sum().cast(dtypes.float32)
+            found.assign((bad > 0).cast(dtypes.float32))
+            for g in grads:
+                g.assign((g.detach() * inv).cast(g.dtype))
+        return found
 
     def step(self, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
         """optimizer.step(*args, **kwargs) unless its gradients hold an inf or a NaN (then nothing);
-        unscales first if unscale_ was not called."""
+        unscales first if unscale_ was not called. With tg's own optimizers the skip is decided on the
+        device (the step runs, writing nothing where skipped)."""
         if not self._enabled:
             return optimizer.step(*args, **kwargs)
         if self._stage.get(id(optimizer)) == _STEPPED:
@@ -226,40 +276,95 @@ class GradScaler:
                                "update()")
         if self._stage.get(id(optimizer), _READY) == _READY:
             self.unscale_(optimizer)
-        out = None if self._found_inf[id(optimizer)] else optimizer.step(*args, **kwargs)
+        found = self._found_inf[id(optimizer)]
+        if isinstance(found, bool):
+            out = None if found else optimizer.step(*args, **kwargs)
+        else:
+            optimizer._skip = found
+            try:
+                out = optimizer.step(*args, **kwargs)
+            finally:
+                optimizer._skip = None
         self._stage[id(optimizer)] = _STEPPED
         return out
 
     def update(self, new_scale: float | Any = None) -> None:
         """The scale for the next step: new_scale if given, else backed off after an overflow in any
-        optimizer's gradients, grown after growth_interval clean steps."""
+        optimizer's gradients, grown after growth_interval clean steps (and only while it stays finite).
+        On the device where the verdicts are (no host sync), else on the host."""
         if not self._enabled:
             return
         if new_scale is not None:
             value = float(new_scale.item() if hasattr(new_scale, "item") else new_scale)
             if not (math.isfinite(value) and value > 0):
                 raise ValueError(f"[amp] GradScaler.update(new_scale={value}): expected a positive number")
+            self._sync()
             self._scale = value
-        else:
-            if not self._found_inf:
-                raise RuntimeError("[amp] GradScaler.update(): no optimizer was unscaled or stepped since "
-                                   "the last update(); call scaler.step(optimizer) first")
+            self._write_host_values()
+        elif not self._found_inf:
+            raise RuntimeError("[amp] GradScaler.update(): no optimizer was unscaled or stepped since "
+                               "the last update(); call scaler.step(optimizer) first")
+        elif all(isinstance(f, bool) for f in self._found_inf.values()):
+            self._sync()
             if any(self._found_inf.values()):
                 self._scale *= self._backoff_factor
                 self._growth_tracker = 0
             else:
                 self._growth_tracker += 1
                 if self._growth_tracker == self._growth_interval:
-                    self._scale *= self._growth_factor
+                    grown = self._scale * self._growth_factor
+                    self._scale = grown if math.isfinite(float(_f32(grown))) else self._scale
                     self._growth_tracker = 0
+            self._write_host_values()
+        else:
+            self._update_on_device()
         self._stage.clear()
         self._found_inf.clear()
+
+    def _write_host_values(self) -> None:
         from tg.core.tensor import Tensor
         for device, t in self._scale_on.items():
             t.assign(Tensor([self._scale], device=device).reshape(())).realize()
+        for device, t in self._tracker_on.items():
+            t.assign(Tensor([float(self._growth_tracker)], device=device).reshape(())).realize()
+
+    def _update_on_device(self) -> None:
+        """torch's update of the scale and the count of clean steps, as device tensors in place."""
+        from tg.core.tensor import Tensor, _NoGrad
+        tensors = [f for f in self._found_inf.values() if not isinstance(f, bool)]
+        home = tensors[0].device
+        if self._home is not None and self._home != home:
+            self._sync()
+        scale = self._scale_tensor(home)
+        tracker = self._tracker_on.get(home)
+        if tracker is None:
+            self._sync()
+            tracker = self._tracker_on[home] = \
+                Tensor([float(self._growth_tracker)], device=home).reshape(()).realize()
+        with _NoGrad():
+            on_host = any(f for f in self._found_inf.values() if isinstance(f, bool))
+            found = Tensor.ones(device=home) if on_host else Tensor.zeros(device=home)
+            for f in tensors:
+                found = found.maximum(f if f.device == home else f.to(home))
+            bad = found > 0
+            clean = tracker + 1
+            grow = clean >= self._growth_interval
+            grown = scale * self._growth_factor
+            new_scale = bad.where(scale * self._backoff_factor,
+                                  (grow & grown.isfinite()).where(grown, scale))
+            new_tracker = (bad | grow).where(0.0, clean)
+            scale.assign(new_scale)
+            tracker.assign(new_tracker)
+            scale.realize(tracker)
+            for device, t in self._scale_on.items():
+                if device != home:
+                    t.assign(scale.to(device)).realize()
+        self._home = home
 
     # ------------------------------------------------------------------ settings and state
     def get_scale(self) -> float:
+        """The scale (a read from the device after device-side updates)."""
+        self._sync()
         return self._scale if self._enabled else 1.0
 
     def is_enabled(self) -> bool:
@@ -288,6 +393,7 @@ class GradScaler:
         disabled)."""
         if not self._enabled:
             return {}
+        self._sync()
         return {"scale": self._scale, "growth_factor": self._growth_factor,
                 "backoff_factor": self._backoff_factor, "growth_interval": self._growth_interval,
                 "_growth_tracker": self._growth_tracker}
@@ -307,7 +413,16 @@ class GradScaler:
         self._backoff_factor = float(state_dict["backoff_factor"])
         self._growth_interval = int(state_dict["growth_interval"])
         self._growth_tracker = int(state_dict["_growth_tracker"])
-        self.update(self._scale)
+        self._write_host_values()          # (the loaded values, over any newer device ones)
+        self._stage.clear()
+        self._found_inf.clear()
+
+
+def _f32(value: float) -> Any:
+    """value as float32 (the scale tensors' type): a grown scale past float32's range is not taken."""
+    import numpy as np
+    with np.errstate(over="ignore"):
+        return np.float32(value)
 
 
 def _unscale_and_check(optimizer: Any, inv_scale: float) -> bool:

@@ -15,7 +15,7 @@ import pytest
 
 import tg
 import tg.nn.functional as F
-from tg import Tensor, nn
+from tg import Tensor, TinyJit, nn
 from tg.amp import GradScaler
 from tg.core import autocast as state
 
@@ -327,13 +327,18 @@ def _documented(pattern: list[bool], init: float, growth: float, backoff: float,
     return out
 
 
+class HostSGD(nn.optim.SGD):
+    """An optimizer class of the user's: GradScaler decides on its steps on the host."""
+
+
+@pytest.mark.parametrize("where", ["device", "host"])
 @pytest.mark.parametrize("seed", range(4))
-def test_the_scale_follows_the_documented_algorithm_and_overflowing_steps_are_skipped(seed):
+def test_the_scale_follows_the_documented_algorithm_and_overflowing_steps_are_skipped(seed, where):
     rng = np.random.default_rng(seed)
     pattern = [bool(v) for v in rng.random(25) < 0.25]
     interval = int(rng.integers(1, 5))
     w = Tensor(np.ones(3, np.float32), requires_grad=True)
-    opt = nn.optim.SGD([w], lr=0.125)
+    opt = (nn.optim.SGD if where == "device" else HostSGD)([w], lr=0.125)
     scaler = GradScaler(init_scale=2.0 ** 10, growth_interval=interval)
     scales, expected_w = [], np.ones(3, np.float64)
     for step, overflow in enumerate(pattern):
@@ -356,6 +361,121 @@ def test_the_scale_follows_the_documented_algorithm_and_overflowing_steps_are_sk
     again = GradScaler()
     again.load_state_dict(state_dict)
     assert again.state_dict() == state_dict and again.get_scale() == scales[-1]
+
+
+OPTIMIZERS = {
+    "SGD": lambda ps: nn.optim.SGD(ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01),
+    "Adam": lambda ps: nn.optim.Adam(ps, lr=0.01),
+    "AdamW": lambda ps: nn.optim.AdamW(ps, lr=0.01, weight_decay=0.1),
+    "RMSprop": lambda ps: nn.optim.RMSprop(ps, lr=0.01, momentum=0.5, centered=True),
+    "Adagrad": lambda ps: nn.optim.Adagrad(ps, lr=0.1),
+    "Adadelta": lambda ps: nn.optim.Adadelta(ps, lr=1.0),
+}
+
+
+def _snapshot(opt) -> dict[str, np.ndarray]:
+    state = {k: np.array(v.numpy(), copy=True) for k, v in opt.flat_state_dict().items()
+             if isinstance(v, Tensor)}
+    return state | {f"p{i}": np.array(p.numpy(), copy=True) for i, p in enumerate(opt.params)}
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZERS))
+def test_a_step_skipped_on_the_device_changes_nothing_and_a_clean_one_is_the_unscaled_step(name):
+    """Every write of tg's optimizers (parameters, every state buffer, the step count) is conditioned on
+    the device verdict: an overflowing step leaves each bit as it was; a clean step is the step an
+    unscaled twin takes with the unscaled gradients (a power-of-two scale divides exactly; the kernels
+    differ, so their multiply-adds may contract into FMAs otherwise: within float32 rounding of the
+    terms)."""
+    rng = np.random.default_rng(sorted(OPTIMIZERS).index(name))
+    init = [rng.standard_normal((4, 3)).astype(np.float32), rng.standard_normal(3).astype(np.float32)]
+    params = [Tensor(a, requires_grad=True) for a in init]
+    twin = [Tensor(a, requires_grad=True) for a in init]
+    opt, ref = OPTIMIZERS[name](params), OPTIMIZERS[name](twin)
+    scaler = GradScaler(init_scale=2.0 ** 6, growth_interval=3)
+    x = rng.standard_normal((5, 4)).astype(np.float32)
+    for step, overflow in enumerate([False, True, False, False, True, True, False, False]):
+        before = _snapshot(opt)
+        for o in (opt, ref):
+            o.zero_grad()
+        data = x * (np.inf if overflow else 1.0) if step % 3 else np.where(overflow, np.nan, x)
+        loss = ((Tensor(data) @ params[0] + params[1]) ** 2).mean()
+        scaler.scale(loss).backward()
+        scaler.step(opt)
+        scaler.update()
+        if overflow:
+            after = _snapshot(opt)
+            for k, v in before.items():
+                np.testing.assert_array_equal(after[k], v, err_msg=f"{name} step {step}: {k} changed")
+        else:
+            ((Tensor(data) @ twin[0] + twin[1]) ** 2).mean().backward()
+            ref.step()
+            got = _snapshot(opt)
+            for k, v in _snapshot(ref).items():
+                np.testing.assert_allclose(got[k], v, rtol=1e-5, atol=1e-6, err_msg=f"{name} {step}: {k}")
+
+
+def _scaled_steps(init: list[np.ndarray], batches: list, overflows: set[int], clip: bool,
+                  jit: bool) -> tuple:
+    """(the scale after each step, the parameters, the optimizer's state) of float16 steps with a scaler."""
+    ps = [Tensor(a, requires_grad=True) for a in init]
+    opt = nn.optim.Adam(ps, lr=1e-2)
+    scaler = GradScaler(init_scale=2.0 ** 8, growth_interval=2)
+
+    def step(x, y):
+        opt.zero_grad()
+        with tg.autocast("cuda", dtype=tg.float16):        # (the CUDA lists: float16 matmuls)
+            h = (x @ ps[0] + ps[1]).relu()
+            loss = ((h @ ps[2]).float() - y).square().mean()
+        scaler.scale(loss).backward()
+        if clip:
+            scaler.unscale_(opt)
+            nn.utils.clip_grad_norm_(ps, 1.0)
+        scaler.step(opt)
+        scaler.update()
+        return loss.realize()
+    run = TinyJit(step) if jit else step
+    scales = []
+    for i, (x, y) in enumerate(batches):
+        xi = x * np.float32(1e30) if i in overflows else x        # inf in float16: the step is skipped
+        run(Tensor(xi), Tensor(y))
+        scales.append(scaler.get_scale())
+    return scales, [p.numpy().copy() for p in ps], _snapshot(opt)
+
+
+@pytest.mark.parametrize("clip", [False, True])
+def test_a_whole_float16_step_with_the_scaler_is_captured_by_tinyjit(clip):
+    """scale, backward, step and update in one TinyJit, replayed with no host sync: the same parameters,
+    optimizer state and scale sequence as the same steps run eagerly, overflowing steps included."""
+    rng = np.random.default_rng(11)
+    init = [rng.standard_normal((8, 16)).astype(np.float32) * 0.3, np.zeros(16, np.float32),
+            rng.standard_normal((16, 4)).astype(np.float32) * 0.3]
+    batches = [(rng.standard_normal((6, 8)).astype(np.float32),
+                rng.standard_normal((6, 4)).astype(np.float32)) for _ in range(9)]
+    overflows = {3, 6}
+    results = [_scaled_steps(init, batches, overflows, clip, jit) for jit in (False, True)]
+    (s0, p0, o0), (s1, p1, o1) = results
+    assert s0 == s1 and s0[3] == s0[2] / 2 and s0[6] == s0[5] / 2
+    for a, b in zip(p0, p1):
+        np.testing.assert_array_equal(a, b)
+    for k in o0:
+        np.testing.assert_array_equal(o0[k], o1[k], err_msg=k)
+
+
+def test_an_optimizer_deciding_on_the_host_inside_tinyjit_says_so():
+    """TinyJit's watch of host reads names the scaler's (a replay could not skip on a new verdict)."""
+    w = Tensor([1.0, 2.0], requires_grad=True)
+    opt, scaler = HostSGD([w], lr=0.1), GradScaler()
+
+    def step():
+        opt.zero_grad()
+        scaler.scale((w * w).sum()).backward()
+        scaler.step(opt)
+        scaler.update()
+        return w.realize()
+    jitted = TinyJit(step)
+    with pytest.raises(ValueError, match=r"reads tensor values on the host \(GradScaler.step"):
+        for _ in range(3):
+            jitted()
 
 
 def test_grad_scaler_misuse_and_defaults():

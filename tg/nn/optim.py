@@ -178,6 +178,9 @@ class Optimizer:
         # scalars shared by every parameter of a group within one step (see Adam._scalars)
         self._per_step: dict[tuple[int, str], Any] = {}
         self._capture: tuple[tuple, TinyJit] | None = None    # (configuration, the captured update)
+        # a realized 0-d tensor: where nonzero, step() changes nothing (no parameter, state or step
+        # count), decided on the device (amp.GradScaler's verdict on infs, without a host sync)
+        self._skip: Tensor | None = None
         self.device: str = everything[0].device
         self.defaults: dict[str, Any] = {"lr": lr, **defaults}
         self.param_groups: list[ParamGroup] = []
@@ -267,6 +270,14 @@ class Optimizer:
         for p in self.params:
             p.grad = None if set_to_none or p.grad is None else _zeros_state(p.grad)
 
+    def _set(self, t: Tensor, value: Tensor) -> Tensor:
+        """t.assign(value), or t left as it is where `_skip` says this step is skipped: every write of a
+        step goes through here (tg's optimizers' apply_single too), so a skipped step changes nothing."""
+        if self._skip is not None:
+            value = self._skip.where(t, value) if self._skip.dtype == dtypes.bool else \
+                (self._skip != 0).where(t, value)
+        return t.assign(value)
+
     def init_single(self, p: Tensor) -> dict[str, Tensor]:
         """Allocate (and realize) the state buffers of one parameter; override in subclasses."""
         return {}
@@ -299,7 +310,7 @@ class Optimizer:
         grads = [g for g in (p.grad for p in params) if g is not None]
         states = [self._state(i) for i in with_grad]
         held = [*params, *(t for st in states for t in st.values()), self.t,
-                *(g.lr_tensor for g in self.param_groups)]
+                *(g.lr_tensor for g in self.param_groups), *([] if self._skip is None else [self._skip])]
         # First the gradients (stored: left inlined in the update, `.grad` would later be computed from
         # the new weights) and the pending loss, in one schedule; then every other pending computation
         # that reads the old weights or state; then the update, which writes them in place.
@@ -330,11 +341,12 @@ class Optimizer:
         configuration, captured on the second, and from then on replayed (no graph, no schedule, no
         Python per op). The configuration is everything the kernels depend on besides the gradients'
         values: which parameters step, which gradients share memory, the memory of every parameter,
-        state buffer, step count and lr, and every group option but lr (lr is read from its device
-        tensor); a change is a new capture, and the old one is dropped."""
+        state buffer, step count, lr and skip flag (`_skip`, if any), and every group option but lr (lr
+        is read from its device tensor); a change is a new capture, and the old one is dropped."""
         first: dict[int, int] = {}
         shared = tuple(first.setdefault(id(g.lazydata.base.realized), i) for i, g in enumerate(grads))
         key = (tuple(with_grad), shared, tuple(id(t.lazydata.base.realized) for t in held),
+               self._skip is None,
                tuple(repr(sorted((k, v) for k, v in g.items() if k not in ("params", "lr")))
                      for g in self.param_groups))
         if self._capture is None or self._capture[0] != key:
@@ -468,7 +480,7 @@ class Optimizer:
         self._per_step = {}
         try:
             with _NoGrad():
-                self.t.assign(self.t + 1)
+                self._set(self.t, self.t + 1)
                 written = [self.t]
                 for p, g, state in items:
                     _check(g.shape == p.shape, f"gradient of shape {g.shape} for a parameter of shape "
@@ -480,7 +492,7 @@ class Optimizer:
                         # float32 master) is used in the parameter's: the update's arithmetic is not
                         # rounded to the gradient's type (0.001 * g * g underflows in float16)
                         g = g.detach() if g.dtype == p.dtype else g.detach().cast(p.dtype)
-                        p.assign(self.apply_single(p, g, state))
+                        self._set(p, self.apply_single(p, g, state))
                     finally:
                         self._current = None
                     written += [p, *state.values()]
@@ -544,7 +556,7 @@ class SGD(Optimizer):
             # torch starts the buffer at the first gradient: on step 1 the gradient is not dampened
             # (the buffer is zero then, so only the gradient's scale differs)
             scale = (self.t == 1).where(1.0, 1.0 - dampening) if dampening else 1.0
-            buf.assign(momentum * buf + scale * g)
+            self._set(buf, momentum * buf + scale * g)
             g = g + momentum * buf if group["nesterov"] else buf
         return p - self.lr_tensor * g
 
@@ -591,8 +603,8 @@ class Adam(Optimizer):
         elif weight_decay:
             g = g + weight_decay * p
         m, v = state["exp_avg"], state["exp_avg_sq"]
-        m.assign(b1 * m + (1.0 - b1) * g)
-        v.assign(b2 * v + (1.0 - b2) * (g * g))
+        self._set(m, b1 * m + (1.0 - b1) * g)
+        self._set(v, b2 * v + (1.0 - b2) * (g * g))
         denom = v.sqrt() / correction2 + group["eps"]
         return p - step_size * m / denom
 
@@ -664,16 +676,16 @@ class RMSprop(Optimizer):
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         square_avg = state["square_avg"]
-        square_avg.assign(alpha * square_avg + (1.0 - alpha) * (g * g))
+        self._set(square_avg, alpha * square_avg + (1.0 - alpha) * (g * g))
         variance: Tensor = square_avg
         if group["centered"]:
             grad_avg = state.setdefault("grad_avg", _zeros_state(p))
-            grad_avg.assign(alpha * grad_avg + (1.0 - alpha) * g)
+            self._set(grad_avg, alpha * grad_avg + (1.0 - alpha) * g)
             variance = square_avg - grad_avg * grad_avg
         update = g / (variance.sqrt() + group["eps"])
         if momentum:
             buf = state.setdefault("momentum_buffer", _zeros_state(p))
-            update = buf.assign(momentum * buf + update)
+            update = self._set(buf, momentum * buf + update)
         return p - self.lr_tensor * update
 
 
@@ -709,7 +721,7 @@ class Adagrad(Optimizer):
         step_size = self.lr_tensor / (1.0 + (self.t - 1.0) * group["lr_decay"]) if group["lr_decay"] \
             else self.lr_tensor
         total = state["sum"]
-        total.assign(total + g * g)
+        self._set(total, total + g * g)
         return p - step_size * g / (total.sqrt() + group["eps"])
 
 
@@ -745,10 +757,10 @@ class Adadelta(Optimizer):
         if group["weight_decay"]:
             g = g + group["weight_decay"] * p
         square_avg, acc_delta = state["square_avg"], state["acc_delta"]
-        square_avg.assign(rho * square_avg + (1.0 - rho) * (g * g))
+        self._set(square_avg, rho * square_avg + (1.0 - rho) * (g * g))
         # the update reads the OLD acc_delta: the scheduler runs its readers before the assign below
         delta = (acc_delta + eps).sqrt() / (square_avg + eps).sqrt() * g
-        acc_delta.assign(rho * acc_delta + (1.0 - rho) * (delta * delta))
+        self._set(acc_delta, rho * acc_delta + (1.0 - rho) * (delta * delta))
         return p - self.lr_tensor * delta
 
 
