@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from typing import Any, Callable
 
 from tg.core import autocast as _state
@@ -182,7 +183,8 @@ class GradScaler:
         self._growth_tracker = 0
         self._scale_on: dict[str, Any] = {}         # device -> the 0-d float32 scale tensor there
         self._tracker_on: dict[str, Any] = {}       # device -> the 0-d float32 count of clean steps
-        self._found_on: dict[int, Any] = {}         # id(optimizer) -> its 0-d float32 verdict (1: inf)
+        self._found_on: Any = weakref.WeakKeyDictionary()   # optimizer -> its 0-d verdict (1.0: an inf)
+        self._settings_on: dict[str, Any] = {}      # device -> [growth, backoff, interval], float32
         # once a step was decided on the device, its tensors there hold the values (a TinyJit replay
         # updates them without Python running): _scale and _growth_tracker are read back from them
         self._home: str | None = None
@@ -251,9 +253,9 @@ class GradScaler:
         from tg.nn.optim import _gradients
         grads = _gradients(optimizer.params)[0]
         device = grads[0].device if grads else optimizer.device
-        found = self._found_on.get(id(optimizer))
+        found = self._found_on.get(optimizer)
         if found is None or found.device != device:
-            found = self._found_on[id(optimizer)] = Tensor.zeros(device=device).contiguous().realize()
+            found = self._found_on[optimizer] = Tensor.zeros(device=device).contiguous().realize()
         with _NoGrad():
             inv = 1.0 / self._scale_tensor(device)
             bad = Tensor.zeros(device=device)
@@ -321,37 +323,45 @@ class GradScaler:
         self._stage.clear()
         self._found_inf.clear()
 
+    def _settings(self) -> list[float]:
+        return [self._growth_factor, self._backoff_factor, float(self._growth_interval)]
+
     def _write_host_values(self) -> None:
+        """Every device tensor from the host values (after a host-side update, a load, a setter)."""
         from tg.core.tensor import Tensor
         for device, t in self._scale_on.items():
             t.assign(Tensor([self._scale], device=device).reshape(())).realize()
         for device, t in self._tracker_on.items():
             t.assign(Tensor([float(self._growth_tracker)], device=device).reshape(())).realize()
+        for device, t in self._settings_on.items():
+            t.assign(Tensor(self._settings(), device=device)).realize()
 
     def _update_on_device(self) -> None:
         """torch's update of the scale and the count of clean steps, as device tensors in place."""
         from tg.core.tensor import Tensor, _NoGrad
         tensors = [f for f in self._found_inf.values() if not isinstance(f, bool)]
         home = tensors[0].device
-        if self._home is not None and self._home != home:
-            self._sync()
         scale = self._scale_tensor(home)
-        tracker = self._tracker_on.get(home)
-        if tracker is None:
+        if home not in self._tracker_on:
             self._sync()
-            tracker = self._tracker_on[home] = \
-                Tensor([float(self._growth_tracker)], device=home).reshape(()).realize()
+            self._tracker_on[home] = Tensor([float(self._growth_tracker)], device=home).reshape(()).realize()
+            self._settings_on[home] = Tensor(self._settings(), device=home).realize()
+        if self._home is not None and self._home != home:    # the values move to this device's tensors
+            self._sync()
+            self._write_host_values()
+        tracker, settings = self._tracker_on[home], self._settings_on[home]
         with _NoGrad():
             on_host = any(f for f in self._found_inf.values() if isinstance(f, bool))
             found = Tensor.ones(device=home) if on_host else Tensor.zeros(device=home)
             for f in tensors:
                 found = found.maximum(f if f.device == home else f.to(home))
+            # the settings are read from the device too: a TinyJit replay follows a setter's new value
+            growth, backoff, interval = settings[0], settings[1], settings[2]
             bad = found > 0
             clean = tracker + 1
-            grow = clean >= self._growth_interval
-            grown = scale * self._growth_factor
-            new_scale = bad.where(scale * self._backoff_factor,
-                                  (grow & grown.isfinite()).where(grown, scale))
+            grow = clean == interval          # (as torch: a count past a lowered interval never grows)
+            grown = scale * growth
+            new_scale = bad.where(scale * backoff, (grow & grown.isfinite()).where(grown, scale))
             new_tracker = (bad | grow).where(0.0, clean)
             scale.assign(new_scale)
             tracker.assign(new_tracker)
@@ -374,19 +384,25 @@ class GradScaler:
         return self._growth_factor
 
     def set_growth_factor(self, new_factor: float) -> None:
+        self._sync()
         self._growth_factor = float(new_factor)
+        self._write_host_values()
 
     def get_backoff_factor(self) -> float:
         return self._backoff_factor
 
     def set_backoff_factor(self, new_factor: float) -> None:
+        self._sync()
         self._backoff_factor = float(new_factor)
+        self._write_host_values()
 
     def get_growth_interval(self) -> int:
         return self._growth_interval
 
     def set_growth_interval(self, new_interval: int) -> None:
+        self._sync()
         self._growth_interval = int(new_interval)
+        self._write_host_values()
 
     def state_dict(self) -> dict[str, Any]:
         """torch's keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker ({} when

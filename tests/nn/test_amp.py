@@ -461,6 +461,59 @@ def test_a_whole_float16_step_with_the_scaler_is_captured_by_tinyjit(clip):
         np.testing.assert_array_equal(o0[k], o1[k], err_msg=k)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_settings_changed_after_a_capture_hold_in_its_replays(jit):
+    """The growth factor, backoff factor and interval live on the device beside the scale: a loaded state
+    or a setter changes what a captured step's replays do, as it changes an eager step. A count past a
+    lowered interval never grows (torch's rule, on both paths)."""
+    w = Tensor(np.ones(3, np.float32), requires_grad=True)
+    opt, scaler = nn.optim.SGD([w], lr=0.01), GradScaler(init_scale=16.0, growth_interval=100)
+
+    def step(x):
+        opt.zero_grad()
+        scaler.scale((w * x).sum()).backward()
+        scaler.step(opt)
+        scaler.update()
+        return w.realize()
+    run = TinyJit(step) if jit else step
+    scales = []
+    for i in range(10):
+        if i == 4:
+            state = scaler.state_dict() | {"growth_interval": 1, "growth_factor": 4.0, "_growth_tracker": 0}
+            scaler.load_state_dict(state)
+        if i == 7:
+            scaler.set_growth_factor(2.0)
+        x = np.full(3, np.inf if i == 8 else 1.0, np.float32)
+        run(Tensor(x))
+        scales.append(scaler.get_scale())
+    assert scales == [16.0] * 4 + [64.0, 256.0, 1024.0, 2048.0, 1024.0, 2048.0]
+    scaler.set_growth_interval(5)
+    assert scaler.state_dict()["growth_interval"] == 5 and scaler.get_growth_interval() == 5
+    for _ in range(3):          # the count was 0 (step 9 grew): 1, 2, 3, below 5, no growth
+        run(Tensor(np.ones(3, np.float32)))
+    assert scaler.get_scale() == 2048.0 and scaler.state_dict()["_growth_tracker"] == 3
+
+
+def test_steps_decided_on_two_devices_share_one_count():
+    """Optimizers on two devices, stepped in turn: the count of clean steps moves with the values (a
+    device that decided before and decides again starts from the current count, not its own old one)."""
+    pattern = ["CPU", "NUMPY", "NUMPY", "CPU", "CPU", "CPU"]
+    results = []
+    for opt_class in (nn.optim.SGD, HostSGD):
+        scaler = GradScaler(init_scale=4.0, growth_interval=3)
+        ws = {d: Tensor(np.ones(2, np.float32), device=d, requires_grad=True) for d in ("CPU", "NUMPY")}
+        opts = {d: opt_class([w], lr=0.1) for d, w in ws.items()}
+        seq = []
+        for d in pattern:
+            opts[d].zero_grad()
+            scaler.scale(ws[d].sum()).backward()
+            scaler.step(opts[d])
+            scaler.update()
+            seq.append((scaler.get_scale(), scaler.state_dict()["_growth_tracker"]))
+        results.append(seq)
+    assert results[0] == results[1] == [(4.0, 1), (4.0, 2), (8.0, 0), (8.0, 1), (8.0, 2), (16.0, 0)]
+
+
 def test_an_optimizer_deciding_on_the_host_inside_tinyjit_says_so():
     """TinyJit's watch of host reads names the scaler's (a replay could not skip on a new verdict)."""
     w = Tensor([1.0, 2.0], requires_grad=True)
