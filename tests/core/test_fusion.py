@@ -50,6 +50,29 @@ def test_long_epilogue_on_a_large_output_is_its_own_kernel(device):
     assert_kernels(small, 1)                 # a small output keeps the fused epilogue
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("epilogue", ["gelu", "gelu_tanh", "silu_grad"])
+def test_a_narrow_product_before_a_long_epilogue_is_stored_rounded(device, dtype, epilogue):
+    """A float16 / bfloat16 product (float32 sums rounded once) whose epilogue is too long to fuse is
+    stored as the rounded value, not as the float32 sums: half the bytes, the same numbers (the
+    epilogue reads what it would have computed first)."""
+    import tg
+    from tg.core.schedule import create_schedule
+    rng = np.random.default_rng(len(epilogue))
+    a, w = (rng.standard_normal(shape).astype(np.float32) for shape in ((300, 24), (24, 256)))
+    narrow = getattr(tg, dtype)
+    h = Tensor(a, device=device).cast(narrow) @ Tensor(w, device=device).cast(narrow)
+    f = {"gelu": lambda t: t.gelu(), "gelu_tanh": lambda t: t.gelu(approximate="tanh"),
+         "silu_grad": lambda t: t.sigmoid() * (1 + t * (1 - t.sigmoid()))}[epilogue]
+    out = f(h)
+    items = [it for it in create_schedule([out.lazydata]) if it.kind == "kernel"]
+    assert len(items) == 2
+    assert items[0].out.dtype == narrow and np.prod(items[0].out.shape) == 300 * 256
+    hn = Tensor(a).cast(narrow).float().numpy() @ Tensor(w).cast(narrow).float().numpy()
+    want = f(Tensor(Tensor(hn).cast(narrow).float().numpy())).numpy()
+    np.testing.assert_allclose(out.float().numpy(), want, rtol=2e-2, atol=2e-2)
+
+
 def test_cheap_elementwise_inputs_of_matmul_fuse(device):
     a, w = np.random.randn(9, 7).astype(np.float32), np.random.randn(7, 5).astype(np.float32)
     out = (Tensor(a, device=device) * 2 + 1) @ (Tensor(w, device=device) + 1)

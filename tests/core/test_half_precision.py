@@ -229,3 +229,36 @@ def test_narrow_attention_rounds_once(dtype, causal):
     want = (p / p.sum(-1, keepdims=True)) @ v.astype(np.float64)
     got = F.scaled_dot_product_attention(*(Tensor(a).cast(dtype) for a in (q, k, v)), is_causal=causal)
     _within_one_ulp(got.float().numpy(), want, dtype)
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+@pytest.mark.parametrize("causal", [False, True])
+def test_narrow_attention_keeps_its_weights_narrow_for_backward_and_its_gradients_follow(dtype, causal):
+    """The weights backward reads are kept in the inputs' type (half the bytes between forward and
+    backward, as torch's autocast keeps its bfloat16 softmax output): a kernel writes them narrow, and
+    dq, dk, dv stay within the narrow type's rounding of float64's."""
+    import tg.nn.functional as F
+    from tg.core.schedule import create_schedule
+    rng = np.random.default_rng(11 + causal)
+    shape = (2, 3, 29, 16)
+    q, k, v = (narrow(rng.standard_normal(shape).astype(np.float32), dtype) for _ in range(3))
+    g = narrow(rng.standard_normal(shape).astype(np.float32), dtype)
+    ts = [Tensor(a).cast(dtype).requires_grad_() for a in (q, k, v)]
+    out = F.scaled_dot_product_attention(*ts, is_causal=causal)
+    out.backward(Tensor(g).cast(dtype))
+    items = create_schedule([t.grad.lazydata for t in ts])
+    weights = [it for it in items if it.kind == "kernel" and it.out.shape[-2:] == (29, 29)]
+    assert any(it.out.dtype == dtype for it in weights)
+    q64, k64, v64, g64 = (a.astype(np.float64) for a in (q, k, v, g))
+    s_ = q64 @ k64.swapaxes(-1, -2) / 4.0
+    if causal:
+        s_ = np.where(np.tril(np.ones((29, 29), bool)), s_, -np.inf)
+    p = np.exp(s_ - s_.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    dv = p.swapaxes(-1, -2) @ g64
+    dp = g64 @ v64.swapaxes(-1, -2)
+    ds = p * (dp - (dp * p).sum(-1, keepdims=True)) / 4.0
+    dq, dk = ds @ k64, ds.swapaxes(-1, -2) @ q64
+    eps = 2.0 ** -8 if dtype == tg.bfloat16 else 2.0 ** -11
+    for got, want in zip((t.grad.float().numpy() for t in ts), (dq, dk, dv)):
+        np.testing.assert_allclose(got, want, rtol=4 * eps, atol=4 * eps * np.abs(want).max())

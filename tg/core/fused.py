@@ -327,8 +327,12 @@ class Attention(Function):
             cols = arange(n_k, q.device).reshape((*lead, 1, n_k)).expand(scores.shape)
             self_or_before = _negated(rows.e(BinaryOps.CMPLT, cols))
             scores = self_or_before.e(TernaryOps.WHERE, scores, _const(scores, -math.inf))
-        self.p = _softmax(scores, len(scores.shape) - 1)
-        return _narrow(matmul_nt(self.p, swap_last(v)), self.dtypes[0])
+        p = _softmax(scores, len(scores.shape) - 1)
+        # the output from float32 weights (rounded once); backward's copy of the weights in the inputs'
+        # type where that is narrow (half the bytes kept from forward to backward, as torch's autocast
+        # keeps its bfloat16 softmax output; the gradients are rounded to that type anyway)
+        self.p = _wide(_narrow(p, self.dtypes[0]).stored()) if self.dtypes[0] in NARROW else p
+        return _narrow(matmul_nt(p, swap_last(v)), self.dtypes[0])
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
         grads = self._grads(_wide(grad))

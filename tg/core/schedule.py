@@ -123,6 +123,13 @@ def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) 
     store: set[int] = set(seed) | {id(o.base) for o in outs}
     cost: dict[int, int] = {}   # ALU ops a base brings along when inlined
     carried: dict[int, LazyBuffer | None] = {}   # the reduce a base's kernel would contain
+    readers: dict[int, int] = {}
+    for b in bases:
+        for s in b.srcs:
+            readers[id(s.base)] = readers.get(id(s.base), 0) + 1
+    # a reduce whose one reader rounds it to float16 / bfloat16 (fused.sum_of_products): where the
+    # reduce is stored, the rounded value is (half the bytes, the same numbers)
+    narrowed: dict[int, LazyBuffer] = {}
     for b in bases:
         if b.op in (BufferOps.COPY, BufferOps.ASSIGN, BufferOps.EMPTY):
             store.add(id(b))
@@ -160,7 +167,7 @@ def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) 
                 store.add(id(sb))       # a reduce never goes inside another, nor is recomputed
                 continue
             if cost[id(b)] - cost.get(id(c), 0) > EPILOGUE_LIMIT and prod(b.shape) >= EPILOGUE_SIZE:
-                store.add(id(c))        # a long epilogue runs unvectorised after the reduce: store it
+                store.add(id(narrowed.get(id(c), c)))   # a long epilogue runs unvectorised: store first
                 continue
             reduces.append((sb, c))
         distinct = {id(c): (sb, c) for sb, c in reduces}
@@ -168,6 +175,11 @@ def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) 
             store.add(id(sb))           # one reduce per kernel
         kept = [c for sb, c in distinct.values() if id(sb) not in store]
         carried[id(b)] = b if isinstance(b.op, ReduceOps) else (kept[0] if kept else None)
+        src = b.srcs[0] if b.srcs else None
+        if b.op is UnaryOps.CAST and b.dtype in (dtypes.float16, dtypes.bfloat16) and src is not None \
+                and isinstance(src.base.op, ReduceOps) and readers.get(id(src.base)) == 1 \
+                and _is_same_index(src) and carried[id(b)] is src.base:
+            narrowed[id(src.base)] = b
     return store
 
 
