@@ -6,7 +6,8 @@ Rules (pinned by tests/core/test_fusion.py):
 - a reduce takes its elementwise producers with it;
 - an elementwise consumer that reads a reduce's result at the same index (any reshape of it)
   fuses after it as an epilogue, when it is the reduce's only consumer (unless the epilogue is long
-  and the output large: an epilogue runs unvectorised, so gelu after a big matmul is stored first);
+  and the output large: an epilogue runs unvectorised, so gelu after a big matmul is stored first,
+  rounded where the product is float16 / bfloat16);
 - a kernel holds at most one reduce, and a reduce is never inlined into another reduce's input;
 - COPY, ASSIGN (and so `contiguous()`) and the outputs asked for are always stored.
 
