@@ -122,9 +122,7 @@ def bf16_units(device: Any = None) -> str | None:
     if name.startswith("CPU"):
         from tg.core.codegen import bf16
         from tg.core.runtime.ops_cpu import features
-        dev, have = Device[name], features()
-        unit = next((u for u in bf16.UNITS if u.features <= have and dev.usable(u)),  # type: ignore[attr-defined]
-                    None)
+        unit = bf16.available(features(), Device[name].usable)  # type: ignore[attr-defined]
         return None if unit is None else {"amx": "AMX", "dpbf16": "AVX512_BF16"}[unit.name]
     if name.startswith("CUDA"):
         major = getattr(Device[name], "capability", (0, 0))[0]     # Ampere (8.0) and later
@@ -323,6 +321,12 @@ class GradScaler:
         self._stage.clear()
         self._found_inf.clear()
 
+    def _setting(self, attr: str, value: float) -> None:
+        """A setting changed: on the host, and in the device tensors a captured step reads."""
+        self._sync()
+        setattr(self, attr, value)
+        self._write_host_values()
+
     def _settings(self) -> list[float]:
         return [self._growth_factor, self._backoff_factor, float(self._growth_interval)]
 
@@ -384,25 +388,19 @@ class GradScaler:
         return self._growth_factor
 
     def set_growth_factor(self, new_factor: float) -> None:
-        self._sync()
-        self._growth_factor = float(new_factor)
-        self._write_host_values()
+        self._setting("_growth_factor", float(new_factor))
 
     def get_backoff_factor(self) -> float:
         return self._backoff_factor
 
     def set_backoff_factor(self, new_factor: float) -> None:
-        self._sync()
-        self._backoff_factor = float(new_factor)
-        self._write_host_values()
+        self._setting("_backoff_factor", float(new_factor))
 
     def get_growth_interval(self) -> int:
         return self._growth_interval
 
     def set_growth_interval(self, new_interval: int) -> None:
-        self._sync()
-        self._growth_interval = int(new_interval)
-        self._write_host_values()
+        self._setting("_growth_interval", int(new_interval))
 
     def state_dict(self) -> dict[str, Any]:
         """torch's keys: scale, growth_factor, backoff_factor, growth_interval, _growth_tracker ({} when

@@ -77,8 +77,12 @@ def _plan(bases: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int]:
     """Which bases get their own buffer (ids). A reduce that would be inlined into two kernels
     is stored instead (computed once), which can change other choices, so iterate to a fixpoint."""
     store: set[int] = set()
+    readers: dict[int, int] = {}
+    for b in bases:
+        for s in b.srcs:
+            readers[id(s.base)] = readers.get(id(s.base), 0) + 1
     while True:
-        store = _plan_once(bases, outs, store)
+        store = _plan_once(bases, outs, store, readers)
         seen: dict[int, int] = {}
         for b in bases:
             if id(b) in store:
@@ -118,16 +122,13 @@ RECOMPUTE_LIMIT = 2
 EPILOGUE_LIMIT, EPILOGUE_SIZE = 8, 1 << 16
 
 
-def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int]) -> set[int]:  # noqa: C901
+def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int],  # noqa: C901
+               readers: dict[int, int]) -> set[int]:
     # the fusion rules of the module docstring, applied base by base in one loop: kept together so
     # they read as that list
     store: set[int] = set(seed) | {id(o.base) for o in outs}
     cost: dict[int, int] = {}   # ALU ops a base brings along when inlined
     carried: dict[int, LazyBuffer | None] = {}   # the reduce a base's kernel would contain
-    readers: dict[int, int] = {}
-    for b in bases:
-        for s in b.srcs:
-            readers[id(s.base)] = readers.get(id(s.base), 0) + 1
     # a reduce whose one reader rounds it to float16 / bfloat16 (fused.sum_of_products): where the
     # reduce is stored, the rounded value is (half the bytes, the same numbers)
     narrowed: dict[int, LazyBuffer] = {}

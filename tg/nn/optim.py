@@ -273,10 +273,7 @@ class Optimizer:
     def _set(self, t: Tensor, value: Tensor) -> Tensor:
         """t.assign(value), or t left as it is where `_skip` says this step is skipped: every write of a
         step goes through here (tg's optimizers' apply_single too), so a skipped step changes nothing."""
-        if self._skip is not None:
-            value = self._skip.where(t, value) if self._skip.dtype == dtypes.bool else \
-                (self._skip != 0).where(t, value)
-        return t.assign(value)
+        return t.assign(value if self._skip is None else (self._skip != 0).where(t, value))
 
     def init_single(self, p: Tensor) -> dict[str, Tensor]:
         """Allocate (and realize) the state buffers of one parameter; override in subclasses."""

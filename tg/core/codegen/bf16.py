@@ -50,13 +50,13 @@ from tg.core.codegen.gemm import (
     _decode,
     _depends,
     _epilogue,
-    _Expr,
     _fallback,
     _index,
     _inner_stride,
     _naive,
     _params,
     _vars,
+    narrow_word,
     stored,
 )
 from tg.core.codegen.linearizer import _coef
@@ -136,8 +136,11 @@ def unit(c: Contraction, features: frozenset[str], usable: Callable[[Unit], bool
     """The unit c runs on here: the first of UNITS whose features the CPU has and that `usable` says
     TG_CC builds and pays (ops_cpu.CPUDevice.usable), where both factors are bfloat16 values; else None
     (the packed nest)."""
-    if not (_bf16(c.x) and _bf16(c.y)):
-        return None
+    return available(features, usable) if _bf16(c.x) and _bf16(c.y) else None
+
+
+def available(features: frozenset[str], usable: Callable[[Unit], bool] = lambda u: True) -> Unit | None:
+    """The first of UNITS whose features the CPU has and that `usable` allows, or None."""
     return next((u for u in UNITS if u.features <= features and usable(u)), None)
 
 
@@ -279,17 +282,7 @@ def _pack(c: Contraction, renderer: CStyleRenderer, side: str) -> list[str]:
     `dst` (bfloat16 bits, zeros past the matrix), starting at row or column `first`: full blocks with
     AVX-512 where the layout allows (_vector_pack), the rest element by element."""
     tree, dims, total = (c.x, c.m_dims, "M") if side == "a" else (c.y, c.n_dims, "N")
-    src = tree.src[0]
-    ctx = _context(c, c.b_dims + dims + c.k_dims)
-    if src.op is AstOps.LOAD:      # the stored bits as they are
-        idx, valid = src.arg[1].expr_idxs(ctx)
-        bits = f"data{src.arg[0]}[{idx.render()}]"
-        lines: list[str] = []
-        value = bits if valid.is_const and valid.min == 1 else f"(({valid.render()}) ? {bits} : 0)"
-    else:
-        ex = _Expr(renderer, ctx)
-        value = f"tg_f32_to_bf16({ex(tree)})"
-        lines = ex.lines
+    lines, value = narrow_word(c, renderer, tree, dims)
     # where in the panel: x [kb][row][k]; y [kb][column / 16][k / 2][column % 16][k % 2]
     at = "kb * 1024 + i * 32 + kk" if side == "a" else \
         "kb * 1024 + (i >> 4) * 512 + (kk >> 1) * 32 + (i & 15) * 2 + (kk & 1)"

@@ -462,6 +462,22 @@ def _naive(c: Contraction, renderer: CStyleRenderer, name: str) -> list[str]:
 SCRATCH_DECLS = "void* tg_scratch_take(long bytes);\nvoid tg_scratch_give(void* p);\n"
 
 
+def narrow_word(c: Contraction, renderer: CStyleRenderer, tree: KOp,
+                dims: list[int]) -> tuple[list[str], str]:
+    """(lines, C expression) of the 16-bit word of a factor `tree` (a float16 or bfloat16 value cast to
+    float32) at the variables of the batch dims, `dims` and K: a plain load's stored bits as they are
+    (zero where masked), else the value computed in float and converted (exact: it is such a value)."""
+    narrow = tree.src[0]
+    ctx = _context(c, c.b_dims + dims + c.k_dims)
+    if narrow.op is AstOps.LOAD:
+        idx, valid = narrow.arg[1].expr_idxs(ctx)
+        bits = f"data{narrow.arg[0]}[{idx.render()}]"
+        return [], bits if valid.is_const and valid.min == 1 else f"(({valid.render()}) ? {bits} : 0)"
+    ex = _Expr(renderer, ctx)
+    value = stored(renderer, narrow.dtype, ex(tree))
+    return ex.lines, value
+
+
 def stored(renderer: CStyleRenderer, dtype: DType, value: str) -> str:
     """C for a computed float value as the bits a float16 or bfloat16 output holds (else as it is)."""
     if dtype == dtypes.float16:
@@ -823,14 +839,20 @@ def name(c: Contraction) -> str:
     return "r_" + "_".join(str(s) for s in c.shape)
 
 
-def lower(c: Contraction, p: Params, renderer: CStyleRenderer, lanes: int,
-          nest: Callable[..., str] = render) -> tuple[str, str, Linearized]:
-    """(name, source, info) of the contraction's nest with block sizes p (rendered by `nest`: these
-    here, or amx.render)."""
-    kname = name(c)
+def info(c: Contraction, lanes: int, global_size: int = 1, local_size: int = 0) -> Linearized:
+    """What the device keeps about a contraction's kernel: its name, buffers, work, flops and bytes
+    (a GPU kernel's launch: global_size work items in groups of local_size)."""
     batch, m, n, k = c.sizes
     kernel = c.kernel
     mem = sum(size * dt.itemsize for size, dt in zip(kernel.buf_sizes, kernel.buf_dtypes))
-    info = Linearized(kname, [], list(kernel.buf_dtypes), lanes, 1, prod(c.shape), 2 * batch * m * n * k, mem)
-    info.extra["gemm"] = p
-    return kname, nest(c, p, renderer, kname, lanes), info
+    return Linearized(name(c), [], list(kernel.buf_dtypes), lanes, global_size, prod(c.shape),
+                      2 * batch * m * n * k, mem, local_size=local_size)
+
+
+def lower(c: Contraction, p: Params, renderer: CStyleRenderer, lanes: int,
+          nest: Callable[..., str] = render) -> tuple[str, str, Linearized]:
+    """(name, source, info) of the contraction's nest with block sizes p (rendered by `nest`: these
+    here, or bf16.render)."""
+    lin = info(c, lanes)
+    lin.extra["gemm"] = p
+    return lin.name, nest(c, p, renderer, lin.name, lanes), lin

@@ -28,18 +28,18 @@ from __future__ import annotations
 
 from tg.core.codegen.gemm import (
     Contraction,
-    _context,
     _decode,
     _epilogue,
-    _Expr,
     _index,
     _inner_stride,
     find,
+    info,
+    narrow_word,
     stored,
 )
 from tg.core.codegen.linearizer import Linearized
 from tg.core.dtype import dtypes
-from tg.core.kernel import AstOps, KOp
+from tg.core.kernel import KOp
 from tg.core.ops import UnaryOps
 from tg.core.renderer import CStyleRenderer
 
@@ -85,18 +85,7 @@ def _stage(c: Contraction, renderer: CStyleRenderer, side: str) -> list[str]:
     source's contiguous side (k for x along k, else the rows or columns)."""
     tree, dims, total, first, arr = (c.x, c.m_dims, c.sizes[1], "ic", "As") if side == "a" else \
         (c.y, c.n_dims, c.sizes[2], "jc", "Bs")
-    narrow = tree.src[0]
-    ctx = _context(c, c.b_dims + dims + c.k_dims)
-    if narrow.op is AstOps.LOAD:      # the stored bits as they are
-        idx, valid = narrow.arg[1].expr_idxs(ctx)
-        bits = f"data{narrow.arg[0]}[{idx.render()}]"
-        lines: list[str] = []
-        value = bits if valid.is_const and valid.min == 1 else f"(({valid.render()}) ? {bits} : 0)"
-    else:                              # a value of the narrow type computed in float: converted exactly
-        ex = _Expr(renderer, ctx)
-        v = ex(tree)
-        value = f"tg_f32_to_bf16({v})" if narrow.dtype == dtypes.bfloat16 else renderer.d.half_store.format(v)
-        lines = ex.lines
+    lines, value = narrow_word(c, renderer, tree, dims)
     along_k = _inner_stride(c, tree, c.k_dims) == 1
     span = BM if side == "a" else BN
     if along_k:
@@ -193,16 +182,10 @@ def lower(kernel, renderer: CStyleRenderer, capability: tuple[int, int]) \
         -> tuple[str, str, Linearized] | None:
     """(name, source, info) of the tensor-core kernel for a contraction of bfloat16 or float16 factors on a
     GPU of this compute capability; None for any other kernel (the linearizer's)."""
-    from tg.core.codegen.gemm import name as kernel_name
-    from tg.core.shape import prod
     c = find_mma(kernel, capability)
     if c is None:
         return None
-    batch, m, n, k = c.sizes
-    kname = kernel_name(c)
-    blocks = batch * -(-m // BM) * -(-n // BN)
-    mem = sum(size * dt.itemsize for size, dt in zip(kernel.buf_sizes, kernel.buf_dtypes))
-    info = Linearized(kname, [], list(kernel.buf_dtypes), 1, blocks * THREADS, prod(c.shape),
-                      2 * batch * m * n * k, mem, local_size=THREADS)
-    info.extra["mma"] = (BM, BN, BK)
-    return kname, render(c, renderer, kname), info
+    batch, m, n, _ = c.sizes
+    lin = info(c, 1, batch * -(-m // BM) * -(-n // BN) * THREADS, THREADS)
+    lin.extra["mma"] = (BM, BN, BK)
+    return lin.name, render(c, renderer, lin.name), lin
