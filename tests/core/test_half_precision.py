@@ -114,6 +114,76 @@ def test_the_c_half_helpers_convert_as_numpy_on_every_path(tmp_path, extra):
         _same_halves(_call(lib, "d2h_all", doubles, np.uint16), doubles.astype(np.float16).view(np.uint16))
 
 
+def half_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values as float16 words as tg converts them: numpy's rounding, and a NaN its sign, 0x7c00
+    and the top 10 bits of its payload (0x200 where those are all zero: still a NaN)."""
+    x = np.ascontiguousarray(x, np.float32)
+    u = x.view(np.uint32)
+    m = (u >> 13) & 0x3FF
+    nan = ((u >> 16) & 0x8000) | 0x7C00 | np.where(m != 0, m, 0x200)
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.where(np.isnan(x), nan, x.astype(np.float16).view(np.uint16)).astype(np.uint16)
+
+
+def half_floats(h: np.ndarray) -> np.ndarray:
+    """float16 words as float32 as tg widens them: numpy's values, a NaN's sign and payload kept (a
+    signaling NaN stays signaling)."""
+    h = np.asarray(h, np.uint16).astype(np.uint32)
+    nan = ((h & 0x8000) << 16) | 0x7F800000 | ((h & 0x3FF) << 13)
+    plain = h.astype(np.uint16).view(np.float16).astype(np.float32).view(np.uint32)
+    return np.where(((h & 0x7FFF) > 0x7C00), nan, plain).astype(np.uint32).view(np.float32)
+
+
+# ---- the vector helpers (float16 in SIMD lanes), at every width and on every path: the conversion
+# instructions (AVX-512's 16 lanes, F16C's 8) and the integer code, each the scalar helpers' bits
+_VECTOR_HARNESS = """
+void h2f_v(const unsigned short* in, float* out, int n) {
+  for (int i = 0; i < n; i += LANES) *(f32v*)(out + i) = tg_h2f_v(*(u16v*)(in + i)); }
+void f2h_v(const float* in, unsigned short* out, int n) {
+  for (int i = 0; i < n; i += LANES) *(u16v*)(out + i) = tg_f2h_v(*(f32v*)(in + i)); }
+void round_v(const float* in, float* out, int n) {
+  for (int i = 0; i < n; i += LANES) *(f32v*)(out + i) = tg_h_round_v(*(f32v*)(in + i)); }
+"""
+
+
+def _vector_paths() -> list[tuple[int, list[str]]]:
+    paths = [(16, []), (32, []), (64, [])]
+    if platform.machine() in ("x86_64", "AMD64"):
+        paths += [(32, ["-mno-avx512f"]), (64, ["-mno-f16c", "-mno-avx512f"]),
+                  (32, ["-mno-f16c", "-mno-avx512f"])]
+    return paths
+
+
+@pytest.mark.parametrize("width,extra", _vector_paths())
+def test_the_c_half_vector_helpers_convert_as_the_scalar_ones(tmp_path, width, extra):
+    from tg.core.renderer import C_VECTORS
+    lanes = width // 4
+    flags = [f for f in ClangCompiler().flags if f not in ("-x", "c", "-", "-fno-tree-loop-vectorize")]
+    src = DIALECTS["c"].header + C_VECTORS.header.replace("BYTES", str(width)) + \
+        _VECTOR_HARNESS.replace("LANES", str(lanes))
+    out = tmp_path / f"halfv{width}_{len(extra)}.so"
+    proc = subprocess.run([config.TG_CC, *flags, *extra, "-x", "c", "-", "-o", str(out)], input=src,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lib = ctypes.CDLL(str(out))
+
+    def pad(x: np.ndarray) -> np.ndarray:
+        return np.concatenate([x, x[: -len(x) % lanes]]) if len(x) % lanes else x
+    every = np.arange(1 << 16, dtype=np.uint16)
+    got = _call(lib, "h2f_v", every, np.float32)
+    np.testing.assert_array_equal(got.view(np.uint32), half_floats(every).view(np.uint32))
+    np.testing.assert_array_equal(_call(lib, "f2h_v", got, np.uint16), every)        # NaN payloads too
+    # NaNs with every kind of payload, signaling and quiet, in lanes beside ordinary values
+    rng = np.random.default_rng(width)
+    nans = (rng.integers(0, 1 << 23, 4096, dtype=np.uint32) | np.uint32(0x7F800001)
+            | (rng.integers(0, 2, 4096, dtype=np.uint32) << 31)).view(np.float32)
+    xs = pad(np.concatenate([_floats_to_test(rng), nans, rng.standard_normal(4096).astype(np.float32)]))
+    xs[rng.permutation(len(xs))[: len(xs) // 2]] = rng.permutation(xs)[: len(xs) // 2]
+    np.testing.assert_array_equal(_call(lib, "f2h_v", xs, np.uint16), half_bits(xs))
+    np.testing.assert_array_equal(_call(lib, "round_v", xs, np.float32).view(np.uint32),
+                                  half_floats(half_bits(xs)).view(np.uint32))
+
+
 # ---- casts inside fused kernels
 SIZES = (1, 7, 33, 1000, 4099)
 NARROW = (tg.float16, tg.bfloat16)

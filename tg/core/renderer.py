@@ -96,7 +96,7 @@ class VecSyntax:
     bytes: int = 0                 # SIMD width; 0 = the running CPU's (the C dialect)
     evens: str = ""                # the even lanes of {a} then those of {b} ({idx}: their numbers)
     odds: str = ""                 # the odd lanes likewise; "" (both): no shuffles, lanes one by one
-    bf16: bool = False             # bfloat16 values in lanes (float vectors; BF16_VECTORS' helpers)
+    narrow: bool = False           # float16 and bfloat16 values in lanes (float vectors; NARROW_VECTORS)
 
 
 # exp2 / log2 on whole SIMD vectors (libm has only scalar versions): range reduction to a small
@@ -180,10 +180,15 @@ SHUFFLE_MACRO = """#if defined(__clang__) || __GNUC__ >= 12
 #endif
 """
 
-# bfloat16 in C's lanes: its values compute as float vectors (as a scalar computes in float); a load
-# widens the 16-bit words (the bits to the top half), a store or a cast to bfloat16 rounds to nearest
-# even in integer arithmetic, a NaN kept a NaN with its top bits (quiet), exactly as tg_f32_to_bf16.
-BF16_VECTORS = """typedef unsigned short u16v __attribute__((vector_size(BYTES / 2), aligned(2)));
+# float16 and bfloat16 in C's lanes: their values compute as float vectors (as a scalar computes in
+# float). bfloat16: a load widens the 16-bit words (the bits to the top half), a store or a cast to it
+# rounds to nearest even in integer arithmetic, a NaN kept a NaN with its top bits (quiet), exactly as
+# tg_f32_to_bf16. float16: the CPU's conversion instructions on whole vectors (AVX-512's 16 lanes,
+# F16C's 8; through builtins, as immintrin.h costs 0.13 s to parse), else integer arithmetic with the
+# same results as tg_h2f / tg_f2h (round to nearest even, subnormals, overflow to inf); a NaN keeps
+# its sign and payload's top bits both ways, as the scalar helpers do (the instructions quiet it). The
+# macros end with the header: a batch build puts kernels of several widths in one file.
+NARROW_VECTORS = """typedef unsigned short u16v __attribute__((vector_size(BYTES / 2), aligned(2)));
 static inline f32v tg_bf16_widen_v(u16v b) { return (f32v)(__builtin_convertvector(b, u32v) << 16); }
 static inline u32v tg_bf16_bits_v(f32v f) {
   u32v u = (u32v)f, t = u >> 16;
@@ -193,12 +198,65 @@ static inline u32v tg_bf16_bits_v(f32v f) {
 }
 static inline u16v tg_bf16_narrow_v(f32v f) { return __builtin_convertvector(tg_bf16_bits_v(f), u16v); }
 static inline f32v tg_bf16_round_v(f32v f) { return (f32v)(tg_bf16_bits_v(f) << 16); }
+#if defined(__AVX512F__) && BYTES == 64
+typedef short tg_vh __attribute__((vector_size(32)));
+typedef float tg_vs __attribute__((vector_size(64)));
+#define TG_ALL ((unsigned short)0xffff)
+#define TG_H2F_HW(h) ((f32v)__builtin_ia32_vcvtph2ps512_mask((tg_vh)(h), (tg_vs){}, TG_ALL, 4))
+#define TG_F2H_HW(f) ((u16v)__builtin_ia32_vcvtps2ph512_mask((tg_vs)(f), 0, (tg_vh){}, TG_ALL))
+#define TG_ANY_NAN(f) (__builtin_ia32_cmpps512_mask((tg_vs)(f), (tg_vs)(f), 3, TG_ALL, 4) != 0)
+#elif defined(__F16C__) && BYTES == 32
+typedef short tg_vh __attribute__((vector_size(16)));
+typedef float tg_vs __attribute__((vector_size(32)));
+#define TG_H2F_HW(h) ((f32v)__builtin_ia32_vcvtph2ps256((tg_vh)(h)))
+#define TG_F2H_HW(f) ((u16v)__builtin_ia32_vcvtps2ph256((tg_vs)(f), 0))
+#define TG_ANY_NAN(f) (__builtin_ia32_movmskps256((tg_vs)((f) != (f))) != 0)
+#endif
+static inline f32v tg_h2f_nan_v(u16v b, f32v f) {      /* f with each NaN lane's bits as tg_h2f's */
+  u32v h = __builtin_convertvector(b, u32v);
+  u32v nan = ((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x7fffu) << 13);
+  return TG_SEL((i32v)((h & 0x7fffu) > 0x7c00u), (f32v)nan, f);
+}
+static inline u16v tg_f2h_nan_v(f32v f, u32v h) {      /* h with each NaN lane's bits as tg_f2h's */
+  u32v u = (u32v)f, m = (u >> 13) & 0x3ffu;
+  u32v nan = ((u >> 16) & 0x8000u) | 0x7c00u | (u32v)TG_SEL((i32v)(m != 0u), (f32v)m, (f32v)(m * 0u + 512u));
+  return __builtin_convertvector((u32v)TG_SEL((i32v)(f != f), (f32v)nan, (f32v)h), u16v);
+}
+static inline f32v tg_h2f_v(u16v b) {
+#ifdef TG_H2F_HW
+  f32v f = TG_H2F_HW(b);
+  return __builtin_expect(TG_ANY_NAN(f), 0) ? tg_h2f_nan_v(b, f) : f;
+#else
+  u32v h = __builtin_convertvector(b, u32v), o = (h & 0x7fffu) << 13, e = h & 0x7c00u;
+  f32v f = TG_SEL((i32v)(e == 0u), (f32v)(o + 0x38800000u) - 6.103515625e-05f, (f32v)(o + 0x38000000u));
+  f = TG_SEL((i32v)(e == 0x7c00u), (f32v)(o | 0x7f800000u), f);
+  return (f32v)((u32v)f | ((h & 0x8000u) << 16));
+#endif
+}
+static inline u16v tg_f2h_v(f32v f) {
+#ifdef TG_F2H_HW
+  u16v h = TG_F2H_HW(f);
+  return __builtin_expect(TG_ANY_NAN(f), 0) ? tg_f2h_nan_v(f, __builtin_convertvector(h, u32v)) : h;
+#else
+  u32v u = (u32v)f, a = u & 0x7fffffffu;
+  u32v h = (u32v)TG_SEL((i32v)(a < 0x38800000u), (f32v)((u32v)((f32v)a + 0.5f) - 0x3f000000u),
+                        (f32v)((a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13));
+  h = (u32v)TG_SEL((i32v)(a >= 0x47800000u), (f32v)(a * 0u + 0x7c00u), (f32v)h) | ((u >> 16) & 0x8000u);
+  return tg_f2h_nan_v(f, h);
+#endif
+}
+static inline f32v tg_h_round_v(f32v f) { return tg_h2f_v(tg_f2h_v(f)); }
+#undef TG_ALL
+#undef TG_H2F_HW
+#undef TG_F2H_HW
+#undef TG_ANY_NAN
 """
 
 # GCC/Clang vector extensions: typedefs sized for the lane count, operators as on scalars. A splat is
 # the scalar minus a zero vector: x - 0.0 is x for every float (0.0 + x would turn -0.0 into +0.0).
 C_VECTORS = VecSyntax(
-    types={"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v", "bfloat16": "f32v"},
+    types={"float32": "f32v", "int32": "i32v", "uint32": "u32v", "bool": "i32v", "float16": "f32v",
+           "bfloat16": "f32v"},
     splat="({x}-({t}){{}})", build="(({t}){{{xs}}})", get="{x}[{i}]", load="(*({t}*)({addr}))",
     store="*({t}*)({addr}) = {x};", convert="__builtin_convertvector({x}, {t})", bitcast="(({t})({x}))",
     select="(({t})((((i32v)({a}))&({m}))|(((i32v)({b}))&~({m}))))",
@@ -206,7 +264,7 @@ C_VECTORS = VecSyntax(
     evens="TG_SHUF({a}, {b}, {idx})", odds="TG_SHUF({a}, {b}, {idx})",
     header=SHUFFLE_MACRO + "".join(f"typedef {t} {v} __attribute__((vector_size(BYTES), aligned(4)));\n"
                    for t, v in (("float", "f32v"), ("int", "i32v"), ("unsigned int", "u32v"))) + VECTOR_MATH
-    + BF16_VECTORS, bf16=True)
+    + NARROW_VECTORS, narrow=True)
 # cos through sincos: Intel's CPU OpenCL runtime (the `cl` extra) crashes in its vectorizer
 # ("sycl-kernel-vec-clone") on kernels that take cos of several values next to sin (cos(sin(cos(x))),
 # a chain the issue-34 tests build); sincos's cosine is the same correctly reduced value
@@ -225,7 +283,8 @@ OPENCL_VECTORS = VecSyntax(
 # Every file-level name a C kernel's source declares besides the kernel itself (vector typedefs,
 # static helpers): a batch build renames them per kernel (ClangCompiler.compile_many_to).
 C_FILE_NAMES = ("f32v", "i32v", "u32v", "u16v", "tg_bf16_widen_v", "tg_bf16_bits_v", "tg_bf16_narrow_v",
-                "tg_bf16_round_v", "tg_exp2_v", "tg_log2_v", "tg_exp2_s", "tg_log2_s",
+                "tg_bf16_round_v", "tg_vh", "tg_vs", "tg_h2f_v", "tg_f2h_v", "tg_h_round_v",
+                "tg_h2f_nan_v", "tg_f2h_nan_v", "tg_exp2_v", "tg_log2_v", "tg_exp2_s", "tg_log2_s",
                 "tg_bf16_to_f32", "tg_f32_to_bf16", "tg_h2f", "tg_f2h", "tg_d2h", "tg_v4sf", "tg_v8hi",
                 "tg_nan_h2f", "tg_nan_f2h")
 
@@ -403,7 +462,7 @@ def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_siz
         gpu=dialect.global_id is not None,
         group_size=group_size,
         serial=serial,
-        bf16_lanes=vec is not None and vec.bf16,
+        narrow_lanes=vec is not None and vec.narrow,
     )
 
 
@@ -707,8 +766,9 @@ class CStyleRenderer:
         if access == "vector" and u.dtype != dtypes.bool:
             base = self.sub_lane(idx, 0).render()
             expr = self.vfmt(self.v.load, u.dtype, addr=f"data{buf}+{base}")
-            if u.dtype == dtypes.bfloat16:
-                expr = f"tg_bf16_widen_v(*(u16v*)(data{buf}+{base}))"
+            if u.dtype in NARROW_FLOATS:
+                widen = "tg_bf16_widen_v" if u.dtype == dtypes.bfloat16 else "tg_h2f_v"
+                expr = f"{widen}(*(u16v*)(data{buf}+{base}))"
             zero = self.vfmt(self.v.splat, u.dtype, x=_lit(0, u.dtype, self.d))
             if valid.is_const:
                 return expr if valid.min == 1 else zero
@@ -737,8 +797,9 @@ class CStyleRenderer:
             addr = f"data{buf}+{self.sub_lane(idx, 0).render()}"
             if getattr(self, "streaming", False):
                 return f"{guard}_mm512_stream_ps((float*)({addr}), (__m512){self.bcast(val, dtype)});"
-            if dtype == dtypes.bfloat16:
-                return f"{guard}*(u16v*)({addr}) = tg_bf16_narrow_v({self.bcast(val, dtype)});"
+            if dtype in NARROW_FLOATS:
+                narrow = "tg_bf16_narrow_v" if dtype == dtypes.bfloat16 else "tg_f2h_v"
+                return f"{guard}*(u16v*)({addr}) = {narrow}({self.bcast(val, dtype)});"
             return guard + self.vfmt(self.v.store, dtype, addr=addr, x=self.bcast(val, dtype))
         parts = []
         for i in range(self.lanes):
@@ -845,7 +906,7 @@ class CStyleRenderer:
             return self.select(self.ref(cond), self.bcast(a, dtype), self.bcast(b, dtype), dtype)
         if op is BinaryOps.MAX:
             return self.vmax(self.bcast(srcs[0], dtype), self.bcast(srcs[1], dtype), dtype)
-        computed_as_f32 = src_dtype in (dtypes.float32, dtypes.bfloat16)     # bfloat16 lanes are floats
+        computed_as_f32 = src_dtype in (dtypes.float32, *NARROW_FLOATS)     # narrow lanes are floats
         if op is UnaryOps.RECIP and computed_as_f32:
             return f"(1.0f/{r[0]})"
         if op.name in self.v.math and computed_as_f32 and srcs[0].vec:
@@ -867,17 +928,17 @@ class CStyleRenderer:
         return None
 
     def vector_cast(self, src: UOp, src_dtype: DType, to: DType) -> str:
-        """A vector value converted lane by lane (bool masks are -1/0, so negated into 1/0). bfloat16
-        lanes are floats: a value leaving bfloat16 is rounded to it first unless it is one of its values
-        already (as alu() does for a scalar), one entering it is rounded to it."""
+        """A vector value converted lane by lane (bool masks are -1/0, so negated into 1/0). float16 and
+        bfloat16 lanes are floats: a value leaving its narrow type is rounded to it first unless it is
+        one of its values already (as alu() does for a scalar), one entering it is rounded to it."""
         x = self.ref(src)
         if to == src_dtype:
             return x
-        if src_dtype == dtypes.bfloat16:
-            x = x if _exact(src) else f"tg_bf16_round_v({x})"
+        if src_dtype in NARROW_FLOATS:
+            x = x if _exact(src) else f"{_ROUND_V[src_dtype]}({x})"
             return self._vector_convert(x, dtypes.float32, to)
-        if to == dtypes.bfloat16:
-            return f"tg_bf16_round_v({self._vector_convert(x, src_dtype, dtypes.float32)})"
+        if to in NARROW_FLOATS:
+            return f"{_ROUND_V[to]}({self._vector_convert(x, src_dtype, dtypes.float32)})"
         return self._vector_convert(x, src_dtype, to)
 
     def _vector_convert(self, x: str, src_dtype: DType, to: DType) -> str:
@@ -901,6 +962,7 @@ class CStyleRenderer:
 # float16 and bfloat16 values are computed in float and rounded when they leave their type: stored,
 # or cast to another type (a fused kernel then computes what it would from the stored value)
 NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
+_ROUND_V = {dtypes.float16: "tg_h_round_v", dtypes.bfloat16: "tg_bf16_round_v"}   # a float vector rounded
 
 
 def _exact(u: UOp) -> bool:

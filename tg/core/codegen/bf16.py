@@ -239,7 +239,7 @@ def _vector_pack(c: Contraction, side: str) -> list[str] | None:
 
 def _rounding_pack(c: Contraction, side: str, load: KOp, dims: list[int], rs: int | None,
                    ks: int | None) -> list[str] | None:
-    """_vector_pack's contiguous layouts for float32 values rounded to bfloat16 (renderer.BF16_VECTORS:
+    """_vector_pack's contiguous layouts for float32 values rounded to bfloat16 (renderer.NARROW_VECTORS:
     nearest even, NaN kept), 16 at a time: x along k (each row's 32), y along n (two k rows of 32
     columns, interleaved). None for the others (packed element by element)."""
     def words(ptr: str) -> str:

@@ -54,7 +54,7 @@ from tg.core.symbolic import Lin, Node, Var, num
 
 NARROW = (dtypes.float16, dtypes.bfloat16)
 MIN_MACS = 1 << 22        # smaller contractions are not considered (nothing to amortize packing)
-MIN_MACS_LOW = 1 << 16    # ... unless a factor is float16, which the one-pass kernel reads a scalar at a time
+MIN_MACS_LOW = 1 << 16    # ... unless a factor is float16 (the one-pass kernel widens x a scalar at a time)
 MIN_MACS_NARROW = 1 << 20     # ... or bfloat16 (widened in the one-pass kernel: 2x its float32 time here)
 
 

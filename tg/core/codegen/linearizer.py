@@ -89,16 +89,16 @@ class Dims:
     def __init__(
         self, kernel: Kernel, vector_width_bytes: int, use_lanes: bool, gpu: bool, group_size: int = 256,
         part: tuple[KOp, tuple[int, ...], list[bool]] | None = None, serial: bool = False,
-        bf16_lanes: bool = False
+        narrow_lanes: bool = False
     ):
         """`part`: one piece of a kernel split along a ragged lane dim (see `ragged`), already
         normalized; it is optimised as it is, never split again. `serial`: no loop is shared among
         threads (a member of a row group, whose caller shares the rows; see rows.py)."""
         ast, shape, is_reduce = normalized(kernel) if part is None else part
         self.ast = ast
-        # bfloat16 values may be lanes (as float vectors) where the dialect has the helpers
-        self.bf16_lanes = bf16_lanes
-        self.vector_dtypes = VECTOR_DTYPES | ({dtypes.bfloat16} if bf16_lanes else set())
+        # float16 and bfloat16 values may be lanes (as float vectors) where the dialect has the helpers
+        self.narrow_lanes = narrow_lanes
+        self.vector_dtypes = VECTOR_DTYPES | ({dtypes.float16, dtypes.bfloat16} if narrow_lanes else set())
         self.reduce_node = next((n for n in ast.walk() if isinstance(n.op, ReduceOps)), None)
         self.dims = [Dim(s, r) for s, r in zip(shape, is_reduce)]
         self.lane_dim: int | None = None
@@ -190,8 +190,11 @@ class Dims:
                 if n.op in (AstOps.LOAD, BufferOps.CONST, AstOps.STORE):     # and where it is written
                     idx, valid = n.arg[1].expr_idxs(variables)
                     varies[id(n)] = varies[id(n)] or var in idx.vars() or var in valid.vars()
+                # a narrow float's lanes are float vectors, not its bits: no bitcast to or from one
                 if varies[id(n)] and (n.dtype not in self.vector_dtypes or
-                                      (n.op is UnaryOps.CAST and n.src[0].dtype not in self.vector_dtypes)):
+                                      (n.op is UnaryOps.CAST and n.src[0].dtype not in self.vector_dtypes) or
+                                      (n.op is UnaryOps.BITCAST and
+                                       {n.dtype, n.src[0].dtype} & {dtypes.float16, dtypes.bfloat16})):
                     ok = False
                     break
             self._lanes_ok[d] = ok
@@ -716,10 +719,11 @@ def _hashable(arg: Any) -> Any:
 
 
 def linearize(kernel: Kernel, vector_width_bytes: int = 64, use_lanes: bool = True, gpu: bool = False,
-              group_size: int = 256, serial: bool = False, bf16_lanes: bool = False) -> Linearized:
+              group_size: int = 256, serial: bool = False, narrow_lanes: bool = False) -> Linearized:
     """The kernel as UOps. On GPUs, group_size is the largest work-group a reduce may be shared by.
     `serial`: one thread runs every loop (see Dims)."""
-    dims = Dims(kernel, vector_width_bytes, use_lanes, gpu, group_size, serial=serial, bf16_lanes=bf16_lanes)
+    dims = Dims(kernel, vector_width_bytes, use_lanes, gpu, group_size, serial=serial,
+                narrow_lanes=narrow_lanes)
     if dims.ragged is not None:
         uops, lanes = _split_ragged(kernel, dims, vector_width_bytes)
     else:
@@ -764,11 +768,11 @@ def _split_ragged(kernel: Kernel, dims: Dims, vector_width_bytes: int) -> tuple[
     size, width = dims.dims[d].size, max(vector_width_bytes // 4, 1)
     split = size - size % width
     main = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, 0, split), serial=dims.serial,
-                bf16_lanes=dims.bf16_lanes)
+                narrow_lanes=dims.narrow_lanes)
     tail = None
     if not dims.rereads:
         tail = Dims(kernel, vector_width_bytes, True, False, part=_part(dims, d, size - width, size),
-                    serial=dims.serial, bf16_lanes=dims.bf16_lanes)
+                    serial=dims.serial, narrow_lanes=dims.narrow_lanes)
         if tail.lane_dim is None or tail.lanes != main.lanes:
             tail = None                 # the nests share one vector type
     if tail is None:

@@ -1,9 +1,9 @@
-"""bfloat16 in SIMD lanes on the CPU (renderer.BF16_VECTORS): a bfloat16 value computes as a float
-vector, a load widens the words, a store or a cast to bfloat16 rounds to nearest even with NaNs kept
-(quiet, top bits unchanged). The vector kernels must give the very bits the scalar ones (TG_NOOPT=1: no
-lanes) and numpy's bit arithmetic give, for every float32 bit pattern class (ties, NaN payloads,
-infinities, signed zeros, subnormals), at sizes with and without a tail, in elementwise chains,
-selects, comparisons, integer casts and reduces."""
+"""float16 and bfloat16 in SIMD lanes on the CPU (renderer.NARROW_VECTORS): a narrow value computes as a
+float vector, a load widens the words, a store or a cast to the narrow type rounds to nearest even with
+NaNs kept (bfloat16: quiet, top bits unchanged; float16: sign and the payload's top bits). The vector
+kernels must give the very bits the scalar ones (TG_NOOPT=1: no lanes) and numpy's bit arithmetic give,
+for every float32 bit pattern class (ties, NaN payloads, infinities, signed zeros, subnormals), at sizes
+with and without a tail, in elementwise chains, selects, comparisons, integer casts and reduces."""
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import tg
-from tests.core.test_half_precision import _floats_to_test, bf16_round
+from tests.core.test_half_precision import _floats_to_test, bf16_round, half_bits, half_floats
 from tg import Device, Tensor
 
 # NaNs whose top 16 bits alone would read as an infinity (the quiet bit must be set) or keep a payload
@@ -33,6 +33,18 @@ def bf16_bits(x: np.ndarray) -> np.ndarray:
     nan = np.isnan(x)
     quiet = np.where((top & 0x7F) == 0, top | 0x40, top)
     return np.where(nan, quiet, rounded.astype(np.uint16)).astype(np.uint16)
+
+
+def narrow_bits(x: np.ndarray, dtype) -> np.ndarray:
+    return bf16_bits(x) if dtype == tg.bfloat16 else half_bits(x)
+
+
+def widened(bits: np.ndarray, dtype) -> np.ndarray:
+    """Narrow words as the float32 values tg reads them as."""
+    return (bits.astype(np.uint32) << 16).view(np.float32) if dtype == tg.bfloat16 else half_floats(bits)
+
+
+NARROW = (tg.bfloat16, tg.float16)
 
 
 @pytest.fixture
@@ -57,11 +69,12 @@ def both_ways(monkeypatch, fn):
 
 
 def same_bits(a: np.ndarray, b: np.ndarray, any_nan: bool = False) -> None:
-    """Equal bits; with any_nan a NaN matches any NaN."""
+    """Equal bits; with any_nan a NaN matches any NaN (16-bit words are read as either narrow type's: a
+    NaN in one is a NaN in the other or an infinity, whose bits then must match)."""
     assert a.dtype == b.dtype
     if any_nan:
-        as_float = (a.astype(np.uint32) << 16).view(np.float32) if a.dtype == np.uint16 else a
-        other = (b.astype(np.uint32) << 16).view(np.float32) if b.dtype == np.uint16 else b
+        as_float = half_floats(a) if a.dtype == np.uint16 else a
+        other = half_floats(b) if b.dtype == np.uint16 else b
         both = np.isnan(as_float) & np.isnan(other)
         a, b = a[~both], b[~both]
     w = {2: np.uint16, 4: np.uint32, 8: np.uint64}.get(a.dtype.itemsize, None)
@@ -73,26 +86,35 @@ def same_bits(a: np.ndarray, b: np.ndarray, any_nan: bool = False) -> None:
 
 
 def bits_of(t: Tensor) -> np.ndarray:
-    """A bfloat16 tensor's words (through a bitcast, no rounding on the way)."""
+    """A narrow tensor's words (through a bitcast, no rounding on the way)."""
     return t.bitcast(tg.int16).numpy().view(np.uint16)
 
 
-def test_casts_to_and_from_bfloat16_round_as_numpy_in_lanes(fresh):
+@pytest.mark.parametrize("dtype", NARROW)
+def test_casts_to_and_from_a_narrow_type_round_as_numpy_in_lanes(dtype, fresh):
     xs = floats(np.random.default_rng(0))
     xs = xs[: len(xs) // 16 * 16 + 5]                       # a tail past the last whole vector
-    b = Tensor(xs, device="CPU").cast(tg.bfloat16)
+    b = Tensor(xs, device="CPU").cast(dtype)
     got = bits_of(b.realize())
-    assert any("tg_bf16_narrow_v" in s for s in fresh())
-    np.testing.assert_array_equal(got, bf16_bits(xs))
+    narrow = "tg_bf16_narrow_v" if dtype == tg.bfloat16 else "tg_f2h_v"
+    assert any(narrow in s for s in fresh())
+    np.testing.assert_array_equal(got, narrow_bits(xs, dtype))
     back = b.float().numpy()
-    want = (bf16_bits(xs).astype(np.uint32) << 16).view(np.float32)
+    want = widened(narrow_bits(xs, dtype), dtype)
     np.testing.assert_array_equal(back.view(np.uint32), want.view(np.uint32))
+    # every word read into lanes and stored back keeps its bits (NaN payloads, signaling ones too)
+    words = np.arange(1 << 16, dtype=np.uint16)
+    every = Tensor(words.view(np.int16), device="CPU").bitcast(dtype).realize()
+    np.testing.assert_array_equal(bits_of(every[1:].contiguous()), words[1:])      # a copy in lanes
+    np.testing.assert_array_equal(every.float().numpy().view(np.uint32),
+                                  widened(np.arange(1 << 16, dtype=np.uint16), dtype).view(np.uint32))
 
 
+@pytest.mark.parametrize("dtype", NARROW)
 @pytest.mark.parametrize("n", [16, 37, 4096 + 9])
 @pytest.mark.parametrize("seed", range(4))
-def test_bfloat16_programs_give_the_same_bits_with_lanes_and_without(n, seed, fresh, monkeypatch):
-    """Random chains over bfloat16 tensors (values of every scale, NaN, inf, -0.0 among them): the
+def test_narrow_programs_give_the_same_bits_with_lanes_and_without(dtype, n, seed, fresh, monkeypatch):
+    """Random chains over float16 or bfloat16 tensors (values of every scale, NaN, inf, -0.0 among them): the
     lanes' kernels and the scalar ones agree bit for bit."""
     rng = np.random.default_rng(seed)
     base = floats(rng)
@@ -102,8 +124,8 @@ def test_bfloat16_programs_give_the_same_bits_with_lanes_and_without(n, seed, fr
     c = float(rng.standard_normal())
 
     def program():
-        a = Tensor(x, device="CPU").cast(tg.bfloat16)
-        b = Tensor(y, device="CPU").cast(tg.bfloat16)
+        a = Tensor(x, device="CPU").cast(dtype)
+        b = Tensor(y, device="CPU").cast(dtype)
         i = Tensor(k, device="CPU")
         outs = [
             a * c + b,                                   # rounded once, at the store
@@ -111,27 +133,43 @@ def test_bfloat16_programs_give_the_same_bits_with_lanes_and_without(n, seed, fr
             tg.maximum(a, b) - tg.minimum(a, -b),
             (a < b).where(a, b * 2),
             (a.abs() + 1).log(),
-            a.cast(tg.int32).cast(tg.bfloat16),          # lanes converted to integers and back
-            i.cast(tg.bfloat16) * a,
-            (a.float() * 3.0).cast(tg.bfloat16),
+            a.cast(tg.int32).cast(dtype),          # lanes converted to integers and back
+            i.cast(dtype) * a,
+            (a.float() * 3.0).cast(dtype),
             a.sum(axis=1) if n < 4096 else a[:, :512].sum(axis=1),
             (a + b).amax(axis=1),
         ]
         with np.errstate(all="ignore"):
             for o in outs:        # computed and stored by their own kernels (a bitcast fused into one
                 o.realize()       # would make it int16's: no lanes), then read as words
-            return [bits_of(o) if o.dtype == tg.bfloat16 else o.numpy() for o in outs] + \
+            return [bits_of(o) if o.dtype == dtype else o.numpy() for o in outs] + \
                 [(a == b).numpy(), a.cast(tg.int32).numpy()]
     with np.errstate(all="ignore"):
         lanes, scalar = both_ways(monkeypatch, program)
     for got, want in zip(lanes, scalar):
         # a NaN matches any NaN: which operand's payload (and sign) an op on two NaNs keeps is the C
         # compiler's choice, and lanes and scalar code differ there for float32 too (the conversions'
-        # NaN bits are pinned by test_casts_to_and_from_bfloat16_round_as_numpy_in_lanes)
+        # NaN bits are pinned by test_casts_to_and_from_a_narrow_type_round_as_numpy_in_lanes)
         same_bits(got, want, any_nan=True)
 
 
-def test_the_lanes_are_taken(fresh):
-    x = Tensor(np.arange(64, dtype=np.float32), device="CPU").cast(tg.bfloat16)
+@pytest.mark.parametrize("dtype", NARROW)
+def test_the_lanes_are_taken(dtype, fresh):
+    x = Tensor(np.arange(64, dtype=np.float32), device="CPU").cast(dtype)
     (x * 3 + 1).realize()
-    assert any("tg_bf16_widen_v" in s and "u16v" in s for s in fresh())
+    widen = "tg_bf16_widen_v" if dtype == tg.bfloat16 else "tg_h2f_v"
+    assert any(widen in s and "u16v" in s for s in fresh())
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_kernels_of_several_widths_build_in_one_file(dtype, fresh, tmp_path):
+    """A batch build puts kernels of different lane widths in one translation unit (each kernel's
+    helpers renamed for its stretch): the narrow helpers of one width must not leak into the next."""
+    from tg.core.runtime.ops_cpu import ClangCompiler
+    for n in (64 * 3, 8 * 3, 4 * 3, 7):
+        x = Tensor(np.linspace(-3, 3, n, dtype=np.float32).reshape(-1, 1).repeat(1, 1), device="CPU")
+        (x.cast(dtype) * 3 + 1).realize()
+    srcs = fresh()
+    assert len({s.split("typedef float f32v __attribute__((vector_size(")[1][:3] for s in srcs
+                if "vector_size(" in s}) >= 2, "expected kernels of several widths"
+    ClangCompiler().compile_many_to(srcs, tmp_path / "batch.so")
