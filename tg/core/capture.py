@@ -4,8 +4,9 @@ While a TinyJit captures, every launch, cross-device copy and host step is recor
 `Capture`; `watch_schedules(fn)` calls fn with every schedule before it runs (tests use it to count
 schedules or compile every kernel for another target). While a TinyJit runs its function (the eager
 first call and the capture), `tracing()` is true and a read of tensor values to the host raises
-(`host_read`): a replay runs only kernels, so a value Python saw would be frozen at the capture. Nothing
-else in tg keeps execution state.
+(`host_read`): a replay runs only kernels, so a value Python saw would be frozen at the capture. The
+other state a process keeps (pending assigns, reused schedules, RNG counters, caches) is listed in
+docs/ARCHITECTURE.md's "Process state".
 
     >>> from tg import Tensor
     >>> with capturing(Capture()) as c:
