@@ -122,6 +122,7 @@ def test_narrow_programs_give_the_same_bits_with_lanes_and_without(dtype, n, see
     y = rng.choice(base, (3, n)).astype(np.float32)
     k = rng.integers(-1000, 1000, (3, n)).astype(np.int32)
     c = float(rng.standard_normal())
+    other = tg.float16 if dtype == tg.bfloat16 else tg.bfloat16
 
     def program():
         a = Tensor(x, device="CPU").cast(dtype)
@@ -136,6 +137,9 @@ def test_narrow_programs_give_the_same_bits_with_lanes_and_without(dtype, n, see
             a.cast(tg.int32).cast(dtype),          # lanes converted to integers and back
             i.cast(dtype) * a,
             (a.float() * 3.0).cast(dtype),
+            a.cast(other).float() * 2,                   # into the other narrow type, used before a store
+            (a * c).cast(other).cast(tg.int32),
+            (a.cast(other) < b.cast(other)).where(a, b),
             a.sum(axis=1) if n < 4096 else a[:, :512].sum(axis=1),
             (a + b).amax(axis=1),
         ]

@@ -790,6 +790,8 @@ class CStyleRenderer:
                 return f"tg_f32_to_bf16({x})"
             return x
         guard = "" if valid.is_const and valid.min == 1 else f"if ({valid.render()}) "
+        if _narrowing(val, dtype):      # narrowed once, by the store (rounding twice gives the same bits)
+            val = val.src[0]
         if not u.vec:
             src = self.ref(val) if not val.vec else f"{self.ref(val)}[0]"
             return f"{guard}data{buf}[{idx.render()}] = {conv(src)};"
@@ -936,7 +938,7 @@ class CStyleRenderer:
             return x
         if src_dtype in NARROW_FLOATS:
             x = x if _exact(src) else f"{_ROUND_V[src_dtype]}({x})"
-            return self._vector_convert(x, dtypes.float32, to)
+            src_dtype = dtypes.float32          # its float value, rounded again if `to` is narrow too
         if to in NARROW_FLOATS:
             return f"{_ROUND_V[to]}({self._vector_convert(x, src_dtype, dtypes.float32)})"
         return self._vector_convert(x, src_dtype, to)
@@ -963,6 +965,13 @@ class CStyleRenderer:
 # or cast to another type (a fused kernel then computes what it would from the stored value)
 NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 _ROUND_V = {dtypes.float16: "tg_h_round_v", dtypes.bfloat16: "tg_bf16_round_v"}   # a float vector rounded
+
+
+def _narrowing(u: UOp, dtype: DType) -> bool:
+    """Whether u is a float32 value cast to the narrow float type dtype (a store of it narrows the
+    float32 value itself: the same bits, one conversion fewer)."""
+    return dtype in NARROW_FLOATS and u.op is UOps.ALU and u.arg[0] is UnaryOps.CAST and u.arg[1] == dtype \
+        and u.src[0].dtype == dtypes.float32
 
 
 def _exact(u: UOp) -> bool:

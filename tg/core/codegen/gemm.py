@@ -414,7 +414,10 @@ def _epilogue(c: Contraction, renderer: CStyleRenderer) -> tuple[_Expr, str]:
     """The stored value at an output (b, m, n), the reduce's result being the C variable `acc`."""
     ex = _Expr(renderer, _context(c, c.b_dims + c.m_dims + c.n_dims))
     ex.names[id(c.red)] = "acc"
-    return ex, ex(c.ast.src[0])
+    root = c.ast.src[0]
+    if root.op is UnaryOps.CAST and root.dtype in NARROW and root.src[0].dtype == dtypes.float32:
+        root = root.src[0]          # narrowed once, by the store (`stored`): the same bits
+    return ex, ex(root)
 
 
 def _finish_tile(c: Contraction, renderer: CStyleRenderer, p: Params) -> list[str]:
