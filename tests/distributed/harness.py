@@ -17,7 +17,6 @@ import multiprocessing as mp
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,6 +25,7 @@ import traceback
 from typing import Any, Callable
 
 import pytest
+from ports import free_port
 
 BACKENDS = ["tcp", "shm", "rings", "ucx", "mpi"]
 BACKEND_ENV = {"tcp": {"TG_BACKEND": "tcp", "TG_SHM": "0"}, "shm": {"TG_BACKEND": "tcp", "TG_SHM": "1"},
@@ -55,12 +55,6 @@ def mpiexec(world: int) -> list[str]:
     cmd = mpiexec_command(world)
     assert cmd is not None
     return cmd
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank: int, world: int, port: int, secret: str, fn: Callable, args: tuple, q: Any,

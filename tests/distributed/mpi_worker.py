@@ -9,7 +9,8 @@ import traceback
 
 def main() -> None:
     spec = json.loads(sys.argv[1])
-    sys.path.insert(0, os.path.dirname(spec["module"]))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:0] = [os.path.dirname(spec["module"]), here, os.path.dirname(here)]   # harness, ports
     from tg import config
     rank = max(config.OMPI_COMM_WORLD_RANK, config.PMI_RANK, 0)
     world = max(config.OMPI_COMM_WORLD_SIZE, config.PMI_SIZE, 1)

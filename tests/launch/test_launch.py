@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from tg.launch.job import load_config
 
@@ -70,13 +71,6 @@ def launch(*args: str, timeout: float = 30, env: dict[str, str] | None = None,
     """Run `python -m tg.launch ARGS` to completion."""
     return subprocess.run([*LAUNCH, *args], capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})}, cwd=cwd)
-
-
-def free_port() -> int:
-    """A port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def alive(pid: int) -> bool:
