@@ -23,6 +23,11 @@ contenders take turns (three rounds; a cell is the best time of any round). tg r
 user's script would (its scheduling included), with an empty search cache for none of it: kernels
 are built and searched (TG_BEAM) before timing.
 
+Table 3, bfloat16 matmul and conv (float32 sums, rounded once) against torch's bfloat16 (oneDNN) and
+tg's float32, with the bfloat16 unit's measured peak as the limit. Table 4, float16 and bfloat16 in
+memory-bound kernels (an elementwise chain; a row softmax, float32 inside) against the same kernel in
+tg float32 (twice the bytes) and torch at both dtypes.
+
 This process unsets OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE before numpy loads, so OpenBLAS picks its
 kernel for this CPU (an environment forcing Haswell's on an AVX-512 CPU halves its speed); the line
 above table 2 says which kernel threadpoolctl reports. Nothing else (tests, CI) changes them.
@@ -435,6 +440,47 @@ def _low_row(name: str, flops: float, contenders: dict, peak: float, repeat: int
             ">= 1.0x torch bf16, >= 3x tg f32", "ok" if ok else "MISS")
 
 
+NARROW_OPS = ("chain", "softmax")
+
+
+def narrow_case(op: str, dtype: str, n: int, torch) -> dict:
+    """Contenders of a memory-bound kernel over an n x n float16 or bfloat16 tensor (an elementwise
+    chain, or a row softmax: float32 inside, rounded once), and its float32 twin on each side."""
+    import tg
+    x_np = np.random.default_rng(n).standard_normal((n, n), np.float32)
+    x = Tensor(x_np).realize()
+    xn = x.cast(getattr(tg, dtype)).realize()
+    ours = {"chain": lambda t: (t * 2 + 1).relu(), "softmax": lambda t: t.softmax(-1)}[op]
+    got, want = ours(xn).float().numpy(), ours(Tensor(xn.float().numpy())).numpy()
+    assert np.abs(got - want).max() <= 2 ** -7 * max(np.abs(want).max(), 1e-30), f"tg {dtype} {op} is wrong"
+    contenders = {"tg narrow": lambda: ours(xn).realize(), "tg f32": lambda: ours(x).realize()}
+    if torch is not None:
+        tx = torch.from_numpy(x_np)
+        txn = tx.to(getattr(torch, dtype))
+        theirs = {"chain": lambda t: torch.relu(t * 2 + 1), "softmax": lambda t: torch.softmax(t, -1)}[op]
+        contenders.update({"torch narrow": lambda: theirs(txn), "torch f32": lambda: theirs(tx)})
+    return contenders
+
+
+def narrow_rows(quick: bool) -> list[tuple[str, ...]]:
+    """Table 4: float16 and bfloat16 in memory-bound kernels (SIMD lanes: the 16-bit words widened and
+    narrowed 16 at a time) against tg's float32 (the same kernel on twice the bytes) and torch."""
+    torch = load_torch()
+    n = 512 if quick else 4096
+    rows: list[tuple[str, ...]] = []
+    for dtype in ("bfloat16", "float16"):
+        for op in NARROW_OPS:
+            best = race(narrow_case(op, dtype, n, torch), 5)
+            ms = {k: f"{best[k] * 1e3:.2f}" if k in best else "-"
+                  for k in ("tg narrow", "tg f32", "torch narrow", "torch f32")}
+            vs_torch = best["torch narrow"] / best["tg narrow"] if "torch narrow" in best else None
+            vs_f32 = best["tg f32"] / best["tg narrow"]
+            rows.append((f"(i) {op} {n}x{n} {dtype}", f"{ms['tg narrow']} ms", ms["tg f32"],
+                         ms["torch narrow"], ms["torch f32"], f"{vs_torch:.2f}x" if vs_torch else "-",
+                         f"{vs_f32:.2f}x", ">= 1.0x tg f32", "ok" if vs_f32 >= 1.0 else "MISS"))
+    return rows
+
+
 def blas_kernel() -> str:
     try:
         from threadpoolctl import threadpool_info
@@ -650,6 +696,11 @@ def main() -> None:
         print(head)
         print_table(("benchmark", "tg bf16", "tg f32", "torch bf16", "torch f32", "vs torch bf16",
                      "vs tg f32", "of limit", "target", ""), low_rows)
+        print()
+        print("float16 / bfloat16 memory-bound kernels against tg float32 and torch (times; best of 3 "
+              "interleaved rounds; tg eager)")
+        print_table(("benchmark", "tg", "tg f32", "torch", "torch f32", "vs torch", "vs tg f32", "target",
+                     ""), narrow_rows(args.quick))
 
 
 if __name__ == "__main__":

@@ -189,15 +189,6 @@ SHUFFLE_MACRO = """#if defined(__clang__) || __GNUC__ >= 12
 # its sign and payload's top bits both ways, as the scalar helpers do (the instructions quiet it). The
 # macros end with the header: a batch build puts kernels of several widths in one file.
 NARROW_VECTORS = """typedef unsigned short u16v __attribute__((vector_size(BYTES / 2), aligned(2)));
-static inline f32v tg_bf16_widen_v(u16v b) { return (f32v)(__builtin_convertvector(b, u32v) << 16); }
-static inline u32v tg_bf16_bits_v(f32v f) {
-  u32v u = (u32v)f, t = u >> 16;
-  u32v r = (u + 0x7fffu + (t & 1u)) >> 16, q = t | ((u32v)((t & 0x7fu) == 0) & 0x40u);
-  i32v nan = (i32v)(f != f);
-  return (u32v)(((i32v)r & ~nan) | ((i32v)q & nan));
-}
-static inline u16v tg_bf16_narrow_v(f32v f) { return __builtin_convertvector(tg_bf16_bits_v(f), u16v); }
-static inline f32v tg_bf16_round_v(f32v f) { return (f32v)(tg_bf16_bits_v(f) << 16); }
 #if defined(__AVX512F__) && BYTES == 64
 typedef short tg_vh __attribute__((vector_size(32)));
 typedef float tg_vs __attribute__((vector_size(64)));
@@ -205,6 +196,8 @@ typedef float tg_vs __attribute__((vector_size(64)));
 #define TG_H2F_HW(h) ((f32v)__builtin_ia32_vcvtph2ps512_mask((tg_vh)(h), (tg_vs){}, TG_ALL, 4))
 #define TG_F2H_HW(f) ((u16v)__builtin_ia32_vcvtps2ph512_mask((tg_vs)(f), 0, (tg_vh){}, TG_ALL))
 #define TG_ANY_NAN(f) (__builtin_ia32_cmpps512_mask((tg_vs)(f), (tg_vs)(f), 3, TG_ALL, 4) != 0)
+#define TG_WIDEN(b) ((u32v)__builtin_ia32_pmovzxwd512_mask((tg_vh)(b), (i32v){}, TG_ALL))
+#define TG_NARROW(u) ((u16v)__builtin_ia32_pmovdw512_mask((i32v)(u), (tg_vh){}, TG_ALL))
 #elif defined(__F16C__) && BYTES == 32
 typedef short tg_vh __attribute__((vector_size(16)));
 typedef float tg_vs __attribute__((vector_size(32)));
@@ -212,22 +205,35 @@ typedef float tg_vs __attribute__((vector_size(32)));
 #define TG_F2H_HW(f) ((u16v)__builtin_ia32_vcvtps2ph256((tg_vs)(f), 0))
 #define TG_ANY_NAN(f) (__builtin_ia32_movmskps256((tg_vs)((f) != (f))) != 0)
 #endif
+#ifndef TG_WIDEN
+#define TG_WIDEN(b) __builtin_convertvector(b, u32v)
+#define TG_NARROW(u) __builtin_convertvector(u, u16v)
+#endif
+static inline f32v tg_bf16_widen_v(u16v b) { return (f32v)(TG_WIDEN(b) << 16); }
+static inline u32v tg_bf16_bits_v(f32v f) {
+  u32v u = (u32v)f, t = u >> 16;
+  u32v r = (u + 0x7fffu + (t & 1u)) >> 16, q = t | ((u32v)((t & 0x7fu) == 0) & 0x40u);
+  i32v nan = (i32v)(f != f);
+  return (u32v)(((i32v)r & ~nan) | ((i32v)q & nan));
+}
+static inline u16v tg_bf16_narrow_v(f32v f) { return TG_NARROW(tg_bf16_bits_v(f)); }
+static inline f32v tg_bf16_round_v(f32v f) { return (f32v)(tg_bf16_bits_v(f) << 16); }
 static inline f32v tg_h2f_nan_v(u16v b, f32v f) {      /* f with each NaN lane's bits as tg_h2f's */
-  u32v h = __builtin_convertvector(b, u32v);
+  u32v h = TG_WIDEN(b);
   u32v nan = ((h & 0x8000u) << 16) | 0x7f800000u | ((h & 0x7fffu) << 13);
   return TG_SEL((i32v)((h & 0x7fffu) > 0x7c00u), (f32v)nan, f);
 }
 static inline u16v tg_f2h_nan_v(f32v f, u32v h) {      /* h with each NaN lane's bits as tg_f2h's */
   u32v u = (u32v)f, m = (u >> 13) & 0x3ffu;
   u32v nan = ((u >> 16) & 0x8000u) | 0x7c00u | (u32v)TG_SEL((i32v)(m != 0u), (f32v)m, (f32v)(m * 0u + 512u));
-  return __builtin_convertvector((u32v)TG_SEL((i32v)(f != f), (f32v)nan, (f32v)h), u16v);
+  return TG_NARROW((u32v)TG_SEL((i32v)(f != f), (f32v)nan, (f32v)h));
 }
 static inline f32v tg_h2f_v(u16v b) {
 #ifdef TG_H2F_HW
   f32v f = TG_H2F_HW(b);
   return __builtin_expect(TG_ANY_NAN(f), 0) ? tg_h2f_nan_v(b, f) : f;
 #else
-  u32v h = __builtin_convertvector(b, u32v), o = (h & 0x7fffu) << 13, e = h & 0x7c00u;
+  u32v h = TG_WIDEN(b), o = (h & 0x7fffu) << 13, e = h & 0x7c00u;
   f32v f = TG_SEL((i32v)(e == 0u), (f32v)(o + 0x38800000u) - 6.103515625e-05f, (f32v)(o + 0x38000000u));
   f = TG_SEL((i32v)(e == 0x7c00u), (f32v)(o | 0x7f800000u), f);
   return (f32v)((u32v)f | ((h & 0x8000u) << 16));
@@ -236,7 +242,7 @@ static inline f32v tg_h2f_v(u16v b) {
 static inline u16v tg_f2h_v(f32v f) {
 #ifdef TG_F2H_HW
   u16v h = TG_F2H_HW(f);
-  return __builtin_expect(TG_ANY_NAN(f), 0) ? tg_f2h_nan_v(f, __builtin_convertvector(h, u32v)) : h;
+  return __builtin_expect(TG_ANY_NAN(f), 0) ? tg_f2h_nan_v(f, TG_WIDEN(h)) : h;
 #else
   u32v u = (u32v)f, a = u & 0x7fffffffu;
   u32v h = (u32v)TG_SEL((i32v)(a < 0x38800000u), (f32v)((u32v)((f32v)a + 0.5f) - 0x3f000000u),
@@ -250,6 +256,8 @@ static inline f32v tg_h_round_v(f32v f) { return tg_h2f_v(tg_f2h_v(f)); }
 #undef TG_H2F_HW
 #undef TG_F2H_HW
 #undef TG_ANY_NAN
+#undef TG_WIDEN
+#undef TG_NARROW
 """
 
 # GCC/Clang vector extensions: typedefs sized for the lane count, operators as on scalars. A splat is
