@@ -775,8 +775,7 @@ class CStyleRenderer:
             base = self.sub_lane(idx, 0).render()
             expr = self.vfmt(self.v.load, u.dtype, addr=f"data{buf}+{base}")
             if u.dtype in NARROW_FLOATS:
-                widen = "tg_bf16_widen_v" if u.dtype == dtypes.bfloat16 else "tg_h2f_v"
-                expr = f"{widen}(*(u16v*)(data{buf}+{base}))"
+                expr = f"{_WIDEN_V[u.dtype]}(*(u16v*)(data{buf}+{base}))"
             zero = self.vfmt(self.v.splat, u.dtype, x=_lit(0, u.dtype, self.d))
             if valid.is_const:
                 return expr if valid.min == 1 else zero
@@ -808,8 +807,7 @@ class CStyleRenderer:
             if getattr(self, "streaming", False):
                 return f"{guard}_mm512_stream_ps((float*)({addr}), (__m512){self.bcast(val, dtype)});"
             if dtype in NARROW_FLOATS:
-                narrow = "tg_bf16_narrow_v" if dtype == dtypes.bfloat16 else "tg_f2h_v"
-                return f"{guard}*(u16v*)({addr}) = {narrow}({self.bcast(val, dtype)});"
+                return f"{guard}*(u16v*)({addr}) = {_NARROW_V[dtype]}({self.bcast(val, dtype)});"
             return guard + self.vfmt(self.v.store, dtype, addr=addr, x=self.bcast(val, dtype))
         parts = []
         for i in range(self.lanes):
@@ -973,6 +971,8 @@ class CStyleRenderer:
 # or cast to another type (a fused kernel then computes what it would from the stored value)
 NARROW_FLOATS = (dtypes.float16, dtypes.bfloat16)
 _ROUND_V = {dtypes.float16: "tg_h_round_v", dtypes.bfloat16: "tg_bf16_round_v"}   # a float vector rounded
+_WIDEN_V = {dtypes.float16: "tg_h2f_v", dtypes.bfloat16: "tg_bf16_widen_v"}      # 16-bit words -> floats
+_NARROW_V = {dtypes.float16: "tg_f2h_v", dtypes.bfloat16: "tg_bf16_narrow_v"}    # floats -> 16-bit words
 
 
 def _narrowing(u: UOp, dtype: DType) -> bool:
