@@ -350,9 +350,10 @@ def test_a_slow_consumer_can_drop_workers_blocked_on_big_batches():
     next(it)
     procs = it.gi_frame.f_locals["pool"].procs
     time.sleep(0.2)  # the workers fill their pipes and block sending
-    start = time.monotonic()
     it.close()
-    assert time.monotonic() - start < 1.8 and not any(p.is_alive() for p in procs)
+    # each ended on its own when its pipe closed: exit code 0, not the -SIGTERM that close() gives a
+    # worker still alive after its 2 s join (a count, not a wall-clock bound, on a shared machine)
+    assert [p.exitcode for p in procs] == [0, 0]
 
 
 def test_worker_timeout_and_a_dying_worker_raise_clearly():

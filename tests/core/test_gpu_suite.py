@@ -18,6 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 # about five minutes on two busy cores (every kernel is built by the OpenCL driver and by NVRTC), and
 # tests/core, with issue 34's generated tests and fuzzer, 25 to 60 (the bound leaves room for the slow
 # end; making this run shorter is the suite-time work still open).
+@pytest.mark.slow
 @pytest.mark.timeout(4000)
 @pytest.mark.parametrize("suite", ["tests/core", "tests/nn"])
 @pytest.mark.skipif(os.environ.get("TG_DEVICE") == "CL", reason="this is the run it starts")
