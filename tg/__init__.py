@@ -91,8 +91,8 @@ def __getattr__(name: str) -> Any:
 
 def no_grad() -> Any:
     """Context manager and decorator: no autograd graph is recorded inside."""
-    from tg.core.tensor import _NoGrad
-    return _NoGrad()
+    from tg.core.tensor import NoGrad
+    return NoGrad()
 
 
 __all__ = ["Tensor", "TinyJit", "dtypes", "Device", "GlobalCounters", "no_grad", "nn", "optim", "save",

@@ -247,14 +247,14 @@ class GradScaler:
     def _unscale_on_device(self, optimizer: Any) -> Any:
         """The gradients divided by the scale tensor, lazily; the verdict (1.0 where any is inf or NaN) in
         the optimizer's own realized 0-d tensor, returned."""
-        from tg.core.tensor import Tensor, _NoGrad
+        from tg.core.tensor import NoGrad, Tensor
         from tg.nn.optim import _gradients
         grads = _gradients(optimizer.params)[0]
         device = grads[0].device if grads else optimizer.device
         found = self._found_on.get(optimizer)
         if found is None or found.device != device:
             found = self._found_on[optimizer] = Tensor.zeros(device=device).contiguous().realize()
-        with _NoGrad():
+        with NoGrad():
             inv = 1.0 / self._scale_tensor(device)
             bad = Tensor.zeros(device=device)
             for g in grads:
@@ -342,7 +342,7 @@ class GradScaler:
 
     def _update_on_device(self) -> None:
         """torch's update of the scale and the count of clean steps, as device tensors in place."""
-        from tg.core.tensor import Tensor, _NoGrad
+        from tg.core.tensor import NoGrad, Tensor
         tensors = [f for f in self._found_inf.values() if not isinstance(f, bool)]
         home = tensors[0].device
         scale = self._scale_tensor(home)
@@ -354,7 +354,7 @@ class GradScaler:
             self._sync()
             self._write_host_values()
         tracker, settings = self._tracker_on[home], self._settings_on[home]
-        with _NoGrad():
+        with NoGrad():
             on_host = any(f for f in self._found_inf.values() if isinstance(f, bool))
             found = Tensor.ones(device=home) if on_host else Tensor.zeros(device=home)
             for f in tensors:
@@ -442,7 +442,7 @@ def _f32(value: float) -> Any:
 def _unscale_and_check(optimizer: Any, inv_scale: float) -> bool:
     """Multiply every gradient optimizer steps by inv_scale in place; whether any was inf or NaN (agreed
     over the ranks for gradients a ZeroOptimizer holds in shards)."""
-    from tg.core.tensor import Tensor, _NoGrad
+    from tg.core.tensor import NoGrad, Tensor
     from tg.nn.optim import _gradients
     params = getattr(optimizer, "params", None)
     if params is None:
@@ -459,7 +459,7 @@ def _unscale_and_check(optimizer: Any, inv_scale: float) -> bool:
             if g.numel():
                 count = count + g.detach().isfinite().logical_not().sum().cast(dtypes.float32)
         return count
-    with _NoGrad():
+    with NoGrad():
         bad = nonfinite(own)
         for holder, gs in held:
             bad = bad + holder.combine(nonfinite(gs), "max")

@@ -39,6 +39,10 @@ LAYERS = [
     ["tg.core.realize", "tg.core.function"],
     ["tg.core.random", "tg.core.autograd", "tg.core.indexing"],
     ["tg.core.fused"],
+    ["tg.core.mixin.base"],
+    ["tg.core.mixin.elementwise", "tg.core.mixin.math", "tg.core.mixin.movement", "tg.core.mixin.indexing",
+     "tg.core.mixin.reduce", "tg.core.mixin.nn"],
+    ["tg.core.mixin"],
     ["tg.core.tensor"],
     ["tg.core.jit"],
 ]

@@ -119,7 +119,11 @@ def _caller() -> tuple[str, str]:
         frame = inside.pop()      # the jitted function is tg's own (an optimizer's update)
     if not inside or frame is None:
         return "a host read", "?"
-    return inside[-1].f_code.co_qualname, f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
+    name = inside[-1].f_code.co_qualname
+    owner, _, method = name.partition(".")
+    if owner.endswith("Mixin"):          # a part of Tensor (tg/core/mixin/): the user knows it as Tensor's
+        name = f"Tensor.{method}"
+    return name, f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}"
 
 
 def record(prog: Any, bufs: list, kind: str = "kernel") -> None:

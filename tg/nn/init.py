@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from tg.core.tensor import Tensor, _NoGrad
+from tg.core.tensor import NoGrad, Tensor
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "zeros_", "ones_", "eye_",
            "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_"]
@@ -34,7 +34,7 @@ def _check_tensor(op: str, tensor: Tensor) -> None:
 
 def _write(tensor: Tensor, value: Tensor | float) -> Tensor:
     """Write value (broadcast to tensor's shape) into tensor's memory, outside autograd; return tensor."""
-    with _NoGrad():
+    with NoGrad():
         if not isinstance(value, Tensor):
             value = Tensor.full(tensor.shape, value, device=tensor.device, dtype=tensor.dtype)
         tensor.assign(value.detach().expand(tensor.shape))
@@ -124,7 +124,7 @@ def trunc_normal_(tensor: Tensor, mean: float = 0.0, std: float = 1.0, a: float 
     if not a < b or std < 0:
         raise ValueError(f"[nn] init.trunc_normal_: expected a < b and std >= 0, got a={a}, b={b}, std={std}")
     kw = _random_kw(tensor)
-    with _NoGrad():
+    with NoGrad():
         values = Tensor.normal(*tensor.shape, mean=mean, std=std, **kw).realize()
         for _ in range(16):
             outside = ((values < a) | (values > b)).realize()

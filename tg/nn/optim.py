@@ -36,7 +36,7 @@ from tg.core.capture import active as active_capture
 from tg.core.dtype import dtypes
 from tg.core.jit import TinyJit
 from tg.core.realize import flush_assigns, realize_readers
-from tg.core.tensor import Tensor, _NoGrad
+from tg.core.tensor import NoGrad, Tensor
 
 __all__ = [
     "Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta",
@@ -476,7 +476,7 @@ class Optimizer:
             return []
         self._per_step = {}
         try:
-            with _NoGrad():
+            with NoGrad():
                 self._set(self.t, self.t + 1)
                 written = [self.t]
                 for p, g, state in items:
@@ -1030,7 +1030,7 @@ def clip_grad_norm_(params: Tensor | Iterable[Tensor], max_norm: float, norm_typ
     if not own and not any(grads for _, grads in held):
         return Tensor.zeros()
     device = (own or [g for _, grads in held for g in grads])[0].device
-    with _NoGrad():
+    with NoGrad():
         total = _partial_norm(own, norm_type, device)
         for holder, grads in held:
             part = holder.combine(_partial_norm(grads, norm_type, device), "max" if norm_type == math.inf
@@ -1055,6 +1055,6 @@ def clip_grad_value_(params: Tensor | Iterable[Tensor], clip_value: float) -> No
     """
     _check(clip_value >= 0, f"clip_grad_value_ clip_value must be >= 0, got {clip_value}")
     own, held = _gradients(params)
-    with _NoGrad():
+    with NoGrad():
         for g in [*own, *(g for _, grads in held for g in grads)]:
             g.assign(g.detach().clamp(-clip_value, clip_value))
