@@ -208,10 +208,10 @@ class GradScaler:
         """Whether optimizer's steps are skipped on the device (no host sync; a whole step may be
         captured by TinyJit): one of tg's own optimizer classes (every write through Optimizer._set)
         holding its gradients itself; else the verdict is read on the host."""
-        from tg.nn.optim import _CAPTURABLE, _gradients
-        if type(optimizer) not in _CAPTURABLE or getattr(optimizer, "combine", None) is not None:
+        from tg.nn.optim import CAPTURABLE, gradients_of
+        if type(optimizer) not in CAPTURABLE or getattr(optimizer, "combine", None) is not None:
             return False
-        return not _gradients(optimizer.params)[1]
+        return not gradients_of(optimizer.params)[1]
 
     def scale(self, outputs: Any) -> Any:
         """outputs (a Tensor, or lists / tuples of them) times the scale."""
@@ -248,8 +248,8 @@ class GradScaler:
         """The gradients divided by the scale tensor, lazily; the verdict (1.0 where any is inf or NaN) in
         the optimizer's own realized 0-d tensor, returned."""
         from tg.core.tensor import NoGrad, Tensor
-        from tg.nn.optim import _gradients
-        grads = _gradients(optimizer.params)[0]
+        from tg.nn.optim import gradients_of
+        grads = gradients_of(optimizer.params)[0]
         device = grads[0].device if grads else optimizer.device
         found = self._found_on.get(optimizer)
         if found is None or found.device != device:
@@ -443,11 +443,11 @@ def _unscale_and_check(optimizer: Any, inv_scale: float) -> bool:
     """Multiply every gradient optimizer steps by inv_scale in place; whether any was inf or NaN (agreed
     over the ranks for gradients a ZeroOptimizer holds in shards)."""
     from tg.core.tensor import NoGrad, Tensor
-    from tg.nn.optim import _gradients
+    from tg.nn.optim import gradients_of
     params = getattr(optimizer, "params", None)
     if params is None:
         params = [p for group in optimizer.param_groups for p in group["params"]]
-    own, held = _gradients(params)
+    own, held = gradients_of(params)
     grads = [*own, *(g for _, gs in held for g in gs)]
     if not grads:
         return False

@@ -44,7 +44,7 @@ LAYERS = [
      "tg.core.mixin.reduce", "tg.core.mixin.nn"],
     ["tg.core.mixin"],
     ["tg.core.tensor"],
-    ["tg.core.jit"],
+    ["tg.core.jit", "tg.core.checkpoint", "tg.core.host"],
 ]
 CORE = pathlib.Path(tg.__file__).parent / "core"
 

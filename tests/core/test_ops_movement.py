@@ -462,3 +462,37 @@ def test_index_errors(device):
     raises_at_call(TypeError, r"integer", lambda: x[Tensor([0.0], device=device)])
     raises_at_call(ValueError, r"\(2,\).*\(3,\)", lambda: x[Tensor([0, 1], device=device), Tensor([0, 1, 2],
                                                                                                    device=device)])
+
+
+def _np_windows(x, kernel, stride, dilation):
+    """numpy's reference: every window of the last len(kernel) dims, strided and dilated."""
+    nsp = len(kernel)
+    spans = [d * (k - 1) + 1 for k, d in zip(kernel, dilation)]
+    win = np.lib.stride_tricks.sliding_window_view(x, spans, axis=tuple(range(x.ndim - nsp, x.ndim)))
+    lead = (slice(None),) * (x.ndim - nsp)
+    win = win[lead + tuple(slice(None, None, s) for s in stride)]
+    return win[(Ellipsis,) + tuple(slice(None, None, d) for d in dilation)]
+
+
+@pytest.mark.parametrize("case", range(24))
+def test_sliding_windows_against_numpy(case):
+    """Tensor.sliding_windows (what pooling and convolution read) against numpy's sliding_window_view:
+    random ranks, kernels, strides (overlapping windows and not) and dilations, and its gradient (each
+    input element's count of windows)."""
+    rng = np.random.default_rng(case)
+    nsp = int(rng.integers(1, 4))
+    kernel = tuple(int(k) for k in rng.integers(1, 4, nsp))
+    stride = tuple(int(s) for s in rng.integers(1, 4, nsp))
+    dilation = tuple(int(d) for d in rng.integers(1, 3, nsp))
+    spatial = tuple(int(d * (k - 1) + 1 + rng.integers(0, 5)) for k, d in zip(kernel, dilation))
+    x = rng.standard_normal(tuple(int(n) for n in rng.integers(1, 3, int(rng.integers(0, 2)))) + spatial)
+    x = x.astype(np.float32)
+    want = _np_windows(x, kernel, stride, dilation)
+    t = Tensor(x, requires_grad=True)
+    got = t.sliding_windows(kernel, stride, dilation)
+    np.testing.assert_array_equal(got.numpy(), want)
+    got.sum().backward()
+    counts = np.zeros_like(x)
+    idx = _np_windows(np.arange(x.size).reshape(x.shape), kernel, stride, dilation).reshape(-1)
+    np.add.at(counts.reshape(-1), idx, 1)
+    np.testing.assert_array_equal(t.grad.numpy(), counts)

@@ -33,7 +33,7 @@ def test_a_host_write_is_not_overwritten_by_a_lazy_write_queued_before_it(seed, 
     its own values: a GradScaler or clip that wrote ZeRO's gradients of a step that was then skipped made
     the next step's gradients the old ones. The queued write now completes first: the host write wins,
     and a host read sees the queued write."""
-    from tg.distributed.flat import HostView
+    from tg.core.host import HostView
     rng = np.random.default_rng(seed)
     n = int(rng.integers(1, 300))
     t = Tensor(rng.standard_normal(n).astype(np.float32), device=device).realize()

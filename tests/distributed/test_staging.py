@@ -96,7 +96,7 @@ def test_pipelined_int32_over_mpi():
 def test_staging_blocks_are_reused_and_never_shared_while_alive():
     needs_cl()
     from tg import Device, Tensor
-    from tg.distributed.flat import HostView
+    from tg.core.host import HostView
     alloc = Device[KIND].allocator
     x = Tensor(np.arange(1000, dtype=np.float32), device=KIND).realize()
     first = HostView(x)

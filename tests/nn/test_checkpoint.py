@@ -56,7 +56,7 @@ def test_sequential_gradients_equal_plain(n_linear, segments):
 
 
 def test_sequential_runs_every_chunk_but_the_last_checkpointed(monkeypatch):
-    from tg.nn import checkpoint as ckpt_mod
+    from tg.core import checkpoint as ckpt_mod
     calls: list[int] = []
     real = ckpt_mod.checkpoint
     monkeypatch.setattr(ckpt_mod, "checkpoint", lambda fn, layers, x, **kw: calls.append(len(layers)) or

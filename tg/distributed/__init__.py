@@ -32,9 +32,9 @@ from typing import Any, Callable
 import numpy as np
 
 from tg import config
+from tg.core.host import HOST_DEVICES, HostView
 from tg.distributed.backends import BACKENDS
 from tg.distributed.errors import DistributedError
-from tg.distributed.flat import HOST_DEVICES, HostView
 from tg.distributed.group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.store import TCPStore
 from tg.distributed.transport import wire
@@ -578,7 +578,7 @@ def _as_host(t: Any, what: str) -> tuple[np.ndarray, Callable[[], None] | None]:
             raise ValueError(f"[distributed] {what}: numpy arrays must be C-contiguous, aligned and "
                              f"writeable; pass a copy (np.array(x)) instead")
         return t, None
-    from tg import Tensor
+    from tg.core.tensor import Tensor
     if not isinstance(t, Tensor):
         raise TypeError(
             f"[distributed] {what}: expected a tg Tensor or a numpy array, got {type(t).__name__}"
@@ -589,8 +589,8 @@ def _as_host(t: Any, what: str) -> tuple[np.ndarray, Callable[[], None] | None]:
         values = t.numpy()
 
         def write_back() -> None:
-            from tg import no_grad
-            with no_grad():
+            from tg.core.tensor import NoGrad
+            with NoGrad():
                 t.assign(Tensor(values, device=t.device, dtype=t.dtype)).realize()
         return values, write_back
     # the collective overwrites this memory in place: HostView computes what still reads it first
@@ -615,7 +615,7 @@ def _device_view(t: Any) -> HostView | None:
     """A HostView of t when t is a tensor in device memory large enough to move in parts, else None."""
     if isinstance(t, np.ndarray):
         return None
-    from tg import Tensor
+    from tg.core.tensor import Tensor
     if not isinstance(t, Tensor) or t.device in HOST_DEVICES or t.nbytes <= STAGE_PART or _shares_memory(t):
         return None
     view = HostView(t)

@@ -26,7 +26,6 @@ made them.
 from __future__ import annotations
 
 import contextlib
-import warnings
 import weakref
 from collections.abc import Iterator
 from functools import partial
@@ -35,14 +34,13 @@ from typing import Any
 import numpy as np
 
 from tg.core.capture import host_step
+from tg.core.host import HostView, view_tensor
 from tg.core.tensor import Tensor
 from tg.distributed.flat import (
-    HostView,
     check_params,
     from_wire,
     make_buckets,
     to_wire,
-    view_tensor,
     wire_format,
 )
 from tg.nn.state import get_parameters, get_state_dict
@@ -75,17 +73,6 @@ def watch_backward(owner: Any, method: str) -> Any:
     remove = Tensor.register_post_backward_hook(hook)
     weakref.finalize(owner, remove)
     return remove
-
-
-_WARNED: set[str] = set()
-
-
-def warn_once(key: str, message: str) -> None:
-    """Warn with message the first time key is seen in this process (torch arguments tg accepts
-    but has no use for, work done twice): a training loop says it once, not every step."""
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, stacklevel=3)
 
 
 # id(parameter) -> the DistributedDataParallel averaging its gradients (it holds the parameter, so the

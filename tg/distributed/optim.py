@@ -21,9 +21,9 @@ from typing import Any
 import numpy as np
 
 from tg.core.tensor import Tensor
-from tg.distributed.ddp import warn_once
 from tg.distributed.zero import ZeroOptimizer
 from tg.nn.optim import Optimizer
+from tg.utils.warn import warn_once
 
 
 class ZeroRedundancyOptimizer(ZeroOptimizer):
@@ -80,7 +80,7 @@ class ZeroRedundancyOptimizer(ZeroOptimizer):
         full: dict[int, dict[str, np.ndarray]] = {i: {} for i in range(len(self.params))}
         for b, bucket in enumerate(self.buckets):
             part = self._part(bucket)
-            for key, value in self.optimizer._state(b).items():
+            for key, value in self.optimizer.state_of(b).items():
                 mine = value.numpy().reshape(-1)
                 if mine.size != part.stop - part.start:
                     raise ValueError(f"[distributed] consolidate_state_dict: "
@@ -116,11 +116,11 @@ class ZeroRedundancyOptimizer(ZeroOptimizer):
         whole = self.optimizer_class(self.params, **self.defaults)   # parses every form, strictly
         whole.load_state_dict(state_dict)
         for b, part in enumerate(self.shard_index()):
-            state = self.optimizer._state(b)
+            state = self.optimizer.state_of(b)
             for key, value in state.items():
                 buf = np.zeros(part["size"], value.dtype.np)
                 for param, first, length, offset in part["pieces"]:
-                    source = whole._state(param)[key].numpy().reshape(-1)
+                    source = whole.state_of(param)[key].numpy().reshape(-1)
                     buf[offset:offset + length] = source[first:first + length]
                 value.assign(Tensor(buf, dtype=value.dtype, device=value.device)).realize()
             master, bucket = self.masters[b], self.buckets[b]

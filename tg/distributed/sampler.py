@@ -19,113 +19,16 @@ save where they are in an epoch and resume there:
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Sized
+from collections.abc import Sized
 from typing import Any
 
 import numpy as np
 
 from tg.utils import data as _data
-from tg.utils.data import Sampler, _check_int, _EpochPosition, _is_int
+from tg.utils.data import Sampler
+from tg.utils.data.distributed import DistributedSampler
 
 __all__ = ["DistributedSampler", "DataLoader", "Sampler"]
-
-
-class DistributedSampler(_EpochPosition, Sampler):
-    """This rank's share of the indices of a dataset, with torch's ``DistributedSampler`` contract.
-
-    ``dataset`` is anything with ``len()`` or an int length. ``num_replicas`` and ``rank`` default to
-    the world size and rank of the default process group, or 1 and 0 when none is initialized.
-    Call ``set_epoch(epoch)`` before each epoch so shuffling differs between epochs.
-
-        >>> [list(DistributedSampler(10, num_replicas=3, rank=r, shuffle=False)) for r in range(3)]
-        [[0, 3, 6, 9], [1, 4, 7, 0], [2, 5, 8, 1]]
-        >>> list(DistributedSampler(10, num_replicas=3, rank=0, shuffle=False, drop_last=True))
-        [0, 3, 6]
-        >>> [list(DistributedSampler(10, num_replicas=3, rank=r, shuffle=False, pad=False)) for r in range(3)]
-        [[0, 3, 6, 9], [1, 4, 7], [2, 5, 8]]
-
-    ``state_dict()`` records the epoch and how many indices the running iterator yielded;
-    ``load_state_dict`` makes the next iteration continue from there:
-
-        >>> sampler = DistributedSampler(10, num_replicas=2, rank=0, seed=1)
-        >>> it = iter(sampler); first = [next(it), next(it)]
-        >>> state = sampler.state_dict(); state
-        {'epoch': 0, 'position': 2}
-        >>> resumed = DistributedSampler(10, num_replicas=2, rank=0, seed=1)
-        >>> resumed.load_state_dict(state)
-        >>> first + list(resumed) == list(sampler)
-        True
-    """
-
-    _COUNT_KEY = "position"
-    _PREFIX = "[distributed]"
-
-    def __init__(self, dataset: Sized | int, num_replicas: int | None = None, rank: int | None = None,
-                 shuffle: bool = True, seed: int = 0, drop_last: bool = False, pad: bool = True) -> None:
-        super().__init__()
-        who = "[distributed] DistributedSampler"
-        if _is_int(dataset):
-            self.dataset_len = _check_int(who, "dataset length", dataset, 0)
-        elif isinstance(dataset, Sized):
-            self.dataset_len = len(dataset)
-        else:
-            raise TypeError(f"{who}: expected a dataset with __len__ or an int length, "
-                            f"got {type(dataset).__name__}")
-        if num_replicas is None or rank is None:
-            from tg import distributed as dist  # lazy: tg/distributed/__init__.py may import this module
-            initialized = dist.is_initialized()
-            num_replicas = (
-                (dist.get_world_size() if initialized else 1) if num_replicas is None else num_replicas
-            )
-            rank = (dist.get_rank() if initialized else 0) if rank is None else rank
-        self.num_replicas = _check_int(who, "num_replicas", num_replicas, 1)
-        self.rank = _check_int(who, "rank", rank, 0)
-        if self.rank >= self.num_replicas:
-            raise ValueError(
-                f"{who}: rank must be in 0..{self.num_replicas - 1} for num_replicas="
-                f"{self.num_replicas}, got rank {self.rank}"
-            )
-        if drop_last and not pad:
-            raise ValueError(
-                f"{who}: drop_last=True needs pad=True (pad=False already gives every "
-                "element exactly once); pass one of them"
-            )
-        self.shuffle, self.seed = bool(shuffle), _check_int(who, "seed", seed, 0)
-        self.drop_last, self.pad = bool(drop_last), bool(pad)
-        n, replicas = self.dataset_len, self.num_replicas
-        if not pad:
-            self.num_samples = len(range(self.rank, n, replicas))
-        else:
-            # torch's ceil((n - replicas) / replicas) for drop_last with a remainder is n // replicas
-            self.num_samples = n // replicas if drop_last else -(-n // replicas)
-        self.total_size = self.num_samples * replicas if pad else n
-
-    def indices(self) -> np.ndarray:
-        """This rank's indices for the current epoch as an int64 array, from the start of the epoch.
-
-            >>> DistributedSampler(5, num_replicas=2, rank=1, shuffle=False).indices().tolist()
-            [1, 3, 0]
-        """
-        n = self.dataset_len
-        order = np.random.default_rng(self.seed + self.epoch).permutation(n) if self.shuffle else np.arange(n)
-        # np.resize repeats the order cyclically (torch's padding) or truncates it (drop_last)
-        padded = np.resize(order, self.total_size) if self.pad else order
-        return padded[self.rank::self.num_replicas].astype(np.int64, copy=False)
-
-    def __len__(self) -> int:
-        return self.num_samples
-
-    def _count_limit(self) -> int:
-        return self.num_samples
-
-    def __iter__(self) -> Iterator[int]:
-        start = self._begin()
-        return self._yield_from(self.indices()[start:].tolist())
-
-    def _yield_from(self, indices: list[int]) -> Iterator[int]:
-        for index in indices:
-            self._done += 1
-            yield index
 
 
 class DataLoader(_data.DataLoader):

@@ -53,20 +53,20 @@ import numpy as np
 
 from tg.core.capture import host_step
 from tg.core.dtype import dtypes
+from tg.core.host import HostView, view_tensor
 from tg.core.realize import realize_readers
 from tg.core.tensor import Tensor
-from tg.distributed.ddp import _world, ddp_owner, new_gradients, used_anywhere, warn_once, watch_backward
+from tg.distributed.ddp import _world, ddp_owner, new_gradients, used_anywhere, watch_backward
 from tg.distributed.flat import (
     Bucket,
-    HostView,
     check_params,
     from_wire,
     make_buckets,
     to_wire,
-    view_tensor,
     wire_format,
 )
 from tg.nn.optim import Optimizer, hold_gradients
+from tg.utils.warn import warn_once
 
 SLOTS = 2   # buckets of full gradients alive at once (one reduce-scattered while the next is computed)
 
@@ -371,7 +371,7 @@ class ZeroOptimizer(Optimizer):
         self._follow_writes()
         self.optimizer.apply(self._step_items())
         for b, (send, master) in enumerate(zip(self.sends, self.masters)):
-            written = [master, *self.optimizer._state(b).values()] + ([self.optimizer.t] if b == 0 else [])
+            written = [master, *self.optimizer.state_of(b).values()] + ([self.optimizer.t] if b == 0 else [])
             if send is not master:
                 written.append(send.assign(master.cast(send.dtype)))
             written[0].realize(*written[1:])
@@ -394,7 +394,7 @@ class ZeroOptimizer(Optimizer):
         torch's optimizers, which skip a parameter whose .grad is None: no decay, no momentum)."""
         items = []
         for b, (bucket, master, grad) in enumerate(zip(self.buckets, self.masters, self.grads)):
-            state = self.optimizer._state(b)
+            state = self.optimizer.state_of(b)
             used = [bool(self._used[self.position[id(p)]]) for p in bucket.params]
             if all(used):
                 items.append((master, grad, state))
@@ -444,7 +444,7 @@ class ZeroOptimizer(Optimizer):
         # the flat names load_zero_shards reshards: "t", "lr", "state.<part>.<buffer>", "master.<part>"
         out: dict[str, Tensor | np.ndarray] = {"t": self.optimizer.t, "lr": self.optimizer.lr_tensor}
         for b in range(len(self.masters)):
-            out.update({f"state.{b}.{k}": v for k, v in self.optimizer._state(b).items()})
+            out.update({f"state.{b}.{k}": v for k, v in self.optimizer.state_of(b).items()})
         out.update({f"master.{b}": m for b, m in enumerate(self.masters)})
         return out
 

@@ -70,63 +70,12 @@ from __future__ import annotations
 
 import argparse
 import secrets
-import signal
-import socket
 import sys
-import time
-from dataclasses import dataclass, field
 from typing import Callable
 
-from tg.launch.job import JobSpec, check_range, load_config
+from tg.launch.job import Failure, JobSpec, Launch, LaunchError, check_range, load_config
 
-__all__ = ["main", "JobSpec"]
-
-
-@dataclass
-class Failure:
-    rank: int
-    code: int                 # exit code, or -signal
-    host: str
-    when: float
-    error: str = ""
-    traceback: str = ""
-    node: int = 0
-
-    def describe(self) -> str:
-        how = (
-            f"signal {-self.code} ({_signal_name(-self.code)})" if self.code < 0 else f"exit code {self.code}"
-        )
-        stamp = time.strftime("%H:%M:%S", time.localtime(self.when))
-        lines = [
-            f"[tglaunch] rank {self.rank} (node {self.node}, host {self.host}) failed at {stamp} with {how}"
-        ]
-        if self.error:
-            lines.append(f"[tglaunch]   {self.error}")
-        if self.traceback:
-            tail = self.traceback.rstrip().splitlines()[-8:]
-            lines += [f"[tglaunch]   | {line}" for line in tail]
-        return "\n".join(lines)
-
-    @property
-    def exit_code(self) -> int:
-        return 128 - self.code if self.code < 0 else self.code
-
-
-def _signal_name(num: int) -> str:
-    try:
-        return signal.Signals(num).name
-    except ValueError:
-        return "?"
-
-
-@dataclass
-class Launch:
-    """What one agent runs, resolved from the flags and the config."""
-    spec: JobSpec
-    node_rank: int
-    grace: float
-    secret: str
-    extra_env: dict[str, str] = field(default_factory=dict)
+__all__ = ["main", "JobSpec", "Failure", "Launch", "LaunchError"]
 
 
 # Complexity: flag declarations and the YAML merge: many short independent branches, one per option.
@@ -263,29 +212,6 @@ def main(argv: list[str] | None = None) -> int:
     sys.stdout.flush()
     sys.stderr.flush()
     return code
-
-
-class LaunchError(Exception):
-    """A launch that cannot go on (port taken, node missing, bad config): printed without a traceback."""
-
-
-def free_port(host: str) -> int:
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def check_port(host: str, port: int) -> None:
-    """A clear error now rather than a confusing one inside rank 0 later."""
-    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError as e:
-            raise LaunchError(
-                f"cannot use {host}:{port} for the rendezvous store ({e.strerror}); pick another "
-                f"--master-port, or 0 for a free one"
-            ) from None
 
 
 def run_main() -> None:

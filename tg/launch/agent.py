@@ -18,7 +18,7 @@ import time
 from typing import IO, Any
 
 from tg import config
-from tg.launch import Failure, Launch, LaunchError, check_port, free_port
+from tg.launch.job import Failure, Launch, LaunchError, check_port, free_port
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
 POLL = 0.02          # seconds between checks of the workers while no output arrives

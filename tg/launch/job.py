@@ -1,11 +1,14 @@
-"""A job's settings (JobSpec), from flags and a YAML file, with errors that name file, line and key."""
+"""A job's settings (JobSpec), from flags and a YAML file, with errors that name file, line and key; what
+one agent runs (Launch), a rank's failure (Failure), and the launch's own errors (LaunchError)."""
 from __future__ import annotations
 
 import difflib
 import ipaddress
 import math
 import os
+import signal
 import socket
+import time
 from dataclasses import dataclass, field, fields
 from typing import Any, cast
 
@@ -154,3 +157,73 @@ def load_config(path: str) -> JobSpec:  # noqa: C901
         spec.script = os.path.join(os.path.dirname(os.path.abspath(path)), spec.script) \
             if not os.path.exists(spec.script) else spec.script
     return spec
+
+
+@dataclass
+class Failure:
+    rank: int
+    code: int                 # exit code, or -signal
+    host: str
+    when: float
+    error: str = ""
+    traceback: str = ""
+    node: int = 0
+
+    def describe(self) -> str:
+        how = (
+            f"signal {-self.code} ({_signal_name(-self.code)})" if self.code < 0 else f"exit code {self.code}"
+        )
+        stamp = time.strftime("%H:%M:%S", time.localtime(self.when))
+        lines = [
+            f"[tglaunch] rank {self.rank} (node {self.node}, host {self.host}) failed at {stamp} with {how}"
+        ]
+        if self.error:
+            lines.append(f"[tglaunch]   {self.error}")
+        if self.traceback:
+            tail = self.traceback.rstrip().splitlines()[-8:]
+            lines += [f"[tglaunch]   | {line}" for line in tail]
+        return "\n".join(lines)
+
+    @property
+    def exit_code(self) -> int:
+        return 128 - self.code if self.code < 0 else self.code
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return "?"
+
+
+@dataclass
+class Launch:
+    """What one agent runs, resolved from the flags and the config."""
+    spec: JobSpec
+    node_rank: int
+    grace: float
+    secret: str
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+
+class LaunchError(Exception):
+    """A launch that cannot go on (port taken, node missing, bad config): printed without a traceback."""
+
+
+def free_port(host: str) -> int:
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def check_port(host: str, port: int) -> None:
+    """A clear error now rather than a confusing one inside rank 0 later."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as e:
+            raise LaunchError(
+                f"cannot use {host}:{port} for the rendezvous store ({e.strerror}); pick another "
+                f"--master-port, or 0 for a free one"
+            ) from None

@@ -916,20 +916,22 @@ def _first_index(hit: Tensor, candidates: Tensor) -> Tensor:
 def _max_pool(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
               stride: int | Sequence[int] | None, padding: int | Sequence[int], dilation: int | Sequence[int],
               ceil_mode: bool, return_indices: bool) -> Tensor | tuple[Tensor, Tensor]:
-    """max_pool1d/2d/3d: a window view (Tensor._pool) of the input padded with the dtype's minimum."""
+    """max_pool1d/2d/3d: a window view (Tensor.sliding_windows) of the input padded with the dtype's
+    minimum."""
     kernel, stride_, padding_ = _pool_args(op, x, nsp, kernel_size, stride, padding)
     dilation_ = _ntuple(op, "dilation", dilation, nsp)
     pads = _pool_pads(op, x, kernel, stride_, padding_, dilation_, ceil_mode)
     lead = ((0, 0),) * (x.ndim - nsp)
     if return_indices or x.requires_grad:   # windows compared with their max: copies of one computation
         x = x._stored()
-    windows = x.pad(lead + pads, value=min_value(x.dtype))._pool(kernel, stride_, dilation_)  # (.., *out, *k)
+    windows = x.pad(lead + pads, value=min_value(x.dtype)).sliding_windows(kernel, stride_, dilation_)
+    # windows: (..., *out, *kernel)
     if not return_indices:
         return windows.amax(tuple(range(-nsp, 0)))
     # each position's flat index in its (N, C) plane, read through the same windows; padding reads -1
     spatial = x.shape[-nsp:]
     plane = index_range(math.prod(spatial), x.device).reshape(spatial).pad(pads, value=-1)
-    plane = plane._pool(kernel, stride_, dilation_)                      # (*out, *kernel)
+    plane = plane.sliding_windows(kernel, stride_, dilation_)                      # (*out, *kernel)
     outs, taps = plane.shape[:nsp], math.prod(kernel)
     plane = plane.reshape(*outs, taps)
     flat = windows.reshape(*windows.shape[:-nsp], taps)                  # (..., *out, K)
@@ -990,7 +992,7 @@ def _avg_pool(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
     ones = (1,) * nsp
     pads = _pool_pads(op, x, kernel, stride_, padding_, ones, ceil_mode)
     axes = tuple(range(-nsp, 0))
-    sums = x.pad(((0, 0),) * (x.ndim - nsp) + pads)._pool(kernel, stride_, ones).sum(axes)
+    sums = x.pad(((0, 0),) * (x.ndim - nsp) + pads).sliding_windows(kernel, stride_, ones).sum(axes)
     if divisor_override is not None:
         if not isinstance(divisor_override, (int, np.integer)) or divisor_override <= 0:
             raise ValueError(f"[nn] {op}: expected a positive int divisor_override, got {divisor_override!r}")
@@ -1005,7 +1007,7 @@ def _avg_pool(op: str, x: Tensor, nsp: int, kernel_size: int | Sequence[int],
         counted = counted.pad(tuple((0, hi - lo) for lo, hi in pads))
     else:
         counted = Tensor.ones(*spatial, device=x.device).pad(pads)
-    return sums / counted.cast(x.dtype)._pool(kernel, stride_, ones).sum(axes)
+    return sums / counted.cast(x.dtype).sliding_windows(kernel, stride_, ones).sum(axes)
 
 
 def avg_pool1d(x: Tensor, kernel_size: int | Sequence[int], stride: int | Sequence[int] | None = None,

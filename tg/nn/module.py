@@ -29,14 +29,12 @@ submodules), so code that only flips Tensor.training keeps working; Dropout and 
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from tg.core.device import Device
 from tg.core.ops import UnaryOps
 from tg.core.tensor import Tensor
-
-if TYPE_CHECKING:
-    from tg.nn.state import LoadResult
+from tg.nn.loading import LoadResult, load_into
 
 __all__ = ["Module", "Parameter", "ModuleList", "ModuleDict"]
 
@@ -380,8 +378,7 @@ class Module:
             >>> dst.weight.tolist() == src.weight.tolist()
             True
         """
-        from tg.nn.state import load_state_dict
-        return load_state_dict(self, state_dict, strict)
+        return load_into(self.state_dict(), state_dict, strict)
 
     # ------------------------------------------------------------ modes and bulk changes
     @property

@@ -41,7 +41,7 @@ from tg.core.tensor import NoGrad, Tensor
 __all__ = [
     "Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta",
     "LRScheduler", "LambdaLR", "StepLR", "MultiStepLR", "ExponentialLR", "LinearLR", "CosineAnnealingLR",
-    "CosineWithWarmup", "clip_grad_norm_", "clip_grad_value_", "hold_gradients",
+    "CosineWithWarmup", "clip_grad_norm_", "clip_grad_value_", "hold_gradients", "gradients_of", "CAPTURABLE",
 ]
 
 
@@ -305,7 +305,7 @@ class Optimizer:
         pending_root = [root] if root is not None and root.lazydata.base.realized is None else []
         params = [self.params[i] for i in with_grad]
         grads = [g for g in (p.grad for p in params) if g is not None]
-        states = [self._state(i) for i in with_grad]
+        states = [self.state_of(i) for i in with_grad]
         held = [*params, *(t for st in states for t in st.values()), self.t,
                 *(g.lr_tensor for g in self.param_groups), *([] if self._skip is None else [self._skip])]
         # First the gradients (stored: left inlined in the update, `.grad` would later be computed from
@@ -330,7 +330,7 @@ class Optimizer:
         """Whether step() may replay a captured update: one of tg's own optimizer classes (whose update
         reads nothing but the tensors and options keyed below), no TinyJit capturing around it (it must
         see every launch), and the knob on."""
-        return type(self) in _CAPTURABLE and config.TG_OPTIM_CAPTURE > 0 and active_capture() is None
+        return type(self) in CAPTURABLE and config.TG_OPTIM_CAPTURE > 0 and active_capture() is None
 
     def _captured_update(self, with_grad: list[int], params: list[Tensor], grads: list[Tensor],
                          states: list[dict[str, Tensor]], held: list[Tensor]) -> None:
@@ -357,7 +357,15 @@ class Optimizer:
         # a tensor this optimizer does not hold (a ZeRO shard) steps with the first group's options
         return self._group_of.get(id(p), self.param_groups[0])
 
-    def _state(self, i: int) -> dict[str, Tensor]:
+    def state_of(self, i: int) -> dict[str, Tensor]:
+        """Parameter i's state tensors by name (Adam's `exp_avg`, `exp_avg_sq`, ...), made on first use:
+        what state_dict() saves for it, and what a sharded optimizer reads and writes in place.
+
+            >>> from tg import Tensor, nn
+            >>> opt = nn.optim.Adam([Tensor.zeros(3, requires_grad=True)])
+            >>> sorted(opt.state_of(0))
+            ['exp_avg', 'exp_avg_sq']
+        """
         state = self.state[i]
         if state is None:
             self._current = self._group_for(self.params[i])
@@ -382,7 +390,7 @@ class Optimizer:
             >>> sd["param_groups"]
             [{'lr': 0.01, 'betas': (0.9, 0.999), 'eps': 1e-08, 'weight_decay': 0.0, 'params': [0]}]
         """
-        state = {i: {**self._state(i), "step": self.t} for i in range(len(self.params))}
+        state = {i: {**self.state_of(i), "step": self.t} for i in range(len(self.params))}
         groups: list[dict[str, Any]] = []
         first = 0
         for group in self.param_groups:
@@ -404,7 +412,7 @@ class Optimizer:
         """
         out: dict[str, Tensor | np.ndarray] = {"step": self.t}
         for i in range(len(self.params)):
-            out.update({f"state.{i}.{k}": v for k, v in self._state(i).items()})
+            out.update({f"state.{i}.{k}": v for k, v in self.state_of(i).items()})
         first = 0
         for g, group in enumerate(self.param_groups):
             for key, value in group.items():
@@ -761,9 +769,10 @@ class Adadelta(Optimizer):
         return p - self.lr_tensor * delta
 
 
-# Optimizers whose step() may be captured (Optimizer._capturable): their updates read only tensors and
-# group options. A subclass is not in it (its apply_single may read Python state that changes).
-_CAPTURABLE = {SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta}
+# Optimizers whose step() may be captured (Optimizer._capturable, and GradScaler's verdict on the device):
+# their updates read only tensors and group options. A subclass is not in it (its apply_single may read
+# Python state that changes).
+CAPTURABLE = {SGD, Adam, AdamW, RMSprop, Adagrad, Adadelta}
 
 
 # ---------------------------------------------------------------- learning-rate schedules
@@ -978,8 +987,9 @@ def hold_gradients(params: Iterable[Tensor], holder: Any) -> None:
         _HOLDERS[id(p)] = holder
 
 
-def _gradients(params: Tensor | Iterable[Tensor]) -> tuple[list[Tensor], list[tuple[Any, list[Tensor]]]]:
-    """The .grad of each parameter that has one, and per holder the tensors it keeps for the others."""
+def gradients_of(params: Tensor | Iterable[Tensor]) -> tuple[list[Tensor], list[tuple[Any, list[Tensor]]]]:
+    """The .grad of each parameter that has one, and per holder (hold_gradients) the tensors it keeps
+    for the others: what clipping and a GradScaler read and scale."""
     params = [params] if isinstance(params, Tensor) else list(params)
     own = [p.grad for p in params if p.grad is not None]
     held: dict[int, tuple[Any, list[Tensor]]] = {}
@@ -1026,7 +1036,7 @@ def clip_grad_norm_(params: Tensor | Iterable[Tensor], max_norm: float, norm_typ
     """
     norm_type = float(norm_type)
     _check(norm_type > 0, f"clip_grad_norm_ norm_type must be > 0 or inf, got {norm_type}")
-    own, held = _gradients(params)
+    own, held = gradients_of(params)
     if not own and not any(grads for _, grads in held):
         return Tensor.zeros()
     device = (own or [g for _, grads in held for g in grads])[0].device
@@ -1054,7 +1064,7 @@ def clip_grad_value_(params: Tensor | Iterable[Tensor], clip_value: float) -> No
         [1.0, -0.5]
     """
     _check(clip_value >= 0, f"clip_grad_value_ clip_value must be >= 0, got {clip_value}")
-    own, held = _gradients(params)
+    own, held = gradients_of(params)
     with NoGrad():
         for g in [*own, *(g for _, grads in held for g in grads)]:
             g.assign(g.detach().clamp(-clip_value, clip_value))

@@ -1,19 +1,19 @@
-"""torch.utils.checkpoint's surface, on tg.nn.checkpoint (activation checkpointing).
+"""torch.utils.checkpoint's surface, on tg.core.checkpoint (activation checkpointing).
 
     from tg.utils.checkpoint import checkpoint, checkpoint_sequential
     y = checkpoint(block, x, use_reentrant=False)      # torch's arguments are accepted
 
 tg has one implementation, which behaves like torch's non-reentrant one, so `use_reentrant` changes
-nothing and, unlike torch, leaving it out is not warned about. See tg/nn/checkpoint.py for the contract.
+nothing and, unlike torch, leaving it out is not warned about. See tg/core/checkpoint.py for the contract.
 """
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from tg.core import checkpoint as _core
 from tg.core.tensor import Tensor
-from tg.distributed.ddp import warn_once
-from tg.nn import checkpoint as _nn
+from tg.utils.warn import warn_once
 
 
 def checkpoint(function: Callable[..., Any], *args: Any, use_reentrant: bool | None = None,
@@ -36,7 +36,7 @@ def checkpoint(function: Callable[..., Any], *args: Any, use_reentrant: bool | N
     if debug:
         warn_once("checkpoint-debug", "[nn] checkpoint: debug=True has no effect in tg; DEBUG=3 prints the "
                   "schedules, the recompute's included")
-    return _nn.checkpoint(function, *args, preserve_rng_state=preserve_rng_state, **kwargs)
+    return _core.checkpoint(function, *args, preserve_rng_state=preserve_rng_state, **kwargs)
 
 
 def checkpoint_sequential(functions: Sequence[Callable[[Tensor], Tensor]], segments: int, input: Tensor,
@@ -52,4 +52,4 @@ def checkpoint_sequential(functions: Sequence[Callable[[Tensor], Tensor]], segme
     >>> y.shape, layers[0].weight.grad.shape
     ((2, 1), (3, 3))
     """
-    return _nn.checkpoint_sequential(functions, segments, input, **kwargs)
+    return _core.checkpoint_sequential(functions, segments, input, **kwargs)

@@ -130,9 +130,16 @@ class NNMixin:
                 and (bias is None or (bias.shape == weight.shape[:1] and bias.dtype == self.dtype
                                       and bias.device == self.device)))
 
-    def _pool(self: Tensor, kernel: tuple[builtins.int, ...], stride: tuple[builtins.int, ...],
-              dilation: tuple[builtins.int, ...]) -> Tensor:
-        """Sliding windows as a view: (..., *spatial) -> (..., *out_spatial, *kernel). No copies."""
+    def sliding_windows(self: Tensor, kernel: tuple[builtins.int, ...], stride: tuple[builtins.int, ...],
+                        dilation: tuple[builtins.int, ...]) -> Tensor:
+        """Every window of the last len(kernel) dims, as movement ops over self (no copy):
+        (..., *spatial) -> (..., *out_spatial, *kernel), as numpy's sliding_window_view with a stride
+        and a dilation per dim; pooling and convolution read their windows through it.
+
+            >>> x = Tensor.arange(5)
+            >>> x.sliding_windows((2,), (2,), (1,)).tolist(), x.sliding_windows((2,), (1,), (2,)).tolist()
+            ([[0, 1], [2, 3]], [[0, 2], [1, 3], [2, 4]])
+        """
         nsp = len(kernel)
         spatial = self.shape[-nsp:]
         outs = [(i - d * (k - 1) - 1) // s + 1 for i, k, s, d in zip(spatial, kernel, stride, dilation)]
@@ -209,11 +216,12 @@ class NNMixin:
         ph, pw = _pair(padding)
         if self._fusable_with(weight, bias) and self.numel() > 0 and weight.numel() > 0:
             hp, wp = self.shape[2] + 2 * ph, self.shape[3] + 2 * pw
-            if hp > dl[0] * (kh - 1) and wp > dl[1] * (kw - 1):      # else _pool says the window is too large
+            # else sliding_windows says the window is too large
+            if hp > dl[0] * (kh - 1) and wp > dl[1] * (kw - 1):
                 return apply(fused.Conv2d, self, weight, *([bias] if bias is not None else []), stride=st,
                              padding=(ph, pw), dilation=dl, groups=groups)
         x = self.pad(((0, 0), (0, 0), (ph, ph), (pw, pw)))
-        win = x._pool((kh, kw), st, dl)                                       # (N, Cin, oh, ow, kh, kw)
+        win = x.sliding_windows((kh, kw), st, dl)                           # (N, Cin, oh, ow, kh, kw)
         oh, ow = win.shape[2], win.shape[3]
         g, cout_g = groups, cout // groups
         win = win.reshape(n, g, 1, cin_g, oh, ow, kh, kw)
@@ -239,7 +247,7 @@ class NNMixin:
             if ph or pw
             else self
         )
-        return x._pool(k, st, _pair(dilation)).amax((-2, -1))
+        return x.sliding_windows(k, st, _pair(dilation)).amax((-2, -1))
 
     def avg_pool2d(self: Tensor, kernel_size: Any = 2, stride: Any = None, padding: Any = 0,
                    count_include_pad: builtins.bool = True) -> Tensor:
@@ -256,11 +264,11 @@ class NNMixin:
         ph, pw = _pair(padding)
         pad_arg = ((0, 0),) * (self.ndim - 2) + ((ph, ph), (pw, pw))
         x = self.pad(pad_arg) if ph or pw else self
-        sums = x._pool(k, st, (1, 1)).sum((-2, -1))
+        sums = x.sliding_windows(k, st, (1, 1)).sum((-2, -1))
         if count_include_pad or not (ph or pw):
             return sums / (k[0] * k[1])
         ones = Tensor.ones(*self.shape[-2:], device=self.device).pad(((ph, ph), (pw, pw)))
-        counts = ones._pool(k, st, (1, 1)).sum((-2, -1))
+        counts = ones.sliding_windows(k, st, (1, 1)).sum((-2, -1))
         return sums / counts
 
     def diag_embed(self: Tensor, offset: builtins.int = 0, dim1: builtins.int = -2,

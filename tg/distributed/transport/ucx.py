@@ -188,12 +188,9 @@ class UcxTransport(Transport):
     name = kind = "ucx"
 
     def __init__(self, rank: int, world: int, store: TCPStore, prefix: str, secret: bytes, timeout: float,
-                 host: str | None = None):
-        """`host`: the address this rank serves on (TG_DIST_HOST's rule); None takes the one
-        init_process_group chose. A loopback host keeps UCX to loopback (`context_options`)."""
-        if host is None:
-            from tg.distributed import _State
-            host = _State.host
+                 host: str):
+        """`host`: the address this rank serves on (TG_DIST_HOST's rule, as init_process_group chose it).
+        A loopback host keeps UCX to loopback (`context_options`)."""
         api = load_ucxx()
         from ucxx._lib.arr import Array
         self.api, self.Array = api, Array
