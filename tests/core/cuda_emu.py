@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tg.core.renderer import _BF16_HELPERS, _C_TYPES, _HALF_HELPERS, DIALECTS
+from tg.core.codegen.renderer import _BF16_HELPERS, _C_TYPES, _HALF_HELPERS, DIALECTS
 
 PRELUDE = r"""
 #include <math.h>

@@ -11,7 +11,8 @@ import pytest
 from helpers import gpu_support, kernel_count
 
 from tg import Device, Tensor
-from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
+from tg.core.codegen.linearizer import linearize_for
+from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
 from tg.core.schedule import create_schedule
 
 
@@ -162,7 +163,8 @@ def test_gpu_matmul_work_items_hold_four_by_four_tiles():
 
 
 def _gpu_kernel(out: Tensor, dialect: str = "opencl", **options):
-    from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
+    from tg.core.codegen.linearizer import linearize_for
+    from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
     lin = linearize_for(create_schedule([out.lazydata])[-1].kernel, DIALECTS[dialect], **options)
     return lin, CStyleRenderer(DIALECTS[dialect]).render(lin)
 

@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from tg import Device, Tensor
-from tg.core.codegen import gemm
-from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
+from tg.core.codegen import gemm, heuristics
+from tg.core.codegen.linearizer import linearize_for
+from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
 from tg.core.runtime.ops_cpu import ClangCompiler, _vector_bytes, scratch_library
 from tg.core.schedule import create_schedule
 
@@ -25,7 +26,7 @@ def kernels(out: Tensor) -> list:
 
 
 def contraction(out: Tensor) -> gemm.Contraction | None:
-    found = [gemm.find(k, LANES) for k in kernels(out)]
+    found = [heuristics.contraction(k, LANES) for k in kernels(out)]
     return next((c for c in found if c is not None), None)
 
 
@@ -191,7 +192,7 @@ def test_without_packing_buffers_the_plain_loops_compute_it():
     c = contraction(T(a) @ T(b) + T(bias))
     assert c is not None
     no_memory = "static void* no_memory(long n) { return 0; }\n#define tg_scratch_take no_memory\n"
-    fn = build(c, gemm.params(c, LANES), prefix=no_memory)
+    fn = build(c, heuristics.params(c, LANES), prefix=no_memory)
     out = np.zeros((200, 90), np.float32)
     run(fn, out, a, b, bias)
     close(out, a.astype(np.float64) @ b + bias)
@@ -205,8 +206,8 @@ def test_two_contractions_share_a_translation_unit():
     c2 = contraction(T(a2) @ T(b2))
     assert c1 is not None and c2 is not None
     dev = Device["CPU"]
-    srcs = [gemm.render(c1, gemm.params(c1, LANES), dev.renderer, "g_one", LANES),
-            gemm.render(c2, gemm.params(c2, LANES), dev.renderer, "g_two", LANES)]
+    srcs = [gemm.render(c1, heuristics.params(c1, LANES), dev.renderer, "g_one", LANES),
+            gemm.render(c2, heuristics.params(c2, LANES), dev.renderer, "g_two", LANES)]
     paths = ClangCompiler().compile_batch(srcs)
     out1, out2 = np.zeros((300, 150), np.float32), np.zeros((3, 100, 220), np.float32)
     run(ctypes.CDLL(str(paths[0])).g_one, out1, a1, b1)
@@ -264,18 +265,18 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     def choose(c: gemm.Contraction):
         return search.choose(c, "g_s", LANES, dev.renderer, compiler, one_pass(c))
     monkeypatch.setenv("TG_BEAM_MIN_MACS", str(1 << 40))       # the rule: the nest only for large matrices
-    assert choose(big) == gemm.params(big, LANES) and choose(small) is None
+    assert choose(big) == heuristics.params(big, LANES) and choose(small) is None
     monkeypatch.setenv("TG_BEAM_MIN_MACS", "1")
     monkeypatch.setenv("TG_BEAM", "0")
-    assert choose(big) == gemm.params(big, LANES)
+    assert choose(big) == heuristics.params(big, LANES)
     assert not (tmp_path / "search").exists()
     monkeypatch.setenv("TG_BEAM", "0.000001")     # the budget: the one-pass kernel (the reference the
-    assert choose(big) in (None, gemm.params(big, LANES))        # others are checked against) and the rule's
+    assert choose(big) in (None, heuristics.params(big, LANES))   # others are checked against) and the rule's
     record = next((tmp_path / "search").glob("*.json"))
     assert '"tried": 2,' in record.read_text()
     (tmp_path / "search" / "elsewhere").mkdir()
     record.rename(tmp_path / "search" / "elsewhere" / record.name)
-    assert choose(big) == gemm.params(big, LANES)             # spent: the rule, unrecorded
+    assert choose(big) == heuristics.params(big, LANES)             # spent: the rule, unrecorded
     assert not list((tmp_path / "search").glob("*.json"))
     (tmp_path / "search" / "elsewhere" / record.name).rename(record)
     monkeypatch.setattr(search, "_spent", [0.0])
@@ -283,7 +284,8 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     monkeypatch.setenv("TG_BEAM", "30")
     shapes = search.candidates(LANES) + search.direct_candidates(LANES) + \
         search.broadcast_candidates(LANES)                        # y (a plain B) reads in place
-    choices = [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in shapes], gemm.params(big, LANES)]
+    choices = [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in shapes],
+               heuristics.params(big, LANES)]
     assert choose(big) in choices
     record.write_text("{not json")
     monkeypatch.setenv("TG_BEAM", "30")
@@ -317,7 +319,7 @@ def forced(monkeypatch):
     dev = Device["CPU"]
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
     monkeypatch.setattr(dev, "_by_ast", OrderedDict())
-    monkeypatch.setattr(gemm, "MIN_MACS", 1)          # small cases, quick tests
+    monkeypatch.setattr(heuristics, "MIN_MACS", 1)          # small cases, quick tests
     seen: list = []
 
     def force(p: gemm.Params):
@@ -336,10 +338,11 @@ def test_a_convs_reduce_reads_the_input_rows_in_place():
     c = contraction(x.conv2d(T(rand(24, 16, 3, 3)), padding=1))
     assert c is not None and c.sizes == (2, 24, 40 * 42, 16 * 9) and len(c.k_dims) == 3
     assert gemm.direct_ok(c, LANES) and gemm._separable(c)
-    rule = gemm.direct_rule(c, LANES)
+    rule = heuristics.direct_rule(c, LANES)
     assert rule is not None and rule.nest == "direct" and gemm.runs(c, rule, LANES)
     square = contraction(T(rand(300, 200)) @ T(rand(200, 150)))
-    assert square is not None and gemm.direct_ok(square, LANES) and gemm.direct_rule(square, LANES) is None
+    assert square is not None and gemm.direct_ok(square, LANES)
+    assert heuristics.direct_rule(square, LANES) is None
 
 
 DIRECT = [gemm.Params(8, 3 * LANES, 0, 0, 0, "direct"), gemm.Params(6, 4 * LANES, 0, 0, 0, "direct"),
@@ -476,18 +479,19 @@ def test_the_broadcast_rule_takes_long_reduces_over_column_runs():
         return contraction(wt.grad)
     long, short = wgrad_contraction(40), wgrad_contraction(20)
     assert long is not None and long.size(long.k_dims) >= 1024 and gemm.broadcast_ok(long)
-    rule = gemm.broadcast_rule(long, LANES)
+    rule = heuristics.broadcast_rule(long, LANES)
     assert rule is not None and rule.nest == "broadcast" and gemm.runs(long, rule, LANES)
-    assert short is None or gemm.broadcast_rule(short, LANES) is None
+    assert short is None or heuristics.broadcast_rule(short, LANES) is None
     square = contraction(T(rand(300, 2000)) @ T(rand(2000, 150)))
-    assert square is not None and gemm.broadcast_ok(square) and gemm.broadcast_rule(square, LANES) is None
+    assert square is not None and gemm.broadcast_ok(square)
+    assert heuristics.broadcast_rule(square, LANES) is None
 
 
 def test_a_weight_gradients_columns_are_a_run_of_dims(nest, monkeypatch):
     """dW[o, (c, i, j)] sums g[b, o, p] times the window copy over b and p: its columns (Cin, kh, kw)
     are one run in the store though not in the copy, and its reduce runs over two dims (images and
     positions); the packed nest computes it."""
-    monkeypatch.setattr(gemm, "MIN_MACS", 1)
+    monkeypatch.setattr(heuristics, "MIN_MACS", 1)
     x, w, g = rand(4, 16, 20, 20), rand(24, 16, 3, 3), rand(4, 24, 9, 9)
     wt = T(w, requires_grad=True)
     y = T(x).conv2d(wt, stride=2, padding=0)

@@ -14,7 +14,7 @@ import pytest
 
 import tg
 from tg import config
-from tg.core.renderer import DIALECTS
+from tg.core.codegen.renderer import DIALECTS
 from tg.core.runtime.ops_cpu import ClangCompiler
 from tg.core.tensor import Tensor
 
@@ -156,7 +156,7 @@ def _vector_paths() -> list[tuple[int, list[str]]]:
 
 @pytest.mark.parametrize("width,extra", _vector_paths())
 def test_the_c_half_vector_helpers_convert_as_the_scalar_ones(tmp_path, width, extra):
-    from tg.core.renderer import C_VECTORS
+    from tg.core.codegen.renderer import C_VECTORS
     lanes = width // 4
     flags = [f for f in ClangCompiler().flags if f not in ("-x", "c", "-", "-fno-tree-loop-vectorize")]
     src = DIALECTS["c"].header + C_VECTORS.header.replace("BYTES", str(width)) + \

@@ -16,7 +16,7 @@ import pytest
 import tg
 from tests.core.test_half_precision import narrow, ulp
 from tg import Device, Tensor
-from tg.core.codegen import bf16, gemm
+from tg.core.codegen import bf16, heuristics
 from tg.core.runtime import ops_cpu
 
 HAS = {u.name: u.features <= ops_cpu.features() for u in bf16.UNITS}
@@ -240,12 +240,12 @@ def test_amp_names_the_unit_the_contractions_take(monkeypatch, pays):
                                          (128, 64, 64, 4)])
 def test_a_bf16_contraction_takes_a_nest_from_a_million_multiply_adds(m, n, k, batch):
     """The one-pass kernel widens a bfloat16 factor at every use (2x its float32 time on a 512 x 64 x 64
-    product), so bfloat16 contractions take a nest from gemm.MIN_MACS_NARROW multiply-adds of one batch
+    product), so bfloat16 contractions take a nest from heuristics.MIN_MACS_NARROW multiply-adds of one batch
     index (float32 ones from MIN_MACS): a batch of small attention products stays one-pass."""
     from tests.core.test_gemm import contraction
     e = lambda *s, dt=tg.bfloat16: Tensor.empty(*s, device="CPU", dtype=dt)     # noqa: E731
     found = contraction(e(batch, m, k) @ e(batch, k, n)) is not None
-    assert found == (m * n * k >= gemm.MIN_MACS_NARROW)
+    assert found == (m * n * k >= heuristics.MIN_MACS_NARROW)
     assert contraction(e(batch, m, k, dt=tg.float32) @ e(batch, k, n, dt=tg.float32)) is None
 
 
@@ -282,7 +282,7 @@ def test_the_unit_nests_at_any_thread_count_and_without_scratch_memory(threads, 
     import ctypes
 
     from tests.core.test_gemm import contraction
-    from tg.core.renderer import DIALECTS, CStyleRenderer
+    from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
     u = _unit(unit)
     rng = np.random.default_rng(threads)
     batch, m, k, n = 2, 131, 400, 81
@@ -330,7 +330,7 @@ def test_the_unit_nests_read_nothing_past_their_inputs_when_the_cast_is_fused(m,
     import ctypes
 
     from tests.core.test_gemm import contraction
-    from tg.core.renderer import DIALECTS, CStyleRenderer
+    from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
     u = _unit(unit)
     rng = np.random.default_rng(m)
     a, b = rng.standard_normal((m, k)).astype(np.float32), rng.standard_normal((k, n)).astype(np.float32)

@@ -15,7 +15,7 @@ from helpers import gpu_support
 
 import tg
 from tg import Device, Tensor
-from tg.core.codegen import gemm, mma
+from tg.core.codegen import heuristics, mma
 
 
 def _c(expr: str, **values: int) -> int:
@@ -161,7 +161,8 @@ def test_bf16_and_f16_contractions_take_the_tensor_core_kernel_and_others_do_not
               e(8, 8, dt=tg.bfloat16) @ e(8, 8, dt=tg.bfloat16)):             # too small to pay
         found = sum("mma.sync" in null.render(k, "cuda") for k in kernels(t))
         assert found == (1 if t.dtype == tg.bfloat16 and t.shape == (100, 130) else 0)
-    c = gemm.find(kernels(e(64, 64, dt=tg.bfloat16) @ e(64, 64, dt=tg.bfloat16))[0], 8, mma.MIN_MACS)
+    c = heuristics.contraction(kernels(e(64, 64, dt=tg.bfloat16) @ e(64, 64, dt=tg.bfloat16))[0], 8,
+                               heuristics.MMA_MIN_MACS)
     assert c is not None and mma.find_mma(c.kernel, (7, 5)) is None          # before Ampere: none
     assert mma.find_mma(c.kernel, (8, 0)) is not None
 
@@ -228,7 +229,7 @@ def test_the_generated_kernel_run_by_the_emulator_gives_the_cpu_devices_result(c
     type (two float32 sums in another order round at most one step apart)."""
     import cuda_emu
 
-    from tg.core.renderer import DIALECTS, CStyleRenderer
+    from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
     from tg.core.schedule import create_schedule
     name, make = _random_cases()[case]
     out = make()
@@ -254,7 +255,7 @@ def test_the_compile_target_bounds_the_instructions_as_the_gpu_does():
     targets = ("sm_90", "compute_90", "sm_90a", "sm_100", "compute_75", "sm_120f")
     assert [arch_capability(a) for a in targets] == [(9, 0), (9, 0), (9, 0), (10, 0), (7, 5), (12, 0)]
     from tests.core.test_gemm import kernels
-    from tg.core.renderer import DIALECTS, CStyleRenderer
+    from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
     k = next(iter(kernels(Tensor.empty(64, 64, dtype=tg.bfloat16, device="CPU")
                           @ Tensor.empty(64, 64, dtype=tg.bfloat16, device="CPU"))))
     renderer = CStyleRenderer(DIALECTS["cuda"])

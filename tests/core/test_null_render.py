@@ -54,8 +54,9 @@ def test_rendered_opencl_kernel_shape():
 def test_the_op_suite_uses_every_uop_and_each_renders():
     """UOps is closed: the op suite, lowered for the C and a GPU dialect, emits every member (a new
     member needs a kernel here that makes it, and a rendering), and each dialect renders them all."""
+    from tg.core.codegen.linearizer import linearize_for
+    from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
     from tg.core.codegen.uops import UOps
-    from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
     x = Tensor(np.random.randn(3, 4096).astype(np.float32), device="NULL")
     outs = {**op_suite(), "long_reduce": x.sum(1),                  # GROUP, LOCAL_REDUCE on GPUs
             "padded_const": Tensor.full((6, 10), 2.0, device="NULL").pad((1, 2)) * x[:1, :13]}  # INDEX_COND

@@ -162,7 +162,7 @@ def test_c_file_names_lists_every_file_level_helper():
     """A batch build renames each kernel's file-level helpers; one missing from the list would clash."""
     import re
 
-    from tg.core.renderer import C_FILE_NAMES
+    from tg.core.codegen.renderer import C_FILE_NAMES
     declared = set()
     for src in _kernel_sources():
         declared |= set(re.findall(r"^typedef [\w ]+? (\w+) __attribute__", src, re.M))

@@ -23,9 +23,9 @@ import numpy as np
 import pytest
 
 from tg import Device, Tensor
-from tg.core.codegen import gemm, search
+from tg.core.codegen import gemm, heuristics, search
+from tg.core.codegen.linearizer import linearize_for
 from tg.core.dtype import dtypes
-from tg.core.renderer import linearize_for
 from tg.core.runtime.ops_cpu import ClangCompiler, _vector_bytes
 from tg.core.schedule import create_schedule
 
@@ -34,7 +34,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def contraction(out: Tensor) -> gemm.Contraction:
-    found = [gemm.find(it.kernel, LANES) for it in create_schedule([out.lazydata]) if it.kind == "kernel"]
+    found = [heuristics.contraction(it.kernel, LANES) for it in create_schedule([out.lazydata])
+             if it.kind == "kernel"]
     c = next((c for c in found if c is not None), None)
     assert c is not None
     return c
@@ -169,7 +170,7 @@ def test_candidates_that_compute_other_values_are_never_chosen(monkeypatch, tmp_
     monkeypatch.setenv("TG_BEAM", "60")
     monkeypatch.setenv("TG_BEAM_MIN_MACS", "1")
     monkeypatch.setattr(search, "_spent", [0.0])
-    monkeypatch.setattr(gemm, "MIN_MACS", 1)
+    monkeypatch.setattr(heuristics, "MIN_MACS", 1)
     rng = np.random.default_rng(3)
     c = contraction(T(rng.random((96, 200), np.float32)) @ T(rng.random((200, 2 * LANES + 9), np.float32)))
     size = c.kernel.buf_sizes[0]
@@ -318,7 +319,7 @@ def test_every_nest_computes_real_models_layers_as_float64_sums(layer, batch, mo
     """The forward and both gradients of each layer, with each contraction in every nest and block
     shape the search may choose for it (the one-pass kernel, packed, direct and broadcast nests, tiles
     that divide nothing: 624 = 24 x 26 positions, 85 x 87, 9 channel windows), on guarded memory."""
-    monkeypatch.setattr(gemm, "MIN_MACS", 1)         # the contractions of small batches too
+    monkeypatch.setattr(heuristics, "MIN_MACS", 1)         # the contractions of small batches too
     ran = every_nest(layer, batch, monkeypatch)
     nests = {p.nest for _, p in ran if p is not None}
     assert {"packed", "direct"} <= nests and any(p is None for _, p in ran)
@@ -326,7 +327,7 @@ def test_every_nest_computes_real_models_layers_as_float64_sums(layer, batch, mo
 
 if __name__ == "__main__":
     # the whole matrix: every layer at every batch (a few minutes on a few cores)
-    gemm.MIN_MACS = 1
+    heuristics.MIN_MACS = 1
     for name in LAYERS:
         for n in BATCHES[name]:
             with pytest.MonkeyPatch.context() as mp:

@@ -1,7 +1,7 @@
 """Every primitive op has an entry in every per-op table."""
+from tg.core.codegen.renderer import RENDER_TEMPLATES
 from tg.core.function import FUNCTIONS
 from tg.core.ops import ALL_OPS, ALU_OPS, ReduceOps
-from tg.core.renderer import RENDER_TEMPLATES
 from tg.core.runtime.ops_numpy import REFERENCE
 
 

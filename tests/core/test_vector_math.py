@@ -66,8 +66,8 @@ def test_folded_lanes_give_the_bits_of_the_scalar_tree(monkeypatch):
     import dataclasses
 
     from tg import config
+    from tg.core.codegen.renderer import C_VECTORS
     from tg.core.device import Device
-    from tg.core.renderer import C_VECTORS
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
     assert config.TG_SCHEDULE_CACHE == 0
     dev = Device["CPU"]

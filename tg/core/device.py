@@ -319,7 +319,7 @@ class Compiled:
 
     def lower(self, kernel: Any) -> tuple[str, Any, Any]:
         """(name, source, info) of a scheduled kernel: linearized for this device, then rendered."""
-        from tg.core.renderer import linearize_for
+        from tg.core.codegen.linearizer import linearize_for
         lin = linearize_for(kernel, self.renderer.d, **self.lower_options)
         return lin.name, self.renderer.render(lin), lin
 

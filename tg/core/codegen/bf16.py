@@ -60,10 +60,10 @@ from tg.core.codegen.gemm import (
     stored,
 )
 from tg.core.codegen.linearizer import _coef
+from tg.core.codegen.renderer import _C_TYPES, CStyleRenderer
 from tg.core.dtype import dtypes
 from tg.core.kernel import AstOps, KOp
 from tg.core.ops import UnaryOps
-from tg.core.renderer import _C_TYPES, CStyleRenderer
 from tg.core.symbolic import Node
 
 

@@ -45,17 +45,14 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tg.core.codegen.linearizer import STREAM_MIN_BYTES, Linearized, _coef, normalized
+from tg.core.codegen.renderer import _C_TYPES, CStyleRenderer, _lit
 from tg.core.dtype import DType, dtypes
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
-from tg.core.renderer import _C_TYPES, CStyleRenderer, _lit
 from tg.core.shape import prod
 from tg.core.symbolic import Lin, Node, Var, num
 
 NARROW = (dtypes.float16, dtypes.bfloat16)
-MIN_MACS = 1 << 22        # smaller contractions are not considered (nothing to amortize packing)
-MIN_MACS_LOW = 1 << 16    # ... unless a factor is float16 (the one-pass kernel widens x a scalar at a time)
-MIN_MACS_NARROW = 1 << 20     # ... or bfloat16 (widened in the one-pass kernel: 2x its float32 time here)
 
 
 @dataclass(frozen=True)
@@ -106,6 +103,12 @@ class Contraction:
         return _from_narrow(self.x) or _from_narrow(self.y)
 
     @property
+    def half(self) -> bool:
+        """Whether a factor is a float16 value cast to float32 (the one-pass kernel widens it a scalar
+        at a time)."""
+        return _from_narrow(self.x, (dtypes.float16,)) or _from_narrow(self.y, (dtypes.float16,))
+
+    @property
     def narrow(self) -> bool:
         """Whether the output is float16 or bfloat16 (the float32 sums rounded once, in the epilogue):
         it cannot hold the partial sums of K blocks, so the nests run K whole or sum elsewhere."""
@@ -135,11 +138,11 @@ def _depends(tree: KOp, variables: list[Var]) -> set[int]:
     return used
 
 
-def find(kernel: Kernel, lanes: int, least: int | None = None) -> Contraction | None:
-    """The kernel as a contraction worth blocking (lanes: float32s per SIMD vector; `least`: the fewest
-    multiply-adds, by default the CPU's MIN_MACS), or None. Its sums are float32; its output float32,
-    or float16 / bfloat16 (fused.sum_of_products: narrow factors cast to float32 in the kernel, the sum
-    rounded once)."""
+def find(kernel: Kernel) -> Contraction | None:
+    """The kernel as a contraction, of any size, or None: one float32 SUM of x * y over rows of x and
+    columns of y (heuristics.contraction says whether one is large enough to block). Its sums are
+    float32; its output float32, or float16 / bfloat16 (fused.sum_of_products: narrow factors cast to
+    float32 in the kernel, the sum rounded once)."""
     out_dtype = kernel.buf_dtypes[0]
     if out_dtype not in (dtypes.float32, *NARROW):
         return None
@@ -165,14 +168,7 @@ def find(kernel: Kernel, lanes: int, least: int | None = None) -> Contraction | 
     if m_dims[0] in only_y:
         x, y = y, x
     b_dims = [d for d in out if d not in m_dims + n_dims]
-    c = Contraction(kernel, ast, shape, b_dims, m_dims, n_dims, k_dims, x, y, red, ldc)
-    _, m, n, k = c.sizes
-    half = _from_narrow(x, (dtypes.float16,)) or _from_narrow(y, (dtypes.float16,))
-    narrow = _from_narrow(x) or _from_narrow(y)
-    fewest = least if least is not None else MIN_MACS_LOW if half else MIN_MACS_NARROW if narrow else MIN_MACS
-    if m * n * k < fewest or m < 16 or n < 2 * lanes or k < 16:
-        return None
-    return c
+    return Contraction(kernel, ast, shape, b_dims, m_dims, n_dims, k_dims, x, y, red, ldc)
 
 
 def _run(coefs: dict[int, int | None], shape: tuple[int, ...], dims: list[int], inner: int,
@@ -218,40 +214,6 @@ def _rest_is_batch(idx: Node, variables: list[Var], dims: list[int], out: list[i
     dim): those are the batch dims."""
     rest = idx.substitute({variables[d]: num(0) for d in dims}).vars()
     return {v.name for v in rest} <= {variables[d].name for d in out}
-
-
-def worth(c: Contraction) -> bool:
-    """Whether the nest beats the one-pass kernel (linearizer.py's register tiles over unpacked operands)
-    without timing them: only once the matrices outgrow the caches that kernel relies on. Measured on a
-    Zen 5 core at 1 and 2 threads: the one-pass kernel is 5-25% faster below 1024 columns or a reduce
-    of 256, the nest 5-30% faster from 1024 x 1024 x 256 up."""
-    _, m, n, k = c.sizes
-    return m >= 512 and n >= 1024 and k >= 256
-
-
-def direct_rule(c: Contraction, lanes: int) -> Params | None:
-    """The direct nest (render_direct) by rule of thumb, for a reduce over several dims whose y reads
-    in place (a conv's Cin x kh x kw over the input rows): measured 1.2-1.5x the one-pass kernel at
-    64->64 channels, 56x56 and 32->64, 26x26, where that kernel loads each weight row with a stride.
-    A plain matmul, within +-20% of the one-pass kernel either way below 1024, is left to the search."""
-    if worth(c) or len(c.k_dims) < 2 or not direct_ok(c, lanes):
-        return None
-    mr = 8 if lanes >= 16 else 4          # 24 of AVX-512's 32 registers, 12 of AVX2's 16
-    return clamp(c, Params(mr, 3 * lanes, 0, 0, 0, "direct"), lanes)
-
-
-def params(c: Contraction, lanes: int) -> Params:
-    """Block sizes by rule of thumb (what the search on a Zen 5 core found best across sizes): a 6 x 4
-    vector tile for long reduces, 8 x 2 otherwise; KC of a few hundred; MC and NC capped by the
-    matrix."""
-    _, m, n, k = c.sizes
-    if lanes < 16:                      # AVX2: 16 vector registers, 12 of them accumulators
-        mr, nr, kc = 6, 2 * lanes, 256
-    elif k >= 1024 and n >= 4 * lanes:  # AVX-512: 32 registers, 24 of them accumulators
-        mr, nr, kc = 6, 4 * lanes, 512
-    else:
-        mr, nr, kc = 8, 2 * lanes, 384
-    return clamp(c, Params(mr, nr, kc, 256, 4096), lanes)
 
 
 def clamp(c: Contraction, p: Params, lanes: int) -> Params:
@@ -724,19 +686,6 @@ def broadcast_ok(c: Contraction) -> bool:
         return False
     _, valid = y.arg[1].expr_idxs(_vars(c.shape))
     return valid.is_const and valid.min == 1 and _parts(c, y, [c.n_dims, c.k_dims, c.b_dims])
-
-
-def broadcast_rule(c: Contraction, lanes: int) -> Params | None:
-    """render_broadcast by rule of thumb, for columns that are a run of several dims (a conv's weight
-    gradient: Cin x kh x kw, over images x positions of the window copy), which the one-pass kernel
-    and the packed nest read badly (a gather per column, or a pack per row of C), over a reduce of at
-    least 1024 (each batch index packs its x block anew): measured 64->64 at 56x56 (a reduce of 3136
-    per image): 11.4-12.3 ms against 19.8-20.1 ms for the one-pass kernel; 32->64 at 26x26 (576 per
-    image, 128 images): 10-12 ms against 9.4 ms, left to the one-pass kernel."""
-    if worth(c) or len(c.n_dims) < 2 or c.size(c.k_dims) < 1024 or not broadcast_ok(c):
-        return None
-    mr, nr = (4, 6) if lanes >= 16 else (2, 6)      # 24 of AVX-512's 32 registers, 12 of AVX2's 16
-    return clamp(c, Params(mr, nr, 1024, 0, 0, "broadcast"), lanes)
 
 
 def render_broadcast(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:

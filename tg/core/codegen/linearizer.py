@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from tg import config
 from tg.core.codegen.uops import UOp, UOps
@@ -26,6 +26,9 @@ from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.ops import BinaryOps, BufferOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
 from tg.core.symbolic import And, Ge, Lin, Lt, Node, Var, ands, ge, lt, num
+
+if TYPE_CHECKING:
+    from tg.core.codegen.renderer import Dialect
 
 VECTOR_DTYPES = {dtypes.float32, dtypes.int32, dtypes.uint32, dtypes.bool}
 # ALU ops the C vector extension does natively (others are done lane by lane).
@@ -811,3 +814,21 @@ def _streaming_ok(lin: Linearized, dims: Dims, kernel: Kernel) -> bool:
                                     for a, c in terms.items()):
             return False
     return bool(stores)
+
+
+def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_size: int = 256,
+                  serial: bool = False) -> Linearized:
+    """The kernel lowered for a dialect: SIMD lanes where the dialect has vectors (as wide as its own
+    width, or the running CPU's for C), global ids on GPU dialects, reduces shared by work-groups of
+    at most group_size items; `serial`: no loop shared among threads."""
+    vec = dialect.vec
+    width = (vec.bytes or cpu_vector_bytes) if vec is not None else 0
+    return linearize(
+        kernel,
+        vector_width_bytes=width or 16,
+        use_lanes=width > 0,
+        gpu=dialect.global_id is not None,
+        group_size=group_size,
+        serial=serial,
+        narrow_lanes=vec is not None and vec.narrow,
+    )

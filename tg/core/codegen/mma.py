@@ -26,29 +26,28 @@ sm_80 and sm_90; scripts/gpu_check.py runs them where a GPU is. The shared-memor
 """
 from __future__ import annotations
 
+from tg.core.codegen import heuristics
 from tg.core.codegen.gemm import (
     Contraction,
     _decode,
     _epilogue,
     _index,
     _inner_stride,
-    find,
     info,
     narrow_word,
     stored,
 )
 from tg.core.codegen.linearizer import Linearized
+from tg.core.codegen.renderer import CStyleRenderer
 from tg.core.dtype import dtypes
 from tg.core.kernel import KOp
 from tg.core.ops import UnaryOps
-from tg.core.renderer import CStyleRenderer
 
 BM, BN, BK = 64, 64, 32     # a block's tile of C and its step along K
 THREADS = 128               # four warps, 2 x 2, each 32 x 32 of the tile
 ROW = BK + 8                # shared-memory row length in 16-bit words (conflict-free fragment loads)
 PTX_TYPE = {dtypes.bfloat16: "bf16", dtypes.float16: "f16"}
 MIN_CAPABILITY = (8, 0)
-MIN_MACS = 1 << 15          # smaller products stay the linearizer's (one block of this kernel is 64^3)
 
 # Where each 32-bit fragment register's pair of 16-bit elements (or C's float) lies, as C expressions of
 # g = lane / 4, t = lane % 4 and reg (the pair's first element; the second is one k further). A is
@@ -75,7 +74,7 @@ def find_mma(kernel, capability: tuple[int, int]) -> Contraction | None:
     """The kernel as a contraction for tensor cores on a GPU of this compute capability, or None."""
     if capability < MIN_CAPABILITY:
         return None
-    c = find(kernel, 8, MIN_MACS)
+    c = heuristics.contraction(kernel, 8, heuristics.MMA_MIN_MACS)
     return c if c is not None and narrow_type(c) is not None else None
 
 

@@ -319,7 +319,8 @@ def _place(members: list, made: list) -> tuple[list[tuple[Arg, ...]], list, dict
 def render(g: RowGroup, renderer, vector_bytes: int) -> tuple[str, str, Linearized]:
     """(name, C source, info) of a row group: each member a static function over one block, then the
     group's function sharing the blocks among the threads."""
-    from tg.core.renderer import C_FILE_NAMES, linearize_for
+    from tg.core.codegen.linearizer import linearize_for
+    from tg.core.codegen.renderer import C_FILE_NAMES
     d, name = renderer.d, g.name
     pieces, flops, streams = [], 0, False
     last_reader = {a.index: m for m, args in enumerate(g.args) for a in args[1:] if a.kind == "ext"}

@@ -1,7 +1,7 @@
 """How a contraction runs, chosen by timing candidates (tinygrad calls its search BEAM), the winner
 remembered on disk per kernel and machine, so a second run pays nothing.
 
-The rules of thumb in gemm.worth, gemm.params, gemm.direct_rule and gemm.broadcast_rule were measured
+The rules of thumb in heuristics.py (worth, params, direct_rule, broadcast_rule) were measured
 on one machine for a few shapes; a shape with a short side, a long reduce or another CPU may want other
 tiles, another nest, or the one-pass kernel. The search builds the candidates (the one-pass kernel, the
 rule's nest, packed nests of other register tiles and K blocks, and the nests reading y in place where
@@ -42,7 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg import config
-from tg.core.codegen import gemm
+from tg.core.codegen import gemm, heuristics
 from tg.core.compiler import CompileError
 from tg.core.dtype import dtypes
 
@@ -245,17 +245,12 @@ def nests(c: gemm.Contraction, lanes: int) -> list[gemm.Params | None]:
     """Every way the search may run c, the rule's first: the rule's choice, its other one (one-pass
     kernel or packed nest), the packed nests of candidates() and the direct and broadcast ones where c
     allows them, each fitted to c (duplicates once)."""
-    rule = _rule(c, lanes)
+    rule = heuristics.rule(c, lanes)
     shapes = candidates(lanes) + (direct_candidates(lanes) if gemm.direct_ok(c, lanes) else []) + \
         (broadcast_candidates(lanes) if gemm.broadcast_ok(c) else [])
-    other = None if rule is not None else gemm.params(c, lanes)       # the rule's other choice
+    other = None if rule is not None else heuristics.params(c, lanes)       # the rule's other choice
     fitted = [gemm.clamp(c, gemm.Params(*t), lanes) for t in shapes]
     return list(dict.fromkeys([rule, other, *fitted]))
-
-
-def _rule(c: gemm.Contraction, lanes: int) -> gemm.Params | None:
-    return gemm.params(c, lanes) if gemm.worth(c) else \
-        gemm.direct_rule(c, lanes) or gemm.broadcast_rule(c, lanes)
 
 
 def _seconds(sec: float | None) -> float | None:
@@ -282,11 +277,10 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
            one_pass: Callable[[str], str]) -> gemm.Params | None:
     """How to run contraction c: block sizes for the nest, or None for the one-pass kernel whose source
     `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
-    and what is left of this process's budget allow), else the rule of thumb (gemm.worth and gemm.params,
-    gemm.direct_rule, gemm.broadcast_rule)."""
+    and what is left of this process's budget allow), else the rule of thumb (heuristics.rule)."""
     if c.narrow or c.low:    # the one-pass kernel reads narrow values a scalar at a time: the packed nest
-        return gemm.params(c, lanes)
-    rule = _rule(c, lanes)
+        return heuristics.params(c, lanes)
+    rule = heuristics.rule(c, lanes)
     batch, m, n, k = c.sizes
     if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
         return rule

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from tg import config
+from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
 from tg.core.compiler import CompileError, Compiler
 from tg.core.device import Buffer, CachingAllocator, Compiled, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer
 
 
 def _register_pip_drivers() -> None:

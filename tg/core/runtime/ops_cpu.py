@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import cast
 
 from tg import config
+from tg.core.codegen.renderer import C_FILE_NAMES, DIALECTS, CStyleRenderer
 from tg.core.compiler import CCompiler, CompileError
 from tg.core.device import Buffer, Compiled, HostAllocator, Program
-from tg.core.renderer import C_FILE_NAMES, DIALECTS, CStyleRenderer
 
 
 @functools.cache
@@ -276,33 +276,23 @@ class CPUDevice(Compiled):
             self._usable[unit.name] = ok
         return self._usable[unit.name]
 
+    @property
+    def features(self) -> frozenset[str]:
+        """The CPU features kernels may use now (`features`: TG_CPU_DISABLE is read each time)."""
+        return features()
+
+    @property
+    def vector_bytes(self) -> int:
+        """The SIMD width kernels are written for: 64 bytes with AVX-512, else 32."""
+        return _vector_bytes()
+
     def fuse_rows(self, items: list, outs: list) -> list:
-        """The schedule with its row groups of this device's kernels as one item each (codegen/rows.py)."""
-        from tg.core.codegen import gemm, rows
-        if config.TG_NOOPT:
-            return items
-        lanes = _vector_bytes() // 4
-        return rows.fuse(items, outs, self.name, lambda k: gemm.find(k, lanes) is None, config.TG_CPU_THREADS)
+        """The schedule's CPU row groups as one item each: codegen/cpu.py decides."""
+        from tg.core.codegen import cpu
+        return cpu.fuse_rows(self, items, outs)
 
     def lower(self, kernel):
-        """A row group (codegen/rows.py) becomes one function running its kernels block by block. A large
-        contraction (matmul in any layout, batched) becomes a blocked, packed loop nest
-        (codegen/gemm.py) where the rule or the search (codegen/search.py) says it pays; every other
-        kernel the one-pass loop nest of the linearizer."""
-        from tg.core.codegen import bf16, gemm, rows, search
-        from tg.core.renderer import linearize_for
-        if isinstance(kernel, rows.RowGroup):
-            return rows.render(kernel, self.renderer, _vector_bytes())
-        lanes = _vector_bytes() // 4
-        c = None if config.TG_NOOPT else gemm.find(kernel, lanes)
-        unit = None if c is None else bf16.unit(c, features(), self.usable)
-        if c is not None and unit is not None:        # bfloat16 factors on a bfloat16 unit
-            return gemm.lower(c, bf16.rule(c, unit), self.renderer, lanes, bf16.render)
-        if c is not None:
-            def one_pass(name: str) -> str:
-                lin = linearize_for(kernel, self.renderer.d, **self.lower_options)
-                return self.renderer.render(lin, name)
-            p = search.choose(c, gemm.name(c), lanes, self.renderer, self.compiler, one_pass)
-            if p is not None:
-                return gemm.lower(c, p, self.renderer, lanes)
-        return super().lower(kernel)
+        """A kernel or row group as codegen/cpu.py's `choose` decides: a row-group function, a packed
+        bfloat16 or float32 contraction nest, or the one-pass loop nest."""
+        from tg.core.codegen import cpu
+        return cpu.lower(self, kernel)

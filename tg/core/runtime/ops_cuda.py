@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 
 from tg import config
+from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
 from tg.core.compiler import CompileError, Compiler
 from tg.core.device import Buffer, CachingAllocator, Compiled, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer
 
 BLOCK = 128    # threads per block; the grid covers the work items, each kernel checks its bound
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from tg import config
+from tg.core.codegen.linearizer import linearize_for
+from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
 from tg.core.device import Allocator, Buffer, Compiled, Program
-from tg.core.renderer import DIALECTS, CStyleRenderer, linearize_for
 
 
 class NullAllocator(Allocator):

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from tg.core.codegen.linearizer import Linearized, linearize
+from tg.core.codegen.linearizer import Linearized
 from tg.core.codegen.uops import UOp, UOps
 from tg.core.dtype import DType, dtypes
 from tg.core.ops import BinaryOps, ReduceOps, TernaryOps, UnaryOps
@@ -453,25 +453,6 @@ DIALECTS: dict[str, Dialect] = {
         int_max="tg_max({0},{1})",
     ),
 }
-
-
-
-def linearize_for(kernel, dialect: Dialect, cpu_vector_bytes: int = 0, group_size: int = 256,
-                  serial: bool = False) -> Linearized:
-    """The kernel lowered for a dialect: SIMD lanes where the dialect has vectors (as wide as its own
-    width, or the running CPU's for C), global ids on GPU dialects, reduces shared by work-groups of
-    at most group_size items; `serial`: no loop shared among threads."""
-    vec = dialect.vec
-    width = (vec.bytes or cpu_vector_bytes) if vec is not None else 0
-    return linearize(
-        kernel,
-        vector_width_bytes=width or 16,
-        use_lanes=width > 0,
-        gpu=dialect.global_id is not None,
-        group_size=group_size,
-        serial=serial,
-        narrow_lanes=vec is not None and vec.narrow,
-    )
 
 
 def _lit(value, dtype: DType, d: Dialect) -> str:

@@ -1,0 +1,73 @@
+"""The CPU's strategy, in one place: what a scheduled kernel becomes on the CPU (`choose`) and the row
+groups a schedule is cut into first (`fuse_rows`). runtime/ops_cpu.py wires the device to them.
+
+`choose` decides, in this order:
+1. a row group (codegen/rows.py, made by `fuse_rows`) is one function running its kernels block by block;
+2. a contraction large enough to block (`heuristics.contraction`: matmul in any layout, batched) of
+   bfloat16 factors, on a bfloat16 unit the CPU has and that pays (`bf16.unit`), is a packed AMX or
+   VDPBF16PS nest (codegen/bf16.py);
+3. another contraction is a blocked, packed nest (codegen/gemm.py) where the rule or the search
+   (`search.choose`, codegen/search.py) says it beats the one-pass kernel;
+4. every other kernel is the linearizer's one-pass loop nest (`linearizer.linearize_for`).
+TG_NOOPT=1 takes 4 for every kernel and cuts no row groups.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from tg import config
+from tg.core.codegen import bf16, gemm, heuristics, rows, search
+from tg.core.codegen.linearizer import linearize_for
+
+if TYPE_CHECKING:
+    from tg.core.runtime.ops_cpu import CPUDevice
+
+
+class Choice(NamedTuple):
+    """What a kernel becomes: kind is "rows", "bf16", "gemm" or "one-pass"; for the nests, the
+    contraction and its parameters (a `gemm.Params`, or the bf16 unit's rule)."""
+    kind: str
+    contraction: Any = None
+    params: Any = None
+
+
+def fuse_rows(dev: CPUDevice, items: list, outs: list) -> list:
+    """The schedule with its row groups of CPU kernels as one item each (codegen/rows.py); a kernel that
+    is a contraction stays alone (it has a nest of its own)."""
+    if config.TG_NOOPT:
+        return items
+    lanes = dev.vector_bytes // 4
+    alone = lambda k: heuristics.contraction(k, lanes) is None      # noqa: E731  (a contraction keeps its nest)
+    return rows.fuse(items, outs, dev.name, alone, config.TG_CPU_THREADS)
+
+
+def choose(dev: CPUDevice, kernel: Any) -> Choice:
+    """What `kernel` becomes on this CPU (see the module docstring for the order)."""
+    if isinstance(kernel, rows.RowGroup):
+        return Choice("rows")
+    lanes = dev.vector_bytes // 4
+    c = None if config.TG_NOOPT else heuristics.contraction(kernel, lanes)
+    if c is None:
+        return Choice("one-pass")
+    unit = bf16.unit(c, dev.features, dev.usable)
+    if unit is not None:
+        return Choice("bf16", c, bf16.rule(c, unit))
+
+    def one_pass(name: str) -> str:       # what the search times the nests against
+        return dev.renderer.render(linearize_for(kernel, dev.renderer.d, **dev.lower_options), name)
+    p = search.choose(c, gemm.name(c), lanes, dev.renderer, dev.compiler, one_pass)
+    return Choice("one-pass") if p is None else Choice("gemm", c, p)
+
+
+def lower(dev: CPUDevice, kernel: Any) -> tuple[str, str, Any]:
+    """(name, source, info) of a scheduled kernel or row group, as `choose` decides."""
+    choice = choose(dev, kernel)
+    lanes = dev.vector_bytes // 4
+    if choice.kind == "rows":
+        return rows.render(kernel, dev.renderer, dev.vector_bytes)
+    if choice.kind == "bf16":
+        return gemm.lower(choice.contraction, choice.params, dev.renderer, lanes, bf16.render)
+    if choice.kind == "gemm":
+        return gemm.lower(choice.contraction, choice.params, dev.renderer, lanes)
+    lin = linearize_for(kernel, dev.renderer.d, **dev.lower_options)
+    return lin.name, dev.renderer.render(lin), lin
