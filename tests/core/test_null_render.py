@@ -69,3 +69,37 @@ def test_the_op_suite_uses_every_uop_and_each_renders():
                 for u in lin.uops:
                     seen.setdefault(u.op, f"{dialect}/{name}")
     assert [op for op in UOps if op not in seen] == []
+
+
+def contraction_suite():
+    """Contractions large enough for the CPU's nests (heuristics.contraction): a matmul past
+    heuristics.worth's sizes, a conv (a reduce over Cin x kh x kw) and its weight gradient, and a
+    bfloat16 product."""
+    rng = np.random.default_rng(0)
+
+    def t(*shape, dtype=np.float32, grad=False):
+        return Tensor(rng.standard_normal(shape).astype(dtype), device="NULL", requires_grad=grad)
+    img, k = t(2, 64, 40, 40), t(64, 64, 3, 3, grad=True)
+    (img.conv2d(k, padding=1) * t(2, 64, 40, 40)).sum().backward()
+    return {"matmul": t(512, 256) @ t(256, 1024), "conv2d": img.conv2d(k, padding=1),
+            "conv2d weight grad": k.grad, "bfloat16 matmul": t(64, 256).bfloat16() @ t(256, 256).bfloat16()}
+
+
+def test_the_cpu_nests_render_and_compile():
+    """In the c dialect the NULL device renders a contraction as the CPU's nest by the rules of thumb
+    (codegen/cpu.py nest_by_rule), so the nests' C (codegen/gemm.py) is checked with the other
+    kernels': every source of the suites builds with the CPU's compiler, and the nests are among them."""
+    from tg.core.codegen import gemm, heuristics
+    from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
+    null, cpu, c_renderer = Device["NULL"], Device["CPU"], CStyleRenderer(DIALECTS["c"])
+    nests = set()
+    for name, out in {**op_suite(), **contraction_suite()}.items():
+        for it in [it for it in create_schedule([out.lazydata]) if it.kind == "kernel"]:
+            src = null.render(it.kernel, "c")
+            cpu.compiler.compile(src)                   # raises CompileError with the source's line
+            c = heuristics.contraction(it.kernel, 16)
+            p = c and (heuristics.params(c, 16) if c.narrow or c.low else heuristics.rule(c, 16))
+            if p is not None:          # the nest's own source, not the one-pass kernel's
+                assert src == gemm.lower(c, p, c_renderer, 16)[1], name
+                nests.add(p.nest)
+    assert nests == {"packed", "direct", "broadcast"}, nests

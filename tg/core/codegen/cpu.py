@@ -71,3 +71,15 @@ def lower(dev: CPUDevice, kernel: Any) -> tuple[str, str, Any]:
         return gemm.lower(choice.contraction, choice.params, dev.renderer, lanes)
     lin = linearize_for(kernel, dev.renderer.d, **dev.lower_options)
     return lin.name, dev.renderer.render(lin), lin
+
+
+def nest_by_rule(kernel: Any, renderer: Any, vector_bytes: int) -> tuple[str, str, Any] | None:
+    """(name, source, info) of the nest the rules of thumb give a contraction, without a search or a
+    bfloat16 unit (what the NULL device renders for the c dialect, so that the nests' C is checked with
+    every other kernel's), or None where the rule keeps the one-pass kernel."""
+    lanes = vector_bytes // 4
+    c = None if config.TG_NOOPT else heuristics.contraction(kernel, lanes)
+    if c is None:
+        return None
+    p = heuristics.params(c, lanes) if c.narrow or c.low else heuristics.rule(c, lanes)
+    return None if p is None else gemm.lower(c, p, renderer, lanes)

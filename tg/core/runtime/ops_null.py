@@ -42,24 +42,28 @@ class NullDevice(Compiled):
 
     def lower(self, kernel):
         """As the device of the dialect lowers it: on CUDA a bfloat16 or float16 contraction is the
-        tensor-core kernel (codegen/mma.py, for an sm_90 GPU), else the linearizer's kernel."""
-        found = self._tensor_cores(kernel, self.renderer)
+        tensor-core kernel (codegen/mma.py, for an sm_90 GPU); in C a large contraction is the CPU's
+        nest by the rules of thumb (codegen/cpu.py, AVX-512 widths); else the linearizer's kernel."""
+        found = self._nest(kernel, self.renderer)
         return found if found is not None else super().lower(kernel)
 
     def render(self, kernel, dialect: str | None = None) -> str:
         """The source of a kernel in a dialect (default TG_NULL_DIALECT), as that device would run it."""
         d = _dialect(dialect or config.TG_NULL_DIALECT)
-        found = self._tensor_cores(kernel, CStyleRenderer(d))
+        found = self._nest(kernel, CStyleRenderer(d))
         if found is not None:
             return found[1]
         return CStyleRenderer(d).render(linearize_for(kernel, d, **self.lower_options))
 
-    @staticmethod
-    def _tensor_cores(kernel, renderer: CStyleRenderer):
-        from tg.core.codegen import mma
-        if renderer.d.name != "cuda" or config.TG_NOOPT:
+    def _nest(self, kernel, renderer: CStyleRenderer):
+        from tg.core.codegen import cpu, mma
+        if config.TG_NOOPT:
             return None
-        return mma.lower(kernel, renderer, (9, 0))
+        if renderer.d.name == "cuda":
+            return mma.lower(kernel, renderer, (9, 0))
+        if renderer.d.name == "c":
+            return cpu.nest_by_rule(kernel, renderer, self.lower_options["cpu_vector_bytes"])
+        return None
 
 
 def _dialect(name: str):
