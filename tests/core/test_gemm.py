@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from tg import Device, Tensor
-from tg.core.codegen import gemm, heuristics
+from tg.core.codegen import gemm, heuristics, nests
 from tg.core.codegen.linearizer import linearize_for
 from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
 from tg.core.runtime.ops_cpu import ClangCompiler, _vector_bytes, scratch_library
@@ -157,7 +157,7 @@ def test_gradients_of_a_matmul_match_numpy(nest):
 
 def build(c: gemm.Contraction, p: gemm.Params, prefix: str = "", threads: int = 0):
     renderer = CStyleRenderer(DIALECTS["c"], threads=threads) if threads else Device["CPU"].renderer
-    src = prefix + gemm.render(c, p, renderer, "g_test", LANES)
+    src = prefix + nests.render(c, p, renderer, "g_test", LANES)
     scratch_library()       # what the nests take their packing buffers from
     lib = ctypes.CDLL(str(ClangCompiler().compile(src)))
     return lib.g_test
@@ -206,8 +206,8 @@ def test_two_contractions_share_a_translation_unit():
     c2 = contraction(T(a2) @ T(b2))
     assert c1 is not None and c2 is not None
     dev = Device["CPU"]
-    srcs = [gemm.render(c1, heuristics.params(c1, LANES), dev.renderer, "g_one", LANES),
-            gemm.render(c2, heuristics.params(c2, LANES), dev.renderer, "g_two", LANES)]
+    srcs = [nests.render(c1, heuristics.params(c1, LANES), dev.renderer, "g_one", LANES),
+            nests.render(c2, heuristics.params(c2, LANES), dev.renderer, "g_two", LANES)]
     paths = ClangCompiler().compile_batch(srcs)
     out1, out2 = np.zeros((300, 150), np.float32), np.zeros((3, 100, 220), np.float32)
     run(ctypes.CDLL(str(paths[0])).g_one, out1, a1, b1)
@@ -325,7 +325,7 @@ def forced(monkeypatch):
     def force(p: gemm.Params):
         def choose(c, name, lanes, renderer, compiler, one_pass):
             seen.append(c)
-            return gemm.clamp(c, p, lanes) if gemm.runs(c, gemm.clamp(c, p, lanes), lanes) else None
+            return gemm.clamp(c, p, lanes) if nests.runs(c, gemm.clamp(c, p, lanes), lanes) else None
         monkeypatch.setattr(search, "choose", choose)
         return seen
     return force
@@ -339,7 +339,7 @@ def test_a_convs_reduce_reads_the_input_rows_in_place():
     assert c is not None and c.sizes == (2, 24, 40 * 42, 16 * 9) and len(c.k_dims) == 3
     assert gemm.direct_ok(c, LANES) and gemm._separable(c)
     rule = heuristics.direct_rule(c, LANES)
-    assert rule is not None and rule.nest == "direct" and gemm.runs(c, rule, LANES)
+    assert rule is not None and rule.nest == "direct" and nests.runs(c, rule, LANES)
     square = contraction(T(rand(300, 200)) @ T(rand(200, 150)))
     assert square is not None and gemm.direct_ok(square, LANES)
     assert heuristics.direct_rule(square, LANES) is None
@@ -380,7 +380,7 @@ def test_the_direct_nest_streams_a_large_output_where_it_is_aligned(hw, forced):
     assert seen and seen[-1].kernel.buf_sizes[0] * 4 >= 4 << 20
     if LANES == 16:
         c = seen[-1]
-        src = gemm.render(c, gemm.clamp(c, DIRECT[0], LANES), Device["CPU"].renderer, "s", LANES)
+        src = nests.render(c, gemm.clamp(c, DIRECT[0], LANES), Device["CPU"].renderer, "s", LANES)
         assert "_mm512_stream_ps" in src and "_mm_sfence" in src
     close(got, conv_ref(x, w, (1, 1)))
 
@@ -480,7 +480,7 @@ def test_the_broadcast_rule_takes_long_reduces_over_column_runs():
     long, short = wgrad_contraction(40), wgrad_contraction(20)
     assert long is not None and long.size(long.k_dims) >= 1024 and gemm.broadcast_ok(long)
     rule = heuristics.broadcast_rule(long, LANES)
-    assert rule is not None and rule.nest == "broadcast" and gemm.runs(long, rule, LANES)
+    assert rule is not None and rule.nest == "broadcast" and nests.runs(long, rule, LANES)
     assert short is None or heuristics.broadcast_rule(short, LANES) is None
     square = contraction(T(rand(300, 2000)) @ T(rand(2000, 150)))
     assert square is not None and gemm.broadcast_ok(square)

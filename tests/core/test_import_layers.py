@@ -26,7 +26,7 @@ LAYERS = [
     ["tg.core.codegen.linearizer"],
     ["tg.core.codegen.renderer"],
     ["tg.core.codegen.gemm", "tg.core.codegen.rows"],
-    ["tg.core.codegen.heuristics"],
+    ["tg.core.codegen.heuristics", "tg.core.codegen.nests"],
     ["tg.core.codegen.bf16", "tg.core.codegen.mma"],
     ["tg.core.compiler", "tg.core.device"],
     ["tg.core.codegen.search"],

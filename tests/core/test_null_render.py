@@ -89,10 +89,10 @@ def test_the_cpu_nests_render_and_compile():
     """In the c dialect the NULL device renders a contraction as the CPU's nest by the rules of thumb
     (codegen/cpu.py nest_by_rule), so the nests' C (codegen/gemm.py) is checked with the other
     kernels': every source of the suites builds with the CPU's compiler, and the nests are among them."""
-    from tg.core.codegen import gemm, heuristics
+    from tg.core.codegen import heuristics, nests
     from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
     null, cpu, c_renderer = Device["NULL"], Device["CPU"], CStyleRenderer(DIALECTS["c"])
-    nests = set()
+    seen = set()
     for name, out in {**op_suite(), **contraction_suite()}.items():
         for it in [it for it in create_schedule([out.lazydata]) if it.kind == "kernel"]:
             src = null.render(it.kernel, "c")
@@ -100,6 +100,6 @@ def test_the_cpu_nests_render_and_compile():
             c = heuristics.contraction(it.kernel, 16)
             p = c and (heuristics.params(c, 16) if c.narrow or c.low else heuristics.rule(c, 16))
             if p is not None:          # the nest's own source, not the one-pass kernel's
-                assert src == gemm.lower(c, p, c_renderer, 16)[1], name
-                nests.add(p.nest)
-    assert nests == {"packed", "direct", "broadcast"}, nests
+                assert src == nests.lower(c, p, c_renderer, 16)[1], name
+                seen.add(p.nest)
+    assert seen == {"packed", "direct", "broadcast"}, seen

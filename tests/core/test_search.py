@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from tg import Device, Tensor
-from tg.core.codegen import gemm, heuristics, search
+from tg.core.codegen import gemm, heuristics, nests, search
 from tg.core.codegen.linearizer import linearize_for
 from tg.core.dtype import dtypes
 from tg.core.runtime.ops_cpu import ClangCompiler, _vector_bytes
@@ -121,12 +121,12 @@ CRASH = """
     first = search.candidates
     search.candidates = lambda lanes: [(5, lanes, 64, 20, 4096)] + first(lanes)[:1]
     search.direct_candidates = search.broadcast_candidates = lambda lanes: []
-    render = gemm.render
+    render = nests.render
     def crashing(c, p, renderer, name, lanes):
         if p.mr == 5:                  # no other candidate has 5 rows
             return f"void {name}(void) {{ *(volatile float*)16 = 1.0f; }}"
         return render(c, p, renderer, name, lanes)
-    gemm.render = crashing
+    nests.render = crashing
     a = np.random.default_rng(0).standard_normal((128, 256)).astype(np.float32)
     b = np.random.default_rng(1).standard_normal((256, 160)).astype(np.float32)
     got = (Tensor(a) @ Tensor(b)).numpy()
@@ -179,7 +179,7 @@ def test_candidates_that_compute_other_values_are_never_chosen(monkeypatch, tmp_
                         first(lanes)[:1])
     monkeypatch.setattr(search, "direct_candidates", lambda lanes: [])
     monkeypatch.setattr(search, "broadcast_candidates", lambda lanes: [])
-    render = gemm.render
+    render = nests.render
     bad = {5: "", 7: "d0[3] += 1.0f;", 9: f"d0[{size}] = 0.0f;"}
 
     def wrong(c, p, renderer, name, lanes):
@@ -194,7 +194,7 @@ def test_candidates_that_compute_other_values_are_never_chosen(monkeypatch, tmp_
                         lambda name: dev.renderer.render(lin, name))
     assert won is None or won.mr not in bad
     (record,) = records(tmp_path)
-    assert record["tried"] == record["of"] == len(search.nests(c, LANES))
+    assert record["tried"] == record["of"] == len(search.ways(c, LANES))
     for k, sec in record["timed"]:
         assert (sec is None) == (k is not None and k[0] in bad), (k, sec)
     assert sum("computed wrong values" in r.getMessage() for r in caplog.records) == 3
@@ -287,7 +287,7 @@ def guard_memory(mp: pytest.MonkeyPatch) -> list[np.ndarray]:
 
 
 def every_nest(layer: str, batch: int, mp: pytest.MonkeyPatch) -> set:
-    """The layer run once per way the search may run its contractions (the i-th of search.nests for
+    """The layer run once per way the search may run its contractions (the i-th of search.ways for
     each, in turn i), each time on guarded memory and against its float64 sums; the (kernel, nest)
     pairs that ran."""
     program, want = LAYERS[layer](batch)
@@ -297,7 +297,7 @@ def every_nest(layer: str, batch: int, mp: pytest.MonkeyPatch) -> set:
     turn, ran, counts = [0], set(), [1]
 
     def choose(c, name, lanes, renderer, compiler, one_pass):
-        options = search.nests(c, lanes)
+        options = search.ways(c, lanes)
         counts.append(len(options))
         p = options[turn[0] % len(options)]
         ran.add((c.ast.key, p))

@@ -42,24 +42,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tg.core.codegen.gemm import (
+from tg.core.codegen.gemm import Contraction, Params, _depends, _vars
+from tg.core.codegen.linearizer import _coef
+from tg.core.codegen.nests import (
     SCRATCH_DECLS,
-    Contraction,
-    Params,
     _context,
     _decode,
-    _depends,
     _epilogue,
     _fallback,
     _index,
     _inner_stride,
     _naive,
     _params,
-    _vars,
     narrow_word,
     stored,
 )
-from tg.core.codegen.linearizer import _coef
 from tg.core.codegen.renderer import _C_TYPES, CStyleRenderer
 from tg.core.dtype import dtypes
 from tg.core.kernel import AstOps, KOp

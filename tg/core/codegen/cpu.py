@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tg import config
-from tg.core.codegen import bf16, gemm, heuristics, rows, search
+from tg.core.codegen import bf16, heuristics, nests, rows, search
 from tg.core.codegen.linearizer import linearize_for
 
 if TYPE_CHECKING:
@@ -55,7 +55,7 @@ def choose(dev: CPUDevice, kernel: Any) -> Choice:
 
     def one_pass(name: str) -> str:       # what the search times the nests against
         return dev.renderer.render(linearize_for(kernel, dev.renderer.d, **dev.lower_options), name)
-    p = search.choose(c, gemm.name(c), lanes, dev.renderer, dev.compiler, one_pass)
+    p = search.choose(c, nests.name(c), lanes, dev.renderer, dev.compiler, one_pass)
     return Choice("one-pass") if p is None else Choice("gemm", c, p)
 
 
@@ -66,9 +66,9 @@ def lower(dev: CPUDevice, kernel: Any) -> tuple[str, str, Any]:
     if choice.kind == "rows":
         return rows.render(kernel, dev.renderer, dev.vector_bytes)
     if choice.kind == "bf16":
-        return gemm.lower(choice.contraction, choice.params, dev.renderer, lanes, bf16.render)
+        return nests.lower(choice.contraction, choice.params, dev.renderer, lanes, bf16.render)
     if choice.kind == "gemm":
-        return gemm.lower(choice.contraction, choice.params, dev.renderer, lanes)
+        return nests.lower(choice.contraction, choice.params, dev.renderer, lanes)
     lin = linearize_for(kernel, dev.renderer.d, **dev.lower_options)
     return lin.name, dev.renderer.render(lin), lin
 
@@ -82,4 +82,4 @@ def nest_by_rule(kernel: Any, renderer: Any, vector_bytes: int) -> tuple[str, st
     if c is None:
         return None
     p = heuristics.params(c, lanes) if c.narrow or c.low else heuristics.rule(c, lanes)
-    return None if p is None else gemm.lower(c, p, renderer, lanes)
+    return None if p is None else nests.lower(c, p, renderer, lanes)

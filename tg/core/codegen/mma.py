@@ -27,17 +27,9 @@ sm_80 and sm_90; scripts/gpu_check.py runs them where a GPU is. The shared-memor
 from __future__ import annotations
 
 from tg.core.codegen import heuristics
-from tg.core.codegen.gemm import (
-    Contraction,
-    _decode,
-    _epilogue,
-    _index,
-    _inner_stride,
-    info,
-    narrow_word,
-    stored,
-)
+from tg.core.codegen.gemm import Contraction
 from tg.core.codegen.linearizer import Linearized
+from tg.core.codegen.nests import _decode, _epilogue, _index, _inner_stride, info, narrow_word, stored
 from tg.core.codegen.renderer import CStyleRenderer
 from tg.core.dtype import dtypes
 from tg.core.kernel import KOp

@@ -42,7 +42,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg import config
-from tg.core.codegen import gemm, heuristics
+from tg.core.codegen import gemm, heuristics, nests
 from tg.core.compiler import CompileError
 from tg.core.dtype import dtypes
 
@@ -60,7 +60,7 @@ def candidates(lanes: int) -> list[tuple[int, int, int, int, int]]:
 
 
 def direct_candidates(lanes: int) -> list[tuple[int, int, int, int, int, str]]:
-    """Register tiles for the nest that reads y where it lies (gemm.render_direct)."""
+    """Register tiles for the nest that reads y where it lies (nests.render_direct)."""
     tiles = [(8, 3 * lanes), (6, 4 * lanes), (8, 2 * lanes), (4, 6 * lanes)] if lanes >= 16 else \
         [(4, 3 * lanes), (6, 2 * lanes)]
     return [(mr, nr, 0, 0, 0, "direct") for mr, nr in tiles]
@@ -68,7 +68,7 @@ def direct_candidates(lanes: int) -> list[tuple[int, int, int, int, int, str]]:
 
 def broadcast_candidates(lanes: int) -> list[tuple[int, int, int, int, int, str]]:
     """Register tiles (vectors of rows x columns) for the nest that broadcasts y where it lies
-    (gemm.render_broadcast), a K block of 1024."""
+    (nests.render_broadcast), a K block of 1024."""
     tiles = [(4, 6), (2, 12), (4, 5), (3, 8)] if lanes >= 16 else [(2, 6), (3, 4)]
     return [(mr, nr, 1024, 0, 0, "broadcast") for mr, nr in tiles]
 
@@ -145,7 +145,7 @@ def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, gemm.Para
         p = _params(won)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return "none", None, {}   # absent, or damaged (a crash mid-write cannot leave one: writes are atomic)
-    if min(astuple(p)[:5]) < 1 or gemm.clamp(c, p, lanes) != p or not gemm.runs(c, p, lanes):
+    if min(astuple(p)[:5]) < 1 or gemm.clamp(c, p, lanes) != p or not nests.runs(c, p, lanes):
         return "none", None, {}
     return done, p, timed
 
@@ -241,7 +241,7 @@ def wrong(got: np.ndarray, want: np.ndarray) -> str | None:
 _spent = [0.0]      # seconds this process has searched: TG_BEAM bounds the total
 
 
-def nests(c: gemm.Contraction, lanes: int) -> list[gemm.Params | None]:
+def ways(c: gemm.Contraction, lanes: int) -> list[gemm.Params | None]:
     """Every way the search may run c, the rule's first: the rule's choice, its other one (one-pass
     kernel or packed nest), the packed nests of candidates() and the direct and broadcast ones where c
     allows them, each fitted to c (duplicates once)."""
@@ -291,7 +291,7 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
         return known
     if budget <= 0:
         return rule
-    tried = nests(c, lanes)
+    tried = ways(c, lanes)
     timed = {k: v for k, v in timed.items() if k in {_key(p) for p in tried}}
     if timed.get(None) == BAD:    # no reference to check the candidates against: none is a choice
         timed.update({_key(p): BAD for p in tried})
@@ -336,7 +336,7 @@ def _time(c: gemm.Contraction, todo: list, timed: Timed, name: str, lanes: int, 
         for first in range(0, len(order), workers):
             batch = list(enumerate(order))[first:first + workers]
             srcs = [one_pass(f"{name}_s{i}") if p is None else
-                    gemm.render(c, p, renderer, f"{name}_s{i}", lanes) for i, p in batch]
+                    nests.render(c, p, renderer, f"{name}_s{i}", lanes) for i, p in batch]
             # every build of the batch done before any timing: a compiler still running on another
             # core would stall the candidate's threads (measured: 0.6 ms runs timed at 4-8 ms)
             libs = list(pool.map(_build, [compiler] * len(srcs), srcs))
