@@ -413,7 +413,7 @@ def test_mpi_watchdog_names_the_rank_that_did_not_arrive(tmp_path, late, doing):
 
 def mpi_rank_disagrees(rank: int, world: int) -> str:
     if rank == 1:          # only rank 0 tries: a group it never joins would stall the others' set-up
-        from tg.distributed.mpi import load_mpi
+        from tg.distributed.transport.mpi import load_mpi
         load_mpi()
         return "not tried"
     try:

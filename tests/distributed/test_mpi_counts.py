@@ -114,7 +114,9 @@ def count_suite(rank: int, world: int) -> list[str]:  # noqa: C901
     x = np.ones(5)
     dist.all_reduce(x)
     check("all_reduce after the wrong recv", x, np.full(5, float(world)))
-    from tg.distributed.mpi import DESC_BYTES  # a send's descriptor: a fixed, small message of its own
+    from tg.distributed.transport.mpi import (
+        DESC_BYTES,  # a send's descriptor: a fixed, small message of its own
+    )
     big = [(name, size) for name, size in seen if size > LIMIT and size != DESC_BYTES]
     if big:
         bad.append(f"MPI calls given more than {LIMIT} elements: {sorted(set(big))[:10]}")

@@ -33,11 +33,11 @@ import numpy as np
 
 from tg import config
 from tg.core.host import HOST_DEVICES, HostView
-from tg.distributed.backends import BACKENDS
 from tg.distributed.errors import DistributedError
 from tg.distributed.group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.store import TCPStore
 from tg.distributed.transport import wire
+from tg.distributed.transport.backends import BACKENDS
 from tg.distributed.transport.wire import carried
 
 log = logging.getLogger("tg.distributed")
@@ -219,7 +219,7 @@ def _choose_backend(asked: str | None) -> str:
     """The argument, else TG_BACKEND, else mpi under mpiexec (unless a torchrun-style launcher set RANK),
     else tcp (with shared memory between ranks on one host). torch's names are accepted, in any case:
     'gloo' and 'nccl' mean tcp, 'mpi' mpi, and 'cpu:gloo,cuda:nccl' each part's."""
-    from tg.distributed.mpi import under_mpiexec
+    from tg.distributed.transport.mpi import under_mpiexec
     name = (asked or config.TG_BACKEND or "").strip().lower()
     if not name:
         return "mpi" if under_mpiexec() and config.RANK < 0 else "tcp"

@@ -17,9 +17,9 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tg.distributed import algorithms as alg
-from tg.distributed.algorithms import Arrays, ReduceOp, gather_pairs, reducer
 from tg.distributed.errors import CollectiveTimeout, DistributedError, ranks_phrase
+from tg.distributed.transport import algorithms as alg
+from tg.distributed.transport.algorithms import Arrays, ReduceOp, gather_pairs, reducer
 from tg.distributed.transport.wire import describe, encode_desc
 
 __all__ = ["ProcessGroup", "ReduceOp", "reducer", "gather_pairs", "Arrays"]

@@ -18,7 +18,7 @@ import numpy as np
 from tg.distributed.transport.wire import DESC
 
 if TYPE_CHECKING:
-    from tg.distributed.algorithms import ReduceOp
+    from tg.distributed.transport.algorithms import ReduceOp
 
 
 class Sent(Protocol):
@@ -126,7 +126,7 @@ class Transport(Protocol):
     def collectives(self, ranks: list[int]) -> Any:
         """The group's Collectives (ranks[r]: group rank r's global rank, for messages): tg's algorithms
         over these frames, unless the transport has something better."""
-        from tg.distributed.algorithms import OverTransport
+        from tg.distributed.transport.algorithms import OverTransport
         return OverTransport(self, ranks)
 
     def abort(self, reason: str) -> None:

@@ -19,7 +19,7 @@ import numpy as np
 from tg.distributed.transport import wire
 
 if TYPE_CHECKING:
-    from tg.distributed.algorithms import ReduceOp
+    from tg.distributed.transport.algorithms import ReduceOp
 
 REDUCTIONS = Path(__file__).with_name("reductions.c")
 # -ffp-contract=off: products and sums rounded as written, never fused into multiply-adds

@@ -31,7 +31,7 @@ from tg.distributed.errors import CollectiveTimeout, DistributedError
 from tg.distributed.transport import native, wire
 
 if TYPE_CHECKING:
-    from tg.distributed.algorithms import ReduceOp
+    from tg.distributed.transport.algorithms import ReduceOp
     from tg.distributed.transport.shm import Segment
 
 log = logging.getLogger("tg.distributed.transport.shm")

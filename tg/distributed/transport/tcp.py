@@ -292,7 +292,7 @@ class TcpTransport(Transport):
     def collectives(self, ranks: list[int]) -> Any:
         """The group's collectives: the shared-memory engine when it was set up, else the algorithms
         over this transport's frames."""
-        from tg.distributed.algorithms import OverTransport
+        from tg.distributed.transport.algorithms import OverTransport
         return OverTransport(self, ranks) if self.engine is None else self.engine.named(ranks)
 
     def _setup_engine(self, store: TCPStore, prefix: str) -> bool:

@@ -223,7 +223,7 @@ class UcxTransport(Transport):
     def collectives(self, ranks: list[int]) -> Any:
         """The algorithms over this transport, with the large all_reduce in the engine (ucx_engine.py)
         when every rank has it."""
-        from tg.distributed.algorithms import OverTransport
+        from tg.distributed.transport.algorithms import OverTransport
         from tg.distributed.transport.ucx_engine import UcxCollectives
         return OverTransport(self, ranks) if self.engine is None else UcxCollectives(self, ranks, self.engine)
 

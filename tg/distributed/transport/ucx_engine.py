@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from tg.distributed.algorithms import FOLD, SMALL, Call, OverTransport, ReduceOp
 from tg.distributed.errors import CollectiveTimeout, DistributedError
 from tg.distributed.transport import native, wire
+from tg.distributed.transport.algorithms import FOLD, SMALL, Call, OverTransport, ReduceOp
 
 if TYPE_CHECKING:
     from tg.distributed.store import TCPStore

@@ -71,14 +71,14 @@ class Mpi(Backend):
 
     def world(self, rank: int | None, world_size: int | None,
               timeout: float) -> tuple[ProcessGroup, int] | None:
-        from tg.distributed.mpi import init_world
+        from tg.distributed.transport.mpi import init_world
         return init_world(rank, world_size, timeout)
 
     def subgroup(self, default: ProcessGroup, ranks: list[int], name: str) -> ProcessGroup | None:
         return default.subgroup(ranks, name)  # type: ignore[attr-defined]  # an MpiGroup
 
     def finish(self) -> None:
-        from tg.distributed.mpi import finish
+        from tg.distributed.transport.mpi import finish
         finish()
 
 
