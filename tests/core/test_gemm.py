@@ -44,7 +44,7 @@ def nest(monkeypatch):
     """Every contraction takes the nest (by rule only large ones do), built afresh; nest() afterwards says
     whether one ran."""
     dev = Device["CPU"]
-    monkeypatch.setattr(gemm, "worth", lambda c: True)
+    monkeypatch.setattr(heuristics, "worth", lambda c: True)
     monkeypatch.setenv("TG_BEAM", "0")
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
     monkeypatch.setattr(dev, "_by_ast", OrderedDict())

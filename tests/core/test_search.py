@@ -117,7 +117,7 @@ def test_a_searched_kernel_whose_one_pass_kernel_streams_runs(tmp_path):
 CRASH = """
     import numpy as np
     from tg import Tensor
-    from tg.core.codegen import gemm, search
+    from tg.core.codegen import nests, search
     first = search.candidates
     search.candidates = lambda lanes: [(5, lanes, 64, 20, 4096)] + first(lanes)[:1]
     search.direct_candidates = search.broadcast_candidates = lambda lanes: []
@@ -187,7 +187,7 @@ def test_candidates_that_compute_other_values_are_never_chosen(monkeypatch, tmp_
             return f"void {name}(void) {{ }}"
         real = render(c, p, renderer, name, lanes)
         return wrapped(real, name, bad[p.mr]) if p.mr in bad else real
-    monkeypatch.setattr(gemm, "render", wrong)
+    monkeypatch.setattr(nests, "render", wrong)
     dev = Device["CPU"]
     lin = linearize_for(c.kernel, dev.renderer.d, **dev.lower_options)
     won = search.choose(c, "g_bad", LANES, dev.renderer, ClangCompiler(),

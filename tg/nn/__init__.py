@@ -6,7 +6,7 @@
     >>> model(Tensor.ones(3, 4)).shape
     (3, 2)
 """
-from tg.nn import functional, init, optim, state, utils
+from tg.nn import checkpoint, functional, init, optim, state, utils
 from tg.nn.layers import (
     CELU,
     ELU,
@@ -98,7 +98,7 @@ from tg.nn.layers import (
 )
 from tg.nn.module import Module, ModuleDict, ModuleList, Parameter
 
-__all__ = ["functional", "init", "optim", "state", "utils", "Module", "Parameter", "ModuleList",
+__all__ = ["checkpoint", "functional", "init", "optim", "state", "utils", "Module", "Parameter", "ModuleList",
            "ModuleDict", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d", "BatchNorm1d", "BatchNorm2d",
            "LayerNorm", "RMSNorm", "GroupNorm", "Embedding",
            "Dropout", "Dropout2d", "Sequential", "Identity", "ReLU", "LeakyReLU", "ELU", "GELU", "SiLU",
