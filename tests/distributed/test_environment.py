@@ -6,6 +6,7 @@ import time
 import pytest
 
 import tg.distributed as dist
+from tg.distributed import startup
 
 ALL = [
     "RANK",
@@ -49,7 +50,7 @@ def clean_env(monkeypatch):
 def test_detect(monkeypatch, env, expected):
     for k, v in env.items():
         monkeypatch.setenv(k, v)
-    assert dist._detect() == expected
+    assert startup._detect() == expected
 
 
 def test_multi_rank_without_master_is_a_clear_error(monkeypatch):
@@ -97,7 +98,7 @@ def test_bad_launcher_variables_raise_naming_them(monkeypatch, env, named):
 def test_slurm_allocation_shell_is_one_rank(monkeypatch):
     """salloc and sbatch set SLURM_NTASKS in a shell that is no task: a plain `python` there is one rank."""
     monkeypatch.setenv("SLURM_NTASKS", "4")
-    assert dist._detect() == (0, 1, 0)
+    assert startup._detect() == (0, 1, 0)
 
 
 @pytest.mark.parametrize("port", ["70000", "0", "-1", "http"])

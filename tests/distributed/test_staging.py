@@ -76,7 +76,7 @@ def _pipelined_collectives(rank: int, world: int, n: int, dtype: str) -> dict:
 @pytest.mark.parametrize("world", [2, 3])
 def test_large_collectives_on_device_tensors_move_in_parts(world):
     needs_cl()
-    from tg.distributed import STAGE_PART
+    from tg.distributed.staging import STAGE_PART
     n = 2 * STAGE_PART // 4 + 12345                   # three parts, the last one short
     results = run_ranks(world, _pipelined_collectives, n, "float32", env=CL_ENV, timeout=240)
     assert [r["device"] for r in results] == per_rank_devices(world, results[0]["count"])
@@ -86,7 +86,7 @@ def test_large_collectives_on_device_tensors_move_in_parts(world):
 def test_pipelined_int32_over_mpi():
     needs_cl()
     require("mpi")
-    from tg.distributed import STAGE_PART
+    from tg.distributed.staging import STAGE_PART
     # mpiexec binds each rank to a core, so each rank's CPU device is already its own: no split
     results = run_ranks(2, _pipelined_collectives, STAGE_PART // 4 + 3, "int32", env={"TG_DEVICE": KIND},
                         backend="mpi", timeout=240)

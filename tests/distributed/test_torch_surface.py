@@ -24,8 +24,9 @@ from test_training import (
 
 import tg.distributed as dist
 from tg import Tensor, nn
-from tg.distributed import _choose_backend
+from tg.distributed import startup
 from tg.distributed.optim import ZeroRedundancyOptimizer
+from tg.distributed.startup import _choose_backend
 from tg.nn.parallel import DistributedDataParallel
 from tg.nn.state import get_parameters
 from tg.utils.checkpoint import checkpoint, checkpoint_sequential
@@ -179,7 +180,7 @@ def test_unknown_backend_names_the_accepted_ones():
 
 def test_backend_mapping_is_printed_once_at_debug_1(monkeypatch, capsys):
     monkeypatch.setenv("DEBUG", "1")
-    monkeypatch.setattr(dist, "_MAPPED", set())
+    monkeypatch.setattr(startup, "_MAPPED", set())
     _choose_backend("nccl")
     _choose_backend("nccl")
     out = capsys.readouterr().out
