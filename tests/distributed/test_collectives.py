@@ -377,3 +377,54 @@ def group_on_tcp_in_mpi_job(rank: int, world: int) -> str:
 def test_an_mpi_job_refuses_a_group_of_another_backend():
     for said in run_ranks(2, group_on_tcp_in_mpi_job, backend="mpi"):
         assert "this job runs on mpi" in said and "needs the rendezvous store" in said, said
+
+
+def coalesced_gathers(rank: int, world: int) -> list[str]:
+    """all_gather_into_tensor_coalesced on random lists of pairs (sizes, dtypes, inputs that are the
+    output's own block or a separate array, async or not) against numpy; group.WORLD is the default."""
+    import tg.distributed as dist
+    failures = []
+    assert dist.group.WORLD is not None and dist.group.WORLD.size == world
+    for case in range(12):
+        rng = np.random.default_rng(case)            # the same choices on every rank
+        dtype = DTYPES[int(rng.integers(len(DTYPES)))]
+        sizes = [int(s) for s in rng.integers(0, 3000, int(rng.integers(1, 4)))]
+        in_place = bool(rng.integers(2))
+        outs = [np.zeros(world * n, dtype) for n in sizes]
+        mine = [inputs(rank, dtype, n + case)[:n] for n in sizes]
+        if in_place:         # each input the output's own block of this rank, as ZeRO-2 passes it
+            for out, m, n in zip(outs, mine, sizes):
+                out[rank * n:(rank + 1) * n] = m
+            ins = [out[rank * n:(rank + 1) * n] for out, n in zip(outs, sizes)]
+        else:
+            ins = mine
+        work = dist.all_gather_into_tensor_coalesced(outs, ins, async_op=bool(case % 2))
+        if work is not None:
+            work.wait()
+        for out, n in zip(outs, sizes):
+            want = np.concatenate([inputs(r, dtype, n + case)[:n] for r in range(world)])
+            if not np.array_equal(out, want):
+                failures.append(f"case {case} ({dtype}, sizes {sizes}, in place {in_place})")
+    return failures
+
+
+@pytest.mark.parametrize("world,backend", [(w, b) for w in (2, 3) for b in BACKENDS])
+def test_coalesced_all_gather_against_numpy(world, backend):
+    require(backend)
+    assert run_ranks(world, coalesced_gathers, timeout=120, backend=backend) == [[]] * world
+
+
+def test_coalesced_all_gather_refuses_bad_lists_at_the_call():
+    import tg.distributed as dist
+    dist.init_process_group()
+    try:
+        with pytest.raises(ValueError, match="same non-zero length"):
+            dist.all_gather_into_tensor_coalesced([np.zeros(2)], [])
+        with pytest.raises(ValueError, match="share one dtype"):
+            dist.all_gather_into_tensor_coalesced([np.zeros(2), np.zeros(2, np.int32)],
+                                                  [np.zeros(2), np.zeros(2, np.int32)])
+        with pytest.raises(ValueError, match="must hold 1 x input"):
+            dist.all_gather_into_tensor_coalesced([np.zeros(3)], [np.zeros(2)])
+    finally:
+        dist.destroy_process_group()
+    assert dist.group.WORLD is None

@@ -36,6 +36,25 @@ class GroupMember:
     NON_GROUP_MEMBER = object()
 
 
+class _Groups:
+    """torch.distributed.group: `group.WORLD` is the default group, None before init_process_group.
+
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> dist.group.WORLD.size
+    1
+    >>> dist.destroy_process_group(); dist.group.WORLD is None
+    True
+    """
+
+    @property
+    def WORLD(self) -> ProcessGroup | None:  # noqa: N802  (torch's name)
+        return _State.default
+
+
+group = _Groups()
+
+
 class _State:
     default: ProcessGroup | None = None
     store: TCPStore | None = None

@@ -78,7 +78,8 @@ class _Done:
 
 def _same_group(a: Any, b: Any) -> bool:
     import tg.distributed as dist
-    return a is b or (dist.is_initialized() and dist._group(a) is dist._group(b))
+    world = dist.group.WORLD
+    return a is b or (dist.is_initialized() and (world if a is None else a) is (world if b is None else b))
 
 
 class ZeroOptimizer(Optimizer):
@@ -421,12 +422,12 @@ class ZeroOptimizer(Optimizer):
         runs: dict[np.dtype, list[int]] = {}
         for b, flat in enumerate(self.flats):
             runs.setdefault(flat.np_dtype, []).append(b)
-        group = dist._group(self.group)
         for run in runs.values():
             # the memory itself on CPU, a staged copy on other devices
             values = [self.flats[b].read() for b in run]
             parts = [v[self._part(self.buckets[b])] for v, b in zip(values, run)]   # sent from where they lie
-            group.run_now(group.all_gather, values, [p.copy() for p in parts] if self._send_copy else parts)
+            sent = [p.copy() for p in parts] if self._send_copy else parts
+            dist.all_gather_into_tensor_coalesced(values, sent, self.group)
             for b, v in zip(run, values):
                 self.flats[b].write(v)     # no copy on CPU
 
