@@ -75,7 +75,8 @@ class Mpi(Backend):
         return init_world(rank, world_size, timeout)
 
     def subgroup(self, default: ProcessGroup, ranks: list[int], name: str) -> ProcessGroup | None:
-        return default.subgroup(ranks, name)  # type: ignore[attr-defined]  # an MpiGroup
+        from tg.distributed.transport.mpi import subgroup
+        return subgroup(default, ranks, name)
 
     def finish(self) -> None:
         from tg.distributed.transport.mpi import finish

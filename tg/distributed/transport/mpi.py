@@ -36,7 +36,7 @@ import numpy as np
 
 from tg import config
 from tg.distributed.errors import DistributedError, ranks_phrase
-from tg.distributed.group import Arrays, ProcessGroup, ReduceOp, gather_pairs
+from tg.distributed.group import ProcessGroup, ReduceOp
 from tg.distributed.transport import wire
 
 DESC_BYTES = wire.DESC_MAX + 2     # room for any descriptor, plus its 2-byte length
@@ -342,42 +342,86 @@ class _Agreed:
     """Enter: the watchdog starts timing the call, and one Allreduce of (h, -h) under MAX gives the max
     and -min of every rank's descriptor hash; unequal means some rank is in a different call. Exit:
     the watchdog stops timing."""
-    __slots__ = ("group", "seq", "op", "desc", "h", "guard")
+    __slots__ = ("coll", "seq", "op", "desc", "h", "guard")
 
-    def __init__(self, group: MpiGroup, seq: int, op: str, desc_hash: tuple[bytes, int]) -> None:
-        self.group, self.seq, self.op = group, seq, op
+    def __init__(self, coll: MpiCollectives, seq: int, op: str, desc_hash: tuple[bytes, int]) -> None:
+        self.coll, self.seq, self.op = coll, seq, op
         self.desc, self.h = desc_hash
 
     def __enter__(self) -> None:
-        g = self.group
+        c = self.coll
         assert _watchdog is not None
-        self.guard = _watchdog.guard(f"{self.op} #{self.seq} (group {g.name})", g.timeout, g.peers, g.name,
+        self.guard = _watchdog.guard(f"{self.op} #{self.seq} (group {c.name})", c.timeout, c.peers, c.name,
                                      self.seq)
         self.guard.__enter__()
-        pair = g.pair
+        pair = c.pair
         pair[0], pair[1] = self.h, -self.h
-        g.comm.Allreduce(g.mpi.IN_PLACE, pair, op=g.mpi.MAX)
+        c.comm.Allreduce(c.mpi.IN_PLACE, pair, op=c.mpi.MAX)
         if pair[0] != self.h or -pair[1] != self.h:
-            g._name_the_odd_rank(self.seq, self.op, self.desc)
+            c._name_the_odd_rank(self.seq, self.op, self.desc)
 
     def __exit__(self, *exc: Any) -> None:
         self.guard.__exit__()
 
 
-class MpiComms:
-    """The group's `transport`: its communicators. MPI aborts the job itself, so abort() only
-    stops using them."""
+class _Spans:
+    """MPI counts are C ints, so a call over more than 2^31 - 1 elements fails (MPI_ERR_ARG aborts the
+    job): a call moves at most TG_MPI_MAX_COUNT elements."""
+    size: int
+
+    def _spans(self, n: int, per_rank: bool = False) -> list[tuple[int, int]]:
+        """[lo, hi) ranges of n elements, one MPI call each. `per_rank`: the range is taken of every
+        rank's part at once (gather, scatter, all_gather, reduce_scatter, all_to_all), so it is kept to
+        the limit over the group size."""
+        step = max(config.TG_MPI_MAX_COUNT // (self.size if per_rank else 1), 1)
+        return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
+
+
+class MpiComms(_Spans):
+    """The group's `transport`: its communicators, point-to-point on a Dup of its own (each message
+    preceded by its descriptor), and its collectives (`collectives`: MPI's own). MPI aborts the job
+    itself, so abort() only stops using them."""
     name = kind = "mpi"
 
-    def __init__(self, mpi: Any, comm: Any, timeout: float):
-        self.mpi, self.comm, self.timeout = mpi, comm, timeout
+    def __init__(self, mpi: Any, comm: Any, ranks: list[int], timeout: float, name: str):
+        self.mpi, self.comm, self.ranks, self.timeout, self.group_name = mpi, comm, ranks, timeout, name
         self.p2p = comm.Dup()
         self.rank, self.world = comm.Get_rank(), comm.Get_size()
+        self.size = self.world
         self.closed = False
 
-    def collectives(self, ranks: list[int]) -> None:
-        """None: MpiGroup runs MPI's own collectives itself."""
-        return None
+    def collectives(self, ranks: list[int]) -> MpiCollectives:
+        return MpiCollectives(self)
+
+    def _guard(self, what: str, peers: list[int]) -> _Guard:
+        """Times a call that is not a collective of this group; `peers`: the ranks it waits for."""
+        assert _watchdog is not None
+        return _watchdog.guard(f"{what} (group {self.group_name})", self.timeout, peers)
+
+    def p2p_send(self, peer: int, desc: bytes, payload: memoryview) -> None:
+        """One message to group rank `peer`: its descriptor, then the data in spans."""
+        with self._guard(f"send to rank {self.ranks[peer]}", [self.ranks[peer]]):
+            self.p2p.Send(_pack_desc(desc), dest=peer, tag=_P2P_DESC)
+            data = np.frombuffer(payload, np.uint8) if len(payload) else np.zeros(0, np.uint8)
+            for lo, hi in self._spans(data.size):
+                self.p2p.Send(data[lo:hi], dest=peer, tag=_P2P_DATA)
+
+    def p2p_recv(self, peer: int, desc: bytes, buf: memoryview, describe: Any) -> None:
+        """The next message from group rank `peer` into buf, its descriptor checked first (a message of
+        another call is received and dropped, then the error names both)."""
+        packed = np.empty(DESC_BYTES, np.uint8)
+        with self._guard(f"recv from rank {self.ranks[peer]}", [self.ranks[peer]]):
+            self.p2p.Recv(packed, source=peer, tag=_P2P_DESC)
+            theirs = _unpack_desc(packed)
+            if theirs != desc:
+                for lo, hi in self._spans(_payload_bytes(theirs)):    # the message's parts, dropped
+                    self.p2p.Recv(np.empty(hi - lo, np.uint8), source=peer, tag=_P2P_DATA)
+                raise DistributedError(f"[distributed] recv from rank {self.ranks[peer]}: it sent "
+                                       f"{describe(theirs)}, rank {self.ranks[self.rank]} expected "
+                                       f"{describe(desc)}")
+            data = np.frombuffer(buf, np.uint8) if len(buf) else np.zeros(0, np.uint8)
+            for lo, hi in self._spans(data.size):
+                self.p2p.Recv(data[lo:hi], source=peer, tag=_P2P_DATA)
 
     def abort(self, reason: str) -> None:
         self.closed = True
@@ -391,23 +435,17 @@ class MpiComms:
             self.comm.Free()
 
 
-class MpiGroup(ProcessGroup):
-    """A ProcessGroup whose collectives are MPI's, on host numpy arrays, in place."""
-    transport: MpiComms
+class MpiCollectives(_Spans):
+    """A group's `Collectives` mapped onto MPI's own, on host numpy arrays, in place, each agreed first
+    (`_Agreed`) and timed by the watchdog."""
 
-    def __init__(self, mpi: Any, comm: Any, ranks: list[int], timeout: float, name: str):
-        comms = MpiComms(mpi, comm, timeout)
-        super().__init__(comms.rank, comms.world, ranks, comms, name)
-        self.mpi, self.comm, self.timeout = mpi, comm, timeout
+    def __init__(self, comms: MpiComms):
+        self.mpi, self.comm, self.timeout, self.name = comms.mpi, comms.comm, comms.timeout, comms.group_name
+        self.rank, self.size, self.ranks = comms.rank, comms.size, comms.ranks
         self.pair = np.zeros(2, np.int64)     # the agreement's buffer: one collective at a time per group
-        self.peers = [r for i, r in enumerate(ranks) if i != self.rank]    # the ranks a collective waits on
+        self.peers = [r for i, r in enumerate(self.ranks) if i != self.rank]    # whom a collective waits on
         if _watchdog is not None:
-            _watchdog.entered.pop(name, None)  # a new group of an old name (after a re-init) starts at #1
-
-    def _guard(self, what: str, peers: list[int]) -> _Guard:
-        """Times a call that is not a collective of this group; `peers`: the ranks it waits for."""
-        assert _watchdog is not None
-        return _watchdog.guard(f"{what} (group {self.name})", self.timeout, peers)
+            _watchdog.entered.pop(self.name, None)  # a new group of an old name (a re-init) starts at #1
 
     def _agree(self, seq: int, op: str, arr: np.ndarray, root: int = -1,
                red: ReduceOp | None = None, shape: tuple[int, ...] | None = None) -> _Agreed:
@@ -448,14 +486,6 @@ class MpiGroup(ProcessGroup):
             return arr.astype(np.dtype(f"{kind}4"))
         return arr
 
-    def _spans(self, n: int, per_rank: bool = False) -> list[tuple[int, int]]:
-        """[lo, hi) ranges of n elements, one MPI call each: MPI counts are C ints, so a call over more
-        than 2^31 - 1 elements fails (MPI_ERR_ARG aborts the job). `per_rank`: the range is taken of
-        every rank's part at once (gather, scatter, all_gather, reduce_scatter, all_to_all), so it is
-        kept to the limit over the group size."""
-        step = max(config.TG_MPI_MAX_COUNT // (self.size if per_rank else 1), 1)
-        return [(lo, min(lo + step, n)) for lo in range(0, n, step)]
-
     def _by_rank(self, call: Any, send: np.ndarray | None, recv: np.ndarray | None, send_parts: bool,
                  recv_parts: bool) -> None:
         """call(send, recv) over every rank's part in ranges: `send` / `recv` (flat, or None) are cut into
@@ -474,8 +504,13 @@ class MpiGroup(ProcessGroup):
                 (recv.reshape(self.size, n)[:, lo:hi] if recv_parts else recv[lo:hi])[...] = \
                     r_cut.reshape(self.size, hi - lo) if recv_parts else r_cut
 
-    # ------------------------------------------------------------------ collectives
-    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
+    # ------------------------------------------------------------------ the collectives
+    def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp, kind: str = "all_reduce",
+                   root: int = -1) -> None:
+        """An all_reduce, or with kind "reduce" MPI's Reduce: the result only at `root` (ProcessGroup.reduce
+        keeps it there alone)."""
+        if kind == "reduce":
+            return self._reduce(seq, arr, root, op)
         work = self._reducible(arr, op)
         flat, mpi_op = self._typed(work), self._mpi_op(op, work.dtype)
         with self._agree(seq, "all_reduce", arr, red=op):
@@ -485,6 +520,20 @@ class MpiGroup(ProcessGroup):
             np.divide(work, self.size, out=work, casting="unsafe")
         if work is not arr:
             _store(arr, work)
+        return None
+
+    def _reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
+        work = self._typed(self._reducible(arr, op))
+        result = np.empty_like(work) if self.rank == root else None
+        mpi_op = self._mpi_op(op, work.dtype)
+        with self._agree(seq, "reduce", arr, root=root, red=op):
+            for lo, hi in self._spans(work.size):
+                self.comm.Reduce(work[lo:hi], result[lo:hi] if result is not None else None, op=mpi_op,
+                                 root=root)
+        if result is not None and work.size:
+            if op is ReduceOp.AVG:
+                result = result / self.size
+            _store(arr, result.reshape(arr.shape))
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
         data = _bytes(arr)
@@ -492,8 +541,9 @@ class MpiGroup(ProcessGroup):
             for lo, hi in self._spans(data.size):
                 self.comm.Bcast(data[lo:hi], root=root)
 
-    def all_gather(self, seq: int, out: Arrays, mine: Arrays) -> None:
-        outs, mines, (op, shape) = gather_pairs(out, mine)
+    def all_gather(self, seq: int, outs: list[np.ndarray], mines: list[np.ndarray],
+                   call: tuple[str, tuple[int, ...]]) -> None:
+        op, shape = call
         with self._agree(seq, op, mines[0], shape=shape):
             for o, m in zip(outs, mines):
                 self._by_rank(lambda s, r: self.comm.Allgather(s, r), _bytes(np.ascontiguousarray(m)),
@@ -514,30 +564,17 @@ class MpiGroup(ProcessGroup):
         if not direct:
             _store(out.reshape(-1), work_out)
 
-    def reduce(self, seq: int, arr: np.ndarray, root: int, op: ReduceOp) -> None:
-        work = self._typed(self._reducible(arr, op))
-        result = np.empty_like(work) if self.rank == root else None
-        mpi_op = self._mpi_op(op, work.dtype)
-        with self._agree(seq, "reduce", arr, root=root, red=op):
-            for lo, hi in self._spans(work.size):
-                self.comm.Reduce(work[lo:hi], result[lo:hi] if result is not None else None, op=mpi_op,
-                                 root=root)
-        if result is not None and work.size:
-            if op is ReduceOp.AVG:
-                result = result / self.size
-            _store(arr, result.reshape(arr.shape))
-
-    def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
+    def gather(self, seq: int, mine: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
         flat = np.empty(self.size * mine.nbytes, np.uint8) if self.rank == root else None
         with self._agree(seq, "gather", mine, root=root):
             self._by_rank(lambda s, r: self.comm.Gather(s, r, root=root), _bytes(np.ascontiguousarray(mine)),
                           flat, False, True)
         if flat is not None:
-            for i, chunk in enumerate(chunks or []):
+            for i, chunk in enumerate(chunks):
                 _bytes(chunk)[...] = flat[i * mine.nbytes:(i + 1) * mine.nbytes]
 
-    def scatter(self, seq: int, out: np.ndarray, chunks: list[np.ndarray] | None, root: int) -> None:
-        flat = np.concatenate([_bytes(np.ascontiguousarray(c)) for c in chunks or []]) if self.rank == root \
+    def scatter(self, seq: int, out: np.ndarray, chunks: list[np.ndarray], root: int) -> None:
+        flat = np.concatenate([_bytes(np.ascontiguousarray(c)) for c in chunks]) if self.rank == root \
             else None
         with self._agree(seq, "scatter", out, root=root):
             self._by_rank(lambda s, r: self.comm.Scatter(s, r, root=root), flat, _bytes(out), True, False)
@@ -552,43 +589,27 @@ class MpiGroup(ProcessGroup):
         with self._agree(seq, op, np.zeros(0, np.uint8)):
             pass      # the agreement Allreduce is itself a barrier
 
-    # ------------------------------------------------------------------ point to point (own communicator)
-    def send(self, seq: int, arr: np.ndarray, dst: int) -> None:
-        desc = wire.described("send", arr.dtype, arr.shape)[0]
-        with self._guard(f"send to rank {self.ranks[dst]}", [self.ranks[dst]]):
-            self.transport.p2p.Send(_pack_desc(desc), dest=dst, tag=_P2P_DESC)
-            data = _bytes(np.ascontiguousarray(arr))
-            for lo, hi in self._spans(data.size):
-                self.transport.p2p.Send(data[lo:hi], dest=dst, tag=_P2P_DATA)
 
-    def recv(self, seq: int, arr: np.ndarray, src: int) -> None:
-        desc = wire.described("send", arr.dtype, arr.shape)[0]
-        p2p = self.transport.p2p
-        packed = np.empty(DESC_BYTES, np.uint8)
-        with self._guard(f"recv from rank {self.ranks[src]}", [self.ranks[src]]):
-            p2p.Recv(packed, source=src, tag=_P2P_DESC)
-            theirs = _unpack_desc(packed)
-            if theirs != desc:
-                for lo, hi in self._spans(_payload_bytes(theirs)):    # the message's parts, dropped
-                    p2p.Recv(np.empty(hi - lo, np.uint8), source=src, tag=_P2P_DATA)
-                raise DistributedError(f"[distributed] recv from rank {self.ranks[src]}: it sent "
-                                       f"{wire.describe(theirs)}, rank {self.ranks[self.rank]} expected "
-                                       f"{wire.describe(desc)}")
-            data = _bytes(arr)
-            for lo, hi in self._spans(data.size):
-                p2p.Recv(data[lo:hi], source=src, tag=_P2P_DATA)
-
-    def subgroup(self, ranks: list[int], name: str) -> MpiGroup:
-        """A group of some of this group's ranks; only its members call this (MPI_Comm_create_group)."""
-        world_ranks = [self.ranks[r] for r in ranks]
-        with self._guard(f"new_group({world_ranks})", [r for r in world_ranks if r != self.ranks[self.rank]]):
-            members = self.comm.Get_group().Incl(ranks)
-            comm = self.comm.Create_group(members)
-            members.Free()
-            return MpiGroup(self.mpi, comm, world_ranks, self.timeout, name)
+def mpi_group(mpi: Any, comm: Any, ranks: list[int], timeout: float, name: str) -> ProcessGroup:
+    """A ProcessGroup over an MPI communicator: MpiComms its transport, MPI's collectives its own."""
+    comms = MpiComms(mpi, comm, ranks, timeout, name)
+    return ProcessGroup(comms.rank, comms.world, ranks, comms, name)
 
 
-def init_world(rank: int | None, world_size: int | None, timeout: float) -> tuple[MpiGroup, int]:
+def subgroup(default: ProcessGroup, ranks: list[int], name: str) -> ProcessGroup:
+    """A group of some of the default group's ranks; only its members call this
+    (MPI_Comm_create_group)."""
+    comms: MpiComms = default.transport
+    world_ranks = [comms.ranks[r] for r in ranks]
+    me = comms.ranks[comms.rank]
+    with comms._guard(f"new_group({world_ranks})", [r for r in world_ranks if r != me]):
+        members = comms.comm.Get_group().Incl(ranks)
+        comm = comms.comm.Create_group(members)
+        members.Free()
+        return mpi_group(comms.mpi, comm, world_ranks, comms.timeout, name)
+
+
+def init_world(rank: int | None, world_size: int | None, timeout: float) -> tuple[ProcessGroup, int]:
     """The default group over MPI_COMM_WORLD, and this process's local rank."""
     global _watchdog
     mpi = load_mpi()
@@ -617,7 +638,7 @@ def init_world(rank: int | None, world_size: int | None, timeout: float) -> tupl
             node.Free()
     with _watchdog.guard("creating the default group (MPI_Comm_dup)", timeout, []):
         _watchdog.connect(world)
-        return MpiGroup(mpi, world, list(range(mpi_size)), timeout, "default"), local
+        return mpi_group(mpi, world, list(range(mpi_size)), timeout, "default"), local
 
 
 def finish() -> None:
