@@ -51,7 +51,7 @@ def count_suite(rank: int, world: int) -> list[str]:  # noqa: C901
     from tg.distributed import _State
     g = _State.default
     seen: list[tuple[str, int]] = []
-    g.comm = Recording(g.comm, seen)
+    g.coll.comm = Recording(g.coll.comm, seen)       # MpiCollectives: the collectives' communicator
     g.transport.p2p = Recording(g.transport.p2p, seen)
     bad: list[str] = []
 
