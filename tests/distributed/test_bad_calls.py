@@ -154,3 +154,31 @@ def test_ranks_that_end_without_destroy_never_fail_each_other(tmp_path, backend)
             assert p.returncode == 0, f"run {run} rank {rank} exited {p.returncode}:\n{err[-3000:]}"
             assert f"done {rank}" in out
             assert "Error" not in err and "could not leave" not in err, err[-3000:]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_disagreement_names_the_ranks_outside_the_largest_call(seed):
+    """wire.disagreement, the one wording of every transport's agreement error, on random views: the
+    ranks outside the one largest set of ranks in the same call are named with what they called; with
+    no single largest set, every view is named; equal descriptors (hashes that collided) say so."""
+    from tg.distributed.transport import wire
+    rng = np.random.default_rng(seed)
+    world = int(rng.integers(2, 9))
+    calls = [wire.encode_desc(op, np.dtype(dt), (int(rng.integers(1, 9)),))
+             for op, dt in (("all_reduce", "float32"), ("broadcast", "int32"), ("barrier", "uint8"))]
+    descs = [calls[int(rng.integers(len(calls)))] for _ in range(world)]
+    ranks = sorted(int(r) for r in rng.choice(100, world, replace=False))
+    msg = str(wire.disagreement("collective #7", descs, ranks))
+    counts = {d: descs.count(d) for d in descs}
+    top = sorted(counts.values(), reverse=True)
+    assert msg.startswith("[distributed] collective #7: ")
+    if len(counts) == 1:
+        assert "collision" in msg
+    elif top[0] > top[1]:
+        major = max(counts, key=counts.get)
+        for d, r in zip(descs, ranks):
+            assert (f"rank {r}" in msg or f"{r}," in msg or f", {r}" in msg), (r, msg)
+            assert wire.describe(d) in msg
+        assert "the ranks disagree" not in msg and wire.describe(major) in msg
+    else:
+        assert "the ranks disagree" in msg and all(wire.describe(d) in msg for d in counts)

@@ -458,9 +458,6 @@ class MpiCollectives(_Spans):
         everyone = np.empty(self.size * DESC_BYTES, np.uint8)
         self.comm.Allgather(_pack_desc(desc), everyone)
         descs = [_unpack_desc(everyone[r * DESC_BYTES:(r + 1) * DESC_BYTES]) for r in range(self.size)]
-        if all(d == desc for d in descs):     # a hash collision
-            raise DistributedError(f"[distributed] {name} #{seq}: the ranks disagree on the call, but every "
-                                   f"descriptor matches rank {self.ranks[self.rank]}'s")
         raise wire.disagreement(f"collective #{seq}", descs, self.ranks)
 
     def _mpi_op(self, op: ReduceOp, dtype: np.dtype) -> Any:

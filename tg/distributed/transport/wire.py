@@ -154,10 +154,14 @@ def describe(desc: bytes) -> str:
 def disagreement(what: str, descs: list[bytes], ranks: list[int]) -> DistributedError:
     """The error every rank raises when the ranks' descriptors differ (descs[i] is group rank i's): the
     odd ranks are those outside the largest set of ranks in one call; with no single largest set,
-    every view is named."""
+    every view is named. Every transport's agreement words its error here (algorithms.Call, the mpi
+    collectives, the C engines through their Python side)."""
     views: dict[bytes, list[int]] = {}
     for i, desc in enumerate(descs):
         views.setdefault(desc, []).append(ranks[i])
+    if len(views) == 1:      # the hashes differed, every descriptor is the same: a hash collision
+        return DistributedError(f"[distributed] {what}: the ranks disagree on the call, but every descriptor "
+                                f"is {describe(descs[0])} (a collision of their hashes)")
     order = sorted(views.items(), key=lambda kv: (-len(kv[1]), kv[1][0]))
 
     def who(rs: list[int]) -> str:
