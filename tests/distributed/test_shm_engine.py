@@ -78,7 +78,7 @@ def digest(arr: np.ndarray) -> str:
 
 # Complexity: one block per collective, each checked against numpy.
 def engine_suite(rank: int, world: int, slot_bytes: int) -> dict:  # noqa: C901
-    from tg.distributed.transport import shm_engine
+    from tg.distributed.transport import native, shm_engine
     shm_engine.SLOT_BYTES = slot_bytes       # before the group is made: many rounds a call
     import tg.distributed as dist
     dist.init_process_group(timeout=60)
@@ -86,7 +86,7 @@ def engine_suite(rank: int, world: int, slot_bytes: int) -> dict:  # noqa: C901
     assert type(engine).__name__ == "ShmEngine", engine
     bad, digests = [], []
     for parts_from, name in ((1 << 62, "rounds"), (0, "parts")):
-        engine.tune(shm_engine.SPINS_OVERSUBSCRIBED, shm_engine.SPIN_S, parts_from)
+        engine.tune(shm_engine.SPINS_OVERSUBSCRIBED, native.YIELD_S, parts_from)
         for dtype in DTYPES:
             for n in SIZES:
                 parts = [values(r, dtype, n) for r in range(world)]

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from tg.distributed.transport.algorithms import ReduceOp
 
 REDUCTIONS = Path(__file__).with_name("reductions.c")
+# seconds a waiting rank of either C engine yields its core (after its polls) before it sleeps (the shm
+# engine on a futex, the ucx engine on the worker's fd): long enough for a peer a few microseconds late
+YIELD_S = 2e-4
 # -ffp-contract=off: products and sums rounded as written, never fused into multiply-adds
 FLAGS = ["-shared", "-fPIC", "-O3", "-march=native", "-fno-math-errno", "-ffp-contract=off", "-fwrapv"]
 

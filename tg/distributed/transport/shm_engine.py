@@ -39,7 +39,6 @@ log = logging.getLogger("tg.distributed.transport.shm")
 SLOT_BYTES = 512 << 10     # bytes a round carries per rank (two slots a segment)
 SPINS = 2048               # polls before a wait yields the core (measured: PAUSE loops on AMD Zen 5)
 SPINS_OVERSUBSCRIBED = 16  # with more ranks than cores, the rank waited for needs this core: yield soon
-SPIN_S = 2e-4              # seconds a waiting rank yields before it sleeps on the futex
 PARTS_FROM = 16 << 10      # all_reduce bytes from which each rank reduces one part (measured crossover)
 OK, DISAGREE, TIMEOUT, PEER_SOCKET = 0, 1, 2, 3
 DESC_CAP = 4096           # bytes of a descriptor read back for an error (the C side keeps at most 4080)
@@ -111,7 +110,7 @@ class ShmEngine:
             raise MemoryError(f"[distributed] the shared-memory engine could not start: no memory for its "
                               f"state, or {SLOT_BYTES}-byte slots too small for {len(segments)} ranks")
         crowded = len(segments) > len(os.sched_getaffinity(0))
-        self.tune(SPINS_OVERSUBSCRIBED if crowded else SPINS, SPIN_S, PARTS_FROM)
+        self.tune(SPINS_OVERSUBSCRIBED if crowded else SPINS, native.YIELD_S, PARTS_FROM)
 
     def tune(self, spins: int, spin_s: float, parts_from: int) -> None:
         """Polls before a wait yields, seconds it yields before it sleeps, and the all_reduce size (bytes)

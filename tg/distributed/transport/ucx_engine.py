@@ -34,7 +34,6 @@ log = logging.getLogger("tg.distributed.transport.ucx")
 SOURCE = Path(__file__).with_name("ucx_engine.c")
 PIECE = 128 << 10          # bytes per data message (measured: 128-512 KiB alike, 1 MiB slower from 8 MiB up)
 SLOTS = 4                  # pieces of scratch that received partial sums land in, in turn: half an L2
-YIELD_S = 2e-4             # seconds a waiting rank yields its core before it sleeps on the worker's fd
 SLEEP_S = 1e-3             # seconds of one sleep (then the failures are looked at again)
 OK, DISAGREE, TIMEOUT, STOPPED, BAD_STEP, BAD_SIZE, UCX_FAILED = range(7)
 
@@ -96,8 +95,8 @@ class UcxEngine:
         eps = (_vp * transport.world)(*[transport.eps[p].handle if p in transport.eps else None
                                          for p in range(transport.world)])
         t = transport
-        self.handle = self.lib.tg_ucx_new(t.worker.handle, eps, t.rank, t.world, t.timeout, t.spin, YIELD_S,
-                                          PIECE, SLOTS, FOLD, self.check)
+        self.handle = self.lib.tg_ucx_new(t.worker.handle, eps, t.rank, t.world, t.timeout, t.spin,
+                                          native.YIELD_S, PIECE, SLOTS, FOLD, self.check)
         if not self.handle:
             raise MemoryError("[distributed] the UCX engine could not start: no memory for its state")
 
