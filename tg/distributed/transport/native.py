@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from tg.distributed.transport.algorithms import ReduceOp
 
 REDUCTIONS = Path(__file__).with_name("reductions.c")
+WAIT = Path(__file__).with_name("wait.c")             # how both engines wait: poll, yield, sleep
 # seconds a waiting rank of either C engine yields its core (after its polls) before it sleeps (the shm
 # engine on a futex, the ucx engine on the worker's fd): long enough for a peer a few microseconds late
 YIELD_S = 2e-4
@@ -41,8 +42,9 @@ class Memory:
 
 
 def source(path: Path) -> str:
-    """An engine's C text with the shared reductions spliced in."""
-    return path.read_text().replace('#include "reductions.c"', REDUCTIONS.read_text(), 1)
+    """An engine's C text with the shared fragments spliced in: the reductions and the wait."""
+    text = path.read_text().replace('#include "reductions.c"', REDUCTIONS.read_text(), 1)
+    return text.replace('#include "wait.c"', WAIT.read_text(), 1)
 
 
 def build(path: Path, signatures: dict[str, tuple], restypes: dict[str, Any],

@@ -57,11 +57,7 @@ typedef struct {
 
 /* ------------------------------------------------------------------ waiting */
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "wait.c"         /* spliced in by native.source(): now(), tg_wait_step */
 
 static inline void relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -97,23 +93,24 @@ static int check_peers(engine *e) {
 
 static int wait_for(engine *e, int peer, int off, uint64_t want) {
     uint64_t *c = counter(e, peer, off);
-    for (int i = 0; i < e->spins; i++) {
-        if (__atomic_load_n(c, __ATOMIC_ACQUIRE) >= want) return OK;
-        relax();
-    }
-    double start = now(), next_check = start;
     uint32_t *sleepers = (uint32_t *)(e->seg[peer] + OFF_SLEEPERS);
+    tg_wait w = {0, 0, 0};
     for (;;) {
         if (__atomic_load_n(c, __ATOMIC_ACQUIRE) >= want) return OK;
-        double t = now();
-        if (t >= next_check) {
+        int check;
+        double waited;
+        int next = tg_wait_step(&w, e->spins, e->spin, &check, &waited);
+        if (next == TG_POLL) {
+            relax();
+            continue;
+        }
+        if (check) {
             int rc = check_peers(e);
-            if (rc == OK && t - start > e->timeout) e->culprit = peer, rc = TIMEOUT;
+            if (rc == OK && waited > e->timeout) e->culprit = peer, rc = TIMEOUT;
             /* the peer may have arrived while this rank was off the core: only then a failure */
             if (rc != OK) return __atomic_load_n(c, __ATOMIC_ACQUIRE) >= want ? OK : rc;
-            next_check = t + 1e-3;
         }
-        if (t - start < e->spin) {
+        if (next == TG_YIELD) {
             sched_yield();
             continue;
         }

@@ -69,11 +69,7 @@ typedef struct {
     ucs_status_t status;
 } op;
 
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#include "wait.c"         /* spliced in by native.source(): now(), tg_wait_step */
 
 static uint64_t tag(uint64_t part, int src, uint64_t seq) {
     return (part << 60) | ((seq & 0xFFFFFFULL) << 32) | (uint64_t)(uint32_t)src;    /* channel 0 */
@@ -127,20 +123,19 @@ static int test(op *o) {
 
 /* Progress until o completes; then whether it went as agreed. */
 static int wait_op(engine *e, op *o) {
-    int polls = 0;
-    double start = 0, checked = 0;
+    tg_wait w = {0, 0, 0};
     while (!test(o)) {
         if (ucp_worker_progress(e->worker)) continue;
-        if (++polls < e->spins) continue;
-        double t = now();
-        if (start == 0) start = checked = t;
-        if (t - start > e->timeout) {
+        int check;
+        double waited;
+        int next = tg_wait_step(&w, e->spins, e->yield_s, &check, &waited);
+        if (next == TG_POLL) continue;
+        if (waited > e->timeout) {
             e->culprit = o->peer;
             return TIMEOUT;
         }
-        int sleep = t - start >= e->yield_s;
-        if (sleep || t - checked >= 1e-3) {
-            checked = t;
+        int sleep = next == TG_SLEEP;       /* check() sleeps on the worker's fd */
+        if (sleep || check) {
             if (e->check(o->peer, sleep)) {
                 e->culprit = o->peer;
                 return STOPPED;
