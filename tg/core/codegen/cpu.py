@@ -6,7 +6,7 @@ groups a schedule is cut into first (`fuse_rows`). runtime/ops_cpu.py wires the 
 2. a contraction large enough to block (`heuristics.contraction`: matmul in any layout, batched) of
    bfloat16 factors, on a bfloat16 unit the CPU has and that pays (`bf16.unit`), is a packed AMX or
    VDPBF16PS nest (codegen/bf16.py);
-3. another contraction is a blocked, packed nest (codegen/gemm.py) where the rule or the search
+3. another contraction is a blocked, packed nest (codegen/nests.py) where the rule or the search
    (`search.choose`, codegen/search.py) says it beats the one-pass kernel;
 4. every other kernel is the linearizer's one-pass loop nest (`linearizer.linearize_for`).
 TG_NOOPT=1 takes 4 for every kernel and cuts no row groups.

@@ -10,7 +10,7 @@ way.
 
 What makes kernels a group (`fuse`, on a schedule in run order):
 - they are consecutive kernels of one CPU device, none writes memory in place, none is a contraction
-  (those get the blocked nest of gemm.py);
+  (those get the blocked nests of nests.py);
 - every kernel but the last writes a buffer that only later kernels of the group read (not a result
   asked for, nor read after the group): those buffers are *internal*, and stay unwritten; the lazy
   buffers they were for keep their sources, so anything that asks for one later computes it then;

@@ -128,7 +128,7 @@ def _hold_thread_runtime() -> None:
             _RUNTIMES[path] = ctypes.CDLL(path)
 
 
-# Scratch memory for the kernels' packed operands (codegen/gemm.py, codegen/bf16.py), kept between calls
+# Scratch memory for the kernels' packed operands (codegen/nests.py, codegen/bf16.py), kept between calls
 # in one library every kernel links to: a fresh allocation of a few MB is a fresh mapping, whose every
 # page faults on first touch (measured: 1,100 faults, 3.3 ms, for the packs of one 1024^3 bfloat16
 # matmul that computes in 2.9). A few buffers are pooled (the largest asked for stays, up to 256 MiB
