@@ -39,7 +39,8 @@ def sum_of_products(x: LazyBuffer, y: LazyBuffer, axes: tuple[int, ...]) -> Lazy
     multiplied and summed in float32 and the sum rounded once, as torch's matmul and conv accumulate:
     each product of two narrow values is exact in float32, and a narrow running sum would stop
     growing (a bfloat16 sum of ones stays at 256). The cast of each factor is fused into the reduce's
-    kernel, which codegen/nests.py and codegen/bf16.py run on the low-precision units where the CPU has them."""
+    kernel, which codegen/nests.py and codegen/bf16.py run on the low-precision units where the CPU
+    has them."""
     if x.dtype not in NARROW:
         return x.e(BinaryOps.MUL, y).r(ReduceOps.SUM, axes)
     wide = x.e(UnaryOps.CAST, arg=dtypes.float32).e(BinaryOps.MUL, y.e(UnaryOps.CAST, arg=dtypes.float32))
