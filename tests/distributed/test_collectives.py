@@ -428,3 +428,23 @@ def test_coalesced_all_gather_refuses_bad_lists_at_the_call():
     finally:
         dist.destroy_process_group()
     assert dist.group.WORLD is None
+
+
+def destroy_the_world(rank: int, world: int) -> list:
+    import tg.distributed as dist
+    x = np.ones(3)
+    dist.all_reduce(x, group=dist.group.WORLD)
+    dist.destroy_process_group(dist.group.WORLD)       # torch: the job's group, as destroy_process_group()
+    gone = [dist.is_initialized(), dist.group.WORLD]
+    dist.init_process_group()                          # and a new one may start (the same port's store)
+    y = np.ones(2) * (rank + 1)
+    dist.all_reduce(y)
+    dist.destroy_process_group()
+    return [float(x[0]), *gone, y.tolist()]
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_destroying_group_world_leaves_the_job(world):
+    total = float(world * (world + 1) / 2)
+    want = [float(world), False, None, [total, total]]
+    assert run_ranks(world, destroy_the_world, timeout=120) == [want] * world

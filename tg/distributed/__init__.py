@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from tg.distributed.errors import DistributedError
-from tg.distributed.group import ProcessGroup, ReduceOp, reducer
+from tg.distributed.process_group import ProcessGroup, ReduceOp, reducer
 from tg.distributed.staging import (
     Work,
     _as_host,

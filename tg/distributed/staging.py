@@ -12,7 +12,7 @@ import numpy as np
 
 from tg.core.host import HOST_DEVICES, HostView
 from tg.distributed.errors import DistributedError
-from tg.distributed.group import ProcessGroup
+from tg.distributed.process_group import ProcessGroup
 from tg.distributed.startup import _group
 from tg.distributed.transport.wire import carried
 

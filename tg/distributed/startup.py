@@ -14,7 +14,7 @@ from typing import Any, Callable
 
 from tg import config
 from tg.distributed.errors import DistributedError
-from tg.distributed.group import ProcessGroup
+from tg.distributed.process_group import ProcessGroup
 from tg.distributed.store import TCPStore
 from tg.distributed.transport.backends import BACKENDS
 
@@ -389,7 +389,7 @@ def destroy_process_group(group: Any = None) -> None:
     """
     if group is GroupMember.NON_GROUP_MEMBER:
         return      # torch's pattern calls it on every rank; a non-member has nothing to leave
-    if group is not None:
+    if group is not None and group is not _State.default:     # group.WORLD is the job, as None is
         _leave(group)
         return
     g = _State.default

@@ -129,13 +129,10 @@ class ZeroOptimizer(Optimizer):
         # mixed precision: the gradients' reduce-scatter in reduce_dtype on the wire (float32 sums inside);
         # the shards, the optimizer's state and the checkpoints stay float32
         self.wire = wire_format(reduce_dtype, "ZeroOptimizer")
-        # MPI forbids a send buffer inside the receive buffer: the all-gather sends a copy of the part
-        self._send_copy = False
         if self.world_size > 1:
             import tg.distributed as dist
             for p in self.params:
                 dist.broadcast(p, 0, group)
-            self._send_copy = dist.get_backend(group) == "mpi"
         # every parameter becomes a view of its bucket's flat buffer; this rank's part of that buffer is
         # what the wrapped optimizer steps (float32: in place, no copy; half types: a float32 master)
         self.buckets = make_buckets(self.params, int(bucket_mb * (1 << 20)), multiple=self.world_size)
@@ -426,8 +423,7 @@ class ZeroOptimizer(Optimizer):
             # the memory itself on CPU, a staged copy on other devices
             values = [self.flats[b].read() for b in run]
             parts = [v[self._part(self.buckets[b])] for v, b in zip(values, run)]   # sent from where they lie
-            sent = [p.copy() for p in parts] if self._send_copy else parts
-            dist.all_gather_into_tensor_coalesced(values, sent, self.group)
+            dist.all_gather_into_tensor_coalesced(values, parts, self.group)
             for b, v in zip(run, values):
                 self.flats[b].write(v)     # no copy on CPU
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tg.distributed.group import ProcessGroup
+    from tg.distributed.process_group import ProcessGroup
     from tg.distributed.store import TCPStore
     from tg.distributed.transport.base import Transport
 

@@ -36,7 +36,7 @@ import numpy as np
 
 from tg import config
 from tg.distributed.errors import DistributedError, ranks_phrase
-from tg.distributed.group import ProcessGroup, ReduceOp
+from tg.distributed.process_group import ProcessGroup, ReduceOp
 from tg.distributed.transport import wire
 
 DESC_BYTES = wire.DESC_MAX + 2     # room for any descriptor, plus its 2-byte length
@@ -543,8 +543,9 @@ class MpiCollectives(_Spans):
         op, shape = call
         with self._agree(seq, op, mines[0], shape=shape):
             for o, m in zip(outs, mines):
-                self._by_rank(lambda s, r: self.comm.Allgather(s, r), _bytes(np.ascontiguousarray(m)),
-                              _bytes(o), False, True)
+                # MPI forbids a send buffer inside the receive buffer (an input that is its own block)
+                send = m.copy() if np.shares_memory(m, o) else np.ascontiguousarray(m)
+                self._by_rank(lambda s, r: self.comm.Allgather(s, r), _bytes(send), _bytes(o), False, True)
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
         work_in = self._reducible(np.ascontiguousarray(inp).reshape(-1), op)

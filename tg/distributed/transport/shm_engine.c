@@ -94,7 +94,7 @@ static int check_peers(engine *e) {
 static int wait_for(engine *e, int peer, int off, uint64_t want) {
     uint64_t *c = counter(e, peer, off);
     uint32_t *sleepers = (uint32_t *)(e->seg[peer] + OFF_SLEEPERS);
-    tg_wait w = {0, 0, 0};
+    tg_wait w = {0, 0, 0, 1};        /* the peers' sockets polled as soon as the polls run out */
     for (;;) {
         if (__atomic_load_n(c, __ATOMIC_ACQUIRE) >= want) return OK;
         int check;

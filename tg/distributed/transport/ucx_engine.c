@@ -123,7 +123,7 @@ static int test(op *o) {
 
 /* Progress until o completes; then whether it went as agreed. */
 static int wait_op(engine *e, op *o) {
-    tg_wait w = {0, 0, 0};
+    tg_wait w = {0, 0, 0, 0};        /* check() is Python's: not in the first millisecond of yielding */
     while (!test(o)) {
         if (ucp_worker_progress(e->worker)) continue;
         int check;
