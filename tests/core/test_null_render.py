@@ -87,7 +87,7 @@ def contraction_suite():
 
 def test_the_cpu_nests_render_and_compile():
     """In the c dialect the NULL device renders a contraction as the CPU's nest by the rules of thumb
-    (codegen/cpu.py nest_by_rule), so the nests' C (codegen/gemm.py) is checked with the other
+    (codegen/cpu.py nest_by_rule), so the nests' C (codegen/nests.py) is checked with the other
     kernels': every source of the suites builds with the CPU's compiler, and the nests are among them."""
     from tg.core.codegen import heuristics, nests
     from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
