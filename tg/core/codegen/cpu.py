@@ -81,5 +81,5 @@ def nest_by_rule(kernel: Any, renderer: Any, vector_bytes: int) -> tuple[str, st
     c = None if config.TG_NOOPT else heuristics.contraction(kernel, lanes)
     if c is None:
         return None
-    p = heuristics.params(c, lanes) if c.narrow or c.low else heuristics.rule(c, lanes)
+    p = heuristics.rule(c, lanes)
     return None if p is None else nests.lower(c, p, renderer, lanes)

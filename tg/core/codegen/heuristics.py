@@ -82,6 +82,9 @@ def broadcast_rule(c: gemm.Contraction, lanes: int) -> gemm.Params | None:
 
 
 def rule(c: gemm.Contraction, lanes: int) -> gemm.Params | None:
-    """The rules' choice for c: the packed nest where it is worth it, else the direct or the broadcast
-    nest where their rule says so, else None (the one-pass kernel)."""
-    return params(c, lanes) if worth(c) else direct_rule(c, lanes) or broadcast_rule(c, lanes)
+    """The rules' choice for c: the packed nest for float16 / bfloat16 factors or output (the one-pass
+    kernel reads narrow values a scalar at a time) or where it is worth it, else the direct or the
+    broadcast nest where their rule says so, else None (the one-pass kernel)."""
+    if c.narrow or c.low or worth(c):
+        return params(c, lanes)
+    return direct_rule(c, lanes) or broadcast_rule(c, lanes)

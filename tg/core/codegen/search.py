@@ -278,9 +278,9 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     """How to run contraction c: block sizes for the nest, or None for the one-pass kernel whose source
     `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
     and what is left of this process's budget allow), else the rule of thumb (heuristics.rule)."""
-    if c.narrow or c.low:    # the one-pass kernel reads narrow values a scalar at a time: the packed nest
-        return heuristics.params(c, lanes)
     rule = heuristics.rule(c, lanes)
+    if c.narrow or c.low:    # the packed nest by rule, never searched (heuristics.rule says why)
+        return rule
     batch, m, n, k = c.sizes
     if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
         return rule
