@@ -544,7 +544,7 @@ class MpiCollectives(_Spans):
         with self._agree(seq, op, mines[0], shape=shape):
             for o, m in zip(outs, mines):
                 # MPI forbids a send buffer inside the receive buffer (an input that is its own block)
-                send = m.copy() if np.shares_memory(m, o) else np.ascontiguousarray(m)
+                send = m.copy() if np.may_share_memory(m, o) else np.ascontiguousarray(m)
                 self._by_rank(lambda s, r: self.comm.Allgather(s, r), _bytes(send), _bytes(o), False, True)
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
