@@ -26,7 +26,7 @@ def kernels(out: Tensor) -> list:
 
 
 def contraction(out: Tensor) -> gemm.Contraction | None:
-    found = [heuristics.contraction(k, LANES) for k in kernels(out)]
+    found = [gemm.contraction(k, LANES) for k in kernels(out)]
     return next((c for c in found if c is not None), None)
 
 
@@ -155,7 +155,7 @@ def test_gradients_of_a_matmul_match_numpy(nest):
 
 # ---------------------------------------------------------------------------- the generated nest itself
 
-def build(c: gemm.Contraction, p: gemm.Params, prefix: str = "", threads: int = 0):
+def build(c: gemm.Contraction, p: heuristics.Params, prefix: str = "", threads: int = 0):
     renderer = CStyleRenderer(DIALECTS["c"], threads=threads) if threads else Device["CPU"].renderer
     src = prefix + nests.render(c, p, renderer, "g_test", LANES)
     scratch_library()       # what the nests take their packing buffers from
@@ -167,10 +167,11 @@ def run(fn, out: np.ndarray, *ins: np.ndarray) -> None:
     fn(*[ctypes.c_void_p(a.ctypes.data) for a in (out, *ins)])
 
 
-@pytest.mark.parametrize("p", [gemm.Params(6, 4 * LANES, 512, 256, 4096),
-                               gemm.Params(8, 2 * LANES, 64, 24, 2 * LANES),
-                               gemm.Params(3, LANES, 17, 5, LANES), gemm.Params(1, LANES, 1000, 1, 3 * LANES),
-                               gemm.Params(8, 3 * LANES, 100, 40, 100)])
+@pytest.mark.parametrize("p", [heuristics.Params(6, 4 * LANES, 512, 256, 4096),
+                               heuristics.Params(8, 2 * LANES, 64, 24, 2 * LANES),
+                               heuristics.Params(3, LANES, 17, 5, LANES),
+                               heuristics.Params(1, LANES, 1000, 1, 3 * LANES),
+                               heuristics.Params(8, 3 * LANES, 100, 40, 100)])
 @pytest.mark.parametrize("threads", [0, 8])
 def test_every_block_shape_computes_the_same(p, threads):
     """Block sizes that divide nothing: partial K blocks (partial sums kept in the output), partial
@@ -180,7 +181,7 @@ def test_every_block_shape_computes_the_same(p, threads):
     a, b = rand(141, 1100), rand(1100, 3 * LANES + 5)
     c = contraction(T(a) @ T(b))
     assert c is not None
-    fn = build(c, gemm.clamp(c, p, LANES), threads=threads)
+    fn = build(c, heuristics.clamp(c, p, LANES), threads=threads)
     out = np.full((141, 3 * LANES + 5), np.nan, np.float32)
     run(fn, out, a, b)
     close(out, a.astype(np.float64) @ b)
@@ -284,7 +285,7 @@ def test_no_search_below_the_size_or_with_the_knob_off_and_a_damaged_record_is_s
     monkeypatch.setenv("TG_BEAM", "30")
     shapes = search.candidates(LANES) + search.direct_candidates(LANES) + \
         search.broadcast_candidates(LANES)                        # y (a plain B) reads in place
-    choices = [None, *[gemm.clamp(big, gemm.Params(*t), LANES) for t in shapes],
+    choices = [None, *[heuristics.clamp(big, heuristics.Params(*t), LANES) for t in shapes],
                heuristics.params(big, LANES)]
     assert choose(big) in choices
     record.write_text("{not json")
@@ -322,10 +323,11 @@ def forced(monkeypatch):
     monkeypatch.setattr(heuristics, "MIN_MACS", 1)          # small cases, quick tests
     seen: list = []
 
-    def force(p: gemm.Params):
+    def force(p: heuristics.Params):
         def choose(c, name, lanes, renderer, compiler, one_pass):
             seen.append(c)
-            return gemm.clamp(c, p, lanes) if nests.runs(c, gemm.clamp(c, p, lanes), lanes) else None
+            fitted = heuristics.clamp(c, p, lanes)
+            return fitted if nests.runs(c, fitted, lanes) else None
         monkeypatch.setattr(search, "choose", choose)
         return seen
     return force
@@ -337,16 +339,16 @@ def test_a_convs_reduce_reads_the_input_rows_in_place():
     x = T(rand(2, 16, 40, 40))
     c = contraction(x.conv2d(T(rand(24, 16, 3, 3)), padding=1))
     assert c is not None and c.sizes == (2, 24, 40 * 42, 16 * 9) and len(c.k_dims) == 3
-    assert gemm.direct_ok(c, LANES) and gemm._separable(c)
+    assert c.direct_ok(LANES) and gemm._separable(c)
     rule = heuristics.direct_rule(c, LANES)
     assert rule is not None and rule.nest == "direct" and nests.runs(c, rule, LANES)
     square = contraction(T(rand(300, 200)) @ T(rand(200, 150)))
-    assert square is not None and gemm.direct_ok(square, LANES)
+    assert square is not None and square.direct_ok(LANES)
     assert heuristics.direct_rule(square, LANES) is None
 
 
-DIRECT = [gemm.Params(8, 3 * LANES, 0, 0, 0, "direct"), gemm.Params(6, 4 * LANES, 0, 0, 0, "direct"),
-          gemm.Params(5, LANES, 0, 0, 0, "direct"), gemm.Params(1, 2 * LANES, 0, 0, 0, "direct")]
+DIRECT = [heuristics.Params(mr, nr, 0, 0, 0, "direct")
+          for mr, nr in ((8, 3 * LANES), (6, 4 * LANES), (5, LANES), (1, 2 * LANES))]
 
 
 @pytest.mark.parametrize("p", DIRECT)
@@ -364,7 +366,7 @@ def test_the_direct_nest_computes_convs_as_a_float64_sum(p, case, forced):
     seen = forced(p)
     out = T(x).conv2d(T(w), **kw)
     got = out.numpy()
-    assert seen and all(gemm.direct_ok(c, LANES) for c in seen)
+    assert seen and all(c.direct_ok(LANES) for c in seen)
     want = conv_ref(x, w, kw["padding"], kw.get("dilation", (1, 1)), kw.get("groups", 1))
     close(got, want)
 
@@ -380,7 +382,7 @@ def test_the_direct_nest_streams_a_large_output_where_it_is_aligned(hw, forced):
     assert seen and seen[-1].kernel.buf_sizes[0] * 4 >= 4 << 20
     if LANES == 16:
         c = seen[-1]
-        src = nests.render(c, gemm.clamp(c, DIRECT[0], LANES), Device["CPU"].renderer, "s", LANES)
+        src = nests.render(c, heuristics.clamp(c, DIRECT[0], LANES), Device["CPU"].renderer, "s", LANES)
         assert "_mm512_stream_ps" in src and "_mm_sfence" in src
     close(got, conv_ref(x, w, (1, 1)))
 
@@ -431,8 +433,8 @@ def wgrad_ref(x: np.ndarray, g: np.ndarray, w_shape: tuple, stride=(1, 1), paddi
     return out
 
 
-BROADCAST = [gemm.Params(4, 6, 1024, 0, 0, "broadcast"), gemm.Params(2, 12, 64, 0, 0, "broadcast"),
-             gemm.Params(1, 5, 37, 0, 0, "broadcast")]
+BROADCAST = [heuristics.Params(mr, nr, kc, 0, 0, "broadcast")
+             for mr, nr, kc in ((4, 6, 1024), (2, 12, 64), (1, 5, 37))]
 
 
 @pytest.mark.parametrize("p", BROADCAST)
@@ -453,7 +455,7 @@ def test_the_broadcast_nest_computes_weight_gradients_as_a_float64_sum(p, case, 
     seen = forced(p)
     (y * T(g)).sum().backward()
     got = wt.grad.numpy()
-    assert any(gemm.broadcast_ok(c) and len(c.n_dims) >= 2 for c in seen)
+    assert any(c.broadcast_ok() and len(c.n_dims) >= 2 for c in seen)
     want = wgrad_ref(x, g, w_shape, kw.get("stride", (1, 1)), kw["padding"], kw.get("dilation", (1, 1)),
                      kw.get("groups", 1))
     close(got, want)
@@ -466,7 +468,7 @@ def test_the_broadcast_nest_computes_batched_matmuls_of_expressions(p, forced):
     a, big = rand(3, 37, 70), rand(3, 80, 60)
     seen = forced(p)
     got = ((T(a) * 0.5).exp() @ T(big)[:, 4:74, 3:56]).numpy()
-    assert seen and gemm.broadcast_ok(seen[-1])
+    assert seen and seen[-1].broadcast_ok()
     close(got, np.exp(a.astype(np.float64) * 0.5) @ big[:, 4:74, 3:56])
 
 
@@ -478,12 +480,12 @@ def test_the_broadcast_rule_takes_long_reduces_over_column_runs():
         (T(rand(2, 16, hw, hw)).conv2d(wt) * T(rand(2, 32, hw - 2, hw - 2))).sum().backward()
         return contraction(wt.grad)
     long, short = wgrad_contraction(40), wgrad_contraction(20)
-    assert long is not None and long.size(long.k_dims) >= 1024 and gemm.broadcast_ok(long)
+    assert long is not None and long.size(long.k_dims) >= 1024 and long.broadcast_ok()
     rule = heuristics.broadcast_rule(long, LANES)
     assert rule is not None and rule.nest == "broadcast" and nests.runs(long, rule, LANES)
     assert short is None or heuristics.broadcast_rule(short, LANES) is None
     square = contraction(T(rand(300, 2000)) @ T(rand(2000, 150)))
-    assert square is not None and gemm.broadcast_ok(square)
+    assert square is not None and square.broadcast_ok()
     assert heuristics.broadcast_rule(square, LANES) is None
 
 

@@ -210,10 +210,10 @@ def test_vdpbf16ps_is_used_exactly_where_it_measures_faster_than_the_fmas(monkey
     assert 0.05 < speedup < 20
     for bound, want in ((1e9, False), (1e-9, True)):
         monkeypatch.setattr(dev, "_usable", {})
-        monkeypatch.setattr(bf16, "PAYS", bound)
+        monkeypatch.setattr(heuristics, "UNIT_PAYS", bound)
         assert dev.usable(bf16.DPBF16) is want
     monkeypatch.setattr(dev, "_usable", {})
-    monkeypatch.setattr(bf16, "PAYS", 1.25)
+    monkeypatch.setattr(heuristics, "UNIT_PAYS", 1.25)
     clear = abs(speedup - 1.25) > 0.3         # (a speedup near the bound may measure either way)
     assert not clear or dev.usable(bf16.DPBF16) == (speedup >= 1.25)
 
@@ -294,7 +294,7 @@ def test_the_unit_nests_at_any_thread_count_and_without_scratch_memory(threads, 
     prefix = "" if memory else \
         "static void* no_memory(long n) { return 0; }\n#define tg_scratch_take no_memory\n"
     ops_cpu.scratch_library()
-    src = prefix + bf16.render(c, bf16.rule(c, u), renderer, "unit_test", 16)
+    src = prefix + bf16.render(c, heuristics.unit_params(c, u.name), renderer, "unit_test", 16)
     assert MARKS[unit] in src
     fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).unit_test
     words = [np.ascontiguousarray((x.view(np.uint32) >> 16).astype(np.uint16)) for x in (a, b)]
@@ -338,7 +338,8 @@ def test_the_unit_nests_read_nothing_past_their_inputs_when_the_cast_is_fused(m,
     assert c is not None and bf16.unit(c, ops_cpu.features()) is not None
     assert c.kernel.buf_dtypes[1:] == [tg.float32] * 2
     ops_cpu.scratch_library()
-    src = bf16.render(c, bf16.rule(c, u), CStyleRenderer(DIALECTS["c"], threads=2), "unit_fused", 16)
+    renderer = CStyleRenderer(DIALECTS["c"], threads=2)
+    src = bf16.render(c, heuristics.unit_params(c, u.name), renderer, "unit_fused", 16)
     fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).unit_fused
     (ga, keep_a), (gb, keep_b) = _ending_at_a_guard_page(a), _ending_at_a_guard_page(b)
     out = np.zeros((m, n), np.uint16)

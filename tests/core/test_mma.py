@@ -15,7 +15,7 @@ from helpers import gpu_support
 
 import tg
 from tg import Device, Tensor
-from tg.core.codegen import heuristics, mma
+from tg.core.codegen import gemm, heuristics, mma
 
 
 def _c(expr: str, **values: int) -> int:
@@ -161,7 +161,7 @@ def test_bf16_and_f16_contractions_take_the_tensor_core_kernel_and_others_do_not
               e(8, 8, dt=tg.bfloat16) @ e(8, 8, dt=tg.bfloat16)):             # too small to pay
         found = sum("mma.sync" in null.render(k, "cuda") for k in kernels(t))
         assert found == (1 if t.dtype == tg.bfloat16 and t.shape == (100, 130) else 0)
-    c = heuristics.contraction(kernels(e(64, 64, dt=tg.bfloat16) @ e(64, 64, dt=tg.bfloat16))[0], 8,
+    c = gemm.contraction(kernels(e(64, 64, dt=tg.bfloat16) @ e(64, 64, dt=tg.bfloat16))[0], 8,
                                heuristics.MMA_MIN_MACS)
     assert c is not None and mma.find_mma(c.kernel, (7, 5)) is None          # before Ampere: none
     assert mma.find_mma(c.kernel, (8, 0)) is not None

@@ -72,7 +72,7 @@ def test_the_op_suite_uses_every_uop_and_each_renders():
 
 
 def contraction_suite():
-    """Contractions large enough for the CPU's nests (heuristics.contraction): a matmul past
+    """Contractions large enough for the CPU's nests (gemm.contraction): a matmul past
     heuristics.worth's sizes, a conv (a reduce over Cin x kh x kw) and its weight gradient, and a
     bfloat16 product."""
     rng = np.random.default_rng(0)
@@ -89,7 +89,7 @@ def test_the_cpu_nests_render_and_compile():
     """In the c dialect the NULL device renders a contraction as the CPU's nest by the rules of thumb
     (codegen/cpu.py nest_by_rule), so the nests' C (codegen/nests.py) is checked with the other
     kernels': every source of the suites builds with the CPU's compiler, and the nests are among them."""
-    from tg.core.codegen import heuristics, nests
+    from tg.core.codegen import gemm, heuristics, nests
     from tg.core.codegen.renderer import DIALECTS, CStyleRenderer
     null, cpu, c_renderer = Device["NULL"], Device["CPU"], CStyleRenderer(DIALECTS["c"])
     seen = set()
@@ -97,7 +97,7 @@ def test_the_cpu_nests_render_and_compile():
         for it in [it for it in create_schedule([out.lazydata]) if it.kind == "kernel"]:
             src = null.render(it.kernel, "c")
             cpu.compiler.compile(src)                   # raises CompileError with the source's line
-            c = heuristics.contraction(it.kernel, 16)
+            c = gemm.contraction(it.kernel, 16)
             p = c and (heuristics.params(c, 16) if c.narrow or c.low else heuristics.rule(c, 16))
             if p is not None:          # the nest's own source, not the one-pass kernel's
                 assert src == nests.lower(c, p, c_renderer, 16)[1], name

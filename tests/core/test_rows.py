@@ -1,6 +1,6 @@
 """Row groups (tg/core/codegen/rows.py): consecutive CPU kernels that work row by row run block by block in
 one function, with the per-row results between them on each thread's stack. Every case forces groups on
-small, odd shapes (MIN_BYTES = 0), checks that the group formed (or not, where it must not) and compares
+small, odd shapes (heuristics.ROW_GROUP_MIN_BYTES = 0), checks that the group formed (or not, where it must not) and compares
 the values with float64 numpy."""
 import numpy as np
 import pytest
@@ -8,7 +8,7 @@ import pytest
 from tg import Device, Tensor, TinyJit
 from tg.core import realize
 from tg.core.capture import watch_schedules
-from tg.core.codegen import rows
+from tg.core.codegen import heuristics, rows
 from tg.core.runtime.ops_cpu import _vector_bytes
 from tg.core.schedule import create_schedule
 from tg.nn import functional as F
@@ -16,7 +16,7 @@ from tg.nn import functional as F
 
 @pytest.fixture(autouse=True)
 def _forced(monkeypatch):
-    monkeypatch.setattr(rows, "MIN_BYTES", 0)
+    monkeypatch.setattr(heuristics, "ROW_GROUP_MIN_BYTES", 0)
     realize._REUSE.clear()        # schedules kept from other tests were made without groups
     yield
     realize._REUSE.clear()

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def contraction(out: Tensor) -> gemm.Contraction:
-    found = [heuristics.contraction(it.kernel, LANES) for it in create_schedule([out.lazydata])
+    found = [gemm.contraction(it.kernel, LANES) for it in create_schedule([out.lazydata])
              if it.kind == "kernel"]
     c = next((c for c in found if c is not None), None)
     assert c is not None

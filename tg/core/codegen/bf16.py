@@ -42,7 +42,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tg.core.codegen.gemm import Contraction, Params, _depends, _vars
+from tg.core.codegen.gemm import Contraction, _depends, _vars
+from tg.core.codegen.heuristics import UNIT_TILE as TILE
+from tg.core.codegen.heuristics import Params
 from tg.core.codegen.linearizer import _coef
 from tg.core.codegen.nests import (
     SCRATCH_DECLS,
@@ -69,14 +71,14 @@ class Unit:
     """A bfloat16 unit: its name (Params.nest), the CPU features it needs (as /proc/cpuinfo names them),
     a C probe TG_CC must build for it (a compiler older than the CPU may lack the intrinsics), and where
     having the feature does not make it faster, C of `double tg_speedup(void)`: its rate over the float32
-    FMAs' in register-only loops on one core, the unit used only where that is at least PAYS."""
+    FMAs' in register-only loops on one core, the unit used only where that is at least
+    heuristics.UNIT_PAYS."""
     name: str
     features: frozenset[str]
     probe: str
     speedup: str | None = None
 
 
-PAYS = 1.25     # what the unit's micro-kernel must beat the packed float32 nest by (its packs cost more)
 # 24 independent chains of each (distinct values: none may be merged), the best of 3 runs
 _SPEEDUP = """#include <immintrin.h>
 #include <time.h>
@@ -119,8 +121,6 @@ DPBF16 = Unit("dpbf16", frozenset({"avx512_bf16", "avx512bw"}),
               "#include <immintrin.h>\n__m512 tg_probe(__m512 a, __m512i b) "
               "{ return _mm512_dpbf16_ps(a, (__m512bh)b, (__m512bh)b); }\n", _SPEEDUP)
 UNITS = (AMX, DPBF16)        # the first one the CPU has is used
-TILE = 32          # the micro-kernel's block of C: 32 x 32 floats; x and y panels of 32
-KC, MC, NC = 256, 256, 64       # rules of thumb (measured at 2048 on a 2-core Xeon): a micro-panel 16 KB
 DP_ROWS = (12, 12, 8)           # dpbf16: rows of the micro-kernel's block in registers at once (2 each)
 
 
@@ -139,15 +139,6 @@ def unit(c: Contraction, features: frozenset[str], usable: Callable[[Unit], bool
 def available(features: frozenset[str], usable: Callable[[Unit], bool] = lambda u: True) -> Unit | None:
     """The first of UNITS whose features the CPU has and that `usable` allows, or None."""
     return next((u for u in UNITS if u.features <= features and usable(u)), None)
-
-
-def rule(c: Contraction, u: Unit) -> Params:
-    """The block sizes: whole tiles, no block larger than the padded matrix."""
-    _, m, n, k = c.sizes
-    def up(v: int) -> int:
-        return -(-v // TILE) * TILE
-    mc = max(TILE, min(MC, (1 << 19) // up(k) // TILE * TILE))     # a thread's x block: <= 1 MB
-    return Params(TILE, TILE, min(KC, up(k)), min(mc, up(m)), min(NC, up(n)), u.name)
 
 
 def _flat_stride(c: Contraction, idx: Node, dims: list[int]) -> int | None:

@@ -3,7 +3,7 @@ groups a schedule is cut into first (`fuse_rows`). runtime/ops_cpu.py wires the 
 
 `choose` decides, in this order:
 1. a row group (codegen/rows.py, made by `fuse_rows`) is one function running its kernels block by block;
-2. a contraction large enough to block (`heuristics.contraction`: matmul in any layout, batched) of
+2. a contraction large enough to block (`gemm.contraction`: matmul in any layout, batched) of
    bfloat16 factors, on a bfloat16 unit the CPU has and that pays (`bf16.unit`), is a packed AMX or
    VDPBF16PS nest (codegen/bf16.py);
 3. another contraction is a blocked, packed nest (codegen/nests.py) where the rule or the search
@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from tg import config
-from tg.core.codegen import bf16, heuristics, nests, rows, search
+from tg.core.codegen import bf16, gemm, heuristics, nests, rows, search
 from tg.core.codegen.linearizer import linearize_for
 
 if TYPE_CHECKING:
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 class Choice(NamedTuple):
     """What a kernel becomes: kind is "rows", "bf16", "gemm" or "one-pass"; for the nests, the
-    contraction and its parameters (a `gemm.Params`, or the bf16 unit's rule)."""
+    contraction and its parameters (a `heuristics.Params`)."""
     kind: str
     contraction: Any = None
     params: Any = None
@@ -37,7 +37,7 @@ def fuse_rows(dev: CPUDevice, items: list, outs: list) -> list:
     if config.TG_NOOPT:
         return items
     lanes = dev.vector_bytes // 4
-    alone = lambda k: heuristics.contraction(k, lanes) is None      # noqa: E731  (a contraction keeps its nest)
+    alone = lambda k: gemm.contraction(k, lanes) is None      # noqa: E731  (a contraction keeps its nest)
     return rows.fuse(items, outs, dev.name, alone, config.TG_CPU_THREADS)
 
 
@@ -46,12 +46,12 @@ def choose(dev: CPUDevice, kernel: Any) -> Choice:
     if isinstance(kernel, rows.RowGroup):
         return Choice("rows")
     lanes = dev.vector_bytes // 4
-    c = None if config.TG_NOOPT else heuristics.contraction(kernel, lanes)
+    c = None if config.TG_NOOPT else gemm.contraction(kernel, lanes)
     if c is None:
         return Choice("one-pass")
     unit = bf16.unit(c, dev.features, dev.usable)
     if unit is not None:
-        return Choice("bf16", c, bf16.rule(c, unit))
+        return Choice("bf16", c, heuristics.unit_params(c, unit.name))
 
     def one_pass(name: str) -> str:       # what the search times the nests against
         return dev.renderer.render(linearize_for(kernel, dev.renderer.d, **dev.lower_options), name)
@@ -78,7 +78,7 @@ def nest_by_rule(kernel: Any, renderer: Any, vector_bytes: int) -> tuple[str, st
     bfloat16 unit (what the NULL device renders for the c dialect, so that the nests' C is checked with
     every other kernel's), or None where the rule keeps the one-pass kernel."""
     lanes = vector_bytes // 4
-    c = None if config.TG_NOOPT else heuristics.contraction(kernel, lanes)
+    c = None if config.TG_NOOPT else gemm.contraction(kernel, lanes)
     if c is None:
         return None
     p = heuristics.rule(c, lanes)

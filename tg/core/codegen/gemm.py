@@ -2,14 +2,15 @@
 from the kernel's own AST.
 
 What the nests are and how they are written is codegen/nests.py; which one runs and with what
-block sizes, codegen/heuristics.py and codegen/search.py. Here: `find` (the structure), the block
-sizes `Params` and their fitting to a contraction (`clamp`), and which nests can read y where it lies
-(`direct_ok`, `broadcast_ok`).
+block sizes, codegen/heuristics.py and codegen/search.py. Here: `find` (the structure), `contraction`
+(one found and large enough to block), and which nests can read y where it lies
+(`Contraction.direct_ok`, `Contraction.broadcast_ok`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tg.core.codegen import heuristics
 from tg.core.codegen.linearizer import _coef, normalized
 from tg.core.dtype import dtypes
 from tg.core.kernel import AstOps, Kernel, KOp
@@ -18,18 +19,6 @@ from tg.core.shape import prod
 from tg.core.symbolic import Lin, Node, Var, num
 
 NARROW = (dtypes.float16, dtypes.bfloat16)
-
-
-@dataclass(frozen=True)
-class Params:
-    """Block sizes: an MR x NR register tile, KC of the reduce per block, MC rows of A per thread's
-    block, NC columns of B per shared block."""
-    mr: int
-    nr: int
-    kc: int
-    mc: int
-    nc: int
-    nest: str = "packed"     # render_packed, render_direct, render_broadcast or amx.render
 
 
 @dataclass
@@ -79,6 +68,29 @@ class Contraction:
         it cannot hold the partial sums of K blocks, so the nests run K whole or sum elsewhere."""
         return self.kernel.buf_dtypes[0] != dtypes.float32
 
+    def direct_ok(self, lanes: int) -> bool:
+        """Whether y can be read where it lies (render_direct): one float32 load, no mask, unit stride along
+        n (its index is n plus a function of the batch and reduce dims), and at least one vector of n."""
+        y = self.y
+        if len(self.n_dims) != 1 or y.op is not AstOps.LOAD or y.dtype != dtypes.float32 or \
+                self.kernel.buf_dtypes[y.arg[0]] != dtypes.float32:
+            return False
+        variables = _vars(self.shape)
+        idx, valid = y.arg[1].expr_idxs(variables)
+        return valid.is_const and valid.min == 1 and _coef(idx, variables[self.n_dims[0]]) == 1 and \
+            self.size(self.n_dims) >= lanes
+
+    def broadcast_ok(self) -> bool:
+        """Whether render_broadcast can run c: y one float32 load, no mask, whose index is a part of the
+        columns plus a part of the reduce plus a part of the batch (a conv's window copy read by the weight
+        gradient: channel and window offset; image and position; group); no epilogue."""
+        y = self.y
+        if self.epilogue or y.op is not AstOps.LOAD or y.dtype != dtypes.float32 or \
+                self.kernel.buf_dtypes[y.arg[0]] != dtypes.float32:
+            return False
+        _, valid = y.arg[1].expr_idxs(_vars(self.shape))
+        return valid.is_const and valid.min == 1 and _parts(self, y, [self.n_dims, self.k_dims, self.b_dims])
+
 
 def _from_narrow(tree: KOp, dtypes_: tuple = NARROW) -> bool:
     """Whether tree is a value of one of dtypes_ (float16, bfloat16) cast to float32."""
@@ -105,7 +117,7 @@ def _depends(tree: KOp, variables: list[Var]) -> set[int]:
 
 def find(kernel: Kernel) -> Contraction | None:
     """The kernel as a contraction, of any size, or None: one float32 SUM of x * y over rows of x and
-    columns of y (heuristics.contraction says whether one is large enough to block). Its sums are
+    columns of y (`contraction`: one large enough to block). Its sums are
     float32; its output float32, or float16 / bfloat16 (fused.sum_of_products: narrow factors cast to
     float32 in the kernel, the sum rounded once)."""
     out_dtype = kernel.buf_dtypes[0]
@@ -134,6 +146,13 @@ def find(kernel: Kernel) -> Contraction | None:
         x, y = y, x
     b_dims = [d for d in out if d not in m_dims + n_dims]
     return Contraction(kernel, ast, shape, b_dims, m_dims, n_dims, k_dims, x, y, red, ldc)
+
+
+def contraction(kernel: Kernel, lanes: int, least: int | None = None) -> Contraction | None:
+    """The kernel as a contraction large enough to block (heuristics.large_enough: lanes are float32s per
+    SIMD vector, `least` the fewest multiply-adds), or None."""
+    c = find(kernel)
+    return c if c is not None and heuristics.large_enough(c, lanes, least) else None
 
 
 def _run(coefs: dict[int, int | None], shape: tuple[int, ...], dims: list[int], inner: int,
@@ -181,38 +200,6 @@ def _rest_is_batch(idx: Node, variables: list[Var], dims: list[int], out: list[i
     return {v.name for v in rest} <= {variables[d].name for d in out}
 
 
-def clamp(c: Contraction, p: Params, lanes: int) -> Params:
-    """p fitted to the contraction: no block larger than its matrix."""
-    _, m, n, k = c.sizes
-    nr = max(lanes, min(p.nr, -(-n // lanes) * lanes))
-    if p.nest == "direct":     # whole vectors only: the last tile overlaps the one before, never passes N
-        nr = max(lanes, min(p.nr, n // lanes * lanes))
-        return Params(p.mr, nr, k, p.mr, nr, "direct")
-    if p.nest == "broadcast":  # MR vectors of rows, NR columns, the reduce in blocks of KC
-        mr = max(1, min(p.mr, -(-m // lanes)))
-        return Params(mr, max(1, min(p.nr, n)), max(1, min(p.kc, k)), mr, 1, "broadcast")
-    kc = min(p.kc, k)
-    mc = p.mc
-    if c.narrow:     # K whole (no partial sums to keep), A's block held to about 256 KB of L2
-        kc, mc = k, min(mc, max(p.mr, (1 << 16) // max(k, 1)))
-    mc = max(p.mr, min(mc, -(-m // p.mr) * p.mr) // p.mr * p.mr)     # whole panels
-    nc = max(nr, min(p.nc // nr * nr, -(-n // nr) * nr))       # whole panels: the packed block holds nc
-    return Params(p.mr, nr, kc, mc, nc)
-
-
-def direct_ok(c: Contraction, lanes: int) -> bool:
-    """Whether y can be read where it lies (render_direct): one float32 load, no mask, unit stride along
-    n (its index is n plus a function of the batch and reduce dims), and at least one vector of n."""
-    y = c.y
-    if len(c.n_dims) != 1 or y.op is not AstOps.LOAD or y.dtype != dtypes.float32 or \
-            c.kernel.buf_dtypes[y.arg[0]] != dtypes.float32:
-        return False
-    variables = _vars(c.shape)
-    idx, valid = y.arg[1].expr_idxs(variables)
-    return valid.is_const and valid.min == 1 and _coef(idx, variables[c.n_dims[0]]) == 1 and \
-        c.size(c.n_dims) >= lanes
-
-
 def _separable(c: Contraction) -> bool:
     """Whether y's index is a function of the batch dims plus one of the reduce dims (no term uses
     both): a conv's image offset plus its window offsets. Then one table of K offsets serves every
@@ -232,13 +219,3 @@ def _parts(c: Contraction, tree: KOp, groups: list[list[int]]) -> bool:
     return True
 
 
-def broadcast_ok(c: Contraction) -> bool:
-    """Whether render_broadcast can run c: y one float32 load, no mask, whose index is a part of the
-    columns plus a part of the reduce plus a part of the batch (a conv's window copy read by the weight
-    gradient: channel and window offset; image and position; group); no epilogue."""
-    y = c.y
-    if c.epilogue or y.op is not AstOps.LOAD or y.dtype != dtypes.float32 or \
-            c.kernel.buf_dtypes[y.arg[0]] != dtypes.float32:
-        return False
-    _, valid = y.arg[1].expr_idxs(_vars(c.shape))
-    return valid.is_const and valid.min == 1 and _parts(c, y, [c.n_dims, c.k_dims, c.b_dims])

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from tg import config
+from tg.core.codegen import heuristics
 from tg.core.codegen.uops import UOp, UOps
 from tg.core.dtype import DType, dtypes, min_value, value_key
 from tg.core.kernel import AstOps, Kernel, KOp
@@ -131,7 +132,7 @@ class Dims:
         self.serial = serial
         pieces = 1
         for d in self.loop_order:
-            if self.dims[d].loops > 1 and pieces < PARALLEL_ITEMS and not serial:
+            if self.dims[d].loops > 1 and pieces < heuristics.PARALLEL_ITEMS and not serial:
                 self.parallel.append(d)
                 pieces *= self.dims[d].loops
 
@@ -227,7 +228,7 @@ class Dims:
         def fits(d: int) -> bool:
             if ragged:
                 size = dims[d].size
-                least = RAGGED_MIN * width if self.rereads else width + 1
+                least = heuristics.RAGGED_MIN * width if self.rereads else width + 1
                 return not dims[d].reduce and size % width != 0 and size >= least and self._vectorizable(d)
             return dims[d].size % width == 0 and self._vectorizable(d)
 
@@ -300,11 +301,11 @@ class Dims:
         dims = self.dims
         d = max(i for i, x in enumerate(dims) if x.reduce)
         outputs = prod(dims[x].size for x in out_dims)
-        if outputs >= GROUP_MAX_OUTPUTS or dims[d].size < GROUP_MIN_REDUCE or \
+        if outputs >= heuristics.GROUP_MAX_OUTPUTS or dims[d].size < heuristics.GROUP_MIN_REDUCE or \
                 (self.lane_dim is not None and self.lane_dim != d):
             return False
         contiguous = any(c == 1 for n, c, _ in self._coefs(d, True) if n.op is AstOps.LOAD)
-        if not contiguous and outputs >= GROUP_MAX_OUTPUTS // 16:
+        if not contiguous and outputs >= heuristics.GROUP_MAX_OUTPUTS // 16:
             return False
         per_item = dims[d].size // dims[d].lanes
         size = next(
@@ -375,7 +376,7 @@ class Dims:
                     # all of it stays in cache anyway (a conv's few window positions): the stores
                     # then run along the lanes instead of jumping between rows of the output
                     reach = prod(x.size for x in dims if x.reduce) * dims[lane].size * 4
-                    if reach > REORDER_MIN_BYTES:
+                    if reach > heuristics.REORDER_MIN_BYTES:
                         self.loop_order = [lane] + [x for x in self.loop_order if x != lane]
                     return True
                 if len(tiled_for) >= 2 or sum(dims[x].upcast > 1 for x in out_dims) >= 2:
@@ -392,7 +393,8 @@ class Dims:
             return
         dims, unrolled = self.dims, 1
         for d in reversed(out_dims):
-            if d == self.lane_dim or dims[d].size > MASK_UNROLL or unrolled * dims[d].size > MASK_UNROLL:
+            most = heuristics.MASK_UNROLL
+            if d == self.lane_dim or dims[d].size > most or unrolled * dims[d].size > most:
                 continue
             if any(uses and n.op is AstOps.LOAD for n, _, uses in self._coefs(d, None)):
                 dims[d].upcast = dims[d].size
@@ -410,12 +412,6 @@ class Dims:
             dims[d].upcast = next((up for up in (4, 2) if dims[d].size % up == 0 and dims[d].size > up), 1)
 
 
-PARALLEL_ITEMS = 2048          # OpenMP collapses outer loops until there are this many pieces of work
-REORDER_MIN_BYTES = 256 << 10  # lane-dim strips of a tile's reduce at least this big are walked outermost
-RAGGED_MIN = 4                  # vectors a ragged lane dim with a scalar tail spans at least (Dims.ragged)
-MASK_UNROLL = 16                # output dims at most this long, masked on, are unrolled (_unroll_masks)
-GROUP_MAX_OUTPUTS = 1 << 14     # a reduce with fewer outputs, over at least GROUP_MIN_REDUCE
-GROUP_MIN_REDUCE = 256          # elements each, may be shared by a work-group
 
 
 @dataclass
@@ -786,7 +782,6 @@ def _split_ragged(kernel: Kernel, dims: Dims, vector_width_bytes: int) -> tuple[
     return first + second, main.lanes
 
 
-STREAM_MIN_BYTES = 4 << 20
 
 
 def _streaming_ok(lin: Linearized, dims: Dims, kernel: Kernel) -> bool:
@@ -799,7 +794,7 @@ def _streaming_ok(lin: Linearized, dims: Dims, kernel: Kernel) -> bool:
     if lane_reduce or lin.lanes != 16 or kernel.assign:
         return False
     if (
-        kernel.buf_sizes[0] * kernel.buf_dtypes[0].itemsize < STREAM_MIN_BYTES
+        kernel.buf_sizes[0] * kernel.buf_dtypes[0].itemsize < heuristics.STREAM_MIN_BYTES
         or kernel.buf_dtypes[0] != dtypes.float32
     ):
         return False

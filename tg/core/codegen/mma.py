@@ -26,7 +26,7 @@ sm_80 and sm_90; scripts/gpu_check.py runs them where a GPU is. The shared-memor
 """
 from __future__ import annotations
 
-from tg.core.codegen import heuristics
+from tg.core.codegen import gemm, heuristics
 from tg.core.codegen.gemm import Contraction
 from tg.core.codegen.linearizer import Linearized
 from tg.core.codegen.nests import _decode, _epilogue, _index, _inner_stride, info, narrow_word, stored
@@ -66,7 +66,7 @@ def find_mma(kernel, capability: tuple[int, int]) -> Contraction | None:
     """The kernel as a contraction for tensor cores on a GPU of this compute capability, or None."""
     if capability < MIN_CAPABILITY:
         return None
-    c = heuristics.contraction(kernel, 8, heuristics.MMA_MIN_MACS)
+    c = gemm.contraction(kernel, 8, heuristics.MMA_MIN_MACS)
     return c if c is not None and narrow_type(c) is not None else None
 
 

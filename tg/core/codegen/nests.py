@@ -47,14 +47,12 @@ from typing import Callable
 from tg.core.codegen.gemm import (
     NARROW,
     Contraction,
-    Params,
     _depends,
     _separable,
     _vars,
-    broadcast_ok,
-    direct_ok,
 )
-from tg.core.codegen.linearizer import STREAM_MIN_BYTES, Linearized, _coef
+from tg.core.codegen.heuristics import STREAM_MIN_BYTES, Params
+from tg.core.codegen.linearizer import Linearized, _coef
 from tg.core.codegen.renderer import _C_TYPES, CStyleRenderer, _lit
 from tg.core.dtype import DType, dtypes
 from tg.core.kernel import AstOps, KOp
@@ -307,8 +305,8 @@ def runs(c: Contraction, p: Params, lanes: int) -> bool:
     if p.nest == "packed":
         return p.nr % lanes == 0
     if p.nest == "direct":
-        return p.nr % lanes == 0 and direct_ok(c, lanes)
-    return p.nest == "broadcast" and broadcast_ok(c)
+        return p.nr % lanes == 0 and c.direct_ok(lanes)
+    return p.nest == "broadcast" and c.broadcast_ok()
 
 
 def render_packed(c: Contraction, p: Params, renderer: CStyleRenderer, name: str, lanes: int) -> str:

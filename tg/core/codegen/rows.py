@@ -19,7 +19,7 @@ What makes kernels a group (`fuse`, on a schedule in run order):
   `s` elements a row further on; a kernel reads an internal buffer only at the rows it runs (the part
   of a row it reads lies within the row the producer wrote);
 - the group reads some external buffer in more than one kernel, or has internal buffers, worth at least
-  MIN_BYTES, and R gives every thread a block.
+  heuristics.ROW_GROUP_MIN_BYTES, and R gives every thread a block.
 
 Each kernel is restricted to a block of B rows (a shrink of every view), linearized with no loop of its
 own shared among threads (`serial`), and rendered as a static function; the group's function shares
@@ -31,6 +31,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from tg.core.codegen import heuristics
 from tg.core.codegen.linearizer import Linearized, _coef, map_sts
 from tg.core.dtype import DType
 from tg.core.kernel import AstOps, Kernel, KOp
@@ -38,12 +39,6 @@ from tg.core.ops import BufferOps, ReduceOps
 from tg.core.schedule import ScheduleItem
 from tg.core.shape import prod
 from tg.core.symbolic import Var, num
-
-MIN_BYTES = 1 << 20          # re-read (or internal) bytes from which a group pays
-BLOCK_BYTES = 64 << 10       # a block of rows reads about this much of its external buffers
-SCRATCH_BYTES = 64 << 10     # internal buffers' block, on each thread's stack, at most
-MAX_MEMBERS = 8
-MAX_SCAN = 32                # items a group may span, set-aside ones included
 
 
 @dataclass(frozen=True)
@@ -137,8 +132,8 @@ def _windows(items: list, first: int, readers: dict[int, list[int]], asked: set[
     member but the last writes a buffer that only later members read, and nobody asked for."""
     found: list[tuple[list[int], list[int]]] = []
     members, aside, last_reader = [first], [], first
-    for k in range(first + 1, min(len(items), first + MAX_SCAN)):
-        if len(members) == MAX_MEMBERS:
+    for k in range(first + 1, min(len(items), first + heuristics.ROW_GROUP_MAX_SCAN)):
+        if len(members) == heuristics.ROW_GROUP_MAX_MEMBERS:
             break
         it, written = items[k], {id(items[m].out.base) for m in members}
         if not any(id(b) in written for b in it.inputs):
@@ -261,7 +256,7 @@ def _build(members: list, made: list, rows: int, threads: int) -> ScheduleItem |
     internal = [(it.kernel.buf_dtypes[0], made[m][2][0][0]) for m, it in enumerate(members[:-1])]
     worth = sum(prod(b.shape) * b.dtype.itemsize for b in ext if reread[id(b)] > 1)
     worth += sum(dt.itemsize * step * rows for dt, step in internal)
-    if worth < MIN_BYTES:
+    if worth < heuristics.ROW_GROUP_MIN_BYTES:
         return None
     widest: dict[int, int] = {}            # external buffer -> the most elements a row it spans
     for args in args_rows:
@@ -271,7 +266,8 @@ def _build(members: list, made: list, rows: int, threads: int) -> ScheduleItem |
     row_bytes = sum(n * dtypes_[index].itemsize for index, n in widest.items())
     tmp_row = sum(dt.itemsize * step for dt, step in internal)
     block = max((b for b in range(1, rows + 1) if rows % b == 0 and rows // b >= threads
-                 and b * row_bytes <= BLOCK_BYTES and b * tmp_row <= SCRATCH_BYTES), default=0)
+                 and b * row_bytes <= heuristics.ROW_BLOCK_BYTES
+                 and b * tmp_row <= heuristics.ROW_SCRATCH_BYTES), default=0)
     if block == 0:
         return None
     parts = []

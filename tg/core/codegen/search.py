@@ -113,16 +113,16 @@ Timed = dict[tuple | None, float]    # seconds of a run per candidate (astuple; 
 BAD = float("inf")                   # the time of a candidate that is no choice (see _time)
 
 
-def _params(won: list) -> gemm.Params:
+def _params(won: list) -> heuristics.Params:
     mr, nr, kc, mc, nc = (int(v) for v in won[:5])
-    return gemm.Params(mr, nr, kc, mc, nc, str(won[5]) if len(won) > 5 else "packed")
+    return heuristics.Params(mr, nr, kc, mc, nc, str(won[5]) if len(won) > 5 else "packed")
 
 
-def _key(p: gemm.Params | None) -> tuple | None:
+def _key(p: heuristics.Params | None) -> tuple | None:
     return None if p is None else astuple(p)
 
 
-def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, gemm.Params | None, Timed]:
+def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, heuristics.Params | None, Timed]:
     """("none" | "partial" | "done", the winner: block sizes, or None for the one-pass kernel, and the
     seconds of every candidate timed so far, so that a later process times only the others). Block
     sizes that the nest could not run as they are (edited, or from another CPU) count as none. A
@@ -145,7 +145,7 @@ def _recall(path: Path, c: gemm.Contraction, lanes: int) -> tuple[str, gemm.Para
         p = _params(won)
     except (OSError, ValueError, KeyError, TypeError, IndexError):
         return "none", None, {}   # absent, or damaged (a crash mid-write cannot leave one: writes are atomic)
-    if min(astuple(p)[:5]) < 1 or gemm.clamp(c, p, lanes) != p or not nests.runs(c, p, lanes):
+    if min(astuple(p)[:5]) < 1 or heuristics.clamp(c, p, lanes) != p or not nests.runs(c, p, lanes):
         return "none", None, {}
     return done, p, timed
 
@@ -241,15 +241,15 @@ def wrong(got: np.ndarray, want: np.ndarray) -> str | None:
 _spent = [0.0]      # seconds this process has searched: TG_BEAM bounds the total
 
 
-def ways(c: gemm.Contraction, lanes: int) -> list[gemm.Params | None]:
+def ways(c: gemm.Contraction, lanes: int) -> list[heuristics.Params | None]:
     """Every way the search may run c, the rule's first: the rule's choice, its other one (one-pass
     kernel or packed nest), the packed nests of candidates() and the direct and broadcast ones where c
     allows them, each fitted to c (duplicates once)."""
     rule = heuristics.rule(c, lanes)
-    shapes = candidates(lanes) + (direct_candidates(lanes) if gemm.direct_ok(c, lanes) else []) + \
-        (broadcast_candidates(lanes) if gemm.broadcast_ok(c) else [])
+    shapes = candidates(lanes) + (direct_candidates(lanes) if c.direct_ok(lanes) else []) + \
+        (broadcast_candidates(lanes) if c.broadcast_ok() else [])
     other = None if rule is not None else heuristics.params(c, lanes)       # the rule's other choice
-    fitted = [gemm.clamp(c, gemm.Params(*t), lanes) for t in shapes]
+    fitted = [heuristics.clamp(c, heuristics.Params(*t), lanes) for t in shapes]
     return list(dict.fromkeys([rule, other, *fitted]))
 
 
@@ -257,7 +257,7 @@ def _seconds(sec: float | None) -> float | None:
     return None if sec is None or sec == BAD else sec
 
 
-def _record(c: gemm.Contraction, tried: list, timed: Timed, fallback: gemm.Params | None,
+def _record(c: gemm.Contraction, tried: list, timed: Timed, fallback: heuristics.Params | None,
             running: Any = ()) -> dict:
     """What the search file holds: the fastest of the good candidates timed so far (else fallback), the
     time of each (None: bad), and the candidate about to run, if any (`running`, a key)."""
@@ -274,7 +274,7 @@ def _record(c: gemm.Contraction, tried: list, timed: Timed, fallback: gemm.Param
 
 
 def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: Any,
-           one_pass: Callable[[str], str]) -> gemm.Params | None:
+           one_pass: Callable[[str], str]) -> heuristics.Params | None:
     """How to run contraction c: block sizes for the nest, or None for the one-pass kernel whose source
     `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
     and what is left of this process's budget allow), else the rule of thumb (heuristics.rule)."""

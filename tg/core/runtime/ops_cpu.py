@@ -260,9 +260,9 @@ class CPUDevice(Compiled):
         """Whether a bfloat16 unit (codegen/bf16.UNITS) is used here: TG_CC builds its probe (a compiler
         older than the CPU may lack its intrinsics), and where the feature alone does not make it fast
         (VDPBF16PS: twice the FMAs' rate on Zen 4/5, half on Sapphire Rapids) its measured speedup over
-        the float32 FMAs is at least bf16.PAYS. Decided once per process (the builds are cached like
-        kernels; the measurement takes about a millisecond)."""
-        from tg.core.codegen.bf16 import PAYS
+        the float32 FMAs is at least heuristics.UNIT_PAYS. Decided once per process (the builds are
+        cached like kernels; the measurement takes about a millisecond)."""
+        from tg.core.codegen.heuristics import UNIT_PAYS
         if unit.name not in self._usable:
             try:
                 self.compiler.compile(unit.probe)
@@ -270,7 +270,7 @@ class CPUDevice(Compiled):
                 if unit.speedup is not None:
                     lib = ctypes.CDLL(str(self.compiler.compile(unit.speedup)))
                     lib.tg_speedup.restype = ctypes.c_double
-                    ok = lib.tg_speedup() >= PAYS
+                    ok = lib.tg_speedup() >= UNIT_PAYS
             except CompileError:
                 ok = False
             self._usable[unit.name] = ok
