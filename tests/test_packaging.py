@@ -62,11 +62,12 @@ def test_a_job_from_the_installed_wheel_uses_the_compiled_engine(wheel, tmp_path
     # numpy and PyYAML come from this interpreter's site-packages; tg only from the wheel
     venv.EnvBuilder(system_site_packages=True, with_pip=False).create(env_dir)
     python = env_dir / "bin" / "python"
+    # without PYTHONPATH (a checkout on it would be "tg, already installed": pip would install nothing)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TG_SHM", "TG_BACKEND", "PYTHONPATH"))}
     subprocess.run([str(python), "-m", "pip", "install", "--no-deps", "--no-index", "-q", str(wheel)],
-                   check=True, capture_output=True, timeout=300)
+                   check=True, capture_output=True, timeout=300, env=env)
     script = tmp_path / "job.py"
     script.write_text(textwrap.dedent(JOB))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TG_SHM", "TG_BACKEND", "PYTHONPATH"))}
     env["TG_CACHE_DIR"] = str(tmp_path / "cache")
     r = subprocess.run([str(env_dir / "bin" / "tglaunch"), "--nproc", "2", str(script)], cwd=tmp_path,
                        env=env, capture_output=True, text=True, timeout=120)

@@ -1,7 +1,7 @@
 """Row groups (tg/core/codegen/rows.py): consecutive CPU kernels that work row by row run block by block in
 one function, with the per-row results between them on each thread's stack. Every case forces groups on
-small, odd shapes (heuristics.ROW_GROUP_MIN_BYTES = 0), checks that the group formed (or not, where it must not) and compares
-the values with float64 numpy."""
+small, odd shapes (heuristics.ROW_GROUP_MIN_BYTES = 0), checks that the group formed (or not, where it
+must not) and compares the values with float64 numpy."""
 import numpy as np
 import pytest
 

@@ -1,9 +1,10 @@
 """The transports' engines written in C (shm_engine.c, ucx_engine.c): how they are built and called.
 
 Each engine is one C source, compiled by the system C compiler on first use and cached on disk like
-kernels (the key is the text compiled, the compiler and its flags). The reductions both engines use
-are one C fragment, reductions.c, spliced into each source where it says `#include "reductions.c"`
-(the compiler reads the source from standard input, and the cache key must cover the fragment).
+kernels (the key is the text compiled, the compiler and its flags). What both engines share is C
+fragments spliced into each source where it says `#include "<fragment>"` (the compiler reads the
+source from standard input, and the cache key must cover the fragments): the reductions
+(reductions.c), the agreement's rule and exchange order (agree.c) and the wait (wait.c).
 
     lib = build(Path("shm_engine.c"), {"tg_barrier": (ctypes.c_void_p, ...)}, {})
 """
@@ -23,6 +24,7 @@ if TYPE_CHECKING:
 
 REDUCTIONS = Path(__file__).with_name("reductions.c")
 WAIT = Path(__file__).with_name("wait.c")             # how both engines wait: poll, yield, sleep
+AGREE = Path(__file__).with_name("agree.c")           # when ranks agree, and the exchange's order
 # seconds a waiting rank of either C engine yields its core (after its polls) before it sleeps (the shm
 # engine on a futex, the ucx engine on the worker's fd): long enough for a peer a few microseconds late
 YIELD_S = 2e-4
@@ -42,9 +44,11 @@ class Memory:
 
 
 def source(path: Path) -> str:
-    """An engine's C text with the shared fragments spliced in: the reductions and the wait."""
-    text = path.read_text().replace('#include "reductions.c"', REDUCTIONS.read_text(), 1)
-    return text.replace('#include "wait.c"', WAIT.read_text(), 1)
+    """An engine's C text with the shared fragments spliced in: the reductions, the agreement, the wait."""
+    text = path.read_text()
+    for fragment in (REDUCTIONS, AGREE, WAIT):
+        text = text.replace(f'#include "{fragment.name}"', fragment.read_text(), 1)
+    return text
 
 
 def build(path: Path, signatures: dict[str, tuple], restypes: dict[str, Any],

@@ -40,6 +40,7 @@
 enum { OK = 0, DISAGREE = 1, TIMEOUT = 2, PEER_SOCKET = 3 };
 
 #include "reductions.c"     /* spliced in by native.source() */
+#include "agree.c"          /* spliced in by native.source(): the agreement's rule */
 
 typedef struct {
     int rank, n;
@@ -161,7 +162,7 @@ static void finish(engine *e) { set_counter(e, OFF_CONSUMED, e->round); }
 
 static int wait_posted(engine *e, int r) { return wait_for(e, r, OFF_POSTED, e->round); }
 
-/* Round 0 of a call: every rank posted; every descriptor hash equal to this rank's. */
+/* Round 0 of a call: every rank posted; the range of their descriptor hashes one value (agree.c). */
 static int agree(engine *e) {
     uint64_t g = e->round - 1, mine;
     memcpy(&mine, slot(e, e->rank, g), 8);
@@ -170,15 +171,15 @@ static int agree(engine *e) {
             int rc = wait_posted(e, r);
             if (rc != OK) return rc;
         }
+    hash_range all = range_of(mine);
     for (int r = 0; r < e->n; r++) {
         uint64_t theirs;
         memcpy(&theirs, slot(e, r, g), 8);
-        if (theirs != mine) {
-            e->fail_round = g;
-            return DISAGREE;
-        }
+        range_fold(&all, range_of(theirs));
     }
-    return OK;
+    if (range_agreed(all)) return OK;
+    e->fail_round = g;
+    return DISAGREE;
 }
 
 /* ------------------------------------------------------------------ the collectives */

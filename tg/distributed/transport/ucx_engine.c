@@ -31,6 +31,7 @@
 enum { OK = 0, DISAGREE = 1, TIMEOUT = 2, STOPPED = 3, BAD_STEP = 4, BAD_SIZE = 5, UCX_FAILED = 6 };
 
 #include "reductions.c"     /* spliced in by native.source() */
+#include "agree.c"          /* spliced in by native.source(): the agreement's rule and exchange */
 
 #define PART_CONTROL 4ULL
 #define PART_DATA 1ULL
@@ -180,32 +181,21 @@ static void abandon(engine *e, op *ops, int k) {
 
 /* ------------------------------------------------------------------ the agreement */
 
-/* Every rank in the same call: the MIN and MAX of the descriptor hashes go round as algorithms.agree
-   sends them (ranks beyond the largest power of two fold in first and hear the result last). */
+/* Every rank in the same call (agree.c): the range of the descriptor hashes goes round in
+   agree_steps' order, in fixed-size frames of (call number, MIN, MAX). */
 static int agree(engine *e, uint32_t seq, uint64_t hash) {
-    int n = e->n, r = e->rank, p2 = 1, nops = 0;
-    while (p2 * 2 <= n) p2 *= 2;
-    uint64_t lo = hash, hi = hash;
+    int nops = 0;
+    hash_range all = range_of(hash);
     uint8_t *got = e->got;
     uint64_t frame = e->frame;
     op ops[MAX_OPS];
-    int peers[MAX_OPS], merges[MAX_OPS], steps = 0;   /* the exchange, in order: send or merge */
-    if (r >= p2) {
-        peers[steps] = r - p2, merges[steps++] = 0;
-        peers[steps] = r - p2, merges[steps++] = 1;
-    } else {
-        if (r + p2 < n) peers[steps] = r + p2, merges[steps++] = 1;
-        for (int mask = 1; mask < p2; mask <<= 1) {
-            peers[steps] = r ^ mask, merges[steps++] = 0;
-            peers[steps] = r ^ mask, merges[steps++] = 1;
-        }
-        if (r + p2 < n) peers[steps] = r + p2, merges[steps++] = 0;
-    }
+    int peers[MAX_OPS], merges[MAX_OPS];
+    int steps = agree_steps(e->n, e->rank, peers, merges);
     for (int s = 0; s < steps; s++) {
         if (!merges[s]) {
             uint8_t *f = e->frames + (uint64_t)nops * frame;
             memset(f, 0, frame);
-            memcpy(f, &seq, 4), memcpy(f + 4, &lo, 8), memcpy(f + 12, &hi, 8);
+            memcpy(f, &seq, 4), memcpy(f + 4, &all.lo, 8), memcpy(f + 12, &all.hi, 8);
             post_send(e, &ops[nops], peers[s], f, frame, tag(PART_CONTROL, e->rank, 0));
             nops++;
             continue;
@@ -219,22 +209,21 @@ static int agree(engine *e, uint32_t seq, uint64_t hash) {
             return rc;
         }
         uint32_t theirs_seq;
-        uint64_t theirs_lo, theirs_hi;
-        memcpy(&theirs_seq, got, 4), memcpy(&theirs_lo, got + 4, 8), memcpy(&theirs_hi, got + 12, 8);
+        hash_range theirs;
+        memcpy(&theirs_seq, got, 4), memcpy(&theirs.lo, got + 4, 8), memcpy(&theirs.hi, got + 12, 8);
         if (theirs_seq != seq) {
             e->culprit = peers[s], e->got_seq = theirs_seq;
             abandon(e, ops, nops);
             return BAD_STEP;
         }
-        lo = theirs_lo < lo ? theirs_lo : lo;
-        hi = theirs_hi > hi ? theirs_hi : hi;
+        range_fold(&all, theirs);
     }
     int rc = wait_all(e, ops, nops);
     if (rc != OK) {
         abandon(e, ops, nops);
         return rc;
     }
-    return lo == hi ? OK : DISAGREE;
+    return range_agreed(all) ? OK : DISAGREE;
 }
 
 /* ------------------------------------------------------------------ the ring */
