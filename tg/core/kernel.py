@@ -100,8 +100,11 @@ class Kernel:
 
     @property
     def key(self) -> tuple:
-        """What the kernel's code depends on (devices keep programs by it)."""
-        return self.ast.key
+        """Everything the kernel's code depends on (devices keep programs by it): the AST, whether it
+        writes in place (no streaming stores, which need 64-byte aligned memory, and no split tail
+        that rewrites outputs: an assign's target may be a view at any offset, read by another input)
+        and the buffers' sizes (the index type, streaming from heuristics.STREAM_MIN_BYTES)."""
+        return (self.ast.key, self.assign, tuple(self.buf_sizes))
 
     @cached_property
     def reads_target(self) -> bool:

@@ -785,10 +785,12 @@ def _split_ragged(kernel: Kernel, dims: Dims, vector_width_bytes: int) -> tuple[
 
 
 def _streaming_ok(lin: Linearized, dims: Dims, kernel: Kernel) -> bool:
-    """Whether the stores may bypass the cache (non-temporal): a large output written once with full,
-    aligned vector stores (an elementwise kernel's, or a reduce's with its lanes along the outputs); it
-    is not read back soon, and skipping the read of each destination line saves a third of the memory
-    traffic."""
+    """Whether the stores may bypass the cache (non-temporal): a large fresh output written once with
+    full vector stores at multiples of 16 elements (an elementwise kernel's, or a reduce's with its
+    lanes along the outputs); it is not read back soon, and skipping the read of each destination line
+    saves a third of the memory traffic. Never an assign's (its target may be a view at any 4 bytes);
+    the rendered kernel still checks that its output is 64-byte aligned, once a launch, and stores
+    plainly where it is not (a streaming store there faults)."""
     # 16 lanes are chosen only where the CPU has AVX-512, so _mm512_stream_ps exists
     lane_reduce = dims.lane_dim is not None and dims.dims[dims.lane_dim].reduce
     if lane_reduce or lin.lanes != 16 or kernel.assign:

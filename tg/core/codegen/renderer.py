@@ -538,6 +538,8 @@ class CStyleRenderer:
         streaming = bool(lin.extra.get("streaming")) and d.vec is C_VECTORS and lin.lanes == 16
         self.streaming = streaming
         stream_depth = None          # the loop whose end closes the parallel region (and fences)
+        if streaming:    # a streaming store faults on memory not 64-byte aligned: checked once a launch
+            body.append("  const int tg_nt = (((unsigned long)data0) & 63) == 0;")
         for u in lin.uops:
             op = u.op
             if op is UOps.DEFINE_GLOBAL:
@@ -786,7 +788,9 @@ class CStyleRenderer:
         if access == "vector" and dtype != dtypes.bool:
             addr = f"data{buf}+{self.sub_lane(idx, 0).render()}"
             if getattr(self, "streaming", False):
-                return f"{guard}_mm512_stream_ps((float*)({addr}), (__m512){self.bcast(val, dtype)});"
+                plain = self.vfmt(self.v.store, dtype, addr=addr, x=self.bcast(val, dtype))
+                return (f"{guard}{{ if (tg_nt) _mm512_stream_ps((float*)({addr}), "
+                        f"(__m512){self.bcast(val, dtype)}); else {plain} }}")
             if dtype in NARROW_FLOATS:
                 return f"{guard}*(u16v*)({addr}) = {_NARROW_V[dtype]}({self.bcast(val, dtype)});"
             return guard + self.vfmt(self.v.store, dtype, addr=addr, x=self.bcast(val, dtype))
