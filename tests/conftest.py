@@ -1,8 +1,8 @@
-"""Shared pytest setup: every test starts from the same RNG seeds (tg's and numpy's global one),
-whatever order xdist runs it in. With TG_TEST_CASES=N (set by tests/core/test_gpu_suite.py for its run
-of the suites on the OpenCL device) a test generated over many random seeds runs N of them, spread
-evenly: that run checks the device's code path, which the seeds share, while every seed runs on the
-CPU. Cases per op, dtype or shape all run there too."""
+"""Shared pytest setup: every test starts from the same RNG seeds (tg's and numpy's global one) and the
+global Tensor.training unset, whatever order xdist runs it in. With TG_TEST_CASES=N (set by
+tests/core/test_gpu_suite.py for its run of the suites on the OpenCL device) a test generated over many
+random seeds runs N of them, spread evenly: that run checks the device's code path, which the seeds share,
+while every seed runs on the CPU. Cases per op, dtype or shape all run there too."""
 import os
 
 import numpy as np
@@ -15,6 +15,7 @@ import tg
 def _seed():
     tg.Tensor.manual_seed(0)
     np.random.seed(0)
+    tg.Tensor.training = None
     yield
 
 

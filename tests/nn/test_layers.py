@@ -324,9 +324,8 @@ def test_embedding_gradient():
 def test_dropout_train_eval_and_scaling(monkeypatch):
     layer = nn.Dropout(0.25)
     x = Tensor(np.ones((200, 50), np.float32))
-    assert layer(x) is x                                                       # eval: the identity
-    monkeypatch.setattr(Tensor, "training", True)
-    out = layer(x).numpy()
+    assert layer.eval()(x) is x                                                # eval: the identity
+    out = layer.train()(x).numpy()
     assert abs((out == 0).mean() - 0.25) < 0.02
     np.testing.assert_allclose(out[out != 0], 1 / 0.75, rtol=1e-6)
     assert abs(out.mean() - 1) < 0.03                                          # unbiased in expectation

@@ -1,6 +1,6 @@
 """nn.Module against torch.nn's documented behaviour (key names written out by hand, no torch import):
-registration, state-dict keys and order, containers, train/eval, loading, and that plain-object models
-and the global Tensor.training keep working."""
+registration, state-dict keys and order, containers, train/eval (training mode from construction),
+loading, and that plain-object models and the global Tensor.training keep working."""
 import numpy as np
 import pytest
 
@@ -169,22 +169,38 @@ def test_get_parameters_matches_parameters_and_plain_objects_still_work():
     assert len(get_parameters(plain)) == 5
 
 
-def test_train_eval_propagate_and_default_follows_tensor_training(monkeypatch):
+def test_modules_start_in_training_mode_and_train_eval_propagate(monkeypatch):
+    """As torch: every module of a new model is in training mode; eval() / train() set a module and
+    its submodules, whatever the global says."""
     net = Net()
-    assert net.training is False and net.blocks[0].attn.training is False   # Tensor.training is False
-    monkeypatch.setattr(Tensor, "training", True)
-    assert net.training is True and net.blocks[1].norm.training is True     # still following the global
+    assert Tensor.training is None and all(m.training is True for m in net.modules())
     assert net.eval() is net
     assert all(m.training is False for m in net.modules())
-    monkeypatch.setattr(Tensor, "training", False)
+    monkeypatch.setattr(Tensor, "training", True)
+    assert all(m.training is False for m in net.modules())                  # set modes win
     net.blocks.train()
     assert net.blocks[0].attn.training is True and net.embed.training is False and net.training is False
+
+
+@pytest.mark.parametrize("glob", [True, False])
+def test_a_module_never_set_follows_the_global_once_code_sets_it(monkeypatch, glob):
+    """tinygrad's style (Tensor.training = True around the training loop, False for eval) keeps its
+    meaning for modules that train() / eval() never set; unset again, they are in training mode."""
+    net = Net()
+    monkeypatch.setattr(Tensor, "training", glob)
+    assert all(m.training is glob for m in net.modules())
+    net.blocks[0].eval()
+    assert net.blocks[0].attn.training is False and net.blocks[1].norm.training is glob
+    monkeypatch.setattr(Tensor, "training", None)
+    assert net.training is True and net.blocks[0].training is False
 
 
 def test_dropout_honours_module_mode(monkeypatch):
     x = Tensor.ones(200)
     drop = nn.Dropout(0.5)
-    assert drop(x).tolist() == x.tolist()                                   # global eval
+    out = drop(x).numpy()                                                   # new: training mode
+    assert set(out.tolist()) <= {0.0, 2.0} and 0 < (out == 0).sum() < 200
+    assert drop.eval()(x).tolist() == x.tolist()
     out = drop.train()(x).numpy()
     assert set(out.tolist()) <= {0.0, 2.0} and 0 < (out == 0).sum() < 200
     monkeypatch.setattr(Tensor, "training", True)

@@ -155,8 +155,8 @@ class _Checkpoint(Function):
         return tuple(g.lazydata if g is not None else None for g in grads)
 
     def _recompute(self, args: list[Any], kwargs: dict[str, Any]) -> Any:
-        """fn again, in the forward's mode: Tensor.training and autocast as they were then, the same
-        random numbers."""
+        """fn again, in the forward's mode: Tensor.training (unset, None, included) and autocast as they
+        were then, the same random numbers."""
         prev_training, Tensor.training = Tensor.training, self.training
         now = Tensor.get_rng_state(on_device=True) if self.rng is not None else None
         try:

@@ -199,7 +199,9 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
     grad: Tensor | None
     _ctx: F.Function | None
     _prior: list[Tensor] | None
-    training: bool = False
+    # the old global mode (tinygrad's): None until code sets it; a Module whose mode train()/eval() never
+    # set follows it once set, and is in training mode, as torch's, while it is None
+    training: bool | None = None
     no_grad: bool = False
     _last_root: weakref.ref[Tensor] | None = None
     _post_backward_hooks: list[Callable[[Tensor], None]] = []

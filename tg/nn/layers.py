@@ -289,11 +289,7 @@ class BatchNorm1d(_BatchNorm):
         >>> bn = BatchNorm1d(2)
         >>> bn.weight.shape, bn.bias.shape, bn.running_mean.shape
         ((2,), (2,), (2,))
-        >>> Tensor.training = True
-        >>> try:
-        ...     y = bn(Tensor([[1.0, 0.0], [3.0, 4.0]]))
-        ... finally:
-        ...     Tensor.training = False
+        >>> y = bn(Tensor([[1.0, 0.0], [3.0, 4.0]]))          # a new module is in training mode
         >>> [[round(v, 4) for v in row] for row in y.tolist()]
         [[-1.0, -1.0], [1.0, 1.0]]
         >>> [round(v, 4) for v in bn.running_mean.tolist() + bn.running_var.tolist()]   # unbiased var: 2, 8
@@ -310,9 +306,12 @@ class BatchNorm2d(_BatchNorm):
     average when momentum is None; the variance unbiased) and num_batches_tracked. Otherwise: normalize
     with the running statistics. weight starts at 1, bias at 0.
 
-        >>> bn = BatchNorm2d(3)
-        >>> bn(Tensor.ones(2, 3, 4, 4)).shape, bn.running_var.tolist()    # eval mode: nothing updated
-        ((2, 3, 4, 4), [1.0, 1.0, 1.0])
+        >>> bn = BatchNorm2d(3)                                  # in training mode, as torch's
+        >>> def var() -> list: return [round(v, 4) for v in bn.running_var.tolist()]
+        >>> bn(Tensor.ones(2, 3, 4, 4)).shape, var()            # batch variance 0, momentum 0.1
+        ((2, 3, 4, 4), [0.9, 0.9, 0.9])
+        >>> bn.eval()(Tensor.ones(2, 3, 4, 4)).shape, var()     # eval: nothing updated
+        ((2, 3, 4, 4), [0.9, 0.9, 0.9])
     """
     ranks, layout = (4,), "(N, C, H, W)"
 
@@ -416,12 +415,12 @@ class Embedding(Module):
 
 
 class Dropout(Module):
-    """Zero each element with probability p and scale the rest by 1/(1-p) while self.training (set by
-    train()/eval(), else the global Tensor.training); the identity otherwise.
+    """Zero each element with probability p and scale the rest by 1/(1-p) while self.training (True
+    from construction, as torch's; set by train()/eval()); the identity otherwise.
 
-        >>> Dropout(0.5)(Tensor([1.0, 2.0])).tolist()                    # Tensor.training is False
+        >>> Dropout(0.5).eval()(Tensor([1.0, 2.0])).tolist()
         [1.0, 2.0]
-        >>> kept = set(Dropout(0.5).train()(Tensor.ones(100)).tolist())
+        >>> kept = set(Dropout(0.5)(Tensor.ones(100)).tolist())
         >>> kept <= {0.0, 2.0}                                            # dropped, or scaled by 1/(1-p)
         True
     """

@@ -5,9 +5,10 @@ with requires_grad=True: tg's layers have always made their weights that way) a 
 given to register_buffer a buffer. Any other Tensor stays a plain attribute, outside state_dict(),
 as in torch. Names follow torch's state dicts: `encoder.0.weight`.
 
-`training` follows the global `Tensor.training` until train() / eval() set it on a module (and its
-submodules), so code that only flips Tensor.training keeps working; Dropout and BatchNorm read
-`self.training`.
+A module is in training mode from construction, as torch's: `training` is True until train() /
+eval() set it on the module (and its submodules). Code in tinygrad's style that sets the global
+`Tensor.training` keeps working: a module whose mode train() / eval() never set follows the global
+once code has set it. Dropout and BatchNorm read `self.training`.
 
     >>> from tg import Tensor
     >>> from tg.nn import Linear
@@ -77,8 +78,8 @@ class Module:
     """Base class of layers and models: subclass it, call super().__init__() first, assign layers and
     parameters as attributes and write forward(); calling the module calls forward.
 
-    `training` is True or False once train() or eval() ran on the module or a parent; before that it
-    reads the global Tensor.training (so old code that sets Tensor.training still works).
+    `training` is True from construction, as in torch, and what train() / eval() set on the module
+    or a parent; a module they never set follows the global Tensor.training once code sets it.
 
         >>> from tg import Tensor
         >>> from tg.nn import Linear, Dropout
@@ -383,9 +384,17 @@ class Module:
     # ------------------------------------------------------------ modes and bulk changes
     @property
     def training(self) -> bool:
-        """True in training mode: set by train()/eval(), else the global Tensor.training."""
+        """True in training mode: as train()/eval() set it; else the global Tensor.training where code
+        set it; else True (torch's modules start in training mode).
+
+            >>> from tg.nn import Dropout
+            >>> Dropout(0.5).training
+            True
+        """
         mode = self.__dict__.get("_training")
-        return Tensor.training if mode is None else mode
+        if mode is not None:
+            return mode
+        return True if Tensor.training is None else bool(Tensor.training)
 
     @training.setter
     def training(self, mode: bool | None) -> None:
