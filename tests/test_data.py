@@ -5,6 +5,7 @@ import gc
 import numpy as np
 import pytest
 
+import tg
 from tg import Tensor
 from tg.distributed.sampler import DistributedSampler as DistSampler
 from tg.utils.data import (
@@ -140,6 +141,21 @@ def test_shuffle_is_a_permutation_new_each_epoch_and_seedable():
     unseeded = [np.concatenate([b.numpy() for b in DataLoader(np.arange(50), 50, shuffle=True)]).tolist()
                 for _ in range(2)]
     assert unseeded[0] != unseeded[1]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 12345])
+def test_shuffle_without_a_generator_follows_manual_seed(seed):
+    """As torch's default generator: after the same tg.manual_seed the same orders, epoch after epoch and
+    loader after loader (random_split too); another seed, other orders."""
+    def run(s: int) -> list:
+        tg.manual_seed(s)
+        loaders = [DataLoader(np.arange(40), batch_size=7, shuffle=True) for _ in range(2)]
+        orders = [np.concatenate([b.numpy() for b in ld]).tolist() for ld in loaders for _ in range(2)]
+        split = [list(part.indices) for part in random_split(range(30), [10, 20])]
+        return orders + split
+    first = run(seed)
+    assert run(seed) == first and run(seed + 1) != first
+    assert all(sorted(o) == list(range(40)) for o in first[:4]) and len(set(map(tuple, first[:4]))) == 4
 
 
 def test_sampler_and_batch_sampler_are_honoured():

@@ -119,7 +119,7 @@ class _Checkpoint(Function):
     args: tuple
     kwargs: dict[str, Any]
     rng: dict[str, Any] | None
-    training: bool
+    training: bool | None      # the global Tensor.training in the forward (None: never set)
     autocast: dict[str, tuple[bool, Any]]
     output_grads: list[LazyBuffer | None]
 

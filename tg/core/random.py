@@ -25,14 +25,34 @@ from tg.core.shape import prod
 
 _seed = 0
 _counters: dict[str, LazyBuffer] = {}      # device -> realized uint32[1]: words drawn since the seed
+_host_draws = 0                            # host_seed() calls since the seed
 _ARANGE: dict[tuple[int, str], LazyBuffer] = {}
 
 
 def manual_seed(seed: int = 0) -> None:
-    """Seed every later draw; counters start again from 0 on every device."""
-    global _seed, _counters
+    """Seed every later draw; counters start again from 0 on every device, and host_seed's sequence."""
+    global _seed, _counters, _host_draws
     _seed = int(seed) & 0xFFFFFFFF
     _counters = {}
+    _host_draws = 0
+
+
+def host_seed() -> int:
+    """The next 62-bit seed for host randomness that has no generator of its own (a sampler's order, a
+    dataset split, the loader's worker seeds), as torch draws one from its default generator: the same
+    sequence after the same manual_seed, different seeds along it. No device is touched.
+
+        >>> manual_seed(3)
+        >>> first = [host_seed(), host_seed()]
+        >>> manual_seed(3)
+        >>> [host_seed(), host_seed()] == first, first[0] != first[1]
+        (True, True)
+    """
+    global _host_draws
+    _host_draws += 1
+    key = hash32(_seed ^ 0x85EBCA6B)
+    hi, lo = hash32(hash32(2 * _host_draws) ^ key), hash32(hash32(2 * _host_draws + 1) ^ key)
+    return ((hi << 32) | lo) >> 2
 
 
 def hash32(x: int) -> int:

@@ -8,6 +8,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from tg.core import random
+
 
 def _is_int(value: Any) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
@@ -23,10 +25,11 @@ def _check_int(who: str, name: str, value: Any, minimum: int) -> int:
 
 
 def _numpy_rng(generator: Any, who: str) -> np.random.Generator:
-    """None: fresh OS entropy; an int: that seed; a numpy Generator: itself; a tg/torch-like Generator:
-    seeded from its ``initial_seed()``."""
+    """None: seeded from tg's global seed (``tg.manual_seed``; the next ``random.host_seed``, as torch
+    seeds from its default generator); an int: that seed; a numpy Generator: itself; a tg/torch-like
+    Generator: seeded from its ``initial_seed()``."""
     if generator is None:
-        return np.random.default_rng()
+        return np.random.default_rng(random.host_seed())
     if _is_int(generator):
         return np.random.default_rng(int(generator))
     if isinstance(generator, np.random.Generator):
@@ -78,8 +81,9 @@ class SequentialSampler(Sampler):
 
 class RandomSampler(Sampler):
     """A new random order of ``data_source``'s indices each pass (each epoch). ``generator``: None
-    (fresh entropy), an int seed, a numpy Generator or a tg.Generator; a seeded one makes the sequence of
-    epochs repeatable. ``replacement=True`` draws ``num_samples`` indices independently.
+    (seeded from ``tg.manual_seed``'s sequence, as torch's default generator), an int seed, a numpy
+    Generator or a tg.Generator; each makes the sequence of epochs repeatable. ``replacement=True``
+    draws ``num_samples`` indices independently.
 
         >>> s = RandomSampler(range(5), generator=0)
         >>> first, second = list(s), list(s)
