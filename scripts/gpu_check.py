@@ -266,9 +266,9 @@ def bench_rows(device: str, quick: bool, gpu: bool) -> list[tuple[str, Callable[
         name = f"matmul {n}x{n} {dtype}"
 
         def row() -> Row:
-            before = set(Device[device]._by_ast)
+            before = set(Device[device]._by_key)
             ours, ref, ref_name = bench_core.bench_matmul(n, device, dtype)
-            programs = [p for key, p in Device[device]._by_ast.items() if key not in before]
+            programs = [p for key, p in Device[device]._by_key.items() if key not in before]
             tensor_cores = any("mma" in getattr(p.info, "extra", {}) for p in programs)
             kernel = "; tensor cores (mma.sync)" if tensor_cores and dtype != "float32" else ""
             return Row(name, f"{ours:.1f} GFLOPS", f"{ours / ref:.2f}x {ref_name} ({ref:.1f} GFLOPS){kernel}")

@@ -424,6 +424,8 @@ def step_functions(run: Run) -> tuple[Callable[[Tensor, Tensor], Tensor], Callab
     captured by TinyJit unless --no-jit."""
     scaler = run.scaler
 
+    # the model is a plain object (tinygrad's style): the global Tensor.training is its mode, set for
+    # each step and unset after it (None: modules built later start in training mode, as torch's)
     def forward_backward(x: Tensor, y: Tensor) -> Tensor:
         Tensor.training = True
         run.opt.zero_grad()
@@ -439,12 +441,16 @@ def step_functions(run: Run) -> tuple[Callable[[Tensor, Tensor], Tensor], Callab
             scaler.update()
         else:
             run.opt.step()
-        Tensor.training = False
+        Tensor.training = None
         return loss.realize()
 
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
-        with run.autocast():
-            return run.model.loss(x, y).realize()
+        Tensor.training = False
+        try:
+            with run.autocast():
+                return run.model.loss(x, y).realize()
+        finally:
+            Tensor.training = None
     if scaler is not None and not scaler.decides_on_device(run.opt):
         # a ZeroOptimizer's verdict is agreed on the host (one read per step), which a TinyJit replay
         # cannot redo: these steps run eagerly

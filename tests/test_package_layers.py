@@ -1,4 +1,5 @@
-"""The whole package in layers: config < core < nn < the torch-surface modules < utils < distributed <
+"""The whole package in layers: config < core < nn < the torch-surface modules < torch's device modules
+(cuda, accelerator, backends, multiprocessing) < utils < distributed <
 launch < tg's top-level __init__. Every import of a tg module (inside functions too, not under `if
 TYPE_CHECKING:`) points down or within its own package, no two modules import each other (directly or
 round a longer loop), and no module imports a private (`_name`) from another package. tg/core's own
@@ -16,6 +17,7 @@ import tg
 
 ORDER = [["tg.config"], ["tg.core"], ["tg.nn"],
          ["tg.amp", "tg.optim", "tg.serialization", "tg.namespace", "tg.linalg"],     # torch's surface
+         ["tg.cuda", "tg.accelerator", "tg.backends", "tg.multiprocessing"],          # torch's device modules
          ["tg.utils"], ["tg.distributed"], ["tg.launch"], ["tg"]]
 LAYER = {p: i for i, ps in enumerate(ORDER) for p in ps}
 ROOT = pathlib.Path(tg.__file__).parent

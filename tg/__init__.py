@@ -39,7 +39,8 @@ _NAMESPACE_NAMES = frozenset({"Generator", "abs", "absolute", "acos", "acosh", "
                               "float_power", "floor", "floor_divide", "fmax", "fmin", "fmod", "frac",
                               "from_numpy", "full", "full_like", "gather", "ge", "ger", "get_rng_state",
                               "greater", "greater_equal", "gt", "hardsigmoid", "hardswish", "hardtanh",
-                              "histc", "hstack", "hypot", "iinfo", "index_add", "index_select",
+                              "enable_grad", "histc", "hstack", "hypot", "iinfo", "index_add",
+                              "index_select", "inference_mode", "is_grad_enabled", "set_grad_enabled",
                               "initial_seed", "inner", "is_complex", "is_floating_point", "is_tensor",
                               "isclose", "isfinite", "isinf", "isnan", "isneginf", "isposinf", "kron",
                               "kthvalue", "le", "lerp", "less", "less_equal", "linspace", "log",
@@ -64,7 +65,8 @@ _NAMESPACE_NAMES = frozenset({"Generator", "abs", "absolute", "acos", "acosh", "
                               "var", "var_mean", "vdot", "vstack", "where", "xlogy", "zeros", "zeros_like"})
 
 # torch's subpackage paths: tg.nn, tg.optim, tg.utils (data, checkpoint), tg.distributed, tg.linalg
-_SUBPACKAGES = ("nn", "optim", "utils", "distributed", "linalg", "amp")
+_SUBPACKAGES = ("nn", "optim", "utils", "distributed", "linalg", "amp", "cuda", "accelerator", "backends",
+                "multiprocessing")
 
 if TYPE_CHECKING:
     from tg import nn

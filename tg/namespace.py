@@ -25,6 +25,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tg.core import random as _random
 from tg.core.autocast import autocast_op
 from tg.core.device import Device, split_device
 from tg.core.dtype import DType, dtypes, promote_types, scalar_result_type
@@ -39,6 +40,7 @@ __all__ = [
     "logspace", "tril_indices", "triu_indices", "concatenate", "hstack", "vstack", "row_stack", "dstack",
     "column_stack", "meshgrid", "broadcast_tensors", "tensordot", "cdist", "var_mean", "std_mean",
     "searchsorted", "bucketize", "result_type", "promote_types", "can_cast", "finfo", "iinfo",
+    "set_grad_enabled", "enable_grad", "is_grad_enabled", "inference_mode",
 ]
 
 
@@ -165,7 +167,7 @@ class Generator:
             >>> Generator().set_state({"seed": 3, "counters": {"CPU": 8}}).get_state()
             {'seed': 3, 'counters': {'CPU': 8}}
         """
-        if not isinstance(state, dict) or set(state) != {"seed", "counters"}:
+        if not _random.is_state(state):
             got = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"[core] Generator.set_state: expected the dict get_state() returns, with keys "
                              f"['counters', 'seed'], got {got}")
@@ -259,6 +261,67 @@ def randint(*args: Any, size: Any = None, generator: Generator | None = None, **
                         f"{len(args)} positional arguments and size={size!r}; size is a tuple such as (3,)")
     low, high = (0, args[0]) if len(args) == 1 else args
     return _sample(generator, lambda: Tensor.randint(low, high, size=size, **kw))
+
+
+class _GradMode:
+    """Gradient recording on (mode True) or off inside a `with` block, the previous mode back after it;
+    as a decorator, inside each call of the function."""
+
+    def __init__(self, mode: bool) -> None:
+        self.mode = bool(mode)
+
+    def __enter__(self) -> None:
+        self.prev, Tensor.no_grad = Tensor.no_grad, not self.mode
+
+    def __exit__(self, *exc: Any) -> None:
+        Tensor.no_grad = self.prev
+
+    def __call__(self, fn: Callable) -> Callable:
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with _GradMode(self.mode):
+                return fn(*args, **kwargs)
+        wrapper.__name__, wrapper.__doc__ = fn.__name__, fn.__doc__
+        return wrapper
+
+
+class set_grad_enabled(_GradMode):  # noqa: N801  (torch's spelling)
+    """Turn gradient recording on or off, torch's way: a call sets the mode at once (until it is set
+    again); `with set_grad_enabled(mode):` sets it for the block and restores the previous mode after;
+    `@set_grad_enabled(mode)` runs a function in that mode.
+
+        >>> x = tensor([1.0], requires_grad=True)
+        >>> with set_grad_enabled(False):
+        ...     (x * 2).requires_grad, is_grad_enabled()
+        (False, False)
+        >>> (x * 2).requires_grad, is_grad_enabled()
+        (True, True)
+    """
+
+    def __init__(self, mode: bool) -> None:
+        super().__init__(mode)
+        self.before, Tensor.no_grad = Tensor.no_grad, not self.mode      # at once, as torch's
+
+    def __enter__(self) -> None:
+        self.prev = self.before
+
+    def __call__(self, fn: Callable) -> Callable:
+        Tensor.no_grad = self.before         # as a decorator it changes only the function's calls
+        return super().__call__(fn)
+
+
+def enable_grad() -> _GradMode:
+    """Context manager and decorator: gradients recorded inside, also within no_grad()."""
+    return _GradMode(True)
+
+
+def inference_mode(mode: bool = True) -> _GradMode:
+    """torch's inference_mode: no_grad() while mode is True (tg has no separate inference tensors)."""
+    return _GradMode(not mode)
+
+
+def is_grad_enabled() -> bool:
+    """Whether gradients are recorded now (False inside no_grad())."""
+    return not Tensor.no_grad
 
 
 def manual_seed(seed: int) -> None:

@@ -47,8 +47,8 @@ def nest(monkeypatch):
     monkeypatch.setattr(heuristics, "worth", lambda c: True)
     monkeypatch.setenv("TG_BEAM", "0")
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
-    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
-    return lambda: any("gemm" in prog.info.extra for prog in dev._by_ast.values())
+    monkeypatch.setattr(dev, "_by_key", OrderedDict())
+    return lambda: any("gemm" in prog.info.extra for prog in dev._by_key.values())
 
 
 def close(got: np.ndarray, want: np.ndarray) -> None:
@@ -319,7 +319,7 @@ def forced(monkeypatch):
     from tg.core.codegen import search
     dev = Device["CPU"]
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
-    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
+    monkeypatch.setattr(dev, "_by_key", OrderedDict())
     monkeypatch.setattr(heuristics, "MIN_MACS", 1)          # small cases, quick tests
     seen: list = []
 

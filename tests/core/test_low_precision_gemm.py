@@ -29,7 +29,7 @@ def force(monkeypatch, name: str) -> None:
     """Kernels lowered from now on take the path `name` (a unit of bf16.UNITS, or "fallback")."""
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
     dev = Device["CPU"]
-    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
+    monkeypatch.setattr(dev, "_by_key", OrderedDict())
     if name != "amx":
         monkeypatch.setenv("TG_CPU_DISABLE", "amx_bf16,amx_tile")
     monkeypatch.setattr(dev, "_usable", {"dpbf16": name == "dpbf16"} if name != "amx" else {})
@@ -48,8 +48,8 @@ def path(request, monkeypatch):
     def ran() -> bool:
         """Whether the path's nest ran: a nest with its unit's instruction; on "fallback" the packed
         nest and neither."""
-        nest = any("gemm" in prog.info.extra for prog in dev._by_ast.values())
-        srcs = [prog.src for prog in dev._by_ast.values()]
+        nest = any("gemm" in prog.info.extra for prog in dev._by_key.values())
+        srcs = [prog.src for prog in dev._by_key.values()]
         marks = {name for name, mark in MARKS.items() if any(mark in src for src in srcs)}
         return nest and marks == ({request.param} if request.param in MARKS else set())
     return request.param, ran
@@ -232,7 +232,7 @@ def test_amp_names_the_unit_the_contractions_take(monkeypatch, pays):
     monkeypatch.setattr(dev, "_usable", {"dpbf16": pays})
     a = Tensor.ones(64, 512, device="CPU", dtype=tg.bfloat16).contiguous().realize()
     (a @ Tensor.ones(512, 128, device="CPU", dtype=tg.bfloat16).contiguous().realize()).realize()
-    used = any(MARKS["dpbf16"] in prog.src for prog in dev._by_ast.values())
+    used = any(MARKS["dpbf16"] in prog.src for prog in dev._by_key.values())
     assert used == (tg.amp.bf16_units("CPU") == "AVX512_BF16")
 
 
@@ -294,7 +294,7 @@ def test_the_unit_nests_at_any_thread_count_and_without_scratch_memory(threads, 
     prefix = "" if memory else \
         "static void* no_memory(long n) { return 0; }\n#define tg_scratch_take no_memory\n"
     ops_cpu.scratch_library()
-    src = prefix + bf16.render(c, heuristics.unit_params(c, u.name), renderer, "unit_test", 16)
+    src = prefix + bf16.render(c, heuristics.unit_params(c, u.name, bf16.TILE), renderer, "unit_test", 16)
     assert MARKS[unit] in src
     fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).unit_test
     words = [np.ascontiguousarray((x.view(np.uint32) >> 16).astype(np.uint16)) for x in (a, b)]
@@ -339,7 +339,7 @@ def test_the_unit_nests_read_nothing_past_their_inputs_when_the_cast_is_fused(m,
     assert c.kernel.buf_dtypes[1:] == [tg.float32] * 2
     ops_cpu.scratch_library()
     renderer = CStyleRenderer(DIALECTS["c"], threads=2)
-    src = bf16.render(c, heuristics.unit_params(c, u.name), renderer, "unit_fused", 16)
+    src = bf16.render(c, heuristics.unit_params(c, u.name, bf16.TILE), renderer, "unit_fused", 16)
     fn = ctypes.CDLL(str(ops_cpu.ClangCompiler().compile(src))).unit_fused
     (ga, keep_a), (gb, keep_b) = _ending_at_a_guard_page(a), _ending_at_a_guard_page(b)
     out = np.zeros((m, n), np.uint16)

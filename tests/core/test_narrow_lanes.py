@@ -52,8 +52,8 @@ def fresh(monkeypatch):
     """Each kernel lowered afresh (the knob TG_NOOPT changes the lowering); returns the sources run."""
     dev = Device["CPU"]
     monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")
-    monkeypatch.setattr(dev, "_by_ast", OrderedDict())
-    return lambda: [p.src for p in dev._by_ast.values()]
+    monkeypatch.setattr(dev, "_by_key", OrderedDict())
+    return lambda: [p.src for p in dev._by_key.values()]
 
 
 def both_ways(monkeypatch, fn):
@@ -62,7 +62,7 @@ def both_ways(monkeypatch, fn):
     out = []
     for noopt in ("0", "1"):
         monkeypatch.setenv("TG_NOOPT", noopt)
-        dev._by_ast.clear()
+        dev._by_key.clear()
         out.append([np.asarray(a) for a in fn()])
     monkeypatch.setenv("TG_NOOPT", "0")
     return out

@@ -29,7 +29,7 @@ def test_kernels_past_the_cache_are_unloaded_and_load_again(monkeypatch):
     for i in range(300):
         got = _distinct_kernel(i).numpy()
         np.testing.assert_allclose(got, np.arange(5) * i + i / 7.0, rtol=1e-6)
-        assert len(dev._programs) <= 16 and len(dev._by_ast) <= 16
+        assert len(dev._programs) <= 16 and len(dev._by_key) <= 16
     # 300 libraries kept would be over a thousand mappings more
     assert _maps() - start < 100, (_maps(), start)
     for i in (0, 1, 299):        # evicted long ago (or not): built or loaded again, same values
@@ -70,7 +70,7 @@ for rnd in range(int(sys.argv[2])):
     for n in sizes:
         work(n, float(rnd) + 0.5)
     dev = Device[Tensor([1.0]).device]
-    dev._programs.clear(); dev._by_ast.clear()         # every program let go of: every library unmapped
+    dev._programs.clear(); dev._by_key.clear()         # every program let go of: every library unmapped
     gc.collect()
 print("ok")
 """

@@ -22,7 +22,7 @@ def test_host_form_is_plain_json():
     Tensor.manual_seed(42)
     Tensor.rand(10)
     state = Tensor.get_rng_state()
-    assert state == {"seed": 42, "counters": {Device.DEFAULT: 10}}
+    assert state == {"seed": 42, "counters": {Device.DEFAULT: 10}, "host": 0}
     after = Tensor.rand(4).numpy()
     Tensor.manual_seed(1)
     Tensor.set_rng_state(json.loads(json.dumps(state)))
@@ -58,3 +58,23 @@ def test_set_rng_state_rejects_other_values():
         ValueError, match=r"\[core\] set_rng_state: expected the dict get_rng_state\(\) returns"
     ):
         Tensor.set_rng_state({"seed": 1})
+
+
+def test_the_samplers_seed_sequence_is_part_of_the_state():
+    """A sampler without a generator takes its seed from tg's global sequence (random.host_seed): a
+    resumed run that restores the state gets the orders the uninterrupted run got; a state saved before
+    that sequence existed (no "host") still loads, and starts it from the seed."""
+    from tg.utils.data import RandomSampler
+    Tensor.manual_seed(5)
+    list(RandomSampler(range(20)))
+    state = json.loads(json.dumps(Tensor.get_rng_state()))
+    assert state["host"] == 1
+    want = [list(RandomSampler(range(20))) for _ in range(3)]
+    Tensor.manual_seed(9)
+    Tensor.set_rng_state(state)
+    assert [list(RandomSampler(range(20))) for _ in range(3)] == want
+    Tensor.set_rng_state({"seed": 5, "counters": {}})
+    Tensor.manual_seed(5)
+    fresh = list(RandomSampler(range(20)))
+    Tensor.set_rng_state({"seed": 5, "counters": {}})
+    assert list(RandomSampler(range(20))) == fresh

@@ -304,7 +304,7 @@ def every_nest(layer: str, batch: int, mp: pytest.MonkeyPatch) -> set:
         return p
     mp.setattr(search, "choose", choose)
     while turn[0] < max(counts):
-        mp.setattr(dev, "_by_ast", OrderedDict())    # lowered afresh: each contraction asks choose again
+        mp.setattr(dev, "_by_key", OrderedDict())    # lowered afresh: each contraction asks choose again
         got = program()
         for name, g, w in zip(("y", "x.grad", "w.grad", "b.grad"), got, want):
             err = np.abs(g - w).max() / (np.abs(w).max() + 1e-30)

@@ -74,7 +74,7 @@ def test_folded_lanes_give_the_bits_of_the_scalar_tree(monkeypatch):
     results, sources = [], []
     for vec in (C_VECTORS, dataclasses.replace(C_VECTORS, evens="", odds="")):
         monkeypatch.setattr(dev.renderer, "d", dataclasses.replace(dev.renderer.d, vec=vec))
-        monkeypatch.setattr(dev, "_by_ast", OrderedDict())
+        monkeypatch.setattr(dev, "_by_key", OrderedDict())
         monkeypatch.setattr(dev, "_programs", OrderedDict())
         results.append(_reductions(np.random.default_rng(5)))
         sources.append("".join(dev._programs))

@@ -76,6 +76,10 @@ class Allocator:
     def free(self, opaque: Any, nbytes: int) -> None:
         pass
 
+    def release(self) -> int:
+        """Free the memory kept for reuse (none here; CachingAllocator keeps blocks); the bytes freed."""
+        return 0
+
     def copyin(self, opaque: Any, src: memoryview, offset: int = 0) -> None:
         """Write src's bytes into the device memory, starting offset bytes in."""
         raise NotImplementedError
@@ -127,6 +131,15 @@ class CachingAllocator(Allocator):
             self.cached_bytes += nbytes
         else:
             self._free(opaque)
+
+    def release(self) -> int:
+        """Free every block kept for reuse (torch.cuda.empty_cache); the bytes given back."""
+        freed, self.cached_bytes = self.cached_bytes, 0
+        blocks, self.cache = self.cache, {}
+        for free in blocks.values():
+            for opaque in free:
+                self._free(opaque)
+        return freed
 
 
 class HostAllocator(CachingAllocator):
@@ -301,10 +314,10 @@ class Compiled:
     def __init__(self, name: str):
         self.name = name
         self.index = split_device(name)[1] or 0
-        # by source (two ASTs that render alike share a build) and by AST, least recently used first; at
-        # most TG_PROGRAM_CACHE each: a schedule or TinyJit that holds a program keeps it alive
+        # by source (two kernels that render alike share a build) and by Kernel.key, least recently used
+        # first; at most TG_PROGRAM_CACHE each: a schedule or TinyJit that holds a program keeps it alive
         self._programs: OrderedDict[str, Program] = OrderedDict()
-        self._by_ast: OrderedDict[tuple, Program] = OrderedDict()
+        self._by_key: OrderedDict[tuple, Program] = OrderedDict()
 
     @classmethod
     def count(cls) -> int:
@@ -324,20 +337,20 @@ class Compiled:
         return lin.name, self.renderer.render(lin), lin
 
     def compile_many(self, kernels: list[Any]) -> list[Program]:
-        """Programs for kernels. A kernel seen before (the same AST) is not lowered again, so a
+        """Programs for kernels. A kernel seen before (the same Kernel.key) is not lowered again, so a
         training step's realize costs lookups, not codegen; each new source is built once, on a pool
         of threads when the compiler allows it, so building overlaps rendering."""
         todo: dict[tuple, Any] = {}
         for k in kernels:
-            if k.key not in self._by_ast:
+            if k.key not in self._by_key:
                 todo.setdefault(k.key, k)
         if todo:
             self._build(todo)
         progs = []
         for k in kernels:
-            progs.append(self._by_ast[k.key])
-            self._by_ast.move_to_end(k.key)
-        for cache in (self._by_ast, self._programs):
+            progs.append(self._by_key[k.key])
+            self._by_key.move_to_end(k.key)
+        for cache in (self._by_key, self._programs):
             while len(cache) > max(config.TG_PROGRAM_CACHE, len(kernels)):
                 cache.popitem(last=False)
         return progs
@@ -360,7 +373,7 @@ class Compiled:
                 if src not in self._programs:
                     self._programs[src] = self.program(self, name, binaries[src], src, info)
                 self._programs.move_to_end(src)
-                self._by_ast[key] = self._programs[src]
+                self._by_key[key] = self._programs[src]
         finally:
             if pool is not None:
                 pool.shutdown()
@@ -396,6 +409,11 @@ class Compiled:
 
     def synchronize(self) -> None:
         pass
+
+    @property
+    def is_gpu(self) -> bool:
+        """Whether the device is a GPU (tg.accelerator's question)."""
+        return False
 
 
 class _Registry:

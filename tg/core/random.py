@@ -118,19 +118,26 @@ def uniform01(shape: tuple[int, ...], device: str, mantissa: int = 24) -> LazyBu
 
 
 def state(on_device: bool) -> dict[str, Any]:
-    """{"seed": int, "counters": {device: words drawn}}: ints read back from the devices, or with
-    on_device each count a realized uint32[1] copy made on its device (no host read)."""
+    """{"seed": int, "counters": {device: words drawn}, "host": host_seed() calls}: ints read back
+    from the devices, or with on_device each count a realized uint32[1] copy made on its device (no
+    host read)."""
     counters: dict[str, Any] = {}
     for device, counter in _counters.items():
         counters[device] = device_copy(counter) if on_device else int(to_numpy(counter)[0])
-    return {"seed": _seed, "counters": counters}
+    return {"seed": _seed, "counters": counters, "host": _host_draws}
 
 
-def set_state(seed: int, counters: dict[str, int | LazyBuffer]) -> None:
+def is_state(state: Any) -> bool:
+    """Whether state is a dict state() made: "seed" and "counters", and "host" unless it predates it."""
+    return isinstance(state, dict) and {"seed", "counters"} <= set(state) <= {"seed", "counters", "host"}
+
+
+def set_state(seed: int, counters: dict[str, int | LazyBuffer], host: int = 0) -> None:
     """Restore a state(): counters are written in place on their devices; a device with no saved
-    count starts again from 0, as after manual_seed."""
-    global _seed
+    count starts again from 0, as after manual_seed; host_seed's sequence goes on from `host`."""
+    global _seed, _host_draws
     _seed = int(seed) & 0xFFFFFFFF
+    _host_draws = int(host)
     for device in {*counters, *_counters}:
         value = counters.get(device, 0)
         if not isinstance(value, LazyBuffer):

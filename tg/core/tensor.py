@@ -18,7 +18,7 @@ import numpy as np
 
 from tg.core import autograd, mixin, random
 from tg.core import function as F
-from tg.core.device import Device
+from tg.core.device import Device, split_device
 from tg.core.dtype import (
     DType,
     dtype_of_scalar,
@@ -402,6 +402,50 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
             return x
         return apply(F.Copy, x, device=Device.canonicalize(device))
 
+    def cpu(self) -> Tensor:
+        """This tensor on the CPU (torch's cpu()): self when it is there already, else a copy.
+
+            >>> x = Tensor([1, 2])
+            >>> x.cpu() is x if x.device == "CPU" else x.cpu().device == "CPU"
+            True
+        """
+        return self.to("CPU")
+
+    def cuda(self, device: int | str | None = None, **ignored: Any) -> Tensor:
+        """This tensor on a CUDA GPU (torch's cuda(device=None, non_blocking=False)): the default CUDA
+        device when the process's default is one (tglaunch gives each rank its own), else CUDA:0; an int
+        or "cuda:N" names one. Raises, saying what is missing, where no CUDA device is usable: pick the
+        device as torch scripts do, `device = "cuda" if tg.cuda.is_available() else "cpu"`."""
+        if device is None:
+            default = Device.DEFAULT
+            name = default if split_device(default)[0] == "CUDA" else "CUDA"
+        else:
+            name = f"CUDA:{device}" if isinstance(device, int) else str(device)
+        if split_device(name)[0] != "CUDA":
+            raise ValueError(f"[core] Tensor.cuda: expected a CUDA device (an index or 'cuda:N'), got "
+                             f"{device!r}; use .to({device!r}) for other devices")
+        return self.to(Device[name].name)       # opening the device raises here, saying why, without one
+
+    @property
+    def is_cuda(self) -> bool:
+        """Whether the tensor is on a CUDA GPU (torch's is_cuda).
+
+            >>> Tensor([1.0]).is_cuda if Tensor([1.0]).device == "CPU" else False
+            False
+        """
+        return split_device(self.device)[0] == "CUDA"
+
+    @property
+    def is_cpu(self) -> bool:
+        """Whether the tensor is in the CPU's memory (CPU or the NUMPY reference device; torch's is_cpu)."""
+        return split_device(self.device)[0] in ("CPU", "NUMPY")
+
+    @property
+    def is_xpu(self) -> bool:
+        """torch's is_xpu (Intel GPUs through its XPU backend): always False, tg reaches them through
+        OpenCL as device CL."""
+        return False
+
     @_view_op
     def detach(self) -> Tensor:
         """The same values cut out of the graph: no gradient flows back through the result.
@@ -416,6 +460,27 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
     def _detached(self) -> Tensor:
         # detach() for tg's core, which makes no views (see _view_op), without the view method's wrapper
         return _wrap(self.lazydata, False)
+
+    @property
+    @_view_op
+    def data(self) -> Tensor:
+        """The same memory outside autograd, as torch's `.data`: writes through it (`p.data.add_(g,
+        alpha=-lr)`, `p.data.fill_(0)`) change this tensor and are not recorded. Assigning `p.data = t`
+        makes p hold t's values (t's memory, as torch; any shape, dtype or device), keeping p's
+        requires_grad.
+
+            >>> p = Tensor([1.0, 2.0], requires_grad=True)
+            >>> p.data.tolist(), p.data.requires_grad, p.requires_grad
+            ([1.0, 2.0], False, True)
+        """
+        return self._detached()
+
+    @data.setter
+    def data(self, value: Tensor) -> None:
+        if not isinstance(value, Tensor):
+            raise TypeError(f"[core] Tensor.data: expected a Tensor to take the values of, got "
+                            f"{type(value).__name__}; to fill in place use .data.copy_(value) or .fill_(v)")
+        self.lazydata = value.lazydata
 
     @_view_op
     def contiguous(self) -> Tensor:
@@ -573,8 +638,9 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
 
     @staticmethod
     def get_rng_state(on_device: bool = False) -> dict[str, Any]:
-        """The random number generator's state: {"seed": int, "counters": {device: count}}, where a
-        device's count is how many random 32-bit words it has drawn since the seed was set.
+        """The random number generator's state: {"seed": int, "counters": {device: count}, "host": int},
+        where a device's count is how many random 32-bit words it has drawn since the seed was set, and
+        "host" how many seeds the samplers and loaders without a generator took (random.host_seed).
 
         By default the counts are ints read back from the devices, ready to save (a training
         checkpoint). With on_device=True each count is a realized uint32[1] copy made on its device
@@ -604,12 +670,12 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
             >>> Tensor.randn(2).tolist() == a
             True
         """
-        if not isinstance(state, dict) or set(state) != {"seed", "counters"}:
+        if not random.is_state(state):
             got = sorted(state) if isinstance(state, dict) else type(state).__name__
             raise ValueError(f"[core] set_rng_state: expected the dict get_rng_state() returns, with keys "
-                             f"['counters', 'seed'], got {got}")
+                             f"['counters', 'seed'] and maybe 'host', got {got}")
         random.set_state(state["seed"], {Device.canonicalize(d): v.lazydata if isinstance(v, Tensor) else v
-                                         for d, v in state["counters"].items()})
+                                         for d, v in state["counters"].items()}, state.get("host", 0))
 
     @staticmethod
     def _uniform01(shape: tuple[int, ...], device: str | None, mantissa: int = 24) -> Tensor:
@@ -809,6 +875,41 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
         """
         return (Tensor.randn(*shape, **{k: v for k, v in kw.items() if k != "requires_grad"}) * std + mean) \
             ._detached().requires_grad_(kw.get("requires_grad"))
+
+    def normal_(self, mean: float = 0.0, std: float = 1.0, *, generator: Any = None) -> Tensor:
+        """Fill with N(mean, std^2) samples in place (torch's normal_; a leaf that requires grad only
+        under no_grad(), as torch); returns self. `generator`: a tg.Generator to draw from instead of the
+        global stream.
+
+            >>> w = Tensor.zeros(10000).normal_(2.0, 0.5)
+            >>> abs(w.mean().item() - 2.0) < 0.05, abs(w.std().item() - 0.5) < 0.05
+            (True, True)
+        """
+        if std < 0:
+            raise ValueError(f"[core] normal_: expected a non-negative std, got {std}")
+        return self._fill_random("normal_", lambda: Tensor.normal(*self.shape, mean=mean, std=std,
+                                                                  **self._like_kw({})), generator)
+
+    def uniform_(self, a: float = 0.0, b: float = 1.0, *, generator: Any = None) -> Tensor:
+        """Fill with U(a, b) samples in place (torch's uniform_(from, to)); returns self.
+
+            >>> w = Tensor.zeros(1000).uniform_(-2.0, 2.0)
+            >>> bool(((w >= -2) & (w < 2)).all())
+            True
+        """
+        if not a <= b:
+            raise ValueError(f"[core] uniform_: expected from <= to, got {a} and {b}")
+        return self._fill_random("uniform_", lambda: Tensor.uniform(*self.shape, low=a, high=b,
+                                                                    **self._like_kw({})), generator)
+
+    def _fill_random(self, name: str, sample: Callable[[], Tensor], generator: Any) -> Tensor:
+        if not self.dtype.is_float:
+            raise TypeError(f"[core] {name}: expected a floating-point tensor, got {self.dtype.name}")
+        if generator is not None and not callable(getattr(generator, "draw", None)):
+            raise TypeError(f"[core] {name}: generator= expects a tg.Generator, got "
+                            f"{type(generator).__name__}")
+        value = (sample() if generator is None else generator.draw(sample)).cast(self.dtype)
+        return self._write_in_place(name, lambda old: value)
 
     def _like_kw(self, kw: dict) -> dict:
         return {"dtype": kw.pop("dtype", self.dtype), "device": kw.pop("device", self.device), **kw}

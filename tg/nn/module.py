@@ -8,7 +8,8 @@ as in torch. Names follow torch's state dicts: `encoder.0.weight`.
 A module is in training mode from construction, as torch's: `training` is True until train() /
 eval() set it on the module (and its submodules). Code in tinygrad's style that sets the global
 `Tensor.training` keeps working: a module whose mode train() / eval() never set follows the global
-once code has set it. Dropout and BatchNorm read `self.training`.
+once code has set it (`Tensor.training = None` unsets it again). Dropout and BatchNorm read
+`self.training`.
 
     >>> from tg import Tensor
     >>> from tg.nn import Linear

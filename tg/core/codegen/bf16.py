@@ -43,7 +43,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tg.core.codegen.gemm import Contraction, _depends, _vars
-from tg.core.codegen.heuristics import UNIT_TILE as TILE
 from tg.core.codegen.heuristics import Params
 from tg.core.codegen.linearizer import _coef
 from tg.core.codegen.nests import (
@@ -121,6 +120,7 @@ DPBF16 = Unit("dpbf16", frozenset({"avx512_bf16", "avx512bw"}),
               "#include <immintrin.h>\n__m512 tg_probe(__m512 a, __m512i b) "
               "{ return _mm512_dpbf16_ps(a, (__m512bh)b, (__m512bh)b); }\n", _SPEEDUP)
 UNITS = (AMX, DPBF16)        # the first one the CPU has is used
+TILE = 32          # the micro-kernel's block of C: 32 x 32 floats (2 x 2 AMX tiles); x and y panels of 32
 DP_ROWS = (12, 12, 8)           # dpbf16: rows of the micro-kernel's block in registers at once (2 each)
 
 

@@ -51,7 +51,7 @@ def choose(dev: CPUDevice, kernel: Any) -> Choice:
         return Choice("one-pass")
     unit = bf16.unit(c, dev.features, dev.usable)
     if unit is not None:
-        return Choice("bf16", c, heuristics.unit_params(c, unit.name))
+        return Choice("bf16", c, heuristics.unit_params(c, unit.name, bf16.TILE))
 
     def one_pass(name: str) -> str:       # what the search times the nests against
         return dev.renderer.render(linearize_for(kernel, dev.renderer.d, **dev.lower_options), name)

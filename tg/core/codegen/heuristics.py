@@ -27,7 +27,6 @@ MMA_MIN_MACS = 1 << 15    # CUDA tensor cores (codegen/mma.py): smaller stay one
 
 # -- the bfloat16 units' nest (codegen/bf16.py) --
 UNIT_PAYS = 1.25   # what a unit's micro-kernel must beat the packed float32 nest by (its packs cost more)
-UNIT_TILE = 32     # the micro-kernel's block of C: 32 x 32 floats (2 x 2 AMX tiles); x and y panels of 32
 UNIT_KC, UNIT_MC, UNIT_NC = 256, 256, 64   # measured at 2048 on a 2-core Xeon: a micro-panel of 16 KB
 
 # -- row groups (codegen/rows.py) --
@@ -143,12 +142,13 @@ def rule(c: Contraction, lanes: int) -> Params | None:
     return direct_rule(c, lanes) or broadcast_rule(c, lanes)
 
 
-def unit_params(c: Contraction, unit: str) -> Params:
-    """A bfloat16 unit's block sizes (codegen/bf16.py; `unit` its name, the nest): whole tiles, a
-    thread's x block of at most 1 MB, no block larger than the padded matrix."""
+def unit_params(c: Contraction, unit: str, tile: int) -> Params:
+    """A bfloat16 unit's block sizes (codegen/bf16.py; `unit` its name, the nest; `tile` its
+    micro-kernel's block of C, bf16.TILE): whole tiles, a thread's x block of at most 1 MB, no block
+    larger than the padded matrix."""
     _, m, n, k = c.sizes
 
     def up(v: int) -> int:
-        return -(-v // UNIT_TILE) * UNIT_TILE
-    mc = max(UNIT_TILE, min(UNIT_MC, (1 << 19) // up(k) // UNIT_TILE * UNIT_TILE))
-    return Params(UNIT_TILE, UNIT_TILE, min(UNIT_KC, up(k)), min(mc, up(m)), min(UNIT_NC, up(n)), unit)
+        return -(-v // tile) * tile
+    mc = max(tile, min(UNIT_MC, (1 << 19) // up(k) // tile * tile))
+    return Params(tile, tile, min(UNIT_KC, up(k)), min(mc, up(m)), min(UNIT_NC, up(n)), unit)

@@ -44,6 +44,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+from tg.core.codegen import heuristics
 from tg.core.codegen.gemm import (
     NARROW,
     Contraction,
@@ -51,7 +52,7 @@ from tg.core.codegen.gemm import (
     _separable,
     _vars,
 )
-from tg.core.codegen.heuristics import STREAM_MIN_BYTES, Params
+from tg.core.codegen.heuristics import Params
 from tg.core.codegen.linearizer import Linearized, _coef
 from tg.core.codegen.renderer import _C_TYPES, CStyleRenderer, _lit
 from tg.core.dtype import DType, dtypes
@@ -410,7 +411,8 @@ def render_direct(c: Contraction, p: Params, renderer: CStyleRenderer, name: str
     tile_body = _finish_tile(c, renderer, p)
     direct = f"if (m0 + {p.mr} <= M{' && !last' if c.epilogue else ''})"
     # a large output, written once, bypasses the cache (no read of each line before its write)
-    stream = lanes == 16 and c.kernel.buf_sizes[0] * 4 >= STREAM_MIN_BYTES
+    out_bytes = c.kernel.buf_sizes[0] * c.kernel.buf_dtypes[0].itemsize
+    stream = lanes == 16 and out_bytes >= heuristics.STREAM_MIN_BYTES
     tables = ["#pragma omp for schedule(static)",
               f"for (long panel = 0; panel < M; panel += {p.mr}) {{",
               "  float* dst = ap + panel * K;",

@@ -59,8 +59,10 @@ def apply(fn: type[F.Function], *x: Tensor, **kwargs: Any) -> Tensor:
         # integer and bool values have no gradient (torch's rule): a cast to int, a comparison or an
         # index cuts the graph here, whatever its inputs need
         return _wrap(out, False)
+    if Tensor.no_grad:          # as torch: a result made under no_grad() does not require grad
+        return _wrap(out, False)
     ret = _wrap(out, ctx.requires_grad)
-    if ctx.requires_grad and not Tensor.no_grad:
+    if ctx.requires_grad:
         ret._ctx = ctx
         ctx.parents = x
         if any(t._prior for t in x):      # an input written in place before: which value it read

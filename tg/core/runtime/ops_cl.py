@@ -251,5 +251,10 @@ class CLDevice(Compiled):
     def hardware(self) -> str:
         return f"{self.cl_device.name} ({self.cl_device.platform.name})"
 
+    @property
+    def is_gpu(self) -> bool:
+        """Whether this OpenCL device is a GPU (not a CPU through PoCL or Intel's CPU runtime)."""
+        return bool(self.cl_device.type & _cl().device_type.GPU)
+
     def synchronize(self) -> None:
         self.queue.finish()

@@ -251,6 +251,10 @@ _current = threading.local()     # the context current on this thread (CUDA's is
 class CUDADevice(Compiled):
     default_preference = 0      # the default device whenever a GPU is usable
 
+    @property
+    def is_gpu(self) -> bool:
+        return True
+
     @classmethod
     def count(cls) -> int:
         return gpu_count()
