@@ -232,3 +232,74 @@ def test_spawn_without_join_gives_the_context():
         pass
     with pytest.raises(ValueError, match="nprocs"):
         mp.spawn(spawn_targets.raise_on, args=(-1,), nprocs=0)
+
+
+# ------------------------------------------------------------ pixel shuffle
+
+def _np_pixel_shuffle(a: np.ndarray, r: int) -> np.ndarray:
+    """torch's documented definition, as loops:
+    out[..., c, h*r + i, w*r + j] = a[..., c*r*r + i*r + j, h, w]."""
+    *lead, c, h, w = a.shape
+    out = np.empty((*lead, c // (r * r), h * r, w * r), a.dtype)
+    for ch in range(c // (r * r)):
+        for i in range(r):
+            for j in range(r):
+                out[..., ch, i::r, j::r] = a[..., ch * r * r + i * r + j, :, :]
+    return out
+
+
+@pytest.mark.parametrize("shape,r", [((1, 4, 3, 5), 2), ((2, 18, 2, 3), 3), ((9, 1, 1), 3),
+                                     ((2, 3, 8, 2, 2), 2), ((1, 5, 4, 4), 1)])
+def test_pixel_shuffle_and_unshuffle_follow_torchs_definition(shape, r):
+    a = np.random.default_rng(r).standard_normal(shape).astype(np.float32)
+    x = Tensor(a, requires_grad=True)
+    y = tg.nn.PixelShuffle(r)(x)
+    np.testing.assert_array_equal(y.numpy(), _np_pixel_shuffle(a, r))
+    back = tg.nn.PixelUnshuffle(r)(y)
+    np.testing.assert_array_equal(back.numpy(), a)
+    w = np.random.default_rng(0).standard_normal(y.shape).astype(np.float32)
+    (y * Tensor(w)).sum().backward()                          # a permutation: the gradient moves back
+    np.testing.assert_array_equal(x.grad.numpy(), tg.nn.functional.pixel_unshuffle(Tensor(w), r).numpy())
+
+
+def test_pixel_shuffle_refuses_bad_shapes():
+    with pytest.raises(ValueError, match="divisible by upscale_factor"):
+        tg.nn.PixelShuffle(2)(tg.zeros(1, 3, 2, 2))
+    with pytest.raises(ValueError, match="divisible by downscale_factor"):
+        tg.nn.PixelUnshuffle(2)(tg.zeros(1, 1, 3, 2))
+    with pytest.raises(ValueError, match="int >= 1"):
+        tg.nn.functional.pixel_shuffle(tg.zeros(1, 4, 2, 2), 0)
+
+
+# ------------------------------------------------------------ copies and files
+
+def test_deepcopy_of_tensors_and_modules_copies_the_values():
+    import copy
+    model = tg.nn.Sequential(tg.nn.Linear(3, 4), tg.nn.BatchNorm1d(4))
+    model[0].weight.grad = tg.ones(4, 3)
+    best = copy.deepcopy(model)                               # a best-model snapshot
+    with tg.no_grad():
+        model[0].weight.fill_(0.0)
+        model[1].running_mean.fill_(5.0)
+    assert best[0].weight.numpy().any() and not best[1].running_mean.numpy().any()
+    assert best[0].weight.requires_grad and best[0].weight.grad.tolist() == [[1.0] * 3] * 4
+    assert best[0].weight is not model[0].weight and isinstance(best, tg.nn.Sequential)
+    shared = tg.tensor([1.0])
+    pair = copy.deepcopy([shared, shared])                    # the same tensor twice: one copy, twice
+    assert pair[0] is pair[1] and pair[0] is not shared
+    with pytest.raises(RuntimeError, match="no graph behind it"):
+        copy.deepcopy(tg.tensor([1.0], requires_grad=True) * 2)
+
+
+def test_save_and_load_through_file_objects():
+    import io
+    state = {"w": tg.arange(6).reshape(2, 3).float(), "step": 3, "names": ["a", "b"]}
+    buf = io.BytesIO()
+    tg.save(state, buf)
+    buf.seek(0)
+    got = tg.load(buf, map_location="cpu")
+    assert got["w"].tolist() == state["w"].tolist() and got["step"] == 3 and got["names"] == ["a", "b"]
+    with pytest.raises(TypeError, match="file path .* or a binary file object"):
+        tg.save(state, 42)
+    with pytest.raises(TypeError, match=r"obj.load_state_dict\(tg.load\(path\)\)"):
+        tg.save(tg.nn.Linear(2, 2), io.BytesIO())            # a whole Module: the one-line fix named

@@ -37,8 +37,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
-from typing import Any, Callable, Union
+from typing import IO, Any, Callable, Union
 
 import numpy as np
 
@@ -117,17 +119,25 @@ class _Flattener:
 
     @staticmethod
     def unsupported(value: Any, path: str, what: str) -> TypeError:
+        if callable(getattr(value, "state_dict", None)):      # a whole Module or optimizer: torch pickles it
+            return TypeError(
+                f"[nn] save: {path or 'the object'} is {what}, a whole object, which torch saves by pickle "
+                f"and tg never does (loading a pickle runs code). Save its state: "
+                f"tg.save(obj.state_dict(), path), and load it into a new one: "
+                f"obj.load_state_dict(tg.load(path))")
         return TypeError(f"[nn] save: {path or 'the object'} is {what}; tg.save holds dicts, lists, tuples, "
                          f"None, bool, int, float, str, dtypes, tg Tensors and numpy arrays. Save the "
                          f"object's state instead (e.g. model.state_dict() or get_state_dict(model)), or "
                          f"convert the value (str(), a list)")
 
 
-def save(obj: Any, f: str | os.PathLike, *, metadata: Mapping[str, str] | None = None) -> None:
+def save(obj: Any, f: str | os.PathLike | IO[bytes], *, metadata: Mapping[str, str] | None = None) -> None:
     """Save obj (nested dicts, lists and tuples of tensors, numbers, strings, bools, None) to the
     file f, atomically: a reader sees the old file or the new one, never a torn one, and an object
     that cannot be saved raises TypeError before anything is written. No pickle: the file is a
-    safetensors file (see this module's docstring). `metadata` adds free str -> str entries.
+    safetensors file (see this module's docstring). `metadata` adds free str -> str entries. f may also
+    be a binary file object open for writing (torch's `torch.save(obj, buffer)`): the file's bytes are
+    written to it (its atomicity is then the caller's).
 
         >>> import os, tempfile
         >>> import tg
@@ -138,8 +148,15 @@ def save(obj: Any, f: str | os.PathLike, *, metadata: Mapping[str, str] | None =
         ['state.0.exp_avg']
     """
     if not isinstance(f, (str, os.PathLike)):
-        raise TypeError(f"[nn] save: expected a file path (str or os.PathLike), got {type(f).__name__}; "
-                        f"tg.save writes files atomically by path, not to open file objects")
+        if not callable(getattr(f, "write", None)):
+            raise TypeError(f"[nn] save: expected a file path (str or os.PathLike) or a binary file object, "
+                            f"got {type(f).__name__}")
+        with tempfile.TemporaryDirectory(prefix="tg-save-") as tmp:
+            path = os.path.join(tmp, "saved.safetensors")
+            save(obj, path, metadata=metadata)
+            with open(path, "rb") as src:
+                shutil.copyfileobj(src, f)      # type: ignore[misc]  # f: a writable binary file object
+        return
     flat = _Flattener()
     structure = flat.encode(obj, "")
     extra = dict(metadata or {})
@@ -214,8 +231,10 @@ def _usable(name: str) -> str | None:
     return None if Device.count(name) > 0 else f"this machine has no {split_device(name)[0]} device"
 
 
-def load(f: str | os.PathLike, map_location: MapLocation = None, weights_only: bool | None = None) -> Any:
-    """Load what save() wrote: the same structure, with tensors as tg Tensors and numpy arrays as numpy.
+def load(f: str | os.PathLike | IO[bytes], map_location: MapLocation = None,
+         weights_only: bool | None = None) -> Any:
+    """Load what save() wrote: the same structure, with tensors as tg Tensors and numpy arrays as numpy;
+    f a path or a binary file object open for reading (read from where it is to its end).
 
     map_location says where tensors go: None, each to the device it was saved from (an error if
     this machine lacks it); a device ('cpu', 'cuda:1', 'CL', a tg.device), all to it; a dict
@@ -237,7 +256,14 @@ def load(f: str | os.PathLike, map_location: MapLocation = None, weights_only: b
     """
     del weights_only   # always safe: see the docstring
     if not isinstance(f, (str, os.PathLike)):
-        raise TypeError(f"[nn] load: expected a file path (str or os.PathLike), got {type(f).__name__}")
+        if not callable(getattr(f, "read", None)):
+            raise TypeError(f"[nn] load: expected a file path (str or os.PathLike) or a binary file object, "
+                            f"got {type(f).__name__}")
+        with tempfile.TemporaryDirectory(prefix="tg-load-") as tmp:
+            path = os.path.join(tmp, "loaded.safetensors")
+            with open(path, "wb") as dst:
+                shutil.copyfileobj(f, dst)      # type: ignore[misc]  # f: a readable binary file object
+            return load(path, map_location)
     path = os.fspath(f)
     _check_not_pickle(path)
     place = _device_map(map_location, path)

@@ -9,6 +9,7 @@ primitive ops through the Functions in function.py (so gradients come by composi
 from __future__ import annotations
 
 import builtins
+import copy
 import math
 import sys
 import weakref
@@ -1175,6 +1176,28 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
             ([5, 6], [1, 2])
         """
         return apply(F.Contiguous, self, copy=True)
+
+    def __deepcopy__(self, memo: dict) -> Tensor:
+        """copy.deepcopy (a best-model snapshot, a Module copied whole): a tensor with the same values in
+        memory of its own, on the same device, the same requires_grad, and a copy of its grad. As torch,
+        only a tensor the program made itself (no graph behind it: a leaf, or detached) can be copied.
+
+            >>> import copy
+            >>> x = Tensor([1.0, 2.0], requires_grad=True)
+            >>> y = copy.deepcopy(x)
+            >>> x.data.add_(1.0) is not None, y.tolist(), y.requires_grad
+            (True, [1.0, 2.0], True)
+        """
+        if self._ctx is not None:
+            raise RuntimeError("[core] deepcopy: only a tensor with no graph behind it (a leaf, or "
+                               ".detach()ed) can be deep-copied, as in torch; copy x.detach() instead")
+        with NoGrad():
+            out = self.clone().realize()
+        out.requires_grad = self.requires_grad
+        if self.grad is not None:
+            out.grad = copy.deepcopy(self.grad, memo)
+        memo[id(self)] = out
+        return out
 
     def __iter__(self):
         for i in range(len(self)):

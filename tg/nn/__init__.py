@@ -69,6 +69,8 @@ from tg.nn.layers import (
     MultiLabelSoftMarginLoss,
     NLLLoss,
     PairwiseDistance,
+    PixelShuffle,
+    PixelUnshuffle,
     PoissonNLLLoss,
     ReflectionPad1d,
     ReflectionPad2d,
@@ -114,7 +116,8 @@ __all__ = ["checkpoint", "functional", "init", "optim", "state", "utils", "Modul
            "ReLU6", "Hardtanh", "Hardsigmoid", "Hardswish", "SELU", "CELU", "Mish", "LogSigmoid", "Softsign",
            "Tanhshrink", "GLU", "CosineSimilarity", "PairwiseDistance",
            "KLDivLoss", "CosineEmbeddingLoss", "MarginRankingLoss", "TripletMarginLoss", "HingeEmbeddingLoss",
-           "SoftMarginLoss", "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss"]
+           "SoftMarginLoss", "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss",
+           "PixelShuffle", "PixelUnshuffle"]
 
 
 def __getattr__(name: str) -> object:

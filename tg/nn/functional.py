@@ -1263,6 +1263,51 @@ def _interpolate_sizes(op: str, x: Tensor, size: int | Sequence[int] | None,
 
 
 @autocast_op
+def pixel_shuffle(x: Tensor, upscale_factor: int) -> Tensor:
+    """(*, C * r^2, H, W) -> (*, C, H * r, W * r): each group of r^2 channels spread over an r x r block
+    of pixels (torch.nn.functional.pixel_shuffle; sub-pixel convolution's upsampling).
+
+        >>> pixel_shuffle(Tensor.arange(8).reshape(1, 4, 1, 2), 2).tolist()
+        [[[[0, 2, 1, 3], [4, 6, 5, 7]]]]
+    """
+    r = _shuffle_factor("pixel_shuffle", x, upscale_factor)
+    *lead, c, h, w = x.shape
+    if c % (r * r):
+        raise ValueError(f"[nn] pixel_shuffle: expected the channels ({c}) divisible by upscale_factor^2 "
+                         f"({r * r}), got input of shape {x.shape}")
+    n = len(lead)
+    y = x.reshape(*lead, c // (r * r), r, r, h, w)
+    y = y.permute(*range(n), n, n + 3, n + 1, n + 4, n + 2)
+    return y.reshape(*lead, c // (r * r), h * r, w * r)
+
+
+def pixel_unshuffle(x: Tensor, downscale_factor: int) -> Tensor:
+    """(*, C, H * r, W * r) -> (*, C * r^2, H, W): pixel_shuffle undone (torch's pixel_unshuffle).
+
+        >>> x = Tensor.arange(16).reshape(1, 4, 2, 2)
+        >>> pixel_unshuffle(pixel_shuffle(x, 2), 2).tolist() == x.tolist()
+        True
+    """
+    r = _shuffle_factor("pixel_unshuffle", x, downscale_factor)
+    *lead, c, h, w = x.shape
+    if h % r or w % r:
+        raise ValueError(f"[nn] pixel_unshuffle: expected height and width divisible by downscale_factor "
+                         f"({r}), got input of shape {x.shape}")
+    n = len(lead)
+    y = x.reshape(*lead, c, h // r, r, w // r, r)
+    y = y.permute(*range(n), n, n + 2, n + 4, n + 1, n + 3)
+    return y.reshape(*lead, c * r * r, h // r, w // r)
+
+
+def _shuffle_factor(who: str, x: Tensor, r: object) -> int:
+    if not isinstance(r, int) or isinstance(r, bool) or r < 1:
+        raise ValueError(f"[nn] {who}: expected a factor that is an int >= 1, got {r!r}")
+    if x.ndim < 3:
+        raise ValueError(f"[nn] {who}: expected an input of at least 3 dims (*, C, H, W), got shape "
+                         f"{x.shape}")
+    return r
+
+
 def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
                 scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> Tensor:

@@ -1280,6 +1280,42 @@ class Upsample(Module):
         return f"{what}, mode={self.mode!r}"
 
 
+class PixelShuffle(Module):
+    """(*, C * r^2, H, W) -> (*, C, H * r, W * r) (tg.nn.functional.pixel_shuffle).
+
+        >>> PixelShuffle(3)(Tensor.ones(1, 9, 4, 4)).shape
+        (1, 1, 12, 12)
+    """
+
+    def __init__(self, upscale_factor: int):
+        super().__init__()
+        self.upscale_factor = upscale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pixel_shuffle(x, self.upscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"upscale_factor={self.upscale_factor}"
+
+
+class PixelUnshuffle(Module):
+    """(*, C, H * r, W * r) -> (*, C * r^2, H, W) (tg.nn.functional.pixel_unshuffle).
+
+        >>> PixelUnshuffle(2)(Tensor.ones(1, 1, 4, 6)).shape
+        (1, 4, 2, 3)
+    """
+
+    def __init__(self, downscale_factor: int):
+        super().__init__()
+        self.downscale_factor = downscale_factor
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.pixel_unshuffle(x, self.downscale_factor)
+
+    def extra_repr(self) -> str:
+        return f"downscale_factor={self.downscale_factor}"
+
+
 # ---------------------------------------------------------------- losses
 
 class _Loss(Module):
