@@ -303,3 +303,20 @@ def test_save_and_load_through_file_objects():
         tg.save(state, 42)
     with pytest.raises(TypeError, match=r"obj.load_state_dict\(tg.load\(path\)\)"):
         tg.save(tg.nn.Linear(2, 2), io.BytesIO())            # a whole Module: the one-line fix named
+
+
+def test_the_backend_for_a_device_is_torchs_name_and_starts_a_group():
+    import tg.distributed as dist
+    devices = ("cpu", "cuda", "cuda:1", tg.device("cl", 0))
+    assert [dist.get_default_backend_for_device(d) for d in devices] == ["gloo", "nccl", "nccl", "nccl"]
+    assert dist.get_default_backend_for_device(Tensor([1.0]).device) == "gloo"
+    assert dist.is_available() and dist.is_gloo_available() and dist.is_nccl_available()
+    with pytest.raises(ValueError, match="expected a device"):
+        dist.get_default_backend_for_device("tpu")
+    dist.init_process_group(backend=dist.get_default_backend_for_device("cpu"))
+    try:
+        x = np.arange(4.0)
+        dist.all_reduce(x)
+        assert dist.get_backend() == "tcp" and x.tolist() == [0.0, 1.0, 2.0, 3.0]
+    finally:
+        dist.destroy_process_group()

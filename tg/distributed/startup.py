@@ -142,6 +142,45 @@ def _choose_backend(asked: str | None) -> str:
     return backend
 
 
+def get_default_backend_for_device(device: Any) -> str:
+    """torch's name of the backend for a device type, for `init_process_group(backend=...)`: 'nccl' for a
+    GPU ('cuda', 'cl', or a tg.device / Tensor.device of one), 'gloo' for the CPU; tg maps both to its
+    own transports (see init_process_group).
+
+    >>> get_default_backend_for_device("cuda:1"), get_default_backend_for_device("cpu")
+    ('nccl', 'gloo')
+    """
+    from tg.core.device import split_device
+    kind = split_device(str(getattr(device, "type", device)))[0]
+    if kind in ("CUDA", "CL"):
+        return "nccl"
+    if kind in ("CPU", "NUMPY"):
+        return "gloo"
+    raise ValueError(f"[distributed] get_default_backend_for_device: expected a device such as 'cpu', "
+                     f"'cuda' or 'cl', got {device!r}")
+
+
+def is_available() -> bool:
+    """torch.distributed.is_available: True (the tcp transport needs nothing beyond Python)."""
+    return True
+
+
+def is_gloo_available() -> bool:
+    """True: 'gloo' runs on tg's tcp transport."""
+    return True
+
+
+def is_nccl_available() -> bool:
+    """True: 'nccl' runs on tg's tcp transport (GPU tensors staged through host memory)."""
+    return True
+
+
+def is_mpi_available() -> bool:
+    """Whether the mpi backend can run here (mpi4py importable)."""
+    import importlib.util
+    return importlib.util.find_spec("mpi4py") is not None
+
+
 def get_backend(group: Any = None) -> str:
     """The backend the job runs on: 'tcp', 'mpi' or 'ucx' (torch.distributed.get_backend). It is
     tg's name even when init_process_group was given torch's ('nccl' gives 'tcp').
