@@ -294,6 +294,45 @@ def test_zero_equals_one_process_on_the_global_batch(world, name, micro):
     assert results[0]["parts"] == [-(-n // world) for n in (24, 7, 35)]
 
 
+def grouped_train(rank: int, world: int, kind: str, add_later: bool, steps: int = 3) -> dict:
+    """nanoGPT's configure_optimizers: AdamW with weights decayed and biases not (and a larger lr), the
+    biases' group added after construction when add_later, and an lr write to one group mid-run."""
+    from tg.distributed.optim import ZeroRedundancyOptimizer
+    model = MLP(seed=100 + rank)
+    groups = [{"params": [model.l1.weight, model.l2.weight], "weight_decay": 0.1},
+              {"params": [model.l1.bias, model.l2.bias], "weight_decay": 0.0, "lr": LR * 3}]
+    first = groups[:1] if add_later else groups
+    if kind == "zero":
+        opt = dist.ZeroOptimizer(first, nn.optim.AdamW, lr=LR, bucket_mb=TINY_BUCKET)
+    elif kind == "zero1":
+        opt = ZeroRedundancyOptimizer(first, nn.optim.AdamW, lr=LR)
+    else:
+        opt = nn.optim.AdamW(first, lr=LR)
+    if add_later:
+        opt.add_param_group(groups[1])
+    net = dist.DistributedDataParallel(model) if kind == "zero1" and world > 1 else model
+    for step, batch in enumerate(batches(steps)):
+        opt.zero_grad()
+        x, y = rows_of(rank, world, batch[0]) if kind != "plain" else rows_of(0, 1, batch[0])
+        mse(net, x, y).backward()
+        opt.step()
+        if step == 0:
+            opt.param_groups[1]["lr"] = LR / 2          # a scheduler's write reaches the right group
+    return numpy_params(model)
+
+
+@pytest.mark.parametrize("world,kind,add_later", [(2, "zero", False), (3, "zero", True), (1, "zero", True),
+                                                  (2, "zero1", False), (3, "zero1", True)])
+def test_zero_with_param_groups_equals_the_plain_optimizer(world, kind, add_later):
+    """torch's ZeroRedundancyOptimizer takes param groups (and add_param_group): each group is packed
+    into buckets of its own and stepped with its own options, as a plain AdamW with the same groups
+    steps the global batch in one process."""
+    want = grouped_train(0, 1, "plain", False)
+    results = run_ranks(world, grouped_train, kind, add_later)
+    assert_ranks_agree(results)
+    assert max_diff(results[0], want) < 1e-5
+
+
 def zero_state_bytes(rank: int, world: int, bucket_mb: float) -> dict:
     model = MLP(seed=rank, sizes=(101, 89, 13))
     params = get_parameters(model)

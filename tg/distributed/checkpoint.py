@@ -354,7 +354,7 @@ def load_zero_shards(opt: Any, paths: list[str]) -> None:  # noqa: C901
                     targets[key][b][offset + lo - first:offset + hi - first] = src[ooffset + lo - ofirst:
                                                                                    ooffset + hi - ofirst]
     scalars = tensors_of(0)
-    new: dict[str, Any] = {"t": scalars["t"], "lr": scalars["lr"]}
+    new: dict[str, Any] = {k: scalars[k] for k in state if k == "t" or k == "lr" or k.startswith("lr.")}
     for b, m in enumerate(opt.masters):
         new[f"master.{b}"] = targets["master"][b].astype(m.dtype.np)
         for key in keys:

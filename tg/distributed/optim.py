@@ -96,8 +96,8 @@ class ZeroRedundancyOptimizer(ZeroOptimizer):
             return
         state = {i: {**{k: Tensor(v, device=self.device) for k, v in part.items()}, "step": self.optimizer.t}
                  for i, part in full.items()}
-        groups = [{**g, "params": list(range(len(self.params)))}
-                  for g in self.optimizer.state_dict()["param_groups"]]
+        groups = [{**g, "params": [self.position[id(p)] for p in ps]}
+                  for g, ps in zip(self.optimizer.state_dict()["param_groups"], self.group_params)]
         self._consolidated = {"state": state, "param_groups": groups}
 
     def state_dict(self) -> dict[str, Any]:
@@ -113,7 +113,8 @@ class ZeroRedundancyOptimizer(ZeroOptimizer):
         if "master.0" in state_dict:
             super().load_state_dict(state_dict)
             return
-        whole = self.optimizer_class(self.params, **self.defaults)   # parses every form, strictly
+        # parses every form, strictly (the groups as given, their options from the state)
+        whole = self.optimizer_class([{"params": ps} for ps in self.group_params], **self.defaults)
         whole.load_state_dict(state_dict)
         for b, part in enumerate(self.shard_index()):
             state = self.optimizer.state_of(b)
@@ -127,4 +128,5 @@ class ZeroRedundancyOptimizer(ZeroOptimizer):
             own = self._pack_params(bucket)[self._part(bucket)].astype(master.dtype.np)
             master.assign(Tensor(own, dtype=master.dtype, device=master.device)).realize()
         self.optimizer.t.assign(whole.t).realize()
-        self.optimizer.lr = whole.lr
+        for mine, theirs in zip(self.optimizer.param_groups, whole.param_groups):
+            mine.update({k: v for k, v in theirs.items() if k != "params"})

@@ -82,6 +82,23 @@ def _same_group(a: Any, b: Any) -> bool:
     return a is b or (dist.is_initialized() and (world if a is None else a) is (world if b is None else b))
 
 
+def _param_groups(params: Iterable[Any]) -> list[tuple[list[Tensor], dict[str, Any]]]:
+    """(parameters, options) of each group, from a list of Tensors (one group) or of dicts with a
+    'params' entry (torch's param groups)."""
+    given = list(params)
+    if not any(isinstance(g, Mapping) for g in given):
+        return [(given, {})]
+    if not all(isinstance(g, Mapping) and "params" in g for g in given):
+        raise TypeError("[distributed] ZeroOptimizer: expected a list of Tensors or a list of param groups "
+                        "(dicts with a 'params' entry), got a mix. Fix: pass one or the other")
+    out = []
+    for g in given:
+        ps = g["params"]
+        options = {k: v for k, v in g.items() if k != "params"}
+        out.append(([ps] if isinstance(ps, Tensor) else list(ps), options))
+    return out
+
+
 class ZeroOptimizer(Optimizer):
     """ZeRO-2 around any tg optimizer class: `ZeroOptimizer(params, nn.optim.Adam, lr=1e-3)`.
 
@@ -89,6 +106,10 @@ class ZeroOptimizer(Optimizer):
     `state_dict()` is this rank's shard (see `shard_index()` for what it covers). torch's nearest is
     FSDP with SHARD_GRAD_OP; ZeroRedundancyOptimizer shards optimizer state only (ZeRO-1).
     Extra keyword arguments go to `optimizer_class`; `bucket_mb` as in DistributedDataParallel.
+    `params` is a list of Tensors or of torch's param groups (dicts with "params" and their own options,
+    nanoGPT's decayed and undecayed weights); each group is packed into buckets of its own, and the
+    wrapped optimizer steps this rank's parts of them as that group (`param_groups[i]["lr"]` writes
+    reach it); `add_param_group` adds one between steps.
     Under a DistributedDataParallel wrapper over the same group, the gradients its backward averaged
     are not reduced again: each rank keeps its part of them (no communication).
 
@@ -109,72 +130,118 @@ class ZeroOptimizer(Optimizer):
     # 2: gradients reduced after each backward, the full ones dropped; 1: kept, reduced in step()
     stage = 2
 
-    def __init__(self, params: Iterable[Tensor], optimizer_class: type[Optimizer], group: Any = None,
+    def __init__(self, params: Iterable[Any], optimizer_class: type[Optimizer], group: Any = None,
                  bucket_mb: float = 25.0, reduce_dtype: Any = None, **kwargs: Any):
-        params = list(params)
-        if any(isinstance(p, Mapping) for p in params):
-            raise TypeError("[distributed] ZeroOptimizer takes a list of Tensors, got param groups (dicts); "
-                            "its wrapped optimizer steps one flat shard with one set of options. Fix: pass "
-                            "the parameters as one list, or use a plain optimizer for per-group options")
+        groups = _param_groups(params)
         if not (isinstance(optimizer_class, type) and issubclass(optimizer_class, Optimizer)):
             raise TypeError(f"[distributed] ZeroOptimizer: optimizer_class must be a tg.nn.optim.Optimizer "
                             f"subclass (e.g. nn.optim.AdamW), got {optimizer_class!r}")
         if bucket_mb <= 0:
             raise ValueError(f"[distributed] ZeroOptimizer: bucket_mb must be > 0, got {bucket_mb}")
-        if params and all(isinstance(p, Tensor) for p in params):
-            check_params(params, "ZeroOptimizer")     # before the optimizer's own checks: names the parameter
-        super().__init__(params, kwargs.get("lr", 1e-3))
+        every = [p for ps, _ in groups for p in ps]
+        if every and all(isinstance(p, Tensor) for p in every):
+            check_params(every, "ZeroOptimizer")      # before the optimizer's own checks: names the parameter
+        super().__init__(every, kwargs.get("lr", 1e-3))
         self.group = group
         self.rank, self.world_size = _world(group)
         # mixed precision: the gradients' reduce-scatter in reduce_dtype on the wire (float32 sums inside);
         # the shards, the optimizer's state and the checkpoints stay float32
         self.wire = wire_format(reduce_dtype, "ZeroOptimizer")
-        if self.world_size > 1:
-            import tg.distributed as dist
-            for p in self.params:
-                dist.broadcast(p, 0, group)
-        # every parameter becomes a view of its bucket's flat buffer; this rank's part of that buffer is
-        # what the wrapped optimizer steps (float32: in place, no copy; half types: a float32 master)
-        self.buckets = make_buckets(self.params, int(bucket_mb * (1 << 20)), multiple=self.world_size)
-        self.flats = [HostView(bucket.adopt()) for bucket in self.buckets]
-        self.position = {id(p): i for i, p in enumerate(self.params)}
+        self.bucket_bytes = int(bucket_mb * (1 << 20))
+        self._optimizer_class, self._kwargs = optimizer_class, kwargs
+        self.buckets: list[Bucket] = []
+        self.bucket_group: list[int] = []   # the parameter group of each bucket (a bucket holds one group's)
+        self.group_params: list[list[Tensor]] = []   # each group's parameters, as given
+        self.flats: list[HostView] = []
         self.masters: list[Tensor] = []     # this rank's part of each bucket, in the master dtype
-        self.grads: list[Tensor] = []       # the summed (mean) gradient of that part
         self.sends: list[Tensor] = []       # the part in the parameters' dtype: a view of the flat buffer
-        for bucket, flat in zip(self.buckets, self.flats):
-            part = self._part(bucket)
-            own = view_tensor(flat.buf, part.start, (part.stop - part.start,))
-            half = bucket.dtype in (dtypes.float16, dtypes.bfloat16)
-            self.masters.append(own if not half else own.float().realize().requires_grad_(False))
-            self.sends.append(own)
-            # one rank: the bucket's gradients are views of it (its dtype); more: the host's dtype of
-            # the reduced values (bfloat16's mean stays float32)
-            self.grads.append(Tensor(np.zeros(part.stop - part.start, bucket.np_dtype), device=self.device,
-                                     dtype=bucket.dtype if self.world_size == 1 else None))
-        # where backward's full gradients of a bucket are computed: with one rank, the summed gradient
-        # itself; with more, one of SLOTS flat buffers the buckets take in turn, so that only SLOTS
-        # buckets of full gradients exist at once
-        self._grad_views = [HostView(g) for g in self.grads]
-        if self.world_size == 1:
-            self._targets = [bucket.views(g.buf) for bucket, g in zip(self.buckets, self._grad_views)]
-            self._slots: list[HostView] = []
-        else:
-            from tg.core.device import Buffer
-            raw = [Buffer(self.device, max(b.nbytes for b in self.buckets), dtypes.uint8)
-                   for _ in range(min(SLOTS, len(self.buckets)))]
-            slot_bufs = [bucket.alloc(raw[b % len(raw)]) for b, bucket in enumerate(self.buckets)]
-            self._targets = [bucket.views(buf) for bucket, buf in zip(self.buckets, slot_bufs)]
-            self._slots = [HostView(view_tensor(buf, 0, (bucket.padded,)))
-                           for bucket, buf in zip(self.buckets, slot_bufs)]
-        self.optimizer = optimizer_class(self.masters, **kwargs)
+        self.position: dict[int, int] = {}
+        self.optimizer: Optimizer        # the wrapped optimizer, made with the first group
+        for ps, options in groups:
+            self._add_group(ps, options)
         # the wrapped optimizer's groups and step count: lr writes and schedulers reach the shard's step
         self.param_groups, self.t = self.optimizer.param_groups, self.optimizer.t
+        self._make_gradients()
         self._has_grad = False        # a backward since the last zero_grad
         # which parameters got a gradient on some rank since zero_grad: only their elements are stepped
         self._used = np.zeros(len(self.params), bool)
         self._synced: list[Tensor | None] = [None] * len(self.params)
         self._hook = watch_backward(self, "_after_backward")
         hold_gradients(self.params, self)     # clip_grad_norm_ / clip_grad_value_ find the shards here
+
+    def _add_group(self, params: list[Tensor], options: dict[str, Any]) -> None:
+        """Pack a parameter group into buckets of its own (every parameter becomes a view of its bucket's
+        flat buffer) and give the wrapped optimizer this rank's parts of them as one group, with the
+        group's options."""
+        if self.world_size > 1:
+            import tg.distributed as dist
+            for p in params:
+                dist.broadcast(p, 0, self.group)
+        g = len(self.group_params)
+        self.group_params.append(params)
+        first = len(self.position)
+        self.position.update((id(p), first + i) for i, p in enumerate(params))
+        # this rank's part of each bucket is what the wrapped optimizer steps (float32: in place, no
+        # copy; half types: a float32 master)
+        masters = []
+        for bucket in make_buckets(params, self.bucket_bytes, multiple=self.world_size):
+            flat = HostView(bucket.adopt())
+            part = self._part(bucket)
+            own = view_tensor(flat.buf, part.start, (part.stop - part.start,))
+            half = bucket.dtype in (dtypes.float16, dtypes.bfloat16)
+            masters.append(own if not half else own.float().realize().requires_grad_(False))
+            self.buckets.append(bucket)
+            self.bucket_group.append(g)
+            self.flats.append(flat)
+            self.sends.append(own)
+        self.masters += masters
+        if "optimizer" not in self.__dict__:
+            self.optimizer = self._optimizer_class([{"params": masters, **options}], **self._kwargs)
+        else:
+            self.optimizer.add_param_group({"params": masters, **options})
+
+    def _make_gradients(self) -> None:
+        """The summed gradient of each bucket's part, and where backward's full gradients are computed:
+        with one rank, the summed gradient itself; with more, one of SLOTS flat buffers the buckets take
+        in turn, so that only SLOTS buckets of full gradients exist at once."""
+        # one rank: the bucket's gradients are views of it (its dtype); more: the host's dtype of the
+        # reduced values (bfloat16's mean stays float32)
+        self.grads: list[Tensor] = []       # the summed (mean) gradient of this rank's part of each bucket
+        for bucket in self.buckets:
+            part = self._part(bucket)
+            self.grads.append(Tensor(np.zeros(part.stop - part.start, bucket.np_dtype), device=self.device,
+                                     dtype=bucket.dtype if self.world_size == 1 else None))
+        self._grad_views = [HostView(g) for g in self.grads]
+        if self.world_size == 1:
+            self._targets = [bucket.views(g.buf) for bucket, g in zip(self.buckets, self._grad_views)]
+            self._slots: list[HostView] = []
+            return
+        from tg.core.device import Buffer
+        raw = [Buffer(self.device, max(b.nbytes for b in self.buckets), dtypes.uint8)
+               for _ in range(min(SLOTS, len(self.buckets)))]
+        slot_bufs = [bucket.alloc(raw[b % len(raw)]) for b, bucket in enumerate(self.buckets)]
+        self._targets = [bucket.views(buf) for bucket, buf in zip(self.buckets, slot_bufs)]
+        self._slots = [HostView(view_tensor(buf, 0, (bucket.padded,)))
+                       for bucket, buf in zip(self.buckets, slot_bufs)]
+
+    def add_param_group(self, group: Mapping[str, Any]) -> None:
+        """Add a parameter group (torch's add_param_group; every rank, between steps: gradients not yet
+        stepped are dropped): its parameters are packed into buckets of their own and sharded, and the
+        wrapped optimizer steps this rank's parts with the group's options."""
+        if "optimizer" not in self.__dict__:       # Optimizer.__init__ registering the model's parameters
+            Optimizer.add_param_group(self, group)
+            return
+        (params, options), = _param_groups([group])
+        if params:
+            check_params([*self.params, *params], "ZeroOptimizer.add_param_group")
+        self.params += params
+        self.state += [None] * len(params)
+        self._add_group(params, options)
+        self._make_gradients()
+        self._has_grad = False
+        self._used = np.zeros(len(self.params), bool)
+        self._synced = [None] * len(self.params)
+        hold_gradients(self.params, self)
 
     # ------------------------------------------------------------ the flat space
     def _part(self, bucket: Bucket) -> slice:
@@ -386,16 +453,18 @@ class ZeroOptimizer(Optimizer):
         if halves:
             halves[0][1].realize(*(master for _, master in halves[1:]))
 
-    def _step_items(self) -> list[tuple[Tensor, Tensor, dict[str, Tensor]]]:
-        """(master, gradient, state) for the wrapped optimizer: each bucket part whole, or, where some
-        parameter in it got no gradient on any rank, only the runs of elements of those that did (as
-        torch's optimizers, which skip a parameter whose .grad is None: no decay, no momentum)."""
-        items = []
+    def _step_items(self) -> list[tuple[Any, ...]]:
+        """(master, gradient, state, group) for the wrapped optimizer: each bucket part whole, or, where
+        some parameter in it got no gradient on any rank, only the runs of elements of those that did (as
+        torch's optimizers, which skip a parameter whose .grad is None: no decay, no momentum), each with
+        its group's options."""
+        items: list[tuple[Any, ...]] = []
         for b, (bucket, master, grad) in enumerate(zip(self.buckets, self.masters, self.grads)):
             state = self.optimizer.state_of(b)
+            group = self.optimizer.param_groups[self.bucket_group[b]]
             used = [bool(self._used[self.position[id(p)]]) for p in bucket.params]
             if all(used):
-                items.append((master, grad, state))
+                items.append((master, grad, state, group))
                 continue
             part = self._part(bucket)
             runs: list[list[int]] = []      # [first, end) in the part of each run of stepped elements
@@ -407,7 +476,7 @@ class ZeroOptimizer(Optimizer):
                     runs[-1][1] = hi
                 else:
                     runs.append([lo, hi])
-            items += [(master[lo:hi], grad[lo:hi], {k: v[lo:hi] for k, v in state.items()})
+            items += [(master[lo:hi], grad[lo:hi], {k: v[lo:hi] for k, v in state.items()}, group)
                       for lo, hi in runs]
         return items
 
@@ -438,8 +507,11 @@ class ZeroOptimizer(Optimizer):
 
     def shard_state_dict(self) -> dict[str, Tensor | np.ndarray]:
         """This rank's shard, whatever state_dict() returns (tg.distributed.save_checkpoint's form)."""
-        # the flat names load_zero_shards reshards: "t", "lr", "state.<part>.<buffer>", "master.<part>"
-        out: dict[str, Tensor | np.ndarray] = {"t": self.optimizer.t, "lr": self.optimizer.lr_tensor}
+        # the flat names load_zero_shards reshards: "t", "lr" (and "lr.<group>" past the first group),
+        # "state.<part>.<buffer>", "master.<part>"
+        out: dict[str, Tensor | np.ndarray] = {"t": self.optimizer.t}
+        out.update({"lr" if g == 0 else f"lr.{g}": group.lr_tensor
+                    for g, group in enumerate(self.optimizer.param_groups)})
         for b in range(len(self.masters)):
             out.update({f"state.{b}.{k}": v for k, v in self.optimizer.state_of(b).items()})
         out.update({f"master.{b}": m for b, m in enumerate(self.masters)})
@@ -458,7 +530,8 @@ class ZeroOptimizer(Optimizer):
                 f"bucket_mb it was saved with. Fix: save and load with tg.distributed."
                 f"save_checkpoint / load_checkpoint, which reshard to any world size"
             ) from None
-        self.optimizer.lr = float(self.optimizer.lr_tensor.item())   # the group's host copy of the loaded lr
+        for group in self.optimizer.param_groups:      # each group's host copy of its loaded lr
+            group["lr"] = float(group.lr_tensor.item())
         self._write_masters_to_params()
 
     def _write_masters_to_params(self) -> None:

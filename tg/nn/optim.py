@@ -476,8 +476,10 @@ class Optimizer:
                      and f"param_groups.{g}.{k}" in flat and _option_array(group[k]) is not None}
             group.update({k: _option_value(v, group[k]) for k, v in saved.items()})
 
-    def apply(self, items: Sequence[tuple[Tensor, Tensor, dict[str, Tensor]]]) -> list[Tensor]:
-        """Lazily write one step into each (param, grad, state); returns every tensor written.
+    def apply(self, items: Sequence[tuple[Any, ...]]) -> list[Tensor]:
+        """Lazily write one step into each (param, grad, state) or (param, grad, state, group: the
+        ParamGroup whose options step it, for a tensor this optimizer does not hold, as a piece of a ZeRO
+        shard); returns every tensor written.
 
         Advances `t` once. Nothing runs until the returned tensors are realized (together)."""
         if not items:
@@ -487,11 +489,11 @@ class Optimizer:
             with NoGrad():
                 self._set(self.t, self.t + 1)
                 written = [self.t]
-                for p, g, state in items:
+                for p, g, state, *group in items:
                     _check(g.shape == p.shape, f"gradient of shape {g.shape} for a parameter of shape "
                                                f"{p.shape}; expected equal shapes. Fix: give .grad the "
                                                f"parameter's shape")
-                    self._current = self._group_for(p)
+                    self._current = group[0] if group else self._group_for(p)
                     try:
                         # a gradient of another dtype than its parameter (ZeRO's float16 gradient of a
                         # float32 master) is used in the parameter's: the update's arithmetic is not
