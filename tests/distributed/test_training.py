@@ -519,6 +519,41 @@ def test_zero_checkpoint_resumes_at_another_world_size(tmp_path, save_world, loa
     assert max_diff(resumed[0]["params"], want) < 1e-5
 
 
+def grouped_checkpoint_run(rank: int, world: int, directory: str, phase: str) -> dict:
+    """checkpoint_run with nanoGPT's two groups (decayed weights; biases undecayed, at another lr that a
+    scheduler's write after the first step changes): the groups' options come back from the checkpoint."""
+    model = MLP(seed=200 + rank + (50 if phase == "resume" else 0))
+    groups = [{"params": [model.l1.weight, model.l2.weight], "weight_decay": 0.1},
+              {"params": [model.l1.bias, model.l2.bias], "weight_decay": 0.0, "lr": LR * 3}]
+    opt = dist.ZeroOptimizer(groups, nn.optim.AdamW, lr=LR, bucket_mb=TINY_BUCKET)
+    if phase == "first":
+        opt.param_groups[1]["lr"] = LR / 2
+    resumed_steps(rank, world, model, opt, directory, phase)
+    return {"params": numpy_params(model), "lrs": [g["lr"] for g in opt.param_groups]}
+
+
+def grouped_plain(steps: int) -> dict:
+    model = MLP(seed=200)
+    groups = [{"params": [model.l1.weight, model.l2.weight], "weight_decay": 0.1},
+              {"params": [model.l1.bias, model.l2.bias], "weight_decay": 0.0, "lr": LR / 2}]
+    opt = nn.optim.AdamW(groups, lr=LR)
+    for (batch,) in batches(4)[:steps]:
+        opt.zero_grad()
+        mse(model, *rows_of(0, 1, batch)).backward()
+        opt.step()
+    return numpy_params(model)
+
+
+@pytest.mark.parametrize("save_world,load_world", [(2, 3), (3, 1)])
+def test_zero_with_param_groups_resumes_at_another_world_size(tmp_path, save_world, load_world):
+    directory = str(tmp_path / "ckpt")
+    run_ranks(save_world, grouped_checkpoint_run, directory, "first")
+    resumed = run_ranks(load_world, grouped_checkpoint_run, directory, "resume")
+    assert_ranks_agree([r["params"] for r in resumed])
+    assert np.float32(resumed[0]["lrs"]).tolist() == np.float32([LR, LR / 2]).tolist()   # each group's, saved
+    assert max_diff(resumed[0]["params"], grouped_plain(4)) < 1e-5
+
+
 def test_ddp_checkpoint_resumes_and_ignores_a_half_written_save(tmp_path):
     directory = tmp_path / "ckpt"
     run_ranks(2, checkpoint_run, str(directory), "ddp", "first")
