@@ -8,8 +8,9 @@
     >>> sched.step(); [g["lr"] for g in opt.param_groups]
     [0.05, 0.25]
 """
+from tg.nn.lbfgs import LBFGS
 from tg.nn.optim import SGD, Adadelta, Adagrad, Adam, AdamW, Optimizer, ParamGroup, RMSprop, clip_grad_norm_
 from tg.optim import lr_scheduler
 
-__all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta",
+__all__ = ["Optimizer", "ParamGroup", "SGD", "Adam", "AdamW", "RMSprop", "Adagrad", "Adadelta", "LBFGS",
            "clip_grad_norm_", "lr_scheduler"]
