@@ -7,6 +7,7 @@
     (3, 2)
 """
 from tg.nn import checkpoint, functional, init, optim, state, utils
+from tg.nn.attention import MultiheadAttention
 from tg.nn.layers import (
     CELU,
     ELU,
@@ -117,7 +118,7 @@ __all__ = ["checkpoint", "functional", "init", "optim", "state", "utils", "Modul
            "Tanhshrink", "GLU", "CosineSimilarity", "PairwiseDistance",
            "KLDivLoss", "CosineEmbeddingLoss", "MarginRankingLoss", "TripletMarginLoss", "HingeEmbeddingLoss",
            "SoftMarginLoss", "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss",
-           "PixelShuffle", "PixelUnshuffle"]
+           "PixelShuffle", "PixelUnshuffle", "MultiheadAttention"]
 
 
 def __getattr__(name: str) -> object:
