@@ -7,7 +7,14 @@
     (3, 2)
 """
 from tg.nn import checkpoint, functional, init, optim, state, utils
-from tg.nn.attention import MultiheadAttention
+from tg.nn.attention import (
+    MultiheadAttention,
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
 from tg.nn.layers import (
     CELU,
     ELU,
@@ -118,7 +125,9 @@ __all__ = ["checkpoint", "functional", "init", "optim", "state", "utils", "Modul
            "Tanhshrink", "GLU", "CosineSimilarity", "PairwiseDistance",
            "KLDivLoss", "CosineEmbeddingLoss", "MarginRankingLoss", "TripletMarginLoss", "HingeEmbeddingLoss",
            "SoftMarginLoss", "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss",
-           "PixelShuffle", "PixelUnshuffle", "MultiheadAttention"]
+           "PixelShuffle", "PixelUnshuffle", "MultiheadAttention",
+           "Transformer", "TransformerEncoder", "TransformerEncoderLayer", "TransformerDecoder",
+           "TransformerDecoderLayer"]
 
 
 def __getattr__(name: str) -> object:

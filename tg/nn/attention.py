@@ -24,15 +24,16 @@ the masks allow).
 """
 from __future__ import annotations
 
+import copy
 import math
-from typing import Any
+from typing import Any, Callable
 
 from tg.core.dtype import DType, dtypes
 from tg.core.tensor import Tensor
 from tg.nn import functional as F
 from tg.nn import init
-from tg.nn.layers import Linear
-from tg.nn.module import Module, Parameter
+from tg.nn.layers import Dropout, LayerNorm, Linear
+from tg.nn.module import Module, ModuleList, Parameter
 
 
 class MultiheadAttention(Module):
@@ -180,3 +181,221 @@ def _additive(mask: Tensor, dtype: DType) -> Tensor:
     if mask.dtype == dtypes.bool:
         return mask.where(float("-inf"), 0.0).cast(dtype)
     return mask.cast(dtype)
+
+
+# ---------------------------------------------------------------- transformers (torch.nn.Transformer*)
+
+def _activation(activation: str | Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+    if callable(activation):
+        return activation
+    if activation == "relu":
+        return F.relu
+    if activation == "gelu":
+        return F.gelu
+    raise ValueError(f"[nn] Transformer: activation should be 'relu', 'gelu' or a callable, got "
+                     f"{activation!r}")
+
+
+class _Block(Module):
+    """What the encoder and decoder layers share: the feed-forward block and the options."""
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        return self.dropout_ff(self.linear2(self.dropout(self.act(self.linear1(x)))))
+
+    def _ff_parts(self, d_model: int, dim_feedforward: int, dropout: float, activation: Any, bias: bool,
+                  kw: dict[str, Any]) -> None:
+        self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
+        self.dropout = Dropout(dropout)
+        self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
+        self.act = _activation(activation)
+
+
+class TransformerEncoderLayer(_Block):
+    """torch.nn.TransformerEncoderLayer: self-attention then a feed-forward block (linear1, activation,
+    dropout, linear2), each added to its input and layer-normalised after (or before, norm_first).
+
+        >>> layer = TransformerEncoderLayer(d_model=8, nhead=2, dim_feedforward=16, batch_first=True)
+        >>> layer(Tensor.ones(3, 5, 8)).shape
+        (3, 5, 8)
+    """
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: str | Callable[[Tensor], Tensor] = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 device: str | None = None, dtype: DType | str | None = None):
+        super().__init__()
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, **kw)
+        self._ff_parts(d_model, dim_feedforward, dropout, activation, bias, kw)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
+        self.dropout_ff = self.dropout2
+
+    def _self_attention(self, x: Tensor, mask: Tensor | None, padding: Tensor | None,
+                        is_causal: bool) -> Tensor:
+        out = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=padding, need_weights=False,
+                             is_causal=is_causal)[0]
+        return self.dropout1(out)
+
+    def forward(self, src: Tensor, src_mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                is_causal: bool = False) -> Tensor:
+        x = src
+        if self.norm_first:
+            x = x + self._self_attention(self.norm1(x), src_mask, src_key_padding_mask, is_causal)
+            return x + self._feed_forward(self.norm2(x))
+        x = self.norm1(x + self._self_attention(x, src_mask, src_key_padding_mask, is_causal))
+        return self.norm2(x + self._feed_forward(x))
+
+
+class TransformerDecoderLayer(_Block):
+    """torch.nn.TransformerDecoderLayer: self-attention, attention over the encoder's output (memory),
+    then the feed-forward block; each added to its input and layer-normalised (after, or before with
+    norm_first)."""
+
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: str | Callable[[Tensor], Tensor] = "relu", layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 device: str | None = None, dtype: DType | str | None = None):
+        super().__init__()
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
+        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                            batch_first=batch_first, **kw)
+        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                 batch_first=batch_first, **kw)
+        self._ff_parts(d_model, dim_feedforward, dropout, activation, bias, kw)
+        self.norm_first = norm_first
+        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
+        self.dropout1, self.dropout2, self.dropout3 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
+        self.dropout_ff = self.dropout3
+
+    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,
+                memory_key_padding_mask: Tensor | None = None, tgt_is_causal: bool = False,
+                memory_is_causal: bool = False) -> Tensor:
+        def self_attention(x: Tensor) -> Tensor:
+            return self.dropout1(self.self_attn(x, x, x, attn_mask=tgt_mask,
+                                                key_padding_mask=tgt_key_padding_mask, need_weights=False,
+                                                is_causal=tgt_is_causal)[0])
+
+        def cross_attention(x: Tensor) -> Tensor:
+            return self.dropout2(self.multihead_attn(x, memory, memory, attn_mask=memory_mask,
+                                                     key_padding_mask=memory_key_padding_mask,
+                                                     need_weights=False, is_causal=memory_is_causal)[0])
+        x = tgt
+        if self.norm_first:
+            x = x + self_attention(self.norm1(x))
+            x = x + cross_attention(self.norm2(x))
+            return x + self._feed_forward(self.norm3(x))
+        x = self.norm1(x + self_attention(x))
+        x = self.norm2(x + cross_attention(x))
+        return self.norm3(x + self._feed_forward(x))
+
+
+class TransformerEncoder(Module):
+    """torch.nn.TransformerEncoder: num_layers copies of encoder_layer (deep copies: their own parameters,
+    named layers.0, layers.1, ...), then `norm` if given."""
+
+    def __init__(self, encoder_layer: TransformerEncoderLayer, num_layers: int, norm: Module | None = None,
+                 enable_nested_tensor: bool = True, mask_check: bool = True):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(encoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, src: Tensor, mask: Tensor | None = None, src_key_padding_mask: Tensor | None = None,
+                is_causal: bool | None = None) -> Tensor:
+        out = src
+        for layer in self.layers:
+            out = layer(out, src_mask=mask, src_key_padding_mask=src_key_padding_mask,
+                        is_causal=bool(is_causal))
+        return out if self.norm is None else self.norm(out)
+
+
+class TransformerDecoder(Module):
+    """torch.nn.TransformerDecoder: num_layers copies of decoder_layer, then `norm` if given."""
+
+    def __init__(self, decoder_layer: TransformerDecoderLayer, num_layers: int, norm: Module | None = None):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers, self.norm = num_layers, norm
+
+    def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
+                memory_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,
+                memory_key_padding_mask: Tensor | None = None, tgt_is_causal: bool | None = None,
+                memory_is_causal: bool = False) -> Tensor:
+        out = tgt
+        for layer in self.layers:
+            out = layer(out, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                        tgt_key_padding_mask=tgt_key_padding_mask,
+                        memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                        memory_is_causal=memory_is_causal)
+        return out if self.norm is None else self.norm(out)
+
+
+class Transformer(Module):
+    """torch.nn.Transformer: an encoder and a decoder of the layers above, each ending in a LayerNorm;
+    every parameter of more than one dim starts from xavier_uniform_, as torch's.
+
+        >>> model = Transformer(d_model=8, nhead=2, num_encoder_layers=1, num_decoder_layers=1,
+        ...                     dim_feedforward=16, batch_first=True)
+        >>> mask = Transformer.generate_square_subsequent_mask(4)
+        >>> model(Tensor.ones(2, 6, 8), Tensor.ones(2, 4, 8), tgt_mask=mask).shape
+        (2, 4, 8)
+    """
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation: str | Callable[[Tensor], Tensor] = "relu", custom_encoder: Module | None = None,
+                 custom_decoder: Module | None = None, layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True,
+                 device: str | None = None, dtype: DType | str | None = None):
+        super().__init__()
+        kw: dict[str, Any] = {"device": device, "dtype": dtype}
+        options = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+                       layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first,
+                       bias=bias, **kw)
+        self.encoder = custom_encoder if custom_encoder is not None else TransformerEncoder(
+            TransformerEncoderLayer(d_model, nhead, **options), num_encoder_layers,
+            LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        self.decoder = custom_decoder if custom_decoder is not None else TransformerDecoder(
+            TransformerDecoderLayer(d_model, nhead, **options), num_decoder_layers,
+            LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        self.d_model, self.nhead, self.batch_first = d_model, nhead, batch_first
+        for p in self.parameters():
+            if p.ndim > 1:
+                init.xavier_uniform_(p)
+
+    def forward(self, src: Tensor, tgt: Tensor, src_mask: Tensor | None = None,
+                tgt_mask: Tensor | None = None, memory_mask: Tensor | None = None,
+                src_key_padding_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,
+                memory_key_padding_mask: Tensor | None = None,
+                src_is_causal: bool | None = None, tgt_is_causal: bool | None = None,
+                memory_is_causal: bool = False) -> Tensor:
+        batch = 0 if self.batch_first else 1
+        if src.ndim == 3 and tgt.ndim == 3 and src.shape[batch] != tgt.shape[batch]:
+            raise ValueError(f"[nn] Transformer: the batch of src and tgt must be equal, got {src.shape} and "
+                             f"{tgt.shape}")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise ValueError(f"[nn] Transformer: the feature size of src and tgt must be d_model "
+                             f"({self.d_model}), got {src.shape} and {tgt.shape}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask,
+                              is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                            memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device: str | None = None,
+                                        dtype: DType | str | None = None) -> Tensor:
+        """(sz, sz): 0 on and below the diagonal, -inf above (a query may not attend to later positions).
+
+            >>> Transformer.generate_square_subsequent_mask(3).tolist()
+            [[0.0, -inf, -inf], [0.0, 0.0, -inf], [0.0, 0.0, 0.0]]
+        """
+        return Tensor.full((sz, sz), float("-inf"), device=device,
+                           dtype=dtypes.float32 if dtype is None else dtype).triu(1)
