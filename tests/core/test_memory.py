@@ -99,3 +99,25 @@ def test_retain_graph_keeps_it():
     first = w1.grad.numpy()
     loss.backward()                                    # a second pass through the same graph
     np.testing.assert_allclose(w1.grad.numpy(), 2 * first, rtol=1e-6)
+
+
+def test_a_blocks_address_never_reaches_another_object():
+    """HostAllocator remembers each block's C address by the block's id. An id is reused once its object
+    dies, and a block can die without the allocator's _free (a cache dropped whole, as a test's
+    monkeypatch did): the address of the dead block, unmapped memory by then, was handed to the next
+    object with its id, a view of other memory, and kernels wrote through it (SIGSEGV in a later test).
+    For every size and many objects made after such a drop, the address is the object's own."""
+    import ctypes
+
+    from tg.core.device import HostAllocator
+    alloc = HostAllocator()
+    for size in (64, 4096, 1 << 20):
+        blocks = [alloc.alloc(size) for _ in range(8)]
+        for b in blocks:
+            alloc.free(b, size)
+        alloc.cache, alloc.cached_bytes = {}, 0      # dropped whole: no _free ran
+        del blocks, b
+        for i in range(5000):
+            view = np.empty(64 + i % 7, np.uint8)[i % 5:]
+            assert alloc.c_pointer(view).value == view.ctypes.data
+        assert isinstance(alloc.c_pointer(alloc.alloc(size)), ctypes.c_void_p)

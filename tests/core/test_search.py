@@ -278,11 +278,12 @@ def guard_memory(mp: pytest.MonkeyPatch) -> list[np.ndarray]:
     def guarded_alloc(nbytes: int) -> np.ndarray:
         block, around, _ = search.guarded(nbytes)
         zones.extend(around)
-        alloc.pointers[id(block)] = ctypes.c_void_p(block.ctypes.data)
+        alloc.register(block, ctypes.c_void_p(block.ctypes.data))
         return block
+    # no block from before the test is handed out again (each goes through _free); those the test
+    # frees stay in the cache for later tests, guarded blocks as good as any
+    alloc.release()
     mp.setattr(alloc, "_alloc", guarded_alloc)
-    mp.setattr(alloc, "cache", {})
-    mp.setattr(alloc, "cached_bytes", 0)
     return zones
 
 

@@ -149,9 +149,13 @@ class HostAllocator(CachingAllocator):
 
     def __init__(self) -> None:
         super().__init__()
-        # each live block's address as a C argument, by id of the block (made once per block: numpy's
-        # .ctypes costs microseconds, and a training step hands out the same cached blocks again)
-        self.pointers: dict[int, ctypes.c_void_p] = {}
+        # each block's address as a C argument, by id of the block (made once per block: numpy's
+        # .ctypes costs microseconds, and a training step hands out the same cached blocks again). The
+        # entry holds the block itself and a lookup checks it is the same object: an id is reused once
+        # its object dies, and a block that died without _free (a cache dropped whole) would otherwise
+        # hand its stale address to whatever object next has its id (a view of other memory: kernels
+        # wrote through it into unmapped pages, a SIGSEGV in a later test of the same process)
+        self.pointers: dict[int, tuple[np.ndarray, ctypes.c_void_p]] = {}
 
     def offset(self, opaque: np.ndarray, offset: int, nbytes: int) -> np.ndarray:
         return opaque[offset:offset + nbytes]
@@ -161,8 +165,12 @@ class HostAllocator(CachingAllocator):
         address = raw.ctypes.data
         start = (-address) % 64
         block = raw[start:start + nbytes]
-        self.pointers[id(block)] = ctypes.c_void_p(address + start)
+        self.register(block, ctypes.c_void_p(address + start))
         return block
+
+    def register(self, block: np.ndarray, pointer: ctypes.c_void_p) -> None:
+        """Remember block's address as a C argument (until _free lets go of the block)."""
+        self.pointers[id(block)] = (block, pointer)
 
     def _free(self, opaque: np.ndarray) -> None:
         self.pointers.pop(id(opaque), None)
@@ -172,8 +180,8 @@ class HostAllocator(CachingAllocator):
 
     def c_pointer(self, opaque: np.ndarray) -> ctypes.c_void_p:
         """The memory's address as a C argument: the one made at allocation, or (a view) from numpy."""
-        ptr = self.pointers.get(id(opaque))
-        return ptr if ptr is not None else ctypes.c_void_p(opaque.ctypes.data)
+        entry = self.pointers.get(id(opaque))
+        return entry[1] if entry is not None and entry[0] is opaque else ctypes.c_void_p(opaque.ctypes.data)
 
     def copyin(self, opaque: np.ndarray, src: memoryview, offset: int = 0) -> None:
         opaque[offset:offset + src.nbytes] = np.frombuffer(src, dtype=np.uint8)

@@ -2,7 +2,8 @@
 
 Rules (pinned by tests/core/test_fusion.py):
 - elementwise ops are inlined into every consumer (recomputed, never stored), unless a consumer
-  reads them through a padded view (the padding must read as zero, not as f(0));
+  reads them through a padded view (the padding must read as zero, not as f(0)), or two kernels
+  would recompute more than SHARED_RECOMPUTE_LIMIT ops of them;
 - a reduce takes its elementwise producers with it;
 - an elementwise consumer that reads a reduce's result at the same index (any reshape of it)
   fuses after it as an epilogue, when it is the reduce's only consumer (unless the epilogue is long
@@ -74,28 +75,34 @@ def _is_same_index(view: LazyBuffer) -> bool:
 
 
 def _plan(bases: list[LazyBuffer], outs: list[LazyBuffer]) -> set[int]:
-    """Which bases get their own buffer (ids). A reduce that would be inlined into two kernels
-    is stored instead (computed once), which can change other choices, so iterate to a fixpoint."""
+    """Which bases get their own buffer (ids). A reduce that would be inlined into two kernels is stored
+    instead (computed once), and so is an elementwise value of more than SHARED_RECOMPUTE_LIMIT ops that
+    two kernels would recompute; either can change other choices, so iterate to a fixpoint."""
     store: set[int] = set()
     readers: dict[int, int] = {}
     for b in bases:
         for s in b.srcs:
             readers[id(s.base)] = readers.get(id(s.base), 0) + 1
     while True:
-        store = _plan_once(bases, outs, store, readers)
-        seen: dict[int, int] = {}
+        cost: dict[int, int] = {}
+        store = _plan_once(bases, outs, store, readers, cost)
+        kernels: dict[int, int] = {}       # unstored base -> how many kernels would contain it
+        reduces: set[int] = set()
         for b in bases:
             if id(b) in store:
-                for r in _inlined_reduces(b, store):
-                    seen[id(r)] = seen.get(id(r), 0) + 1
-        shared = {rid for rid, n in seen.items() if n > 1}
+                for x in _inlined(b, store):
+                    kernels[id(x)] = kernels.get(id(x), 0) + 1
+                    if isinstance(x.op, ReduceOps):
+                        reduces.add(id(x))
+        shared = {i for i, n in kernels.items()
+                  if n > 1 and (i in reduces or cost.get(i, 0) > SHARED_RECOMPUTE_LIMIT)}
         if not shared:
             return store
         store |= shared
 
 
-def _inlined_reduces(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
-    """The unstored reduces a kernel rooted at b would contain."""
+def _inlined(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
+    """The unstored bases a kernel rooted at b would contain: its inlined values, and b if a reduce."""
     found: dict[int, LazyBuffer] = {}
     seen: set[int] = set()
     stack = [s.base for s in b.srcs] + ([b] if isinstance(b.op, ReduceOps) else [])
@@ -106,8 +113,7 @@ def _inlined_reduces(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
         seen.add(id(x))
         if id(x) in store and x is not b:
             continue
-        if isinstance(x.op, ReduceOps):
-            found[id(x)] = x
+        found[id(x)] = x
         stack.extend(s.base for s in x.srcs)
     return list(found.values())
 
@@ -117,17 +123,23 @@ def _inlined_reduces(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
 # piece a masked read that counts as one more op, feeding one).
 RECOMPUTE_LIMIT = 2
 
+# An elementwise value that two kernels would each recompute is stored once past this many ALU ops: a
+# recurrence (an LSTM's cell state c_t, read by c_t+1's kernel and by h_t's) otherwise inlines the whole
+# chain c_0 .. c_t into every later step, kernels of quadratic size (word_language_model's first step
+# took 30 s to schedule and lower).
+SHARED_RECOMPUTE_LIMIT = 48
+
 # An elementwise epilogue runs once per output element after the reduce, unvectorised; a long one
 # (gelu's tanh, say) over a large output is faster as its own vectorised kernel.
 EPILOGUE_LIMIT, EPILOGUE_SIZE = 8, 1 << 16
 
 
 def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int],  # noqa: C901
-               readers: dict[int, int]) -> set[int]:
+               readers: dict[int, int], cost: dict[int, int]) -> set[int]:
     # the fusion rules of the module docstring, applied base by base in one loop: kept together so
     # they read as that list
     store: set[int] = set(seed) | {id(o.base) for o in outs}
-    cost: dict[int, int] = {}   # ALU ops a base brings along when inlined
+    # cost (filled here): the ALU ops a base brings along when inlined
     carried: dict[int, LazyBuffer | None] = {}   # the reduce a base's kernel would contain
     # a reduce whose one reader rounds it to float16 / bfloat16 (fused.sum_of_products): where the
     # reduce is stored, the rounded value is (half the bytes, the same numbers)

@@ -107,6 +107,7 @@ from tg.nn.layers import (
     ZeroPad3d,
 )
 from tg.nn.module import Module, ModuleDict, ModuleList, Parameter
+from tg.nn.recurrent import GRU, LSTM, RNN, GRUCell, LSTMCell, RNNCell
 
 __all__ = ["checkpoint", "functional", "init", "optim", "state", "utils", "Module", "Parameter", "ModuleList",
            "ModuleDict", "Linear", "Conv1d", "Conv2d", "ConvTranspose2d", "BatchNorm1d", "BatchNorm2d",
@@ -127,7 +128,7 @@ __all__ = ["checkpoint", "functional", "init", "optim", "state", "utils", "Modul
            "SoftMarginLoss", "MultiLabelSoftMarginLoss", "PoissonNLLLoss", "GaussianNLLLoss",
            "PixelShuffle", "PixelUnshuffle", "MultiheadAttention",
            "Transformer", "TransformerEncoder", "TransformerEncoderLayer", "TransformerDecoder",
-           "TransformerDecoderLayer"]
+           "TransformerDecoderLayer", "RNN", "LSTM", "GRU", "RNNCell", "LSTMCell", "GRUCell"]
 
 
 def __getattr__(name: str) -> object:

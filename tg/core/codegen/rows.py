@@ -157,6 +157,11 @@ def _windows(items: list, first: int, readers: dict[int, list[int]], asked: set[
 def _group(members: list, threads: int):
     """One schedule item running `members` as a row group, or None where they do not make one."""
     kernels = [it.kernel for it in members]
+    # every byte a group could save is a byte of some member's buffers: too few, and no group pays
+    # (checked first: a schedule of thousands of small kernels tries tens of windows each)
+    touched = sum(n * dt.itemsize for k in kernels for n, dt in zip(k.buf_sizes, k.buf_dtypes))
+    if touched < heuristics.ROW_GROUP_MIN_BYTES:
+        return None
     for rows in _common_rows(kernels):
         if rows < 4 * threads:
             break

@@ -1,0 +1,281 @@
+"""Recurrent layers with torch's parameters, names, initialisation and equations: nn.RNN, nn.LSTM, nn.GRU
+and their cells (RNNCell, LSTMCell, GRUCell).
+
+    RNN:  h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh)                       (act: tanh or relu)
+    LSTM: i, f, g, o = split(x W_ih^T + b_ih + h W_hh^T + b_hh, 4)          (torch's gate order)
+          c' = sigmoid(f) c + sigmoid(i) tanh(g);  h' = sigmoid(o) tanh(c')  (times W_hr^T with proj_size)
+    GRU:  r, z, n from x W_ih^T + b_ih and h W_hh^T + b_hh, each split in 3:
+          r = sigmoid(.r + .r), z = sigmoid(.z + .z), n = tanh(x_n + r (h_n));  h' = (1 - z) n + z h
+
+Every weight and bias starts from U(-1/sqrt(hidden_size), 1/sqrt(hidden_size)). A layer's input
+projections for the whole sequence are one matmul; the recurrence runs step by step. The multi-layer
+modules take (L, N, H_in) input ((N, L, H_in) with batch_first, (L, H_in) unbatched), num_layers,
+bidirectional (parameters `..._reverse`), dropout between layers in training, and return
+(output, h_n) ((output, (h_n, c_n)) for LSTM), output holding the last layer's h at every step.
+
+    >>> from tg import Tensor
+    >>> lstm = LSTM(input_size=3, hidden_size=4, num_layers=2, batch_first=True)
+    >>> out, (h, c) = lstm(Tensor.ones(2, 5, 3))
+    >>> out.shape, h.shape, c.shape
+    ((2, 5, 4), (2, 2, 4), (2, 2, 4))
+"""
+from __future__ import annotations
+
+import math
+
+from tg.core.dtype import DType, dtypes
+from tg.core.tensor import Tensor
+from tg.nn import functional as F
+from tg.nn.module import Module, Parameter
+
+GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
+
+
+def _uniform(shape: tuple[int, ...], bound: float, device: str | None,
+             dtype: DType | str | None) -> Parameter:
+    return Parameter(Tensor.uniform(*shape, low=-bound, high=bound, device=device,
+                                    dtype=dtypes.float32 if dtype is None else dtype))
+
+
+def _step(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
+          w_hr: Tensor | None) -> tuple[Tensor, Tensor | None]:
+    """One step of the recurrence from the input's projection gi (x W_ih^T + b_ih): (h', c')."""
+    gh = h.linear(w_hh, b_hh)
+    if mode == "LSTM":
+        assert c is not None
+        i, f, g, o = (gi + gh).chunk(4, -1)
+        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+        h = o.sigmoid() * c.tanh()
+        return (h if w_hr is None else h.linear(w_hr)), c
+    if mode == "GRU":
+        ir, iz, in_ = gi.chunk(3, -1)
+        hr, hz, hn = gh.chunk(3, -1)
+        r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
+        n = (in_ + r * hn).tanh()
+        return (1 - z) * n + z * h, None
+    pre = gi + gh
+    return (pre.tanh() if mode == "RNN_TANH" else pre.relu()), None
+
+
+class _Recurrent(Module):
+    """What RNN, LSTM and GRU share: the parameters per layer and direction, and the loop."""
+
+    def __init__(self, mode: str, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, device: str | None = None, dtype: DType | str | None = None):
+        super().__init__()
+        name = type(self).__name__
+        sizes = (("input_size", input_size), ("hidden_size", hidden_size), ("num_layers", num_layers))
+        for what, value in sizes:
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"[nn] {name}: expected {what} a positive int, got {value!r}")
+        if not 0.0 <= dropout <= 1.0:
+            raise ValueError(f"[nn] {name}: expected dropout in [0, 1], got {dropout}")
+        if not isinstance(proj_size, int) or proj_size < 0 or (proj_size and proj_size >= hidden_size):
+            raise ValueError(f"[nn] {name}: expected proj_size an int in [0, hidden_size), got {proj_size!r}")
+        self.mode, self.input_size, self.hidden_size = mode, input_size, hidden_size
+        self.num_layers, self.bias, self.batch_first = num_layers, bias, batch_first
+        self.dropout, self.bidirectional = dropout, bidirectional
+        self.proj_size = proj_size
+        out_size = proj_size or hidden_size
+        bound = 1.0 / math.sqrt(hidden_size)
+        gates = GATES[mode] * hidden_size
+        for layer in range(num_layers):
+            for suffix in ("", "_reverse")[:2 if bidirectional else 1]:
+                size = input_size if layer == 0 else out_size * (2 if bidirectional else 1)
+                end = f"_l{layer}{suffix}"
+                setattr(self, "weight_ih" + end, _uniform((gates, size), bound, device, dtype))
+                setattr(self, "weight_hh" + end, _uniform((gates, out_size), bound, device, dtype))
+                if bias:
+                    setattr(self, "bias_ih" + end, _uniform((gates,), bound, device, dtype))
+                    setattr(self, "bias_hh" + end, _uniform((gates,), bound, device, dtype))
+                if proj_size:
+                    setattr(self, "weight_hr" + end, _uniform((proj_size, hidden_size), bound, device, dtype))
+
+    def _weights(self, layer: int, suffix: str) -> tuple[Tensor, Tensor | None, Tensor, Tensor | None,
+                                                         Tensor | None]:
+        end = f"_l{layer}{suffix}"
+        w_ih, w_hh = getattr(self, "weight_ih" + end), getattr(self, "weight_hh" + end)
+        b_ih, b_hh = getattr(self, "bias_ih" + end, None), getattr(self, "bias_hh" + end, None)
+        return w_ih, b_ih, w_hh, b_hh, getattr(self, "weight_hr" + end, None)
+
+    def _run(self, x: Tensor, hx: Tensor | None, cx: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """x (L, N, H_in); hx, cx (D * num_layers, N, H) or None (zeros): (output, h_n, c_n)."""
+        seq, n = x.shape[0], x.shape[1]
+        dirs = 2 if self.bidirectional else 1
+        out_size = self.proj_size or self.hidden_size
+        zeros = lambda size: Tensor.zeros(dirs * self.num_layers, n, size, dtype=x.dtype, device=x.device)  # noqa: E731
+        hx = zeros(out_size) if hx is None else hx
+        if self.mode == "LSTM":
+            cx = zeros(self.hidden_size) if cx is None else cx
+        last_h, last_c = [], []
+        layer_in = x
+        for layer in range(self.num_layers):
+            outs = []
+            for d, suffix in enumerate(("", "_reverse")[:dirs]):
+                w_ih, b_ih, w_hh, b_hh, w_hr = self._weights(layer, suffix)
+                gi = layer_in.linear(w_ih, b_ih)            # every step's input projection at once
+                k = layer * dirs + d
+                h, c = hx[k], (None if cx is None else cx[k])
+                steps: list[Tensor] = [None] * seq            # type: ignore[list-item]
+                for t in (range(seq - 1, -1, -1) if d else range(seq)):
+                    h, c = _step(self.mode, gi[t], h, c, w_hh, b_hh, w_hr)
+                    steps[t] = h
+                outs.append(Tensor.stack(steps) if seq else Tensor.zeros(0, n, out_size, dtype=x.dtype,
+                                                                           device=x.device))
+                last_h.append(h)
+                if c is not None:
+                    last_c.append(c)
+            layer_in = outs[0] if dirs == 1 else outs[0].cat(outs[1], dim=-1)
+            if self.dropout and self.training and layer < self.num_layers - 1:
+                layer_in = F.dropout(layer_in, self.dropout)
+        return layer_in, Tensor.stack(last_h), (Tensor.stack(last_c) if last_c else None)
+
+    def _forward(self, x: Tensor, hx: Tensor | None,
+                 cx: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        name = type(self).__name__
+        if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
+            raise ValueError(f"[nn] {name}: expected input of shape (L, N, {self.input_size}) (input_size; "
+                             f"(N, L, ...) with batch_first, (L, ...) unbatched), got {x.shape}")
+        batched = x.ndim == 3
+        if not batched:
+            x = x.unsqueeze(1)
+            hx, cx = (None if t is None else t.unsqueeze(1) for t in (hx, cx))
+        elif self.batch_first:
+            x = x.transpose(0, 1)
+        dirs = 2 if self.bidirectional else 1
+        for what, t, size in (("h_0", hx, self.proj_size or self.hidden_size), ("c_0", cx, self.hidden_size)):
+            if t is not None and t.shape != (dirs * self.num_layers, x.shape[1], size):
+                raise ValueError(f"[nn] {name}: expected {what} of shape ({dirs * self.num_layers}, "
+                                 f"{x.shape[1]}, {size}) (D * num_layers, N, H), got {t.shape}")
+        out, h, c = self._run(x, hx, cx)
+        if not batched:
+            return out.squeeze(1), h.squeeze(1), (None if c is None else c.squeeze(1))
+        return (out.transpose(0, 1) if self.batch_first else out), h, c
+
+    def extra_repr(self) -> str:
+        return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
+                f"batch_first={self.batch_first}, bidirectional={self.bidirectional}")
+
+
+class RNN(_Recurrent):
+    """torch.nn.RNN: nonlinearity 'tanh' or 'relu'; forward(input, h_0=None) -> (output, h_n)."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, nonlinearity: str = "tanh",
+                 bias: bool = True, batch_first: bool = False, dropout: float = 0.0,
+                 bidirectional: bool = False, device: str | None = None, dtype: DType | str | None = None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"[nn] RNN: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        super().__init__("RNN_" + nonlinearity.upper(), input_size, hidden_size, num_layers, bias,
+                         batch_first, dropout, bidirectional, 0, device, dtype)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
+        out, h, _ = self._forward(input, hx, None)
+        return out, h
+
+
+class LSTM(_Recurrent):
+    """torch.nn.LSTM (proj_size too); forward(input, (h_0, c_0)=None) -> (output, (h_n, c_n))."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 proj_size: int = 0, device: str | None = None, dtype: DType | str | None = None):
+        super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, proj_size, device, dtype)
+
+    def forward(self, input: Tensor,  # noqa: A002
+                hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        h0, c0 = (None, None) if hx is None else hx
+        out, h, c = self._forward(input, h0, c0)
+        assert c is not None
+        return out, (h, c)
+
+
+class GRU(_Recurrent):
+    """torch.nn.GRU; forward(input, h_0=None) -> (output, h_n)."""
+
+    def __init__(self, input_size: int, hidden_size: int, num_layers: int = 1, bias: bool = True,
+                 batch_first: bool = False, dropout: float = 0.0, bidirectional: bool = False,
+                 device: str | None = None, dtype: DType | str | None = None):
+        super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout,
+                         bidirectional, 0, device, dtype)
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
+        out, h, _ = self._forward(input, hx, None)
+        return out, h
+
+
+# ---------------------------------------------------------------- cells
+
+class _Cell(Module):
+    def __init__(self, mode: str, input_size: int, hidden_size: int, bias: bool, device: str | None,
+                 dtype: DType | str | None):
+        super().__init__()
+        self.mode, self.input_size, self.hidden_size, self.bias = mode, input_size, hidden_size, bias
+        bound = 1.0 / math.sqrt(hidden_size)
+        gates = GATES[mode] * hidden_size
+        self.weight_ih = _uniform((gates, input_size), bound, device, dtype)
+        self.weight_hh = _uniform((gates, hidden_size), bound, device, dtype)
+        self.bias_ih = _uniform((gates,), bound, device, dtype) if bias else None
+        self.bias_hh = _uniform((gates,), bound, device, dtype) if bias else None
+
+    def _inputs(self, x: Tensor, state: Tensor | None) -> tuple[Tensor, Tensor, bool]:
+        name = type(self).__name__
+        if x.ndim not in (1, 2) or x.shape[-1] != self.input_size:
+            raise ValueError(f"[nn] {name}: expected input of shape (N, {self.input_size}) or "
+                             f"({self.input_size},), got {x.shape}")
+        batched = x.ndim == 2
+        x = x if batched else x.unsqueeze(0)
+        h = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device) if state is None else \
+            (state if batched else state.unsqueeze(0))
+        return x, h, batched
+
+    def _cell_step(self, x: Tensor, h: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor | None]:
+        gi = x.linear(self.weight_ih, self.bias_ih)
+        return _step(self.mode, gi, h, c, self.weight_hh, self.bias_hh, None)
+
+
+class RNNCell(_Cell):
+    """torch.nn.RNNCell: h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
+                 device: str | None = None, dtype: DType | str | None = None):
+        if nonlinearity not in ("tanh", "relu"):
+            raise ValueError(f"[nn] RNNCell: nonlinearity must be 'tanh' or 'relu', got {nonlinearity!r}")
+        super().__init__("RNN_" + nonlinearity.upper(), input_size, hidden_size, bias, device, dtype)
+        self.nonlinearity = nonlinearity
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
+        x, h, batched = self._inputs(input, hx)
+        h, _ = self._cell_step(x, h, None)
+        return h if batched else h.squeeze(0)
+
+
+class GRUCell(_Cell):
+    """torch.nn.GRUCell."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: str | None = None,
+                 dtype: DType | str | None = None):
+        super().__init__("GRU", input_size, hidden_size, bias, device, dtype)
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
+        x, h, batched = self._inputs(input, hx)
+        h, _ = self._cell_step(x, h, None)
+        return h if batched else h.squeeze(0)
+
+
+class LSTMCell(_Cell):
+    """torch.nn.LSTMCell: forward(input, (h, c)=None) -> (h', c')."""
+
+    def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: str | None = None,
+                 dtype: DType | str | None = None):
+        super().__init__("LSTM", input_size, hidden_size, bias, device, dtype)
+
+    def forward(self, input: Tensor,  # noqa: A002
+                hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
+        x, h, batched = self._inputs(input, None if hx is None else hx[0])
+        c = h.zeros_like() if hx is None else (hx[1] if batched else hx[1].unsqueeze(0))
+        h, c2 = self._cell_step(x, h, c)
+        assert c2 is not None
+        return (h, c2) if batched else (h.squeeze(0), c2.squeeze(0))
