@@ -124,10 +124,11 @@ def _inlined(b: LazyBuffer, store: set[int]) -> list[LazyBuffer]:
 RECOMPUTE_LIMIT = 2
 
 # An elementwise value that two kernels would each recompute is stored once past this many ALU ops: a
-# recurrence (an LSTM's cell state c_t, read by c_t+1's kernel and by h_t's) otherwise inlines the whole
-# chain c_0 .. c_t into every later step, kernels of quadratic size (word_language_model's first step
-# took 30 s to schedule and lower).
-SHARED_RECOMPUTE_LIMIT = 48
+# recurrence (an LSTM's cell state and its gradient through time, each read by the next step's kernels
+# and by the step's own) otherwise inlines the whole chain into every later step, kernels that grow with
+# the sequence (word_language_model's first step took 30 s to schedule and lower). Well above one exp
+# (softmax's, recomputed by its sum and its division in one row group, is cheaper than a round trip).
+SHARED_RECOMPUTE_LIMIT = 256
 
 # An elementwise epilogue runs once per output element after the reduce, unvectorised; a long one
 # (gelu's tanh, say) over a large output is faster as its own vectorised kernel.
