@@ -320,3 +320,68 @@ def test_the_backend_for_a_device_is_torchs_name_and_starts_a_group():
         assert dist.get_backend() == "tcp" and x.tolist() == [0.0, 1.0, 2.0, 3.0]
     finally:
         dist.destroy_process_group()
+
+
+# ------------------------------------------------------------ review fixes: the edges of the idioms
+
+def test_assigning_data_leaves_views_of_the_old_memory_alone():
+    p = Tensor([1.0, 2.0, 3.0, 4.0])
+    v = p[1:3]
+    p.data = Tensor([9.0, 8.0, 7.0, 6.0])
+    p.add_(1.0)
+    assert p.tolist() == [10.0, 9.0, 8.0, 7.0] and v.tolist() == [2.0, 3.0]     # v: the old storage
+
+
+def test_deepcopy_keeps_a_parameter_a_parameter():
+    import copy
+    w = tg.nn.Parameter(tg.ones(2))
+    c = copy.deepcopy(w)
+    assert type(c) is tg.nn.Parameter and c.requires_grad and c.tolist() == [1.0, 1.0]
+    frozen = copy.deepcopy(tg.nn.Parameter(tg.ones(2), requires_grad=False))
+    assert type(frozen) is tg.nn.Parameter and not frozen.requires_grad
+
+
+def test_a_sampler_without_a_generator_draws_its_seed_when_a_pass_starts():
+    """torch: the default generator seeds each pass as it starts, so manual_seed after building the
+    loader fixes the next order, and restoring the RNG state replays the next epoch's order."""
+    from tg.utils.data import RandomSampler
+    s = RandomSampler(range(30))
+    tg.manual_seed(4)
+    first = list(s)
+    tg.manual_seed(4)
+    assert list(s) == first
+    state = tg.get_rng_state()
+    nxt = list(s)
+    tg.set_rng_state(state)
+    assert list(s) == nxt and nxt != first
+
+
+def test_spawn_passes_sys_exit_through():
+    mp.spawn(spawn_targets.exit_with, args=(0,), nprocs=2)          # sys.exit(0): a clean end
+    with pytest.raises(mp.ProcessExitedException, match="exit code 3") as info:
+        mp.spawn(spawn_targets.exit_with, args=(3,), nprocs=1)
+    assert info.value.exit_code == 3
+
+
+def test_zero_groups_edges_as_torch():
+    import tg.distributed as dist
+    w = Tensor([1.0, -1.0], requires_grad=True)
+    opt = dist.ZeroOptimizer([{"params": []}, {"params": [w], "lr": 0.5}], tg.nn.optim.SGD, lr=0.1)
+    (w * w).sum().backward()
+    opt.step()
+    assert w.tolist() == [0.0, 0.0] and [len(g["params"]) for g in opt.param_groups] == [0, 1]
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        dist.ZeroOptimizer([{"params": [w]}, {"params": [w]}], tg.nn.optim.SGD, lr=0.1)
+    with pytest.raises(ValueError, match="more than one parameter group"):
+        opt.add_param_group({"params": [w]})
+
+
+def test_attention_masks_and_cell_states_are_checked():
+    mha = tg.nn.MultiheadAttention(4, 2)
+    x = tg.ones(3, 2, 4)
+    with pytest.raises(TypeError, match="bool or floating-point mask"):
+        mha(x, x, x, attn_mask=tg.zeros(3, 3, dtype=tg.int32))
+    with pytest.raises(ValueError, match=r"expected hx of shape \(5, 4\)"):
+        tg.nn.GRUCell(3, 4)(tg.ones(5, 3), tg.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"expected cx of shape \(5, 4\)"):
+        tg.nn.LSTMCell(3, 4)(tg.ones(5, 3), (tg.zeros(5, 4), tg.zeros(1, 4)))

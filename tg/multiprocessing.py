@@ -65,12 +65,13 @@ class ProcessExitedException(ProcessException):
 
 
 def _run(fn: Callable[..., Any], i: int, args: tuple, error_file: str) -> None:
-    """A child's body: fn(i, *args); a raise is written to error_file as text and ends the process with 1."""
+    """A child's body: fn(i, *args); an exception is written to error_file as text and ends the process
+    with 1."""
     try:
         fn(i, *args)
     except KeyboardInterrupt:
         pass
-    except BaseException:
+    except Exception:          # as torch: sys.exit(code) ends the process with its code, no traceback
         with open(error_file, "w") as f:
             f.write(traceback.format_exc())
         sys.exit(1)

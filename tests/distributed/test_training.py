@@ -554,6 +554,24 @@ def test_zero_with_param_groups_resumes_at_another_world_size(tmp_path, save_wor
     assert max_diff(resumed[0]["params"], grouped_plain(4)) < 1e-5
 
 
+def load_into_one_group(rank: int, world: int, directory: str) -> str:
+    model = MLP(seed=300)              # the parameters in the grouped run's order, in one group
+    params = [model.l1.weight, model.l2.weight, model.l1.bias, model.l2.bias]
+    opt = dist.ZeroOptimizer(params, nn.optim.AdamW, lr=LR, bucket_mb=TINY_BUCKET)
+    try:
+        dist.load_checkpoint(directory, model, opt)
+    except ValueError as e:
+        return str(e)
+    return ""
+
+
+def test_zero_shards_of_other_groups_are_refused_by_name(tmp_path):
+    directory = str(tmp_path / "ckpt")
+    run_ranks(2, grouped_checkpoint_run, directory, "first")
+    (msg,) = run_ranks(1, load_into_one_group, directory)
+    assert "saved with 2 parameter group(s), this ZeroOptimizer has 1" in msg
+
+
 def test_ddp_checkpoint_resumes_and_ignores_a_half_written_save(tmp_path):
     directory = tmp_path / "ckpt"
     run_ranks(2, checkpoint_run, str(directory), "ddp", "first")

@@ -482,6 +482,10 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
             raise TypeError(f"[core] Tensor.data: expected a Tensor to take the values of, got "
                             f"{type(value).__name__}; to fill in place use .data.copy_(value) or .fill_(v)")
         self.lazydata = value.lazydata
+        # other memory now: the views made of the old one keep it (writes through them go there), and
+        # this tensor is no longer a view of another's
+        self._views = None
+        self._alias = None
 
     @_view_op
     def contiguous(self) -> Tensor:
@@ -1193,6 +1197,10 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
                                ".detach()ed) can be deep-copied, as in torch; copy x.detach() instead")
         with NoGrad():
             out = self.clone().realize()
+        if type(self) is not Tensor:           # a subclass (nn.Parameter) stays of its class
+            copied = object.__new__(type(self))
+            copied.lazydata, copied.grad, copied._ctx, copied._prior = out.lazydata, None, None, None
+            out = copied
         out.requires_grad = self.requires_grad
         if self.grad is not None:
             out.grad = copy.deepcopy(self.grad, memo)

@@ -354,6 +354,12 @@ def load_zero_shards(opt: Any, paths: list[str]) -> None:  # noqa: C901
                     targets[key][b][offset + lo - first:offset + hi - first] = src[ooffset + lo - ofirst:
                                                                                    ooffset + hi - ofirst]
     scalars = tensors_of(0)
+    groups_here = sum(1 for k in state if k == "lr" or k.startswith("lr."))
+    groups_saved = sum(1 for k in scalars if k == "lr" or k.startswith("lr."))
+    if groups_here != groups_saved:
+        raise ValueError(f"[distributed] load_checkpoint: the optimizer's shards were saved with "
+                         f"{groups_saved} parameter group(s), this ZeroOptimizer has {groups_here}; fix: "
+                         f"make the optimizer with the same groups (add_param_group before loading)")
     new: dict[str, Any] = {k: scalars[k] for k in state if k == "t" or k == "lr" or k.startswith("lr.")}
     for b, m in enumerate(opt.masters):
         new[f"master.{b}"] = targets["master"][b].astype(m.dtype.np)

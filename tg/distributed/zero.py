@@ -99,6 +99,17 @@ def _param_groups(params: Iterable[Any]) -> list[tuple[list[Tensor], dict[str, A
     return out
 
 
+def _check_distinct(groups: list[list[Tensor]]) -> None:
+    """torch's rule: a parameter is in one group only (it would be packed, and stepped, twice)."""
+    seen: set[int] = set()
+    for g, ps in enumerate(groups):
+        for p in ps:
+            if id(p) in seen:
+                raise ValueError(f"[distributed] ZeroOptimizer: some parameters appear in more than one "
+                                 f"parameter group (one in group {g}); fix: put each parameter in one group")
+            seen.add(id(p))
+
+
 class ZeroOptimizer(Optimizer):
     """ZeRO-2 around any tg optimizer class: `ZeroOptimizer(params, nn.optim.Adam, lr=1e-3)`.
 
@@ -138,6 +149,7 @@ class ZeroOptimizer(Optimizer):
                             f"subclass (e.g. nn.optim.AdamW), got {optimizer_class!r}")
         if bucket_mb <= 0:
             raise ValueError(f"[distributed] ZeroOptimizer: bucket_mb must be > 0, got {bucket_mb}")
+        _check_distinct([ps for ps, _ in groups])
         every = [p for ps, _ in groups for p in ps]
         if every and all(isinstance(p, Tensor) for p in every):
             check_params(every, "ZeroOptimizer")      # before the optimizer's own checks: names the parameter
@@ -148,7 +160,6 @@ class ZeroOptimizer(Optimizer):
         # the shards, the optimizer's state and the checkpoints stay float32
         self.wire = wire_format(reduce_dtype, "ZeroOptimizer")
         self.bucket_bytes = int(bucket_mb * (1 << 20))
-        self._optimizer_class, self._kwargs = optimizer_class, kwargs
         self.buckets: list[Bucket] = []
         self.bucket_group: list[int] = []   # the parameter group of each bucket (a bucket holds one group's)
         self.group_params: list[list[Tensor]] = []   # each group's parameters, as given
@@ -156,9 +167,10 @@ class ZeroOptimizer(Optimizer):
         self.masters: list[Tensor] = []     # this rank's part of each bucket, in the master dtype
         self.sends: list[Tensor] = []       # the part in the parameters' dtype: a view of the flat buffer
         self.position: dict[int, int] = {}
-        self.optimizer: Optimizer        # the wrapped optimizer, made with the first group
-        for ps, options in groups:
-            self._add_group(ps, options)
+        packed = [(self._add_group(ps), options) for ps, options in groups]
+        # the wrapped optimizer, made once from every group (an empty first group included, as torch's)
+        self.optimizer = optimizer_class([{"params": masters, **options} for masters, options in packed],
+                                         **kwargs)
         # the wrapped optimizer's groups and step count: lr writes and schedulers reach the shard's step
         self.param_groups, self.t = self.optimizer.param_groups, self.optimizer.t
         self._make_gradients()
@@ -169,10 +181,9 @@ class ZeroOptimizer(Optimizer):
         self._hook = watch_backward(self, "_after_backward")
         hold_gradients(self.params, self)     # clip_grad_norm_ / clip_grad_value_ find the shards here
 
-    def _add_group(self, params: list[Tensor], options: dict[str, Any]) -> None:
+    def _add_group(self, params: list[Tensor]) -> list[Tensor]:
         """Pack a parameter group into buckets of its own (every parameter becomes a view of its bucket's
-        flat buffer) and give the wrapped optimizer this rank's parts of them as one group, with the
-        group's options."""
+        flat buffer); this rank's parts of them, for the wrapped optimizer to step as one group."""
         if self.world_size > 1:
             import tg.distributed as dist
             for p in params:
@@ -195,10 +206,7 @@ class ZeroOptimizer(Optimizer):
             self.flats.append(flat)
             self.sends.append(own)
         self.masters += masters
-        if "optimizer" not in self.__dict__:
-            self.optimizer = self._optimizer_class([{"params": masters, **options}], **self._kwargs)
-        else:
-            self.optimizer.add_param_group({"params": masters, **options})
+        return masters
 
     def _make_gradients(self) -> None:
         """The summed gradient of each bucket's part, and where backward's full gradients are computed:
@@ -232,11 +240,12 @@ class ZeroOptimizer(Optimizer):
             Optimizer.add_param_group(self, group)
             return
         (params, options), = _param_groups([group])
+        _check_distinct([*self.group_params, params])
         if params:
             check_params([*self.params, *params], "ZeroOptimizer.add_param_group")
         self.params += params
         self.state += [None] * len(params)
-        self._add_group(params, options)
+        self.optimizer.add_param_group({"params": self._add_group(params), **options})
         self._make_gradients()
         self._has_grad = False
         self._used = np.zeros(len(self.params), bool)

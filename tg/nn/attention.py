@@ -180,6 +180,10 @@ def _additive(mask: Tensor, dtype: DType) -> Tensor:
     """A mask as values to add to the scores: True (not allowed) -> -inf, False -> 0; a float mask as is."""
     if mask.dtype == dtypes.bool:
         return mask.where(float("-inf"), 0.0).cast(dtype)
+    if not mask.dtype.is_float:
+        raise TypeError(f"[nn] MultiheadAttention: expected a bool or floating-point mask, got "
+                        f"{mask.dtype.name} (an integer mask would be added to the scores, masking nothing); "
+                        f"fix: mask.bool()")
     return mask.cast(dtype)
 
 

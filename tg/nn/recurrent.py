@@ -229,7 +229,14 @@ class _Cell(Module):
         x = x if batched else x.unsqueeze(0)
         h = Tensor.zeros(x.shape[0], self.hidden_size, dtype=x.dtype, device=x.device) if state is None else \
             (state if batched else state.unsqueeze(0))
+        self._check_state("hx", h, x.shape[0])
         return x, h, batched
+
+    def _check_state(self, what: str, t: Tensor, n: int) -> None:
+        if t.shape != (n, self.hidden_size):
+            raise ValueError(f"[nn] {type(self).__name__}: expected {what} of shape ({n}, "
+                             f"{self.hidden_size}) (N, hidden_size; unbatched: ({self.hidden_size},)), got "
+                             f"{t.shape}")
 
     def _cell_step(self, x: Tensor, h: Tensor, c: Tensor | None) -> tuple[Tensor, Tensor | None]:
         gi = x.linear(self.weight_ih, self.bias_ih)
@@ -276,6 +283,7 @@ class LSTMCell(_Cell):
                 hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor]:
         x, h, batched = self._inputs(input, None if hx is None else hx[0])
         c = h.zeros_like() if hx is None else (hx[1] if batched else hx[1].unsqueeze(0))
+        self._check_state("cx", c, x.shape[0])
         h, c2 = self._cell_step(x, h, c)
         assert c2 is not None
         return (h, c2) if batched else (h.squeeze(0), c2.squeeze(0))

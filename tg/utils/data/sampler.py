@@ -96,7 +96,9 @@ class RandomSampler(Sampler):
         self.data_source, self.replacement, self.generator = data_source, bool(replacement), generator
         self._num_samples = None if num_samples is None else _check_int(
             "[data] RandomSampler", "num_samples", num_samples, 1)
-        self._rng = _numpy_rng(generator, "RandomSampler")
+        # None: a generator per pass, seeded then from tg's sequence (torch draws each epoch's seed from
+        # its default generator when the pass starts, so manual_seed before a pass fixes its order)
+        self._rng = None if generator is None else _numpy_rng(generator, "RandomSampler")
 
     @property
     def num_samples(self) -> int:
@@ -104,13 +106,14 @@ class RandomSampler(Sampler):
 
     def __iter__(self) -> Iterator[int]:
         n, count = len(self.data_source), self.num_samples
+        rng = self._rng if self._rng is not None else _numpy_rng(None, "RandomSampler")
         if self.replacement:
-            return iter(self._rng.integers(0, n, count).tolist())
+            return iter(rng.integers(0, n, count).tolist())
         if n == 0:
             return iter([])
         # torch's rule for num_samples > n: whole permutations, then part of one more
-        whole = [self._rng.permutation(n) for _ in range(count // n)]
-        return iter(np.concatenate([*whole, self._rng.permutation(n)[:count % n]]).tolist())
+        whole = [rng.permutation(n) for _ in range(count // n)]
+        return iter(np.concatenate([*whole, rng.permutation(n)[:count % n]]).tolist())
 
     def __len__(self) -> int:
         return self.num_samples
