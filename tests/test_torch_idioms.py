@@ -385,3 +385,35 @@ def test_attention_masks_and_cell_states_are_checked():
         tg.nn.GRUCell(3, 4)(tg.ones(5, 3), tg.zeros(1, 4))
     with pytest.raises(ValueError, match=r"expected cx of shape \(5, 4\)"):
         tg.nn.LSTMCell(3, 4)(tg.ones(5, 3), (tg.zeros(5, 4), tg.zeros(1, 4)))
+
+
+def test_join_reads_each_exit_code_once():
+    """A process reaped between two reads of its exit code (None, then 3) was passed over as running by
+    the failure check and then counted as ended well: spawn returned as if nothing failed (seen with two
+    spawning processes at once). One read per join: that join says "running", the next one raises."""
+    import os
+    read_end, write_end = os.pipe()
+    os.close(write_end)                            # a sentinel that is ready: the process has ended
+
+    class Reaped:
+        pid, sentinel = 1, read_end
+
+        def __init__(self):
+            self.reads = iter([None, None, 3])     # (alive, codes) of the first join, then reaped
+
+        @property
+        def exitcode(self):
+            return next(self.reads, 3)
+
+        def terminate(self):
+            pass
+
+        def join(self, timeout=None):
+            pass
+    try:
+        ctx = mp.ProcessContext([Reaped()], ["/nonexistent/tg-error-file"])
+        assert ctx.join() is False
+        with pytest.raises(mp.ProcessExitedException, match="exit code 3"):
+            ctx.join()
+    finally:
+        os.close(read_end)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tg import config
 from tg.core.device import Device, split_device
 from tg.namespace import device
 
@@ -52,12 +53,11 @@ def current_device_index() -> int:
 
 def set_device_index(index: Any) -> None:
     """Make accelerator device `index` this process's default device (as TG_DEVICE=KIND:N)."""
-    import os
     kind = _kind()
     if kind is None:
         raise RuntimeError("[accelerator] set_device_index: this machine has no accelerator (no usable "
                            "CUDA GPU, no OpenCL GPU); run on the CPU")
-    os.environ["TG_DEVICE"] = Device[f"{kind}:{int(index)}"].name
+    config.export("TG_DEVICE", Device[f"{kind}:{int(index)}"].name)
 
 
 def synchronize(device_index: Any = None) -> None:

@@ -10,9 +10,9 @@ RuntimeError saying why there is none.
 """
 from __future__ import annotations
 
-import os
 from typing import Any
 
+from tg import config
 from tg.core import random
 from tg.core.device import Device, split_device
 
@@ -50,7 +50,7 @@ def current_device() -> int:
 def set_device(device: Any) -> None:
     """Make CUDA device `device` (an index, 'cuda:N' or a tg.device) this process's default device, as
     TG_DEVICE=CUDA:N does: tensors made without a device, and .cuda(), go there."""
-    os.environ["TG_DEVICE"] = _name(device)
+    config.export("TG_DEVICE", _name(device))
 
 
 def get_device_name(device: Any = None) -> str:

@@ -92,11 +92,14 @@ class ProcessContext:
         alive = [p for p in self.processes if p.exitcode is None]
         if alive:
             multiprocessing.connection.wait([p.sentinel for p in alive], timeout)
-        for i, p in enumerate(self.processes):
-            if p.exitcode is not None and p.exitcode != 0:
+        # each exit code read once: a process reaped between two reads must not be passed over as alive
+        # by the first and counted as ended well by the second
+        codes = [p.exitcode for p in self.processes]
+        for i, (p, code) in enumerate(zip(self.processes, codes)):
+            if code is not None and code != 0:
                 self._stop_all()
                 raise self._failure(i, p)
-        if any(p.exitcode is None for p in self.processes):
+        if any(code is None for code in codes):
             return False
         for name in self.error_files:
             if os.path.exists(name):

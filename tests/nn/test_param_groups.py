@@ -285,8 +285,13 @@ def test_scheduler_drives_zero_optimizer_groups():
     (w * w).sum().backward()                                # grad 2w
     opt.step()
     np.testing.assert_allclose(w.numpy(), [0.5, -0.5])
-    with pytest.raises(TypeError, match="param groups"):
-        dist.ZeroOptimizer([{"params": [w]}], SGD, lr=0.5)
+    v, b = Tensor([1.0, -1.0], requires_grad=True), Tensor([2.0], requires_grad=True)   # torch's groups
+    grouped = dist.ZeroOptimizer([{"params": [v]}, {"params": [b], "lr": 0.1}], SGD, lr=0.5)
+    lr_scheduler.StepLR(grouped, step_size=1, gamma=0.5).step()  # 0.25 and 0.05
+    ((v * v).sum() + b.sum()).backward()
+    grouped.step()
+    np.testing.assert_allclose(v.numpy(), [0.5, -0.5])
+    np.testing.assert_allclose(b.numpy(), [1.95], rtol=1e-6)
 
 
 # ---------------------------------------------------------------- zero_grad

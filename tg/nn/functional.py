@@ -1262,7 +1262,6 @@ def _interpolate_sizes(op: str, x: Tensor, size: int | Sequence[int] | None,
     return out_sizes, scales
 
 
-@autocast_op
 def pixel_shuffle(x: Tensor, upscale_factor: int) -> Tensor:
     """(*, C * r^2, H, W) -> (*, C, H * r, W * r): each group of r^2 channels spread over an r x r block
     of pixels (torch.nn.functional.pixel_shuffle; sub-pixel convolution's upsampling).
@@ -1308,6 +1307,7 @@ def _shuffle_factor(who: str, x: Tensor, r: object) -> int:
     return r
 
 
+@autocast_op
 def interpolate(x: Tensor, size: int | Sequence[int] | None = None,
                 scale_factor: float | Sequence[float] | None = None, mode: str = "nearest",
                 align_corners: bool | None = None, recompute_scale_factor: bool | None = None) -> Tensor:
