@@ -179,14 +179,15 @@ def test_a_recurrence_keeps_its_kernels_bounded():
     and by the step's own (the cell state by c_t+1 and h_t; its gradient likewise backwards). Inlined
     into every later kernel, the chain made kernels that grow with the sequence (3,600 nodes at 24 steps,
     9 s to schedule; word_language_model's first step took 30 s to schedule and lower): stored once long
-    and read by two kernels, the largest kernel is the same at 4 and at 24 steps."""
+    and read by two kernels, the largest kernel is the same at 12 and at 24 steps (1,932 and 3,624
+    nodes before)."""
     from tg import nn
     from tg.core.schedule import create_schedule
     largest = []
-    for steps in (4, 24):
+    for steps in (12, 24):
         lstm = nn.LSTM(6, 6)
         x = Tensor(np.random.default_rng(steps).standard_normal((steps, 2, 6)).astype(np.float32))
         lstm(x)[0].sum().backward()
         items = create_schedule([p.grad.lazydata for p in lstm.parameters()])
         largest.append(max(sum(1 for _ in it.kernel.ast.walk()) for it in items if it.kind == "kernel"))
-    assert largest[1] <= largest[0], largest
+    assert largest[1] <= largest[0] < 1500, largest

@@ -126,9 +126,11 @@ RECOMPUTE_LIMIT = 2
 # An elementwise value that two kernels would each recompute is stored once past this many ALU ops: a
 # recurrence (an LSTM's cell state and its gradient through time, each read by the next step's kernels
 # and by the step's own) otherwise inlines the whole chain into every later step, kernels that grow with
-# the sequence (word_language_model's first step took 30 s to schedule and lower). Well above one exp
-# (softmax's, recomputed by its sum and its division in one row group, is cheaper than a round trip).
-SHARED_RECOMPUTE_LIMIT = 256
+# the sequence (word_language_model's first step took 30 s to schedule and lower). Far above one exp
+# (softmax's, recomputed by its sum and its division in one row group, is cheaper than a round trip) and
+# above what a transformer's layers share (at 256 or 1024 the GPT of bench_train stored more: peak
+# tensor memory 38 MiB against 30, no faster).
+SHARED_RECOMPUTE_LIMIT = 2048
 
 # An elementwise epilogue runs once per output element after the reduce, unvectorised; a long one
 # (gelu's tanh, say) over a large output is faster as its own vectorised kernel.
