@@ -69,8 +69,8 @@ def _run(fn: Callable[..., Any], i: int, args: tuple, error_file: str) -> None:
     with 1."""
     try:
         fn(i, *args)
-    except KeyboardInterrupt:
-        pass
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole group: the parent reports it, not each child
+        return
     except Exception:          # as torch: sys.exit(code) ends the process with its code, no traceback
         with open(error_file, "w") as f:
             f.write(traceback.format_exc())
@@ -150,8 +150,8 @@ def start_processes(fn: Callable[..., Any], args: tuple = (), nprocs: int = 1, j
     context = ProcessContext(processes, error_files)
     if not join:
         return context
-    while not context.join():
-        pass
+    while not context.join():     # each call waits until some process ends
+        continue
     return None
 
 

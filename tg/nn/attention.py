@@ -201,17 +201,32 @@ def _activation(activation: str | Callable[[Tensor], Tensor]) -> Callable[[Tenso
 
 
 class _Block(Module):
-    """What the encoder and decoder layers share: the feed-forward block and the options."""
+    """What the encoder and decoder layers share: their parts, in torch's order (self_attn, the decoder's
+    multihead_attn, linear1, dropout, linear2, norm1.., dropout1..), and the feed-forward block."""
 
-    def _feed_forward(self, x: Tensor) -> Tensor:
-        return self.dropout_ff(self.linear2(self.dropout(self.act(self.linear1(x)))))
-
-    def _ff_parts(self, d_model: int, dim_feedforward: int, dropout: float, activation: Any, bias: bool,
-                  kw: dict[str, Any]) -> None:
+    def _parts(self, d_model: int, nhead: int, cross: bool, dim_feedforward: int, dropout: float,
+               activation: Any, layer_norm_eps: float, batch_first: bool, norm_first: bool, bias: bool,
+               kw: dict[str, Any]) -> None:
+        def attention() -> MultiheadAttention:
+            return MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first,
+                                      **kw)
+        self.self_attn = attention()
+        if cross:
+            self.multihead_attn = attention()
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **kw)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **kw)
         self.act = _activation(activation)
+        self.norm_first = norm_first
+        blocks = 3 if cross else 2
+        for i in range(1, blocks + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        for i in range(1, blocks + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
+        self.dropout_ff = getattr(self, f"dropout{blocks}")      # the feed-forward block's
+
+    def _feed_forward(self, x: Tensor) -> Tensor:
+        return self.dropout_ff(self.linear2(self.dropout(self.act(self.linear1(x)))))
 
 
 class TransformerEncoderLayer(_Block):
@@ -228,15 +243,8 @@ class TransformerEncoderLayer(_Block):
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True,
                  device: str | None = None, dtype: DType | str | None = None):
         super().__init__()
-        kw: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, **kw)
-        self._ff_parts(d_model, dim_feedforward, dropout, activation, bias, kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1, self.dropout2 = Dropout(dropout), Dropout(dropout)
-        self.dropout_ff = self.dropout2
+        self._parts(d_model, nhead, False, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+                    norm_first, bias, {"device": device, "dtype": dtype})
 
     def _self_attention(self, x: Tensor, mask: Tensor | None, padding: Tensor | None,
                         is_causal: bool) -> Tensor:
@@ -264,18 +272,8 @@ class TransformerDecoderLayer(_Block):
                  batch_first: bool = False, norm_first: bool = False, bias: bool = True,
                  device: str | None = None, dtype: DType | str | None = None):
         super().__init__()
-        kw: dict[str, Any] = {"device": device, "dtype": dtype}
-        self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                            batch_first=batch_first, **kw)
-        self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
-                                                 batch_first=batch_first, **kw)
-        self._ff_parts(d_model, dim_feedforward, dropout, activation, bias, kw)
-        self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1, self.dropout2, self.dropout3 = Dropout(dropout), Dropout(dropout), Dropout(dropout)
-        self.dropout_ff = self.dropout3
+        self._parts(d_model, nhead, True, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
+                    norm_first, bias, {"device": device, "dtype": dtype})
 
     def forward(self, tgt: Tensor, memory: Tensor, tgt_mask: Tensor | None = None,
                 memory_mask: Tensor | None = None, tgt_key_padding_mask: Tensor | None = None,

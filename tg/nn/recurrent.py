@@ -243,7 +243,16 @@ class _Cell(Module):
         return _step(self.mode, gi, h, c, self.weight_hh, self.bias_hh, None)
 
 
-class RNNCell(_Cell):
+class _HiddenCell(_Cell):
+    """A cell whose state is h alone (RNNCell, GRUCell): forward(input, h=None) -> h'."""
+
+    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
+        x, h, batched = self._inputs(input, hx)
+        h, _ = self._cell_step(x, h, None)
+        return h if batched else h.squeeze(0)
+
+
+class RNNCell(_HiddenCell):
     """torch.nn.RNNCell: h' = act(x W_ih^T + b_ih + h W_hh^T + b_hh)."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, nonlinearity: str = "tanh",
@@ -253,23 +262,13 @@ class RNNCell(_Cell):
         super().__init__("RNN_" + nonlinearity.upper(), input_size, hidden_size, bias, device, dtype)
         self.nonlinearity = nonlinearity
 
-    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
-        x, h, batched = self._inputs(input, hx)
-        h, _ = self._cell_step(x, h, None)
-        return h if batched else h.squeeze(0)
 
-
-class GRUCell(_Cell):
+class GRUCell(_HiddenCell):
     """torch.nn.GRUCell."""
 
     def __init__(self, input_size: int, hidden_size: int, bias: bool = True, device: str | None = None,
                  dtype: DType | str | None = None):
         super().__init__("GRU", input_size, hidden_size, bias, device, dtype)
-
-    def forward(self, input: Tensor, hx: Tensor | None = None) -> Tensor:  # noqa: A002
-        x, h, batched = self._inputs(input, hx)
-        h, _ = self._cell_step(x, h, None)
-        return h if batched else h.squeeze(0)
 
 
 class LSTMCell(_Cell):
