@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from tg.core.dtype import DType
+from tg.core.dtype import DType, dtypes
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, BufferOps, MovementOps, Op, ReduceOps, TernaryOps, UnaryOps
 
@@ -279,6 +279,33 @@ class Shrink(Function):
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
         return grad.pad(self.narg)
+
+
+class Cat(Function):
+    """Tensors joined along dim: each padded to the whole length and picked where it lies (a where of
+    each one's range), so every element is its input's value as it is: a sum of the padded tensors would
+    make -0.0 into +0.0 (-0.0 + 0.0) and quiet a signalling NaN. The gradient of each is the slice of the
+    output's, not a chain of wheres through the later ones."""
+
+    def forward(self, *xs: LazyBuffer, dim: int) -> LazyBuffer:
+        total = sum(x.shape[dim] for x in xs)
+        self.ranges, out, offset = [], xs[0], 0
+        for i, x in enumerate(xs):
+            n = x.shape[dim]
+            arg = tuple((offset, total - offset - n) if d == dim else (0, 0) for d in range(len(x.shape)))
+            self.ranges.append(tuple((offset, offset + n) if d == dim else (0, s)
+                                     for d, s in enumerate(x.shape)))
+            padded = x.pad(arg)
+            if i == 0:
+                out = padded
+            else:
+                inside = LazyBuffer.const(True, dtypes.bool, x.device, x.shape).pad(arg)
+                out = inside.e(TernaryOps.WHERE, padded, out)
+            offset += x.shape[dim]
+        return out
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        return tuple(grad.shrink(r) if need else None for r, need in zip(self.ranges, self.needs_input_grad))
 
 
 class Flip(Function):

@@ -207,6 +207,20 @@ def _vector_pack(c: Contraction, side: str) -> list[str] | None:
                 "  _mm512_store_si512(d, _mm512_permutex2var_epi16(lo, evens, hi));",
                 "  _mm512_store_si512(d + 32, _mm512_permutex2var_epi16(lo, odds, hi));",
                 "}"]
+    if side == "a" and rs == 1:      # the same gathers, each k's offset found by its own index (a conv's
+        # reduce over channels and window offsets: no one stride along k), once per block of 32 k
+        return [f"const unsigned short* s = {_at(c, load, dims, 'first', 'kb * 32')};",
+                "int offs[32];",
+                "for (long j = 0; j < 32; j++)",
+                f"  offs[j] = (int)({_at(c, load, dims, 'first', 'kb * 32 + j')} - s);",
+                "const __m512i at_lo = _mm512_loadu_si512(offs), at_hi = _mm512_loadu_si512(offs + 16);",
+                "for (long i = 0; i < 32; i += 2) {",
+                "  __m512i lo = _mm512_i32gather_epi32(at_lo, s + i, 2);",
+                "  __m512i hi = _mm512_i32gather_epi32(at_hi, s + i, 2);",
+                "  unsigned short* d = dst + kb * 1024 + i * 32;",
+                "  _mm512_store_si512(d, _mm512_permutex2var_epi16(lo, evens, hi));",
+                "  _mm512_store_si512(d + 32, _mm512_permutex2var_epi16(lo, odds, hi));",
+                "}"]
     if side == "b" and rs == 1:      # rows k, k+1 of 32 columns, interleaved
         return ["for (long kp = 0; kp < 16; kp++) {",
                 f"  __m512i r0 = _mm512_loadu_si512({_at(c, load, dims, 'first', 'kb * 32 + 2 * kp')});",

@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
@@ -495,6 +496,22 @@ class Lowerer:
         return self.alu(n.op, n.dtype, tuple(values[id(s)] for s in n.src), n.arg)
 
     def alu(self, op, dtype: DType, srcs: tuple[UOp, ...], arg: Any) -> UOp:
+        if op is TernaryOps.WHERE:
+            cond = srcs[0]
+            if cond.op is UOps.CONST:           # a mask known here (a cat's or a padded one's): its pick
+                return srcs[1] if cond.arg else srcs[2]
+            if cond.op is UOps.ALU and cond.arg[0] is TernaryOps.WHERE and \
+                    all(s.op is UOps.CONST for s in cond.src[1:]) and cond.src[1].arg and not cond.src[2].arg:
+                srcs = (cond.src[0], *srcs[1:])      # where(where(c, true, false), a, b): where(c, a, b)
+            cond, a, b = srcs
+            if cond.op is UOps.INDEX_COND and a.op is UOps.LOAD and not a.src and a.arg[2] == cond.arg \
+                    and (a.vec or not b.vec):
+                # a load picked exactly where it is valid (a cat's part): one load that reads b where not,
+                # so a cat of n parts is n nested picks, not n loads and n selects on the same conditions
+                # (which took GCC 9 s at 300 parts); where b is +0 it is the load itself
+                if b.op is UOps.CONST and b.arg == 0 and math.copysign(1.0, b.arg) > 0:
+                    return a
+                return self.emit(UOps.LOAD, dtype, (b,), a.arg, vec=a.vec)
         vec = any(s.vec for s in srcs)
         return self.emit(UOps.ALU, dtype, srcs, (op, arg), vec=vec)
 
@@ -528,6 +545,7 @@ class Lowerer:
             for d in dims.loop_order:
                 if dims.dims[d].loops > 1:
                     self.emit(UOps.ENDLOOP, cache=False)
+        self.uops = _live(self.uops)
         return self.uops
 
     def _output_indices(self, out_dims: list[int]) -> dict[int, Node]:
@@ -782,6 +800,20 @@ def _split_ragged(kernel: Kernel, dims: Dims, vector_width_bytes: int) -> tuple[
     return first + second, main.lanes
 
 
+
+
+_VALUES = (UOps.CONST, UOps.INDEX_COND, UOps.LOAD, UOps.ALU)    # uops that only make a value
+
+
+def _live(uops: list[UOp]) -> list[UOp]:
+    """uops without the values nothing uses (a load a pick replaced, a mask folded into one)."""
+    used: set[int] = set()
+    keep = []
+    for u in reversed(uops):
+        if u.op not in _VALUES or id(u) in used:
+            keep.append(u)
+            used.update(id(s) for s in u.src)
+    return keep[::-1]
 
 
 def _streaming_ok(lin: Linearized, dims: Dims, kernel: Kernel) -> bool:

@@ -540,6 +540,7 @@ class CStyleRenderer:
         stream_depth = None          # the loop whose end closes the parallel region (and fences)
         if streaming:    # a streaming store faults on memory not 64-byte aligned: checked once a launch
             body.append("  const int tg_nt = (((unsigned long)data0) & 63) == 0;")
+        self.moved = _moved_words(lin.uops, d)
         for u in lin.uops:
             op = u.op
             if op is UOps.DEFINE_GLOBAL:
@@ -653,6 +654,8 @@ class CStyleRenderer:
             return self.decl(u, self.per_lane(dtypes.bool, lanes))
         if op is UOps.LOAD:
             buf, idx, _, access = u.arg
+            if id(u) in self.moved:
+                return self.load_words(u)
             if buf in self.prefetch and u.vec and access == "vector":
                 ahead = f"data{buf}+{self.sub_lane(idx, 0).render()}+{self.prefetch[buf]}"
                 return self.decl(u, self.load(u)) + f"\n__builtin_prefetch({ahead}, 0, 3);"
@@ -737,7 +740,8 @@ class CStyleRenderer:
     def sub_lane(self, node: Node, i: int) -> Node:
         return node.substitute({Var("lane", 0, self.lanes - 1): num(i)})
 
-    def load_scalar(self, buf: int, dtype: DType, idx: Node, valid: Node) -> str:
+    def load_scalar(self, buf: int, dtype: DType, idx: Node, valid: Node, other: str | None = None) -> str:
+        """The value at idx where valid, else `other` (a load that picks: see Linearizer.alu), else 0."""
         access = f"data{buf}[{idx.render()}]"
         if dtype == dtypes.float16:
             access = self.d.half_load.format(access)
@@ -745,40 +749,75 @@ class CStyleRenderer:
             access = f"tg_bf16_to_f32({access})"
         elif dtype == dtypes.bool:
             access = f"({access}!=0)"
+        other = _lit(0, dtype, self.d) if other is None else other
         if valid.is_const:
-            return access if valid.min == 1 else _lit(0, dtype, self.d)
-        return f"(({valid.render()})?{access}:{_lit(0, dtype, self.d)})"
+            return access if valid.min == 1 else other
+        return f"(({valid.render()})?{access}:{other})"
 
     def load(self, u: UOp) -> str:
         buf, idx, valid, access = u.arg
         assert u.dtype is not None
         if not u.vec:
-            return self.load_scalar(buf, u.dtype, idx, valid)
+            return self.load_scalar(buf, u.dtype, idx, valid, self.ref(u.src[0]) if u.src else None)
         if access == "vector" and u.dtype != dtypes.bool:
             base = self.sub_lane(idx, 0).render()
             expr = self.vfmt(self.v.load, u.dtype, addr=f"data{buf}+{base}")
             if u.dtype in NARROW_FLOATS:
                 expr = f"{_WIDEN_V[u.dtype]}(*(u16v*)(data{buf}+{base}))"
-            zero = self.vfmt(self.v.splat, u.dtype, x=_lit(0, u.dtype, self.d))
+            zero = self.bcast(u.src[0], u.dtype) if u.src else \
+                self.vfmt(self.v.splat, u.dtype, x=_lit(0, u.dtype, self.d))
             if valid.is_const:
                 return expr if valid.min == 1 else zero
             return f"(({valid.render()})?{expr}:{zero})"
-        lanes = [self.load_scalar(buf, u.dtype, self.sub_lane(idx, i), self.sub_lane(valid, i))
+        lanes = [self.load_scalar(buf, u.dtype, self.sub_lane(idx, i), self.sub_lane(valid, i),
+                                  self.lane(u.src[0], i) if u.src else None)
                  for i in range(self.lanes)]
         return self.per_lane(u.dtype, lanes)
+
+    def load_words(self, u: UOp) -> str:
+        """A load of a 16-bit float that is only stored again (_moved_words): its words as they are,
+        0 (the bits of +0.0) where it is not valid."""
+        buf, idx, valid, access = u.arg
+        assert u.dtype is not None
+        other = self.ref(u.src[0]) if u.src else None      # a picking load's other words (moved too)
+
+        def one(at: Node, ok: Node, i: int | None = None) -> str:
+            word = f"data{buf}[{at.render()}]"
+            alt = "0" if other is None else other if i is None else f"{other}[{i}]"
+            if ok.is_const:
+                return word if ok.min == 1 else alt
+            return f"(({ok.render()})?{word}:{alt})"
+        if not u.vec:
+            return f"{self.d.types[u.dtype.name]} {self.new_name(u)} = {one(idx, valid)};"
+        if access == "vector":
+            expr = f"(*(u16v*)(data{buf}+{self.sub_lane(idx, 0).render()}))"
+            alt = "((u16v){})" if other is None else other
+            if not valid.is_const:
+                expr = f"(({valid.render()})?{expr}:{alt})"
+            elif valid.min != 1:
+                expr = alt
+        else:
+            expr = "((u16v){" + ", ".join(one(self.sub_lane(idx, i), self.sub_lane(valid, i), i)
+                                          for i in range(self.lanes)) + "})"
+        return f"u16v {self.new_name(u)} = {expr};"
+
+    def stored(self, dtype: DType, x: str) -> str:
+        """A computed value x as a buffer of dtype holds it (float16 and bfloat16 rounded to their words)."""
+        if dtype == dtypes.float16:
+            return self.d.half_store.format(x)
+        if dtype == dtypes.bfloat16:
+            return f"tg_f32_to_bf16({x})"
+        return x
 
     def store(self, u: UOp) -> str:
         buf, idx, valid, access = u.arg
         val = u.src[0]
         dtype = u.dtype
         assert dtype is not None
+        words = id(val) in self.moved       # the words of a load, stored as they are
 
         def conv(x: str) -> str:
-            if dtype == dtypes.float16:
-                return self.d.half_store.format(x)
-            if dtype == dtypes.bfloat16:
-                return f"tg_f32_to_bf16({x})"
-            return x
+            return x if words else self.stored(dtype, x)
         guard = "" if valid.is_const and valid.min == 1 else f"if ({valid.render()}) "
         if _narrowing(val, dtype):      # narrowed once, by the store (rounding twice gives the same bits)
             val = val.src[0]
@@ -791,6 +830,8 @@ class CStyleRenderer:
                 plain = self.vfmt(self.v.store, dtype, addr=addr, x=self.bcast(val, dtype))
                 return (f"{guard}{{ if (tg_nt) _mm512_stream_ps((float*)({addr}), "
                         f"(__m512){self.bcast(val, dtype)}); else {plain} }}")
+            if words:
+                return f"{guard}*(u16v*)({addr}) = {self.ref(val)};"
             if dtype in NARROW_FLOATS:
                 return f"{guard}*(u16v*)({addr}) = {_NARROW_V[dtype]}({self.bcast(val, dtype)});"
             return guard + self.vfmt(self.v.store, dtype, addr=addr, x=self.bcast(val, dtype))
@@ -960,6 +1001,32 @@ _WIDEN_V = {dtypes.float16: "tg_h2f_v", dtypes.bfloat16: "tg_bf16_widen_v"}     
 _NARROW_V = {dtypes.float16: "tg_f2h_v", dtypes.bfloat16: "tg_bf16_narrow_v"}    # floats -> 16-bit words
 
 
+def _moved_words(uops: list[UOp], d: Dialect) -> set[int]:
+    """The loads (ids) of a float16 / bfloat16 buffer held as 16-bit words in d whose every use is a
+    store of that value to the same type (a copy, a pad, a permute, a slice): the kernel moves their words
+    as they are instead of widening each to float and rounding it back (which gives the same bits,
+    NaNs included, at several times the cost). A vector of them needs C's u16v and a store of the same
+    width."""
+    users: dict[int, list[UOp]] = {}
+    for u in uops:
+        for s in u.src:
+            users.setdefault(id(s), []).append(u)
+    moved: set[int] = set()
+    for u in reversed(uops):         # users first: a picking load's other value moves with it
+        if u.op is UOps.LOAD and u.dtype in NARROW_FLOATS and d.types.get(u.dtype.name) in WORD_TYPES \
+                and (not u.vec or d.vec is C_VECTORS) and id(u) in users \
+                and all(s.dtype == u.dtype and s.src[0] is u and s.vec == u.vec
+                        and (s.op is UOps.STORE or id(s) in moved) for s in users[id(u)]):
+            moved.add(id(u))
+    for u in uops:                   # ... and one whose other value cannot move computes as float
+        if id(u) in moved and u.src and id(u.src[0]) not in moved:
+            moved.discard(id(u))
+    return moved
+
+
+WORD_TYPES = ("unsigned short", "ushort")     # how a dialect declares a buffer of 16-bit words
+
+
 def _narrowing(u: UOp, dtype: DType) -> bool:
     """Whether u is a float32 value cast to the narrow float type dtype (a store of it narrows the
     float32 value itself: the same bits, one conversion fewer)."""
@@ -970,6 +1037,8 @@ def _narrowing(u: UOp, dtype: DType) -> bool:
 def _exact(u: UOp) -> bool:
     """Whether a narrow-typed value is already one of its type's values (loaded, a constant, a cast
     to it): rounding it again changes nothing."""
+    if u.op is UOps.LOAD and u.src:          # a picking load: its value or the other one's
+        return _exact(u.src[0])
     return u.op in (UOps.LOAD, UOps.CONST) or (u.op is UOps.ALU and u.arg[0] is UnaryOps.CAST)
 
 

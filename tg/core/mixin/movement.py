@@ -290,16 +290,7 @@ class MovementMixin:
         dt = tensors[0].dtype
         for t in tensors[1:]:
             dt = promote_types(dt, t.dtype)
-        total = sum(t.shape[d] for t in tensors)
-        out, offset = None, 0
-        for t in tensors:
-            arg = [(0, 0)] * self.ndim
-            arg[d] = (offset, total - offset - t.shape[d])
-            padded = t.cast(dt).pad(tuple(arg))
-            out = padded if out is None else out + padded
-            offset += t.shape[d]
-        assert out is not None
-        return out
+        return apply(F.Cat, *(t.cast(dt) for t in tensors), dim=d)
 
     @staticmethod
     @autocast_op
