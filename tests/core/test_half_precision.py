@@ -184,6 +184,69 @@ def test_the_c_half_vector_helpers_convert_as_the_scalar_ones(tmp_path, width, e
                                   half_floats(half_bits(xs)).view(np.uint32))
 
 
+def bf16_bits(x: np.ndarray) -> np.ndarray:
+    """float32 values as bfloat16 words as tg converts them: round to nearest even (subnormals kept,
+    overflow to inf), a NaN its top 16 bits with the quiet bit set only where those would read inf."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32)
+    top = u >> 16
+    rounded = ((u.astype(np.uint64) + 0x7FFF + (top & 1)) >> 16).astype(np.uint32)
+    nan = np.where((top & 0x7F) != 0, top, top | 0x40)
+    return np.where(np.isnan(x), nan, rounded).astype(np.uint16)
+
+
+_BF16_HARNESS = """
+void narrow_v(const float* in, unsigned short* out, int n) {
+  for (int i = 0; i < n; i += LANES) *(u16v*)(out + i) = tg_bf16_narrow_v(*(f32v*)(in + i)); }
+void round_v(const float* in, float* out, int n) {
+  for (int i = 0; i < n; i += LANES) *(f32v*)(out + i) = tg_bf16_round_v(*(f32v*)(in + i)); }
+void widen_v(const unsigned short* in, float* out, int n) {
+  for (int i = 0; i < n; i += LANES) *(f32v*)(out + i) = tg_bf16_widen_v(*(u16v*)(in + i)); }
+"""
+
+
+def _bf16_paths() -> list[tuple[int, list[str]]]:
+    paths = [(16, []), (32, []), (64, [])]
+    if platform.machine() in ("x86_64", "AMD64"):      # the integer path where the CPU converts itself
+        paths += [(64, ["-mno-avx512bf16"]), (64, ["-mno-avx512f"])]
+    return paths
+
+
+@pytest.mark.parametrize("width,extra", _bf16_paths())
+def test_the_c_bfloat16_vector_helpers_round_as_numpy(tmp_path, width, extra):
+    """tg_bf16_narrow_v (VCVTNEPS2BF16 where the CPU has it, its NaN and subnormal vectors by integer
+    arithmetic) against numpy's bit arithmetic, on every kind of value mixed across lanes."""
+    from tg.core.codegen.renderer import C_VECTORS
+    lanes = width // 4
+    flags = [f for f in ClangCompiler().flags if f not in ("-x", "c", "-", "-fno-tree-loop-vectorize")]
+    src = DIALECTS["c"].header + C_VECTORS.header.replace("BYTES", str(width)) + \
+        _BF16_HARNESS.replace("LANES", str(lanes))
+    out = tmp_path / f"bf16v{width}_{len(extra)}.so"
+    proc = subprocess.run([config.TG_CC, *flags, *extra, "-x", "c", "-", "-o", str(out)], input=src,
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    lib = ctypes.CDLL(str(out))
+    rng = np.random.default_rng(width + len(extra))
+    words = rng.integers(0, 1 << 32, 60_000, dtype=np.uint64).astype(np.uint32)
+    sign = rng.integers(0, 2, 4096, dtype=np.uint32) << 31
+    subnormal = rng.integers(1, 1 << 23, 4096, dtype=np.uint32) | sign
+    nans = rng.integers(1, 1 << 23, 4096, dtype=np.uint32) | np.uint32(0x7F800000) | sign
+    ties = (rng.integers(0, 1 << 16, 4096, dtype=np.uint32) << 16) | np.uint32(0x8000)
+    edges = np.array([0x7F7FFFFF, 0xFF7FFFFF, 0x7F7F8000, 0x80000000, 0, 0x7F800000, 0xFF800000, 0x7F800001,
+                      0x7FC00000, 0x00000001], np.uint32)
+    xs = np.concatenate([words, subnormal, nans, ties, edges])
+    xs = np.resize(rng.permutation(xs), len(xs) + (-len(xs) % 64)).view(np.float32)
+    np.testing.assert_array_equal(_call(lib, "narrow_v", xs, np.uint16), bf16_bits(xs))
+    clean = xs[rng.permutation(len(xs))]          # vectors of normal values only: the one-instruction path
+    clean = clean[np.isfinite(clean) & ((np.abs(clean) >= np.float32(2.0 ** -126)) | (clean == 0))]
+    clean = clean[: len(clean) - len(clean) % 64]
+    np.testing.assert_array_equal(_call(lib, "narrow_v", clean, np.uint16), bf16_bits(clean))
+    np.testing.assert_array_equal(_call(lib, "round_v", xs, np.float32).view(np.uint32),
+                                  bf16_bits(xs).astype(np.uint32) << 16)
+    every = np.arange(1 << 16, dtype=np.uint16)
+    np.testing.assert_array_equal(_call(lib, "widen_v", every, np.float32).view(np.uint32),
+                                  every.astype(np.uint32) << 16)
+
+
 # ---- casts inside fused kernels
 SIZES = (1, 7, 33, 1000, 4099)
 NARROW = (tg.float16, tg.bfloat16)

@@ -198,6 +198,10 @@ typedef float tg_vs __attribute__((vector_size(64)));
 #define TG_ANY_NAN(f) (__builtin_ia32_cmpps512_mask((tg_vs)(f), (tg_vs)(f), 3, TG_ALL, 4) != 0)
 #define TG_WIDEN(b) ((u32v)__builtin_ia32_pmovzxwd512_mask((tg_vh)(b), (i32v){}, TG_ALL))
 #define TG_NARROW(u) ((u16v)__builtin_ia32_pmovdw512_mask((i32v)(u), (tg_vh){}, TG_ALL))
+#if defined(__AVX512BF16__) && defined(__GNUC__) && !defined(__clang__)
+#define TG_BF16_HW(f) ((u16v)__builtin_ia32_cvtneps2bf16_v16sf((tg_vs)(f)))
+#define TG_BF16_ODD(f) (__builtin_ia32_fpclassps512_mask((tg_vs)(f), 0xA1, TG_ALL) != 0)
+#endif
 #elif defined(__F16C__) && BYTES == 32
 typedef short tg_vh __attribute__((vector_size(16)));
 typedef float tg_vs __attribute__((vector_size(32)));
@@ -216,7 +220,15 @@ static inline u32v tg_bf16_bits_v(f32v f) {
   i32v nan = (i32v)(f != f);
   return (u32v)(((i32v)r & ~nan) | ((i32v)q & nan));
 }
-static inline u16v tg_bf16_narrow_v(f32v f) { return TG_NARROW(tg_bf16_bits_v(f)); }
+static inline u16v tg_bf16_narrow_v(f32v f) {
+#ifdef TG_BF16_HW
+  /* VCVTNEPS2BF16 rounds to nearest even in one instruction, but makes a subnormal zero and sets a NaN's
+     quiet bit: a vector with either (VFPCLASSPS: NaN or subnormal) takes the integer path */
+  return __builtin_expect(TG_BF16_ODD(f), 0) ? TG_NARROW(tg_bf16_bits_v(f)) : TG_BF16_HW(f);
+#else
+  return TG_NARROW(tg_bf16_bits_v(f));
+#endif
+}
 static inline f32v tg_bf16_round_v(f32v f) { return (f32v)(tg_bf16_bits_v(f) << 16); }
 static inline f32v tg_h2f_nan_v(u16v b, f32v f) {      /* f with each NaN lane's bits as tg_h2f's */
   u32v h = TG_WIDEN(b);
@@ -258,6 +270,8 @@ static inline f32v tg_h_round_v(f32v f) { return tg_h2f_v(tg_f2h_v(f)); }
 #undef TG_ANY_NAN
 #undef TG_WIDEN
 #undef TG_NARROW
+#undef TG_BF16_HW
+#undef TG_BF16_ODD
 """
 
 # GCC/Clang vector extensions: typedefs sized for the lane count, operators as on scalars. A splat is
