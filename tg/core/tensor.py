@@ -1144,6 +1144,10 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
     ) -> tuple[Tensor, Tensor]:
         x: Tensor = self
         if isinstance(y, Tensor):
+            xl, yl = x.lazydata, y.lazydata
+            if xl.dtype is yl.dtype and (out_dtype is None or out_dtype is xl.dtype) \
+                    and xl.shape == yl.shape and xl.device == yl.device:   # nothing to promote or broadcast
+                return (y, x) if reverse else (x, y)
             if y.device != x.device:
                 raise ValueError(f"[core] operands on different devices: {x.device} and {y.device}; "
                                  f"move one with .to()")
