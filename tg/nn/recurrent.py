@@ -27,6 +27,7 @@ from tg.core.dtype import DType, dtypes
 from tg.core.tensor import Tensor
 from tg.nn import functional as F
 from tg.nn.module import Module, Parameter
+from tg.nn.utils.rnn import PackedSequence
 
 GATES = {"RNN_TANH": 1, "RNN_RELU": 1, "LSTM": 4, "GRU": 3}
 
@@ -99,17 +100,22 @@ class _Recurrent(Module):
         b_ih, b_hh = getattr(self, "bias_ih" + end, None), getattr(self, "bias_hh" + end, None)
         return w_ih, b_ih, w_hh, b_hh, getattr(self, "weight_hr" + end, None)
 
-    def _run(self, x: Tensor, hx: Tensor | None, cx: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
-        """x (L, N, H_in); hx, cx (D * num_layers, N, H) or None (zeros): (output, h_n, c_n)."""
-        seq, n = x.shape[0], x.shape[1]
+    def _run(self, data: Tensor, sizes: list[int], n: int, hx: Tensor | None,
+             cx: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        """data (sum(sizes), H_in): time step t's rows for the first sizes[t] of the n sequences, step
+        after step (a padded batch: every size n; a PackedSequence: never growing); hx, cx (D *
+        num_layers, n, H) or None (zeros). (output rows as data's, h_n, c_n): a sequence that ends
+        early keeps its state from its last step, and in reverse starts from h_0 at its own last step."""
         dirs = 2 if self.bidirectional else 1
         out_size = self.proj_size or self.hidden_size
-        zeros = lambda size: Tensor.zeros(dirs * self.num_layers, n, size, dtype=x.dtype, device=x.device)  # noqa: E731
+        zeros = lambda size: Tensor.zeros(dirs * self.num_layers, n, size, dtype=data.dtype,  # noqa: E731
+                                          device=data.device)
         hx = zeros(out_size) if hx is None else hx
         if self.mode == "LSTM":
             cx = zeros(self.hidden_size) if cx is None else cx
+        starts = [sum(sizes[:t]) for t in range(len(sizes))]
         last_h, last_c = [], []
-        layer_in = x
+        layer_in = data
         for layer in range(self.num_layers):
             outs = []
             for d, suffix in enumerate(("", "_reverse")[:dirs]):
@@ -117,12 +123,16 @@ class _Recurrent(Module):
                 gi = layer_in.linear(w_ih, b_ih)            # every step's input projection at once
                 k = layer * dirs + d
                 h, c = hx[k], (None if cx is None else cx[k])
-                steps: list[Tensor] = [None] * seq            # type: ignore[list-item]
-                for t in (range(seq - 1, -1, -1) if d else range(seq)):
-                    h, c = _step(self.mode, gi[t], h, c, w_hh, b_hh, w_hr)
-                    steps[t] = h
-                outs.append(Tensor.stack(steps) if seq else Tensor.zeros(0, n, out_size, dtype=x.dtype,
-                                                                           device=x.device))
+                steps: list[Tensor] = [None] * len(sizes)     # type: ignore[list-item]
+                for t in (range(len(sizes) - 1, -1, -1) if d else range(len(sizes))):
+                    b = sizes[t]
+                    hb, cb = _step(self.mode, gi[starts[t]:starts[t] + b], h[:b],
+                                   None if c is None else c[:b], w_hh, b_hh, w_hr)
+                    steps[t] = hb
+                    h = hb if b == n else hb.cat(h[b:])
+                    c = cb if c is None or cb is None or b == n else cb.cat(c[b:])
+                outs.append(Tensor.cat(*steps) if steps else Tensor.zeros(0, out_size, dtype=data.dtype,
+                                                                          device=data.device))
                 last_h.append(h)
                 if c is not None:
                     last_c.append(c)
@@ -131,9 +141,19 @@ class _Recurrent(Module):
                 layer_in = F.dropout(layer_in, self.dropout)
         return layer_in, Tensor.stack(last_h), (Tensor.stack(last_c) if last_c else None)
 
-    def _forward(self, x: Tensor, hx: Tensor | None,
-                 cx: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+    def _check_states(self, n: int, hx: Tensor | None, cx: Tensor | None) -> None:
+        dirs = 2 if self.bidirectional else 1
+        for what, t, size in (("h_0", hx, self.proj_size or self.hidden_size), ("c_0", cx, self.hidden_size)):
+            if t is not None and t.shape != (dirs * self.num_layers, n, size):
+                want = (dirs * self.num_layers, n, size)
+                raise ValueError(f"[nn] {type(self).__name__}: expected {what} of shape {want} "
+                                 f"(D * num_layers, N, H), got {t.shape}")
+
+    def _forward(self, x: Tensor | PackedSequence, hx: Tensor | None,
+                 cx: Tensor | None) -> tuple[Tensor | PackedSequence, Tensor, Tensor | None]:
         name = type(self).__name__
+        if isinstance(x, PackedSequence):
+            return self._forward_packed(x, hx, cx)
         if x.ndim not in (2, 3) or x.shape[-1] != self.input_size:
             raise ValueError(f"[nn] {name}: expected input of shape (L, N, {self.input_size}) (input_size; "
                              f"(N, L, ...) with batch_first, (L, ...) unbatched), got {x.shape}")
@@ -143,15 +163,30 @@ class _Recurrent(Module):
             hx, cx = (None if t is None else t.unsqueeze(1) for t in (hx, cx))
         elif self.batch_first:
             x = x.transpose(0, 1)
-        dirs = 2 if self.bidirectional else 1
-        for what, t, size in (("h_0", hx, self.proj_size or self.hidden_size), ("c_0", cx, self.hidden_size)):
-            if t is not None and t.shape != (dirs * self.num_layers, x.shape[1], size):
-                raise ValueError(f"[nn] {name}: expected {what} of shape ({dirs * self.num_layers}, "
-                                 f"{x.shape[1]}, {size}) (D * num_layers, N, H), got {t.shape}")
-        out, h, c = self._run(x, hx, cx)
+        seq, n = x.shape[0], x.shape[1]
+        self._check_states(n, hx, cx)
+        rows, h, c = self._run(x.reshape(seq * n, self.input_size), [n] * seq, n, hx, cx)
+        out = rows.reshape(seq, n, rows.shape[-1])
         if not batched:
             return out.squeeze(1), h.squeeze(1), (None if c is None else c.squeeze(1))
         return (out.transpose(0, 1) if self.batch_first else out), h, c
+
+    def _forward_packed(self, x: PackedSequence, hx: Tensor | None,
+                        cx: Tensor | None) -> tuple[PackedSequence, Tensor, Tensor | None]:
+        """A PackedSequence in and out; h_0 / c_0 and h_n / c_n in the caller's order (torch's)."""
+        if x.data.ndim != 2 or x.data.shape[-1] != self.input_size:
+            raise ValueError(f"[nn] {type(self).__name__}: expected a PackedSequence of rows of "
+                             f"{self.input_size} (input_size), got data of shape {x.data.shape}")
+        sizes = x.sizes()
+        n = sizes[0] if sizes else 0
+        self._check_states(n, hx, cx)
+        if x.sorted_indices is not None:
+            hx, cx = (None if t is None else t.index_select(1, x.sorted_indices) for t in (hx, cx))
+        rows, h, c = self._run(x.data, sizes, n, hx, cx)
+        if x.unsorted_indices is not None:
+            h = h.index_select(1, x.unsorted_indices)
+            c = None if c is None else c.index_select(1, x.unsorted_indices)
+        return x._replace(data=rows), h, c
 
     def extra_repr(self) -> str:
         return (f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
@@ -170,7 +205,8 @@ class RNN(_Recurrent):
                          batch_first, dropout, bidirectional, 0, device, dtype)
         self.nonlinearity = nonlinearity
 
-    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
+    def forward(self, input: Tensor | PackedSequence,  # noqa: A002
+                hx: Tensor | None = None) -> tuple[Tensor | PackedSequence, Tensor]:
         out, h, _ = self._forward(input, hx, None)
         return out, h
 
@@ -184,8 +220,9 @@ class LSTM(_Recurrent):
         super().__init__("LSTM", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, proj_size, device, dtype)
 
-    def forward(self, input: Tensor,  # noqa: A002
-                hx: tuple[Tensor, Tensor] | None = None) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+    def forward(self, input: Tensor | PackedSequence,  # noqa: A002
+                hx: tuple[Tensor, Tensor] | None = None
+                ) -> tuple[Tensor | PackedSequence, tuple[Tensor, Tensor]]:
         h0, c0 = (None, None) if hx is None else hx
         out, h, c = self._forward(input, h0, c0)
         assert c is not None
@@ -201,7 +238,8 @@ class GRU(_Recurrent):
         super().__init__("GRU", input_size, hidden_size, num_layers, bias, batch_first, dropout,
                          bidirectional, 0, device, dtype)
 
-    def forward(self, input: Tensor, hx: Tensor | None = None) -> tuple[Tensor, Tensor]:  # noqa: A002
+    def forward(self, input: Tensor | PackedSequence,  # noqa: A002
+                hx: Tensor | None = None) -> tuple[Tensor | PackedSequence, Tensor]:
         out, h, _ = self._forward(input, hx, None)
         return out, h
 

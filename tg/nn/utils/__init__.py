@@ -1,4 +1,5 @@
-"""tg.nn.utils: torch.nn.utils's helpers (clip_grad_norm_ and clip_grad_value_, written in tg.nn.optim).
+"""tg.nn.utils: torch.nn.utils's helpers (clip_grad_norm_ and clip_grad_value_, written in tg.nn.optim;
+rnn: packed sequences for the recurrent layers).
 
     >>> from tg import Tensor
     >>> from tg.nn.utils import clip_grad_norm_
@@ -7,5 +8,6 @@
     (10.0, [3.0, 4.0])
 """
 from tg.nn.optim import clip_grad_norm_, clip_grad_value_
+from tg.nn.utils import rnn
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_"]
+__all__ = ["clip_grad_norm_", "clip_grad_value_", "rnn"]
