@@ -88,6 +88,51 @@ def test_conv_transpose2d_matches_numpy(stride, padding, output_padding, dilatio
     close(got, want + b[:, None, None])
 
 
+def _phase_cases():
+    """Strided transposed convs (the per-phase path): 1-, 2- and 3-d, strides above, at and below the
+    kernel, every padding that leaves an output, output_padding, groups."""
+    rng = np.random.default_rng(7)
+    cases = []
+    for nsp, stride, k in itertools.product((1, 2, 3), (2, 3, 4), (1, 2, 3, 4)):
+        if nsp == 3 and (stride > 2 or k > 3):
+            continue
+        ks = tuple(int(v) for v in rng.integers(max(1, k - 1), k + 1, nsp))
+        strides = tuple(int(v) for v in rng.integers(2, stride + 1, nsp)) if nsp > 1 else (stride,)
+        pads = tuple(int(rng.integers(0, (kk + 1) // 2 + 1)) for kk in ks)
+        out_pads = tuple(int(rng.integers(0, st)) for st in strides)
+        cases.append((nsp, strides, ks, pads, out_pads, int(rng.choice([1, 2]))))
+    return cases
+
+
+@pytest.mark.parametrize("nsp,stride,kernel,padding,output_padding,groups", _phase_cases())
+def test_strided_transposed_convs_match_numpy(nsp, stride, kernel, padding, output_padding, groups):
+    x = rand(2, 4, *[5, 4, 3][:nsp], seed=nsp)
+    w, b = rand(4, 6 // groups, *kernel, seed=nsp + 1), rand(6 // groups * groups, seed=3)
+    want = np_conv_transpose(x, w, stride, padding, output_padding, (1,) * nsp, groups)
+    call = getattr(F, f"conv_transpose{nsp}d")
+    if min(want.shape[2:]) < 1:
+        with pytest.raises(ValueError, match="leaves no output"):
+            call(Tensor(x), Tensor(w), Tensor(b), stride, padding, output_padding, groups)
+        return
+    got = call(Tensor(x), Tensor(w), Tensor(b), stride, padding, output_padding, groups)
+    close(got, want + b.reshape(-1, *[1] * nsp), atol=1e-9)
+
+
+def test_a_strided_transposed_conv_multiplies_no_stuffed_zeros():
+    """DCGAN's layer (4x4 taps, stride 2, padding 1): the kernels multiply about what the result needs,
+    2 N Cin Cout k^2 H W operations and the phases' edges (1.6x here), not a conv over the zero-stuffed
+    input (5.3x); and its gradients are finite differences'."""
+    from tg.core.device import GlobalCounters
+    x, w = rand(2, 8, 6, 6), rand(8, 5, 4, 4, seed=1)
+    xt, wt = Tensor(x).realize(), Tensor(w).realize()
+    GlobalCounters.reset()
+    F.conv_transpose2d(xt, wt, stride=2, padding=1).realize()
+    useful = 2 * 2 * 8 * 5 * 16 * 6 * 6
+    assert GlobalCounters.global_ops < 2 * useful, (GlobalCounters.global_ops, useful)
+    gradcheck(lambda a, b: F.conv_transpose2d(a, b, stride=2, padding=1, output_padding=1),
+              rand(1, 3, 3, 4), rand(3, 2, 4, 3, seed=1))
+
+
 def test_conv_transpose2d_is_the_gradient_of_conv2d():
     """conv_transpose2d(g, w) is d(sum(conv2d(x, w) * g))/dx, which is how torch defines it."""
     x, w, g = rand(1, 4, 9, 8), rand(6, 2, 3, 3, seed=1), rand(1, 6, 5, 4, seed=2)

@@ -13,6 +13,7 @@ written here. Inputs are checked at the call, before any kernel is built.
 """
 from __future__ import annotations
 
+import itertools
 import math
 import warnings
 from typing import Sequence
@@ -752,6 +753,17 @@ def _conv_transpose(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, nsp
                          f"{stride_}, dilation={dilation_}, padding={padding_}")
     batched = x if x.ndim == nsp + 2 else x.unsqueeze(0)                 # (N, C_in, *spatial)
     n, cin, *spatial = batched.shape
+    for size, k, s, p, o, d, axis in zip(spatial, kernel, stride_, padding_, out_pad, dilation_,
+                                         _SPATIAL_NAMES[nsp]):
+        if not 0 <= o < max(s, d):
+            raise ValueError(f"[nn] {op}: expected output_padding in [0, max(stride, dilation)) = "
+                             f"[0, {max(s, d)}) along {axis}, got {o}")
+        if (size - 1) * s - 2 * p + d * (k - 1) + o + 1 < 1:
+            raise ValueError(f"[nn] {op}: padding {p} leaves no output along {axis} (input {size}, "
+                             f"kernel {k}, stride {s}); fix: lower the padding")
+    if max(stride_) > 1 and max(dilation_) == 1:
+        out = _transpose_by_phases(batched, weight, bias, stride_, padding_, out_pad, groups)
+        return out if x.ndim == nsp + 2 else out.squeeze(0)
     # the zeros the forward stride skipped: each pixel becomes an s x s block, itself at the top left
     up = batched.reshape(n, cin, *(v for i in spatial for v in (i, 1)))
     up = up.pad(((0, 0), (0, 0)) + tuple(v for s in stride_ for v in ((0, 0), (0, s - 1))))
@@ -759,27 +771,57 @@ def _conv_transpose(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, nsp
     up = up.shrink((None, None) + tuple((0, (i - 1) * s + 1) for i, s in zip(spatial, stride_)))
     # a full correlation pads k - 1 dilated taps on each side; padding takes from both, output_padding adds
     grow, cut = [(0, 0), (0, 0)], [(0, n), (0, cin)]
-    for size, k, s, p, o, d, axis in zip(spatial, kernel, stride_, padding_, out_pad, dilation_,
-                                         _SPATIAL_NAMES[nsp]):
-        if not 0 <= o < max(s, d):
-            raise ValueError(f"[nn] {op}: expected output_padding in [0, max(stride, dilation)) = "
-                             f"[0, {max(s, d)}) along {axis}, got {o}")
-        out_size = (size - 1) * s - 2 * p + d * (k - 1) + o + 1
-        if out_size < 1:
-            raise ValueError(f"[nn] {op}: padding {p} leaves no output along {axis} (input {size}, "
-                             f"kernel {k}, stride {s}); fix: lower the padding")
+    for size, k, s, p, o, d in zip(spatial, kernel, stride_, padding_, out_pad, dilation_):
         lo, hi = d * (k - 1) - p, d * (k - 1) - p + o
         grow.append((max(0, lo), max(0, hi)))
         padded = (size - 1) * s + 1 + max(0, lo) + max(0, hi)
         cut.append((max(0, -lo), padded - max(0, -hi)))
     up = up.pad(tuple(grow)).shrink(tuple(cut))
-    # (C_in, C_out/g, *kernel) -> (C_out, C_in/g, *kernel) per group, taps reversed
-    g, cout_g = groups, weight.shape[1]
-    flipped = weight.reshape(g, cin // g, cout_g, *kernel).permute(0, 2, 1, *range(3, 3 + nsp))
-    flipped = flipped.reshape(g * cout_g, cin // g, *kernel).flip(*range(2, 2 + nsp))
+    flipped = _swapped(weight, groups).flip(*range(2, 2 + nsp))       # taps reversed
     forward = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
     out = forward(up, flipped, bias, 1, 0, dilation_, groups)
     return out if x.ndim == nsp + 2 else out.squeeze(0)                  # (N, C_out, *spatial')
+
+
+def _swapped(weight: Tensor, groups: int) -> Tensor:
+    """A transposed conv's weight (C_in, C_out/g, *k) as a conv's (C_out, C_in/g, *k), per group."""
+    cin, cout_g, *kernel = weight.shape
+    nsp = len(kernel)
+    return weight.reshape(groups, cin // groups, cout_g, *kernel).permute(0, 2, 1, *range(3, 3 + nsp)) \
+        .reshape(groups * cout_g, cin // groups, *kernel)
+
+
+def _transpose_by_phases(x: Tensor, weight: Tensor, bias: Tensor | None, stride: tuple[int, ...],
+                         padding: tuple[int, ...], out_pad: tuple[int, ...], groups: int) -> Tensor:
+    """A strided transposed conv (no dilation) as stride-1 convs, one per output phase: along a dim of
+    stride s the full output f = i s + t (input i, tap t) splits by r = f mod s into y_r[q] = sum_m
+    x[q - m] w[r + s m], a correlation of x padded by M_r - 1 with the taps r, r + s, ... reversed
+    (M_r of them). The phases interleave into the full output, cut by the padding (zeros past it for
+    output_padding). Every multiply is one the result needs: zero-stuffing the input instead multiplies
+    zeros s^d - 1 times in s^d (DCGAN's stride-2 4x4 layers: 3 in 4)."""
+    n, _, *spatial = x.shape
+    nsp = len(spatial)
+    kernel = weight.shape[2:]
+    conv = {1: conv1d, 2: conv2d, 3: conv3d}[nsp]
+    swapped = _swapped(weight, groups)
+    cout = swapped.shape[0]
+    longest = [i + -(-k // s) - 1 for i, k, s in zip(spatial, kernel, stride)]     # phase 0's length
+    phases = []
+    for r in itertools.product(*(range(s) for s in stride)):
+        taps = [len(range(ri, k, s)) for ri, k, s in zip(r, kernel, stride)]
+        if min(taps) == 0:               # a stride wider than the kernel: this phase has no taps
+            phases.append(Tensor.zeros(n, cout, *longest, dtype=x.dtype, device=x.device))
+            continue
+        sub = swapped[(slice(None), slice(None)) + tuple(slice(ri, None, s) for ri, s in zip(r, stride))]
+        y = conv(x, sub.flip(*range(2, 2 + nsp)), None, 1, tuple(m - 1 for m in taps), 1, groups)
+        phases.append(y.pad(((0, 0), (0, 0)) + tuple((0, q - y.shape[2 + d]) for d, q in enumerate(longest))))
+    woven = Tensor.stack(phases, dim=2).reshape(n, cout, *stride, *longest)
+    woven = woven.permute(0, 1, *(a for d in range(nsp) for a in (2 + nsp + d, 2 + d)))
+    full = woven.reshape(n, cout, *(q * s for q, s in zip(longest, stride)))
+    sizes = [(i - 1) * s - 2 * p + k + o for i, s, p, k, o in zip(spatial, stride, padding, kernel, out_pad)]
+    cut = tuple((-p, p + size - f) for p, size, f in zip(padding, sizes, full.shape[2:]))
+    out = full.pad(((0, 0), (0, 0)) + cut)
+    return out if bias is None else out + bias.reshape(1, cout, *([1] * nsp))
 
 
 @autocast_op
