@@ -1,4 +1,4 @@
-"""Training benchmark: steps/s of four models, tg eager and TinyJit against PyTorch eager and
+"""Training benchmark: steps/s of six models, tg eager and TinyJit against PyTorch eager and
 torch.compile on the CPU, in the same run, at 1 and 2 threads.
 
     python scripts/bench_train.py                            # all rows
@@ -10,7 +10,10 @@ Models: (a) mlp: MLP 784-512-512-10, batch 256, cross-entropy, Adam; (b) cnn: co
 conv 32->64 3x3, max-pool 2, linear -> 10 on 28x28, batch 128, Adam; (c) gpt: the GPT of
 scripts/train.py (2 layers, 4 heads, 128 wide, batch 16 x 64 tokens), Adam, against a torch copy of
 it; (d) nanogpt: tests/ported/gpt_model.py (2 layers, 2 heads, 64 wide, batch 8 x 64 tokens, AdamW
-from configure_optimizers), run on torch by the same source with its imports switched to torch.
+from configure_optimizers), run on torch by the same source with its imports switched to torch;
+(e) lstm: pytorch/examples' word_language_model (embedding 128, a 2-layer LSTM of 128, vocabulary 1000,
+35 steps x batch 20, SGD); (f) dcgan: pytorch/examples' dcgan at 32x32 (nz 64, ngf = ndf = 32, batch 64,
+a discriminator update and a generator update per step, Adam); e and f from one source (shared_setup).
 
 A step is what a user's loop does: zero_grad, forward, loss, backward, optimizer step, then
 loss.item(). Each row runs four worker processes: tg eager, tg TinyJit (the same step in TinyJit),
@@ -21,7 +24,8 @@ torch.compile gets --compile-budget seconds (default 120) for import, compile an
 After warmup the workers take turns running one timed window each (tg eager, torch eager, tg JIT,
 torch.compile, then again), so the machine's noise hits all of them alike; a column is the median
 of the windows. Targets: tg eager within 1.2x of torch eager's step time for mlp and cnn
-(>= 0.83x its steps/s), within 1.5x for the GPTs (>= 0.67x); the JIT columns must not regress.
+(>= 0.83x its steps/s) and dcgan, within 1.5x for the GPTs and the LSTM (>= 0.67x); the JIT columns must
+not regress.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ ROOT = os.path.join(HERE, "..")
 sys.path.insert(0, ROOT)
 sys.path.insert(0, HERE)
 
-MODELS = ("mlp", "cnn", "gpt", "nanogpt")
+MODELS = ("mlp", "cnn", "gpt", "nanogpt", "lstm", "dcgan")
 GPT_CFG = dict(batch=16, block=64, n_layer=2, n_head=4, n_embd=128)
 NANOGPT_CFG = dict(block_size=64, vocab_size=256, n_layer=2, n_head=2, n_embd=64, dropout=0.0, bias=True)
 NANOGPT_BATCH = 8
@@ -58,8 +62,11 @@ NANOGPT_TORCH_IMPORTS = {
     "from tg.nn import functional as F": "from torch.nn import functional as F",
 }
 # steps per timed window (about a second of work each on one core)
-WINDOW_STEPS = {"mlp": 50, "cnn": 8, "gpt": 15, "nanogpt": 30}
-EAGER_TARGET = {"mlp": 0.83, "cnn": 0.83, "gpt": 0.67, "nanogpt": 0.67}
+WINDOW_STEPS = {"mlp": 50, "cnn": 8, "gpt": 15, "nanogpt": 30, "lstm": 5, "dcgan": 3}
+EAGER_TARGET = {"mlp": 0.83, "cnn": 0.83, "gpt": 0.67, "nanogpt": 0.67, "lstm": 0.67, "dcgan": 0.83}
+# pytorch/examples' word_language_model (LSTM, smaller vocabulary) and dcgan (32x32 images)
+LSTM_CFG = dict(vocab=1000, emsize=128, nhid=128, nlayers=2, bptt=35, batch=20)
+DCGAN_CFG = dict(nz=64, ngf=32, ndf=32, batch=64)
 WARMUP_STEPS = 3
 WORKER_KINDS = ("tg-eager", "tg-jit", "torch-eager", "torch-compile")
 
@@ -83,6 +90,63 @@ def nanogpt_batch() -> tuple[np.ndarray, np.ndarray]:
 
 # ---------------------------------------------------------------------------- the models
 
+def shared_setup(name: str, lib: Any, tensor: Callable[[np.ndarray], Any],
+                 wrap: Callable[[Any], Any] = lambda m: m) -> Setup:
+    """The lstm and dcgan steps, one source for both libraries (lib: tg or torch; tensor: a numpy array
+    as lib's tensor; wrap: each model as called, torch.compile for that column). dcgan's step is the
+    example's: the discriminator's update on real and (detached) fake images inside loss_fn, then the
+    generator's loss for the caller's backward and step."""
+    nn, F = lib.nn, lib.nn.functional
+    rng = np.random.default_rng(0)
+    if name == "lstm":
+        c = LSTM_CFG
+
+        class LM(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.encoder = nn.Embedding(c["vocab"], c["emsize"])
+                self.rnn = nn.LSTM(c["emsize"], c["nhid"], c["nlayers"])
+                self.decoder = nn.Linear(c["nhid"], c["vocab"])
+
+            def forward(self, x):
+                out, _ = self.rnn(self.encoder(x))
+                return self.decoder(out).reshape(-1, c["vocab"])
+        model = LM()
+        forward = wrap(model)
+        x = tensor(rng.integers(0, c["vocab"], (c["bptt"], c["batch"])))
+        y = tensor(rng.integers(0, c["vocab"], c["bptt"] * c["batch"]))
+        opt = lib.optim.SGD(model.parameters(), lr=0.1)
+        return Setup(lambda x, y: F.cross_entropy(forward(x), y), opt, x, y)
+    c = DCGAN_CFG
+    nz, ngf, ndf = c["nz"], c["ngf"], c["ndf"]
+    def up(i: int, o: int, s: int, p: int) -> list:
+        return [nn.ConvTranspose2d(i, o, 4, s, p, bias=False), nn.BatchNorm2d(o), nn.ReLU()]
+
+    def down(i: int, o: int) -> list:
+        return [nn.Conv2d(i, o, 4, 2, 1, bias=False), nn.BatchNorm2d(o), nn.LeakyReLU(0.2)]
+    gen = nn.Sequential(*up(nz, ngf * 4, 1, 0), *up(ngf * 4, ngf * 2, 2, 1), *up(ngf * 2, ngf, 2, 1),
+                        nn.ConvTranspose2d(ngf, 3, 4, 2, 1, bias=False), nn.Tanh())
+    disc = nn.Sequential(nn.Conv2d(3, ndf, 4, 2, 1, bias=False), nn.LeakyReLU(0.2), *down(ndf, ndf * 2),
+                         *down(ndf * 2, ndf * 4), nn.Conv2d(ndf * 4, 1, 4, 1, 0, bias=False), nn.Sigmoid())
+    g_call, d_call = wrap(gen), wrap(disc)
+    opt_g = lib.optim.Adam(gen.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    opt_d = lib.optim.Adam(disc.parameters(), lr=2e-4, betas=(0.5, 0.999))
+    real = tensor(rng.uniform(-1, 1, (c["batch"], 3, 32, 32)).astype(np.float32))
+    noise = tensor(rng.standard_normal((c["batch"], nz, 1, 1)).astype(np.float32))
+    ones = tensor(np.ones(c["batch"], np.float32))
+    zeros = tensor(np.zeros(c["batch"], np.float32))
+
+    def loss_fn(real, noise):
+        opt_d.zero_grad()
+        fake = g_call(noise)
+        err_d = F.binary_cross_entropy(d_call(real).reshape(-1), ones) + \
+            F.binary_cross_entropy(d_call(fake.detach()).reshape(-1), zeros)
+        err_d.backward()
+        opt_d.step()
+        return F.binary_cross_entropy(d_call(fake).reshape(-1), ones)
+    return Setup(loss_fn, opt_g, real, noise)
+
+
 @dataclass
 class Setup:
     """A model ready to train: loss_fn(x, y) -> scalar loss; opt has zero_grad() and step()."""
@@ -99,6 +163,9 @@ def tg_setup(name: str) -> Setup:
     from tg.nn.state import get_parameters
     Tensor.manual_seed(0)
     rng = np.random.default_rng(0)
+    if name in ("lstm", "dcgan"):
+        import tg
+        return shared_setup(name, tg, lambda a: Tensor(a.astype(np.int32) if a.dtype.kind == "i" else a))
     if name == "nanogpt":
         gpt_model = load_module(NANOGPT_SOURCE, "bench_nanogpt_tg", {})
         model = gpt_model.GPT(gpt_model.GPTConfig(**NANOGPT_CFG))
@@ -167,6 +234,8 @@ def torch_setup(name: str, compiled: bool) -> Setup:
     import torch
     torch.manual_seed(0)
     nn = torch.nn
+    if name in ("lstm", "dcgan"):
+        return shared_setup(name, torch, torch.from_numpy, torch.compile if compiled else (lambda m: m))
     if name == "nanogpt":
         gpt_model = load_module(NANOGPT_SOURCE, "bench_nanogpt_torch", NANOGPT_TORCH_IMPORTS)
         model = gpt_model.GPT(gpt_model.GPTConfig(**NANOGPT_CFG))
@@ -452,7 +521,7 @@ def print_table(rows: list[tuple[str, ...]], args: argparse.Namespace) -> None:
     widths = [max(len(r[i]) for r in rows + [HEADER]) for i in range(len(HEADER))]
     print(f"tg bench_train  cores={os.cpu_count()}  steps/s, median of {args.windows} windows"
           f"{'  (--quick: a smoke run, not a measurement)' if args.quick else ''}")
-    print("targets: tg eager >= 0.83x torch eager steps/s (mlp, cnn), >= 0.67x (gpt, nanogpt); "
+    print("targets: tg eager >= 0.83x torch eager steps/s (mlp, cnn, dcgan), >= 0.67x (gpt, nanogpt, lstm); "
           "tg JIT must not regress; first step < 3 s cold, < 1 s warm")
     print("  ".join(h.ljust(w) for h, w in zip(HEADER, widths)))
     print("  ".join("-" * w for w in widths))

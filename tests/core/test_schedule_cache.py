@@ -145,3 +145,29 @@ def test_a_reused_schedule_frees_intermediates_after_their_last_reader():
         y.realize()
         peaks.append(GlobalCounters.mem_peak - base)
     assert max(peaks) <= 2 * n * n * 4, peaks
+
+
+@pytest.mark.parametrize("layers", [2, 5])
+def test_a_step_with_batch_norms_reuses_its_schedules(layers):
+    """A step whose forward leaves in-place assigns pending (BatchNorm's running statistics, flushed
+    by the captured optimizer update) schedules nothing after warmup: the flush realizes them in the
+    order they were made. (They were a set: its order followed the objects' addresses, the structure
+    key saw a new order most steps, and DCGAN's step was scheduled afresh twice per step.)"""
+    Tensor.manual_seed(layers)
+    rng = np.random.default_rng(layers)
+    mods = []
+    for i in range(layers):
+        mods += [nn.Conv2d(3 if i == 0 else 4, 4, 3, padding=1), nn.BatchNorm2d(4), nn.ReLU()]
+    model = nn.Sequential(*mods)
+    opt = tg.optim.Adam(model.parameters(), lr=1e-3)
+    x = Tensor(rng.standard_normal((2, 3, 6, 6), dtype=np.float32))
+    built = []
+    for _ in range(8):
+        before = GlobalCounters.schedules_built
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        built.append(GlobalCounters.schedules_built - before)
+    assert sum(built[3:]) == 0, built
+    want = [m.running_mean.numpy() for m in model if isinstance(m, nn.BatchNorm2d)]
+    assert all(np.isfinite(w).all() and np.abs(w).sum() > 0 for w in want)

@@ -41,11 +41,6 @@ SAME_IN_EVERY_KERNEL = frozenset({UnaryOps.NEG, BinaryOps.ADD, BinaryOps.MAX, Bi
 # reduce, or by two kernels, is stored (schedule._plan).
 _READ_FROM_MEMORY = (BufferOps.CONST, BufferOps.ASSIGN, BufferOps.COPY, BufferOps.EMPTY, *ReduceOps)
 
-# Assigns not yet run; TinyJit flushes them (realize.flush_assigns) so no update leaks from one
-# call into the next.
-PENDING_ASSIGNS: weakref.WeakSet[LazyBuffer] = weakref.WeakSet()
-
-
 class Readers(list):
     """The bases that read one base (or share one buffer's memory), held weakly: a dropped graph
     drops out. The list itself holds the weak references, pruned whenever its length reaches a power
@@ -84,6 +79,13 @@ class Readers(list):
             # of a live object hands back its existing reference
             self[:] = [weakref.ref(x) for x in live]
         return iter(live)
+
+
+# Assigns not yet run, in the order they were made; TinyJit flushes them (realize.flush_assigns) so no
+# update leaks from one call into the next. Ordered: their order is the order of a flush's outputs,
+# which a schedule's structure key reads (a set's order changed from step to step, so a step that
+# flushed assigns (BatchNorm's running statistics) was scheduled afresh every time).
+PENDING_ASSIGNS = Readers()
 
 
 class LazyBuffer:
