@@ -154,18 +154,23 @@ def _vector_paths() -> list[tuple[int, list[str]]]:
     return paths
 
 
-@pytest.mark.parametrize("width,extra", _vector_paths())
-def test_the_c_half_vector_helpers_convert_as_the_scalar_ones(tmp_path, width, extra):
+def _vector_harness(out, harness: str, width: int, extra: list[str]) -> ctypes.CDLL:
+    """The C vector helpers at `width` bytes with a harness of LANES-wide loops, built with the CPU's
+    flags and `extra`, loaded."""
     from tg.core.codegen.renderer import C_VECTORS
-    lanes = width // 4
     flags = [f for f in ClangCompiler().flags if f not in ("-x", "c", "-", "-fno-tree-loop-vectorize")]
     src = DIALECTS["c"].header + C_VECTORS.header.replace("BYTES", str(width)) + \
-        _VECTOR_HARNESS.replace("LANES", str(lanes))
-    out = tmp_path / f"halfv{width}_{len(extra)}.so"
+        harness.replace("LANES", str(width // 4))
     proc = subprocess.run([config.TG_CC, *flags, *extra, "-x", "c", "-", "-o", str(out)], input=src,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    lib = ctypes.CDLL(str(out))
+    return ctypes.CDLL(str(out))
+
+
+@pytest.mark.parametrize("width,extra", _vector_paths())
+def test_the_c_half_vector_helpers_convert_as_the_scalar_ones(tmp_path, width, extra):
+    lanes = width // 4
+    lib = _vector_harness(tmp_path / f"halfv{width}_{len(extra)}.so", _VECTOR_HARNESS, width, extra)
 
     def pad(x: np.ndarray) -> np.ndarray:
         return np.concatenate([x, x[: -len(x) % lanes]]) if len(x) % lanes else x
@@ -215,16 +220,7 @@ def _bf16_paths() -> list[tuple[int, list[str]]]:
 def test_the_c_bfloat16_vector_helpers_round_as_numpy(tmp_path, width, extra):
     """tg_bf16_narrow_v (VCVTNEPS2BF16 where the CPU has it, its NaN and subnormal vectors by integer
     arithmetic) against numpy's bit arithmetic, on every kind of value mixed across lanes."""
-    from tg.core.codegen.renderer import C_VECTORS
-    lanes = width // 4
-    flags = [f for f in ClangCompiler().flags if f not in ("-x", "c", "-", "-fno-tree-loop-vectorize")]
-    src = DIALECTS["c"].header + C_VECTORS.header.replace("BYTES", str(width)) + \
-        _BF16_HARNESS.replace("LANES", str(lanes))
-    out = tmp_path / f"bf16v{width}_{len(extra)}.so"
-    proc = subprocess.run([config.TG_CC, *flags, *extra, "-x", "c", "-", "-o", str(out)], input=src,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    lib = ctypes.CDLL(str(out))
+    lib = _vector_harness(tmp_path / f"bf16v{width}_{len(extra)}.so", _BF16_HARNESS, width, extra)
     rng = np.random.default_rng(width + len(extra))
     words = rng.integers(0, 1 << 32, 60_000, dtype=np.uint64).astype(np.uint32)
     sign = rng.integers(0, 2, 4096, dtype=np.uint32) << 31
