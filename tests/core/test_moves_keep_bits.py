@@ -125,3 +125,13 @@ def test_a_cat_is_one_picking_load_per_part(parts, dim):
     reads = [(u.arg[0], u.arg[1].key) for u in loads]
     assert len(reads) == len(set(reads)), reads                       # no element read twice
     np.testing.assert_array_equal(out.numpy(), np.concatenate([x.numpy() for x in xs], dim))
+
+
+def test_a_long_cat_renders_and_refuses_two_devices():
+    """A cat of more parts than Python's recursion limit, cast in the same kernel, renders (the chain
+    of picks is walked, not recursed); a cat across devices says which and how to fix it."""
+    parts = [Tensor(np.full((1, 3), i, np.float32)).cast(tg.bfloat16).realize() for i in range(1100)]
+    (kernel,) = kernels_of(parts[0].cat(*parts[1:]).float())
+    assert "data1100" in cpu_source(kernel)
+    with pytest.raises(ValueError, match="different devices .* .to()"):
+        Tensor([1.0], device="CPU").cat(Tensor([2.0], device="NULL"))

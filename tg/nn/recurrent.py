@@ -21,6 +21,7 @@ bidirectional (parameters `..._reverse`), dropout between layers in training, an
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 from tg.core.dtype import DType, dtypes
@@ -113,7 +114,7 @@ class _Recurrent(Module):
         hx = zeros(out_size) if hx is None else hx
         if self.mode == "LSTM":
             cx = zeros(self.hidden_size) if cx is None else cx
-        starts = [sum(sizes[:t]) for t in range(len(sizes))]
+        starts = [0, *itertools.accumulate(sizes)]
         last_h, last_c = [], []
         layer_in = data
         for layer in range(self.num_layers):

@@ -505,7 +505,7 @@ class Lowerer:
                 srcs = (cond.src[0], *srcs[1:])      # where(where(c, true, false), a, b): where(c, a, b)
             cond, a, b = srcs
             if cond.op is UOps.INDEX_COND and a.op is UOps.LOAD and not a.src and a.arg[2] == cond.arg \
-                    and (a.vec or not b.vec):
+                    and (a.vec or not b.vec) and a.dtype == dtype == b.dtype:
                 # a load picked exactly where it is valid (a cat's part): one load that reads b where not,
                 # so a cat of n parts is n nested picks, not n loads and n selects on the same conditions
                 # (which took GCC 9 s at 300 parts); where b is +0 it is the load itself

@@ -198,7 +198,7 @@ typedef float tg_vs __attribute__((vector_size(64)));
 #define TG_ANY_NAN(f) (__builtin_ia32_cmpps512_mask((tg_vs)(f), (tg_vs)(f), 3, TG_ALL, 4) != 0)
 #define TG_WIDEN(b) ((u32v)__builtin_ia32_pmovzxwd512_mask((tg_vh)(b), (i32v){}, TG_ALL))
 #define TG_NARROW(u) ((u16v)__builtin_ia32_pmovdw512_mask((i32v)(u), (tg_vh){}, TG_ALL))
-#if defined(__AVX512BF16__) && defined(__GNUC__) && !defined(__clang__)
+#if defined(__AVX512BF16__) && defined(__AVX512DQ__) && defined(__GNUC__) && !defined(__clang__)
 #define TG_BF16_HW(f) ((u16v)__builtin_ia32_cvtneps2bf16_v16sf((tg_vs)(f)))
 #define TG_BF16_ODD(f) (__builtin_ia32_fpclassps512_mask((tg_vs)(f), 0xA1, TG_ALL) != 0)
 #endif
@@ -1051,8 +1051,8 @@ def _narrowing(u: UOp, dtype: DType) -> bool:
 def _exact(u: UOp) -> bool:
     """Whether a narrow-typed value is already one of its type's values (loaded, a constant, a cast
     to it): rounding it again changes nothing."""
-    if u.op is UOps.LOAD and u.src:          # a picking load: its value or the other one's
-        return _exact(u.src[0])
+    while u.op is UOps.LOAD and u.src:       # a picking load: its value or the other one's (a loop: a
+        u = u.src[0]                         # cat of a thousand parts is a chain that long)
     return u.op in (UOps.LOAD, UOps.CONST) or (u.op is UOps.ALU and u.arg[0] is UnaryOps.CAST)
 
 

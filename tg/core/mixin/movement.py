@@ -290,6 +290,9 @@ class MovementMixin:
         dt = tensors[0].dtype
         for t in tensors[1:]:
             dt = promote_types(dt, t.dtype)
+            if t.device != self.device:
+                raise ValueError(f"[core] cat: tensors on different devices ({self.device} and {t.device}); "
+                                 "move them to one with .to()")
         return apply(F.Cat, *(t.cast(dt) for t in tensors), dim=d)
 
     @staticmethod
