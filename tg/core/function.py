@@ -289,19 +289,19 @@ class Cat(Function):
 
     def forward(self, *xs: LazyBuffer, dim: int) -> LazyBuffer:
         total = sum(x.shape[dim] for x in xs)
-        self.ranges, out, offset = [], xs[0], 0
-        for i, x in enumerate(xs):
+        self.ranges: list[tuple[tuple[int, int], ...]] = []
+        out: LazyBuffer | None = None
+        offset = 0
+        for x in xs:
             n = x.shape[dim]
             arg = tuple((offset, total - offset - n) if d == dim else (0, 0) for d in range(len(x.shape)))
             self.ranges.append(tuple((offset, offset + n) if d == dim else (0, s)
                                      for d, s in enumerate(x.shape)))
             padded = x.pad(arg)
-            if i == 0:
-                out = padded
-            else:
-                inside = LazyBuffer.const(True, dtypes.bool, x.device, x.shape).pad(arg)
-                out = inside.e(TernaryOps.WHERE, padded, out)
-            offset += x.shape[dim]
+            inside = LazyBuffer.const(True, dtypes.bool, x.device, x.shape).pad(arg)
+            out = padded if out is None else inside.e(TernaryOps.WHERE, padded, out)
+            offset += n
+        assert out is not None
         return out
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
