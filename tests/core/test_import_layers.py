@@ -21,6 +21,7 @@ LAYERS = [
     ["tg.core.shape"],
     ["tg.core.lazy"],
     ["tg.core.kernel"],
+    ["tg.core.composite"],
     ["tg.core.schedule"],
     ["tg.core.codegen.uops", "tg.core.codegen.heuristics"],
     ["tg.core.codegen.linearizer"],

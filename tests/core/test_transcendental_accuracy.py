@@ -114,3 +114,17 @@ def test_exact_gelu_follows_erfc(name):
     a2 = x * x / 2
     bound = BOUND[name] + (3 * a2.max() if name in ("float32", "float64") else 0)
     _check(got, x, lambda v: v * 0.5 * math.erfc(-v / math.sqrt(2)), name, bound)
+
+
+def _sigmoid(v: float) -> float:
+    return 1 / (1 + math.exp(-v)) if v >= 0 else math.exp(v) / (1 + math.exp(v))
+
+
+# sigmoid below -80 and tanh far out leave float32's normal range or round to +-1: both are pinned in
+# tests/core/test_composite.py
+@pytest.mark.parametrize("name", list(DTYPES))
+@pytest.mark.parametrize("lo,hi", [(0.0, 1e-3), (0.0, 0.6), (0.5, 3.0), (3.0, 20.0)])
+@pytest.mark.parametrize("op,fn", [("sigmoid", _sigmoid), ("tanh", math.tanh)])
+def test_sigmoid_and_tanh_to_an_ulp(name, lo, hi, op, fn):
+    x = _inputs(name, lo, hi, seed=int(hi * 7))
+    _check(getattr(Tensor(x).cast(DTYPES[name][0]), op)(), x, fn, name)

@@ -10,7 +10,7 @@ from typing import Any
 
 from tg.core.dtype import DType, dtypes
 from tg.core.lazy import LazyBuffer
-from tg.core.ops import BinaryOps, BufferOps, MovementOps, Op, ReduceOps, TernaryOps, UnaryOps
+from tg.core.ops import BinaryOps, BufferOps, CompositeOps, MovementOps, Op, ReduceOps, TernaryOps, UnaryOps
 
 
 def _const(like: LazyBuffer, value: Any, dtype: DType | None = None) -> LazyBuffer:
@@ -65,6 +65,36 @@ class Exp2(Function):
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
         return self.ret.e(BinaryOps.MUL, grad).e(BinaryOps.MUL, _const(grad, math.log(2)))
+
+
+class Exp(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(CompositeOps.EXP)
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return self.ret.e(BinaryOps.MUL, grad)
+
+
+class Sigmoid(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(CompositeOps.SIGMOID)
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        # s (1 - s): 0, not 0 * inf = nan, where exp(-x) overflows
+        s = self.ret
+        return s.e(BinaryOps.MUL, s.e(UnaryOps.NEG).e(BinaryOps.ADD, _const(s, 1.0))).e(BinaryOps.MUL, grad)
+
+
+class Tanh(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.ret = x.e(CompositeOps.TANH)
+        return self.ret
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        t = self.ret
+        return t.e(BinaryOps.MUL, t).e(UnaryOps.NEG).e(BinaryOps.ADD, _const(t, 1.0)).e(BinaryOps.MUL, grad)
 
 
 class Log2(Function):
@@ -281,6 +311,26 @@ class Shrink(Function):
         return grad.pad(self.narg)
 
 
+def join(xs: tuple[LazyBuffer, ...] | list[LazyBuffer],
+         dim: int) -> tuple[LazyBuffer, list[tuple[tuple[int, int], ...]]]:
+    """xs joined along dim, each picked where it lies (Cat's forward), and each one's range in the
+    result (for shrink)."""
+    total = sum(x.shape[dim] for x in xs)
+    ranges: list[tuple[tuple[int, int], ...]] = []
+    out: LazyBuffer | None = None
+    offset = 0
+    for x in xs:
+        n = x.shape[dim]
+        arg = tuple((offset, total - offset - n) if d == dim else (0, 0) for d in range(len(x.shape)))
+        ranges.append(tuple((offset, offset + n) if d == dim else (0, s) for d, s in enumerate(x.shape)))
+        padded = x.pad(arg)
+        inside = LazyBuffer.const(True, dtypes.bool, x.device, x.shape).pad(arg)
+        out = padded if out is None else inside.e(TernaryOps.WHERE, padded, out)
+        offset += n
+    assert out is not None
+    return out, ranges
+
+
 class Cat(Function):
     """Tensors joined along dim: each padded to the whole length and picked where it lies (a where of
     each one's range), so every element is its input's value as it is: a sum of the padded tensors would
@@ -288,20 +338,7 @@ class Cat(Function):
     output's, not a chain of wheres through the later ones."""
 
     def forward(self, *xs: LazyBuffer, dim: int) -> LazyBuffer:
-        total = sum(x.shape[dim] for x in xs)
-        self.ranges: list[tuple[tuple[int, int], ...]] = []
-        out: LazyBuffer | None = None
-        offset = 0
-        for x in xs:
-            n = x.shape[dim]
-            arg = tuple((offset, total - offset - n) if d == dim else (0, 0) for d in range(len(x.shape)))
-            self.ranges.append(tuple((offset, offset + n) if d == dim else (0, s)
-                                     for d, s in enumerate(x.shape)))
-            padded = x.pad(arg)
-            inside = LazyBuffer.const(True, dtypes.bool, x.device, x.shape).pad(arg)
-            out = padded if out is None else inside.e(TernaryOps.WHERE, padded, out)
-            offset += n
-        assert out is not None
+        out, self.ranges = join(xs, dim)
         return out
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
@@ -386,7 +423,7 @@ FREED = Freed("")
 
 FUNCTIONS: dict[Op, type[Function]] = {
     UnaryOps.EXP2: Exp2, UnaryOps.LOG2: Log2, UnaryOps.SIN: Sin, UnaryOps.COS: Cos,
-    UnaryOps.SQRT: Sqrt,
+    UnaryOps.SQRT: Sqrt, CompositeOps.EXP: Exp, CompositeOps.SIGMOID: Sigmoid, CompositeOps.TANH: Tanh,
     UnaryOps.RECIP: Reciprocal, UnaryOps.NEG: Neg, UnaryOps.CAST: Cast, UnaryOps.BITCAST: Cast,
     BinaryOps.ADD: Add, BinaryOps.MUL: Mul, BinaryOps.MAX: Maximum,
     TernaryOps.WHERE: Where, TernaryOps.MULACC: MulAcc,

@@ -1,7 +1,7 @@
 """The closed set of primitive ops. Every Tensor method is composed from these; every backend
-implements exactly these. Per-op tables (render templates, reference implementations,
-gradients) are plain dicts keyed by op, and tests/core/test_tables.py asserts that every op
-has an entry in every table."""
+implements exactly these (CompositeOps are lazy-graph shorthands that kernels expand into them).
+Per-op tables (render templates, reference implementations, gradients) are plain dicts keyed by op,
+and tests/core/test_tables.py asserts that every op has an entry in every table."""
 from __future__ import annotations
 
 from enum import Enum, auto
@@ -45,6 +45,14 @@ class TernaryOps(_Ops):
     MULACC = auto()  # a*b+c
 
 
+class CompositeOps(_Ops):
+    """Float ops made of primitives: one node in the lazy graph, expanded into primitives when a
+    kernel's AST is built (tg/core/composite.py), so no backend ever sees one."""
+    EXP = auto()
+    SIGMOID = auto()
+    TANH = auto()
+
+
 class ReduceOps(_Ops):
     SUM = auto()
     MAX = auto()
@@ -66,8 +74,9 @@ class BufferOps(_Ops):
     ASSIGN = auto()   # write a value into an existing buffer (in-place update)
 
 
-Op = UnaryOps | BinaryOps | TernaryOps | ReduceOps | MovementOps | BufferOps
+Op = UnaryOps | BinaryOps | TernaryOps | CompositeOps | ReduceOps | MovementOps | BufferOps
 ALU_OPS: list[Op] = [*UnaryOps, *BinaryOps, *TernaryOps]
-ALL_OPS: list[Op] = [*UnaryOps, *BinaryOps, *TernaryOps, *ReduceOps, *MovementOps, *BufferOps]
+ALL_OPS: list[Op] = [*UnaryOps, *BinaryOps, *TernaryOps, *CompositeOps, *ReduceOps, *MovementOps,
+                     *BufferOps]
 # Ops whose result is a bool regardless of the operands' dtype.
 COMPARISON_OPS = {BinaryOps.CMPLT, BinaryOps.CMPNE}

@@ -23,10 +23,11 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any
 
+from tg.core import composite
 from tg.core.dtype import DType, dtypes, value_key
 from tg.core.kernel import AstOps, Kernel, KOp
 from tg.core.lazy import LazyBuffer, Readers
-from tg.core.ops import BinaryOps, BufferOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
+from tg.core.ops import BinaryOps, BufferOps, CompositeOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
 from tg.core.shape import ShapeTracker, prod
 
 
@@ -166,7 +167,7 @@ def _plan_once(bases: list[LazyBuffer], outs: list[LazyBuffer], seed: set[int], 
             if prod(s.shape) > prod(sb.shape) and cost.get(id(sb), 0) > RECOMPUTE_LIMIT:
                 store.add(id(sb))
         # a read through a masked view (a pad, a cat's pieces) costs its test and select per element
-        cost[id(b)] = 1 + sum(cost.get(id(s.base), 0) for s in srcs
+        cost[id(b)] = composite.COST.get(b.op, 1) + sum(cost.get(id(s.base), 0) for s in srcs
                               if id(s.base) not in store and s.base.realized is None) + \
             sum(1 for s in srcs if any(v.mask is not None for v in s.st.views))
         reduces: list[tuple[LazyBuffer, LazyBuffer]] = []
@@ -276,6 +277,8 @@ class _KernelBuilder:
             return KOp(base.op, (srcs[0],), base.arg, base.dtype)
         if base.op is BufferOps.ASSIGN:
             return srcs[0]
+        if isinstance(base.op, CompositeOps):
+            return composite.expand(base.op, srcs[0], st.shape)
         assert base.op is not None   # every base buffer is created with an op
         return KOp(base.op, tuple(srcs), base.arg, base.dtype)
 
@@ -463,7 +466,8 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
 # Each op as a small int, found by identity: hashing an Enum member runs Python code, and a graph key
 # holds thousands of them. Members live as long as the process, so their ids never change.
 _OP_CODE = {id(op): i for i, op in enumerate(
-    op for kind in (UnaryOps, BinaryOps, TernaryOps, ReduceOps, MovementOps, BufferOps) for op in kind)}
+    op for kind in (UnaryOps, BinaryOps, TernaryOps, CompositeOps, ReduceOps, MovementOps, BufferOps)
+    for op in kind)}
 
 
 class GraphKey:

@@ -24,8 +24,9 @@ from __future__ import annotations
 import itertools
 import math
 
+from tg.core import fused
 from tg.core.dtype import DType, dtypes
-from tg.core.tensor import Tensor
+from tg.core.tensor import Tensor, apply
 from tg.nn import functional as F
 from tg.nn.module import Module, Parameter
 from tg.nn.utils.rnn import PackedSequence
@@ -45,9 +46,15 @@ def _step(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh
     gh = h.linear(w_hh, b_hh)
     if mode == "LSTM":
         assert c is not None
-        i, f, g, o = (gi + gh).chunk(4, -1)
-        c = f.sigmoid() * c + i.sigmoid() * g.tanh()
-        h = o.sigmoid() * c.tanh()
+        a = gi + gh
+        if a.dtype == c.dtype and a.device == c.device and a.numel() > 0:
+            hc = apply(fused.LSTMCell, a, c)      # one Function: its backward written out
+            size = c.shape[1]
+            h, c = hc.shrink(((0, hc.shape[0]), (0, size))), hc.shrink(((0, hc.shape[0]), (size, 2 * size)))
+        else:                                   # mixed dtypes (autocast): the ops promote
+            i, f, g, o = a.chunk(4, -1)
+            c = f.sigmoid() * c + i.sigmoid() * g.tanh()
+            h = o.sigmoid() * c.tanh()
         return (h if w_hr is None else h.linear(w_hr)), c
     if mode == "GRU":
         ir, iz, in_ = gi.chunk(3, -1)
@@ -127,8 +134,9 @@ class _Recurrent(Module):
                 steps: list[Tensor] = [None] * len(sizes)     # type: ignore[list-item]
                 for t in (range(len(sizes) - 1, -1, -1) if d else range(len(sizes))):
                     b = sizes[t]
-                    hb, cb = _step(self.mode, gi[starts[t]:starts[t] + b], h[:b],
-                                   None if c is None else c[:b], w_hh, b_hh, w_hr)
+                    rows = gi.shrink(((starts[t], starts[t] + b), (0, gi.shape[1])))
+                    hb, cb = _step(self.mode, rows, h if b == n else h[:b],
+                                   c if c is None or b == n else c[:b], w_hh, b_hh, w_hr)
                     steps[t] = hb
                     h = hb if b == n else hb.cat(h[b:])
                     c = cb if c is None or cb is None or b == n else cb.cat(c[b:])

@@ -91,11 +91,6 @@ def _poly(x: Tensor, coeffs: Sequence[builtins.float]) -> Tensor:
     return acc
 
 
-# tanh(x) = x * sum_k c_k x^(2k): 1, -1/3, 2/15, -17/315, ...
-_TANH_SERIES = (1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835, -1382 / 155925, 21844 / 6081075,
-                -929569 / 638512875, 6404582 / 10854718875)
-
-
 class MathMixin:
     __slots__ = ()
 
@@ -123,29 +118,7 @@ class MathMixin:
             >>> [round(v, 4) for v in Tensor([0.0, 1.0]).exp().tolist()]
             [1.0, 2.7183]
         """
-        x = self._float_like()
-        with NoGrad():
-            out = x.detach()._exp_value()
-        return x._local(out, (x, lambda: out))
-
-    def _exp_value(self: Tensor) -> Tensor:
-        """e ** self with Cody-Waite's reduction: x = k ln2 + r, ln2 in two parts (k * the first is
-        exact), then 2**k * exp2(r / ln2). exp2(x / ln2) rounds x / ln2 at |x| and loses log2|x| bits
-        (60 float32 ulps at x = 80, 400 float64 ulps at 700); here r / ln2 is below 1/2. 2**k is two
-        factors so that neither overflows where the result does not."""
-        dtype = self.dtype
-        x = self.cast(dtypes.float32) if dtype in (dtypes.float16, dtypes.bfloat16) else self
-        wide = x.dtype == dtypes.float64
-        ln2_hi, ln2_lo = (6.93147180369123816490e-01, 1.90821492927058770002e-10) if wide else \
-            (6.93145751953125e-01, 1.428606765330187e-06)
-        # adding and taking away 1.5 * 2**mantissa-bits rounds to a whole number (in range: clamped)
-        magic = 1.5 * 2.0 ** (52 if wide else 23)
-        xc = x.clamp(-1500.0 if wide else -200.0, 1500.0 if wide else 200.0)
-        k = (xc * (1 / math.log(2)) + magic) - magic
-        r = (xc - k * ln2_hi) - k * ln2_lo
-        half = (k * 0.5 + magic) - magic
-        out = (r * (1 / math.log(2))).exp2() * half.exp2() * (k - half).exp2()
-        return x.isnan().where(x, out).cast(dtype)
+        return apply(F.Exp, self._float_like())   # tg/core/composite.py: the reduction it runs
 
     @autocast_op
     def log(self: Tensor) -> Tensor:
@@ -299,11 +272,7 @@ class MathMixin:
             >>> [round(v, 4) for v in Tensor([-2.0, 0.0, 2.0]).sigmoid().tolist()]
             [0.1192, 0.5, 0.8808]
         """
-        x = self._float_like()
-        with NoGrad():
-            out = (1 + (-x._detached()).exp()).reciprocal()
-        # s * (1 - s) is 0, not 0 * inf = nan, where exp(-x) overflows
-        return x._local(out, (x, lambda: out * (1 - out)))
+        return apply(F.Sigmoid, self._float_like())
 
     def tanh(self: Tensor) -> Tensor:
         """The hyperbolic tangent, elementwise.
@@ -311,18 +280,7 @@ class MathMixin:
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 1.0]).tanh().tolist()]
             [-0.7616, 0.0, 0.7616]
         """
-        x = self._float_like()
-        with NoGrad():
-            xd = x._detached()
-            # 2 sigmoid(2x) - 1 cancels near 0 (tanh(1e-6) was 7% off in float32): there, the Taylor
-            # series, whose terms shrink by (x / (pi/2))^2 each: 9 of them reach float32's precision
-            # below 0.55 and float64's below 0.2, where the cancellation costs at most a few ulps
-            near = 0.2 if x.dtype == dtypes.float64 else 0.55
-            x2, series = xd * xd, xd * 0.0
-            for c in _TANH_SERIES[::-1]:
-                series = series * x2 + c
-            out = (xd.abs() < near).where(xd * series, 2.0 * (2.0 * xd).sigmoid() - 1.0)
-        return x._local(out, (x, lambda: 1 - out * out))
+        return apply(F.Tanh, self._float_like())   # tg/core/composite.py: its series near 0
 
     def leaky_relu(self: Tensor, negative_slope: builtins.float = 0.01) -> Tensor:
         """self where positive, else self * negative_slope (0.01 by default, as in torch).

@@ -14,7 +14,7 @@ import numpy as np
 from tg.core.device import Buffer, Compiled, HostAllocator, Program
 from tg.core.dtype import DType, bf16_to_f32, dtypes, f32_to_bf16
 from tg.core.kernel import AstOps, Kernel, KOp
-from tg.core.ops import BinaryOps, BufferOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
+from tg.core.ops import BinaryOps, BufferOps, CompositeOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
 
 
 def compute_dtype(d: DType) -> np.dtype:
@@ -72,6 +72,10 @@ REFERENCE: dict = {
     BinaryOps.AND: np.bitwise_and, BinaryOps.OR: np.bitwise_or, BinaryOps.XOR: np.bitwise_xor,
     BinaryOps.SHL: np.left_shift, BinaryOps.SHR: np.right_shift,
     TernaryOps.WHERE: np.where, TernaryOps.MULACC: lambda a, b, c: a * b + c,
+    # composites reach no kernel (tg/core/composite.py expands them): their meaning, for the tests
+    CompositeOps.EXP: np.exp, CompositeOps.TANH: np.tanh,
+    CompositeOps.SIGMOID: lambda x: np.where(x < 0, np.exp(np.minimum(x, 0)) / (1 + np.exp(np.minimum(x, 0))),
+                                             1 / (1 + np.exp(-np.maximum(x, 0)))),
     ReduceOps.SUM: lambda x, axes: np.sum(x, axis=axes, keepdims=True, dtype=x.dtype),
     ReduceOps.MAX: lambda x, axes: np.max(x, axis=axes, keepdims=True),
     MovementOps.RESHAPE: lambda x, shape: np.reshape(x, shape),

@@ -1,0 +1,150 @@
+"""Composite ops (tg/core/composite.py): each is one node of the lazy graph with its own gradient, no
+kernel ever holds one (the scheduler expands it), and the expansion means what ops_numpy.REFERENCE
+says, on every device and float dtype, special values included. Generated over CompositeOps, so an
+op added there is tested here or the coverage test fails. Also the fused LSTM cell built on them."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from helpers import gpu_support
+
+import tg
+from tg import Tensor
+from tg.core import fused
+from tg.core.ops import CompositeOps
+from tg.core.runtime.ops_numpy import REFERENCE
+from tg.core.schedule import create_schedule
+from tg.core.tensor import apply
+
+METHOD = {CompositeOps.EXP: "exp", CompositeOps.SIGMOID: "sigmoid", CompositeOps.TANH: "tanh"}
+DTYPES = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.float32}
+# relative error allowed against the float64 reference (of the input as rounded to the dtype)
+RTOL = {"float32": 4e-7, "float64": 1e-15, "float16": 1e-3, "bfloat16": 8e-3}
+SPECIAL = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 0.54, 0.56, -0.56, 30.0, -30.0])
+
+
+def test_every_composite_is_tested_here():
+    assert set(METHOD) == set(CompositeOps)
+    assert all(op in REFERENCE for op in CompositeOps)
+
+
+@pytest.mark.parametrize("op", list(CompositeOps), ids=lambda o: o.name)
+def test_one_lazy_node_with_its_own_gradient(op):
+    x = Tensor(np.linspace(-2, 2, 7, dtype=np.float32), requires_grad=True)
+    y = getattr(x, METHOD[op])()
+    base = y.lazydata.base
+    assert base.op is op and base.srcs[0].base is x.lazydata.base
+    assert type(y._ctx).__name__ in ("Exp", "Sigmoid", "Tanh")
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_no_kernel_holds_a_composite(dtype):
+    x = Tensor(np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)).cast(dtype)
+    out = (x.exp() * x.sigmoid() + x.tanh().tanh()).sum(1) + x.sigmoid().amax(1)
+    for item in create_schedule([out.lazydata]):
+        if item.kernel is not None:
+            assert not any(isinstance(n.op, CompositeOps) for n in item.kernel.ast.walk())
+
+
+def _rounded(x: np.ndarray, dtype: str) -> np.ndarray:
+    """x as the dtype holds it, in float64."""
+    return Tensor(x.astype(np.float32) if dtype != "float64" else x).cast(dtype).float().numpy() \
+        .astype(np.float64) if dtype != "float64" else x
+
+
+@pytest.mark.parametrize("device", ["CPU", "NUMPY", "CL"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", list(CompositeOps), ids=lambda o: o.name)
+def test_expansion_follows_the_reference(op, dtype, device):
+    if device == "CL" and (reason := gpu_support("CL")) is not None:
+        pytest.skip(f"CL is not available here: {reason}")
+    rng = np.random.default_rng(list(CompositeOps).index(op) * 10 + list(DTYPES).index(dtype))
+    top = {"float16": 10.0, "bfloat16": 80.0, "float32": 80.0, "float64": 700.0}[dtype]
+    x = np.concatenate([rng.uniform(-top, top, 301), rng.uniform(-1, 1, 130), rng.uniform(-1e-4, 1e-4, 37),
+                        SPECIAL])
+    x = _rounded(x, dtype)
+    t = Tensor(x.astype(np.float32) if dtype != "float64" else x, device=device).cast(dtype)
+    got = getattr(t, METHOD[op])().cast("float64").numpy()
+    with np.errstate(all="ignore"):
+        want = REFERENCE[op](x)
+    if dtype in ("float16", "bfloat16"):    # the exact value rounded once to the narrow type
+        want = _rounded(want, dtype)
+    tiny = np.finfo(np.float32 if dtype != "float64" else np.float64).tiny
+    finite = np.isfinite(want) & (np.abs(want) > tiny)
+    np.testing.assert_allclose(got[finite], want[finite], rtol=RTOL[dtype], atol=0)
+    # the rest: infinities, NaN and zeros (with their sign) exactly, underflow to 0 or a subnormal
+    rest = ~finite
+    assert np.array_equal(np.isnan(got[rest]), np.isnan(want[rest]))
+    big = rest & np.isinf(want)
+    assert np.array_equal(got[big], want[big])
+    zero = rest & (want == 0)
+    assert np.array_equal(np.signbit(got[zero]), np.signbit(want[zero])) and np.all(got[zero] == 0)
+    small = rest & ~np.isnan(want) & ~np.isinf(want) & (want != 0)
+    assert np.all(np.abs(got[small]) <= 2 * tiny)
+
+
+def test_pinned_values():
+    x = Tensor(np.array([-np.inf, -100.0, -0.0, 0.0, 1e-6, 100.0, np.inf, np.nan], np.float32))
+    want = np.array([0, 0, 0.5, 0.5, 0.50000025, 1, 1, np.nan], np.float32)
+    np.testing.assert_array_equal(x.sigmoid().numpy(), want)
+    t = x.tanh().numpy()
+    np.testing.assert_array_equal(t, [-1.0, -1.0, -0.0, 0.0, np.float32(1e-6), 1.0, 1.0, np.nan])
+    assert np.signbit(t[2]) and not np.signbit(t[3])
+    e = x.exp().numpy()
+    np.testing.assert_array_equal(e[[0, 2, 3, 6, 7]], [0.0, 1.0, 1.0, np.inf, np.nan])
+    assert Tensor([88.0]).exp().item() == pytest.approx(math.exp(88.0), rel=3e-7)
+
+
+def test_gradients_at_saturation_are_zero_not_nan():
+    x = Tensor(np.array([-200.0, -50.0, 0.0, 50.0, 200.0], np.float32), requires_grad=True)
+    (x.sigmoid().sum() + x.tanh().sum()).backward()
+    g = x.grad.numpy()
+    assert np.all(np.isfinite(g)) and g[0] == 0 and g[-1] == 0
+    assert g[2] == pytest.approx(0.25 + 1.0)
+
+
+# ---------------------------------------------------------------- the fused LSTM cell
+
+def _cell_reference(a: np.ndarray, c: np.ndarray, dh: np.ndarray, dc: np.ndarray):
+    """torch's LSTM step in float64 and its gradient by the chain rule: (h', c'), (da, dc_prev)."""
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    i, f, g, o = np.split(a, 4, axis=1)
+    si, sf, tg_, so = sig(i), sig(f), np.tanh(g), sig(o)
+    c2 = sf * c + si * tg_
+    tc = np.tanh(c2)
+    dct = dc + dh * so * (1 - tc * tc)
+    da = np.concatenate([dct * tg_ * si * (1 - si), dct * c * sf * (1 - sf), dct * si * (1 - tg_ * tg_),
+                         dh * tc * so * (1 - so)], axis=1)
+    return (so * tc, c2), (da, dct * sf)
+
+
+@pytest.mark.parametrize("n,h", [(1, 1), (3, 5), (7, 33), (20, 128)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_lstm_cell_follows_the_equations(n, h, dtype):
+    rng = np.random.default_rng(n * 100 + h)
+    a, c = rng.normal(0, 2, (n, 4 * h)), rng.normal(0, 1, (n, h))
+    dh, dc = rng.normal(0, 1, (n, h)), rng.normal(0, 1, (n, h))
+    ta, tc = (Tensor(v.astype(dtype), requires_grad=True) for v in (a, c))
+    hc = apply(fused.LSTMCell, ta, tc)
+    assert hc.shape == (n, 2 * h)
+    (hc * Tensor(np.concatenate([dh, dc], 1).astype(dtype))).sum().backward()
+    (h2, c2), (da, dcp) = _cell_reference(a, c, dh, dc)
+    rtol, atol = (2e-5, 1e-6) if dtype == "float32" else (1e-12, 1e-14)
+    np.testing.assert_allclose(hc.numpy()[:, :h], h2, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(hc.numpy()[:, h:], c2, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(ta.grad.numpy(), da, rtol=rtol, atol=atol)
+    np.testing.assert_allclose(tc.grad.numpy(), dcp, rtol=rtol, atol=atol)
+
+
+def test_lstm_fused_and_composed_paths_agree():
+    """The mixed-dtype path (ops that promote) and the fused Function compute the same step."""
+    tg.manual_seed(3)
+    lstm = tg.nn.LSTM(6, 9, num_layers=2)
+    x = Tensor(np.random.default_rng(1).normal(0, 1, (5, 4, 6)).astype(np.float32))
+    out, (h, c) = lstm(x)
+    h0 = Tensor.zeros(2, 4, 9, dtype=tg.float64)          # a float64 state takes the composed path
+    out64, (h64, c64) = lstm(x, (h0, h0))
+    np.testing.assert_allclose(out.numpy(), out64.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(c.numpy(), c64.numpy(), rtol=1e-5, atol=1e-6)
