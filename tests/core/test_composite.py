@@ -148,3 +148,40 @@ def test_lstm_fused_and_composed_paths_agree():
     out64, (h64, c64) = lstm(x, (h0, h0))
     np.testing.assert_allclose(out.numpy(), out64.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(c.numpy(), c64.numpy(), rtol=1e-5, atol=1e-6)
+
+
+def _layer_by_steps(gi, h, c, w_hh, b_hh, reverse):
+    """The reference recurrence: one LSTMCell Function per step (tested above against the equations)."""
+    steps, n, _ = gi.shape
+    size = c.shape[1]
+    rows = [None] * steps
+    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+        a = gi[t] + h.linear(w_hh, b_hh)
+        hc = apply(fused.LSTMCell, a, c)
+        h, c = hc[:, :size], hc[:, size:]
+        rows[t] = hc.reshape(1, n, 2 * size)
+    return Tensor.cat(*rows)
+
+
+@pytest.mark.parametrize("steps,n,h", [(1, 2, 3), (5, 3, 4), (4, 1, 9)])
+@pytest.mark.parametrize("reverse", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_lstm_layer_matches_its_steps(steps, n, h, reverse, bias):
+    rng = np.random.default_rng(steps * 31 + n * 7 + h)
+    values = [rng.normal(0, 1, s) for s in ((steps, n, 4 * h), (n, h), (n, h), (4 * h, h), (4 * h,))]
+    weights = rng.normal(0, 1, (steps, n, 2 * h))
+    got_grads, want_grads, outs = [], [], []
+    for fused_layer in (True, False):
+        ts = [Tensor(v, requires_grad=True) for v in values]
+        gi, h0, c0, w, b = ts
+        if fused_layer:
+            y = apply(fused.LSTMLayer, gi, h0, c0, w, *([b] if bias else []), reverse=reverse)
+        else:
+            y = _layer_by_steps(gi, h0, c0, w, b if bias else None, reverse)
+        (y * Tensor(weights)).sum().backward()
+        outs.append(y.numpy())
+        (got_grads if fused_layer else want_grads).append([t.grad.numpy() if t.grad is not None else None
+                                                            for t in (ts if bias else ts[:4])])
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, atol=1e-13)
+    for got, want in zip(got_grads[0], want_grads[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)

@@ -313,29 +313,27 @@ def _one_minus(x: LazyBuffer) -> LazyBuffer:
     return x.e(UnaryOps.NEG).e(BinaryOps.ADD, _const(x, 1.0))
 
 
-class LSTMCell(Function):
-    """One LSTM step from its gates' pre-activations a (N, 4H: i, f, g, o in torch's order, x W_ih^T +
-    b_ih + h W_hh^T + b_hh) and the cell state c (N, H): (N, 2H), h' and then c', where
+class _LSTMStep:
+    """One LSTM step's values from its gates' pre-activations a (N, 4H: i, f, g, o in torch's order,
+    x W_ih^T + b_ih + h W_hh^T + b_hh) and the cell state c (N, H):
 
-        c' = sigmoid(f) c + sigmoid(i) tanh(g),   h' = sigmoid(o) tanh(c').
+        c' = sigmoid(f) c + sigmoid(i) tanh(g),   h' = sigmoid(o) tanh(c'),
 
-    Its backward is the step's derivative written out (dc' + dh' o (1 - tanh(c')^2) carried into
-    each gate and into c), a dozen lazy ops where the primitives' autograd made about sixty."""
+    and its derivative written out (dc' + dh' o (1 - tanh(c')^2) carried into each gate and into c):
+    a dozen lazy ops where the primitives' autograd made about sixty."""
 
-    def forward(self, a: LazyBuffer, c: LazyBuffer) -> LazyBuffer:
+    def __init__(self, a: LazyBuffer, c: LazyBuffer):
         n, h = c.shape
-        self.c, self.n, self.h = c, n, h
+        self.c = c
         i, f, g, o = (a.shrink(((0, n), (k * h, (k + 1) * h))) for k in range(4))
         self.i, self.f, self.o = (x.e(CompositeOps.SIGMOID) for x in (i, f, o))
         self.g = g.e(CompositeOps.TANH)
         self.c2 = self.f.e(BinaryOps.MUL, c).e(BinaryOps.ADD, self.i.e(BinaryOps.MUL, self.g))
         self.tc = self.c2.e(CompositeOps.TANH)
-        out, _ = join((self.o.e(BinaryOps.MUL, self.tc), self.c2), 1)
-        return out
+        self.h2 = self.o.e(BinaryOps.MUL, self.tc)
 
-    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]:
-        n, h = self.n, self.h
-        dh, dc = (grad.shrink(((0, n), (k * h, (k + 1) * h))) for k in range(2))
+    def backward(self, dh: LazyBuffer, dc: LazyBuffer) -> tuple[LazyBuffer, LazyBuffer]:
+        """(d a, d c) from the gradients of h' and c'."""
         i, f, g, o, tc = self.i, self.f, self.g, self.o, self.tc
         tanh_slope = _one_minus(tc.e(BinaryOps.MUL, tc))
         dct = dc.e(BinaryOps.ADD, dh.e(BinaryOps.MUL, o).e(BinaryOps.MUL, tanh_slope))
@@ -344,8 +342,81 @@ class LSTMCell(Function):
                  dct.e(BinaryOps.MUL, self.c).e(BinaryOps.MUL, sig(f)),
                  dct.e(BinaryOps.MUL, i).e(BinaryOps.MUL, _one_minus(g.e(BinaryOps.MUL, g))),
                  dh.e(BinaryOps.MUL, tc).e(BinaryOps.MUL, sig(o)))
+        return join(parts, 1)[0], dct.e(BinaryOps.MUL, f)
+
+
+def _halves(x: LazyBuffer) -> tuple[LazyBuffer, LazyBuffer]:
+    """x (N, 2H) as its two (N, H) halves."""
+    n, h = x.shape[0], x.shape[1] // 2
+    return x.shrink(((0, n), (0, h))), x.shrink(((0, n), (h, 2 * h)))
+
+
+class LSTMCell(Function):
+    """One LSTM step (`_LSTMStep`): a (N, 4H) and c (N, H) -> (N, 2H), h' and then c'."""
+
+    def forward(self, a: LazyBuffer, c: LazyBuffer) -> LazyBuffer:
+        self.step = _LSTMStep(a, c)
+        return join((self.step.h2, self.step.c2), 1)[0]
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]:
+        da, dc = self.step.backward(*_halves(grad))
         need_a, need_c = self.needs_input_grad
-        return (join(parts, 1)[0] if need_a else None), (dct.e(BinaryOps.MUL, f) if need_c else None)
+        return (da if need_a else None), (dc if need_c else None)
+
+
+class LSTMLayer(Function):
+    """A whole LSTM layer in one direction: gi (T, N, 4H), every step's input projection with b_ih;
+    h0, c0 (N, H); w_hh (4H, H) and b_hh (4H,) when given -> (T, N, 2H), each step's h and c (step t
+    runs after step t - 1, or after t + 1 with reverse). As one Function the recurrence costs no
+    autograd bookkeeping per step, and its backward is backpropagation through time written out: the
+    steps' gate gradients in one (T, N, 4H) tensor, so that W_hh's and b_hh's gradients are one
+    matmul and one sum over all T N rows instead of T small ones and their running sum."""
+
+    def forward(self, gi: LazyBuffer, h0: LazyBuffer, c0: LazyBuffer, w_hh: LazyBuffer,
+                b_hh: LazyBuffer | None = None, reverse: bool = False) -> LazyBuffer:
+        steps, n, gates = gi.shape
+        self.h0, self.w_hh, self.reverse, self.has_bias = h0, w_hh, reverse, b_hh is not None
+        bias = None if b_hh is None else b_hh.reshape((1, gates)).expand((n, gates))
+        w = packed(w_hh, n)
+        h, c = h0, c0
+        self.steps: list[_LSTMStep] = [None] * steps      # type: ignore[list-item]
+        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+            a = gi.shrink(((t, t + 1), (0, n), (0, gates))).reshape((n, gates))
+            a = a.e(BinaryOps.ADD, matmul_nt(h, w))
+            step = self.steps[t] = _LSTMStep(a if bias is None else a.e(BinaryOps.ADD, bias), c)
+            h, c = step.h2, step.c2
+        rows = [join((s.h2, s.c2), 1)[0].reshape((1, n, 2 * c0.shape[1])) for s in self.steps]
+        self.out = join(rows, 0)[0]
+        return self.out
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        steps, n, width = grad.shape
+        size = width // 2
+        dh = dc = None
+        grads: list[LazyBuffer] = [None] * steps          # type: ignore[list-item]
+        for t in (range(steps) if self.reverse else range(steps - 1, -1, -1)):
+            dh_t, dc_t = _halves(grad.shrink(((t, t + 1), (0, n), (0, width))).reshape((n, width)))
+            if dh is not None and dc is not None:
+                dh_t, dc_t = dh_t.e(BinaryOps.ADD, dh), dc_t.e(BinaryOps.ADD, dc)
+            grads[t], dc = self.steps[t].backward(dh_t, dc_t)
+            dh = matmul_nt(grads[t], swap_last(self.w_hh))
+        da = join([g.reshape((1, n, g.shape[1])) for g in grads], 0)[0]
+        need = self.needs_input_grad
+        rows = da.reshape((steps * n, da.shape[2]))
+        gw = gb = None
+        if need[3]:
+            # each step's h before it: h0, then the output's h one step back (forward: t - 1)
+            first = self.h0.reshape((1, n, size))
+            if steps > 1:
+                span = (1, steps) if self.reverse else (0, steps - 1)
+                hs = self.out.shrink((span, (0, n), (0, size)))
+                first = join((hs, first) if self.reverse else (first, hs), 0)[0]
+            before = first.reshape((steps * n, size))
+            gw = matmul_nt(swap_last(rows), swap_last(before))
+        if self.has_bias and need[4]:
+            gb = rows.r(ReduceOps.SUM, (0,)).reshape((rows.shape[1],))
+        return (da if need[0] else None, dh if need[1] else None, dc if need[2] else None, gw,
+                *((gb,) if self.has_bias else ()))
 
 
 class Attention(Function):

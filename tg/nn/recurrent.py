@@ -131,6 +131,15 @@ class _Recurrent(Module):
                 gi = layer_in.linear(w_ih, b_ih)            # every step's input projection at once
                 k = layer * dirs + d
                 h, c = hx[k], (None if cx is None else cx[k])
+                if self._whole_layer(gi, h, c, sizes, n):
+                    assert c is not None
+                    y = apply(fused.LSTMLayer, gi.reshape(len(sizes), n, gi.shape[1]), h, c, w_hh,
+                              *([] if b_hh is None else [b_hh]), reverse=bool(d))
+                    size, last = self.hidden_size, (0 if d else len(sizes) - 1)
+                    outs.append(y.shrink(((0, len(sizes)), (0, n), (0, size))).reshape(len(sizes) * n, size))
+                    last_h.append(y[last].shrink(((0, n), (0, size))))
+                    last_c.append(y[last].shrink(((0, n), (size, 2 * size))))
+                    continue
                 steps: list[Tensor] = [None] * len(sizes)     # type: ignore[list-item]
                 for t in (range(len(sizes) - 1, -1, -1) if d else range(len(sizes))):
                     b = sizes[t]
@@ -149,6 +158,14 @@ class _Recurrent(Module):
             if self.dropout and self.training and layer < self.num_layers - 1:
                 layer_in = F.dropout(layer_in, self.dropout)
         return layer_in, Tensor.stack(last_h), (Tensor.stack(last_c) if last_c else None)
+
+    def _whole_layer(self, gi: Tensor, h: Tensor, c: Tensor | None, sizes: list[int], n: int) -> bool:
+        """Whether a layer's direction runs as one fused.LSTMLayer: an LSTM without projection over
+        equal-length sequences, its state of the projections' dtype and device (else step by step,
+        where mixed dtypes promote)."""
+        same = c is not None and gi.dtype == h.dtype == c.dtype and gi.device == h.device == c.device
+        return self.mode == "LSTM" and not self.proj_size and same and n > 0 and len(sizes) > 0 \
+            and all(b == n for b in sizes)
 
     def _check_states(self, n: int, hx: Tensor | None, cx: Tensor | None) -> None:
         dirs = 2 if self.bidirectional else 1
