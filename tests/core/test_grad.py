@@ -25,6 +25,8 @@ PRIMITIVES = {
     "exp": (lambda a: a.exp(), [r(3, 4, lo=-3.0, hi=3.0)]),
     "sigmoid": (lambda a: a.sigmoid(), [r(5, 3, lo=-6.0, hi=6.0)]),
     "tanh": (lambda a: a.tanh(), [r(7, lo=-3.0, hi=3.0)]),
+    "erf": (lambda a: a.erf(), [r(6, lo=-3.0, hi=3.0)]),
+    "erfc": (lambda a: a.erfc(), [r(2, 3, lo=-3.0, hi=3.0)]),
     "log2": (lambda a: a.log2(), [pos(3, 4)]),
     "sin": (lambda a: a.sin(), [r(3, 4)]), "cos": (lambda a: a.cos(), [r(3, 4)]),
     "sqrt": (lambda a: a.sqrt(), [pos(5)]),
@@ -53,9 +55,9 @@ def test_every_primitive_has_a_gradient_check():
     from tg.core.function import FUNCTIONS, NoGrad
     differentiable = {op for op, fn in FUNCTIONS.items() if not issubclass(fn, NoGrad)}
     differentiable -= {BufferOps.EMPTY, BufferOps.CONST, BufferOps.ASSIGN}   # no inputs to differentiate
-    covered = {F.Exp2, F.Exp, F.Sigmoid, F.Tanh, F.Log2, F.Sin, F.Cos, F.Sqrt, F.Reciprocal, F.Neg, F.Cast,
-               F.Add, F.Mul, F.Maximum, F.Where, F.MulAcc, F.Sum, F.Max, F.Reshape, F.Permute, F.Expand,
-               F.Pad, F.Shrink, F.Flip, F.Contiguous, F.Copy}
+    covered = {F.Exp2, F.Exp, F.Sigmoid, F.Tanh, F.Erf, F.Erfc, F.Log2, F.Sin, F.Cos, F.Sqrt, F.Reciprocal,
+               F.Neg, F.Cast, F.Add, F.Mul, F.Maximum, F.Where, F.MulAcc, F.Sum, F.Max, F.Reshape, F.Permute,
+               F.Expand, F.Pad, F.Shrink, F.Flip, F.Contiguous, F.Copy}
     assert {FUNCTIONS[op] for op in differentiable} <= covered
     assert all(op in FUNCTIONS for op in [*ReduceOps, *MovementOps])
 

@@ -1,9 +1,9 @@
 """Composite ops: one node in the lazy graph, the primitives that compute it in the kernel.
 
-exp, sigmoid and tanh are each some twenty to fifty primitive ops (a range reduction, a series near
-0, the care for NaN and overflow). Built from primitives at the Tensor level, every call made that
-many lazy buffers, hashed them into every graph key and walked them in every schedule: an LSTM's
-step spent most of its time there. As `CompositeOps` they stay one lazy node (one Function, one
+exp, sigmoid, tanh, erf and erfc are each some twenty to two hundred primitive ops (a range
+reduction, a series near 0, fdlibm's rational approximations, the care for NaN and overflow). Built
+from primitives at the Tensor level, every call made that many lazy buffers, hashed them into every
+graph key and walked them in every schedule: an LSTM's step spent most of its time there. As `CompositeOps` they stay one lazy node (one Function, one
 gradient) until the scheduler builds a kernel's AST (`schedule.Builder`), where `expand` writes the
 primitives in once per kernel. Every backend, the numpy reference interpreter included, only ever
 sees primitives; ops_numpy.REFERENCE still states what each composite means, and the tests hold the
@@ -44,6 +44,49 @@ def _tanh_series(terms: int) -> tuple[float, ...]:
 TANH_SERIES = {dtypes.float32: _tanh_series(9), dtypes.float64: _tanh_series(18)}
 
 NARROW = (dtypes.float16, dtypes.bfloat16)
+
+# fdlibm's s_erf.c coefficients (Sun Microsystems, 1993, freely redistributable), lowest power first:
+# erf(a) = a + a P(a^2)/Q(a^2) below 0.84375; erx + P(a - 1)/Q(a - 1) below 1.25; above, erfc(a) from
+# exp and R(1/a^2)/S(1/a^2), RA/SA below 1/0.35 and RB/SB beyond (_erf_parts)
+ERF_ERX = 8.45062911510467529297e-01
+
+
+ERF_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
+          -5.77027029648944159157e-03, -2.37630166566501626084e-05)
+
+
+ERF_QQ = (3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
+          1.32494738004321644526e-04, -3.96022827877536812320e-06)
+
+
+ERF_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
+          3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
+          -2.16637559486879084300e-03)
+
+
+ERF_QA = (1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
+          1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
+
+
+ERF_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
+          -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
+          -8.12874355063065934246e+01, -9.81432934416914548592e+00)
+
+
+ERF_SA = (1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
+          6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
+          6.57024977031928170135e+00, -6.04244152148580987438e-02)
+
+
+ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
+          -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
+          -4.83519191608651397019e+02)
+
+
+ERF_SB = (3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
+          3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
+          -2.24409524465858183362e+01)
+
 
 
 class _Values:
@@ -115,11 +158,73 @@ def _tanh(v: _Values, x: KOp) -> KOp:
     return v.where(v.alu(BinaryOps.CMPLT, magnitude, 0.55), v.mul(x, series), far)
 
 
-_EXPANSIONS = {CompositeOps.EXP: _exp, CompositeOps.SIGMOID: _sigmoid, CompositeOps.TANH: _tanh}
+def _poly(v: _Values, x: KOp, coeffs: tuple[float, ...]) -> KOp:
+    """coeffs[0] + coeffs[1] x + ... by Horner's rule."""
+    acc = v.const(coeffs[-1])
+    for c in reversed(coeffs[:-1]):
+        acc = v.add(v.mul(acc, x), c)
+    return acc
+
+
+def _erf_parts(v: _Values, x: KOp) -> tuple[KOp, KOp]:
+    """(erf(|x|), erfc(|x|)) by fdlibm's s_erf.c: rational approximations on [0, 0.84375), [0.84375,
+    1.25) and beyond, where erfc(a) = exp(-z^2 - 0.5625) * exp((z - a)(z + a) + R/S) / a with z = a
+    cut to half its bits (z^2 is exact, so the large exponent carries no rounding error). The
+    coefficients are double's. NaN stays NaN."""
+    dtype = v.dtype
+    word = dtypes.int64 if dtype == dtypes.float64 else dtypes.int32
+    bits = KOp(UnaryOps.BITCAST, (x,), word, word)
+    magnitude = KOp(BinaryOps.AND, (bits, KOp(BufferOps.CONST, (), ((1 << (8 * word.itemsize - 1)) - 1, v.st),
+                                                                     word)), None, word)
+    a = KOp(UnaryOps.BITCAST, (magnitude,), dtype, dtype)          # |x|, x read once
+    z2, s = v.mul(a, a), v.add(a, -1.0)
+    lt = lambda p, q: v.alu(BinaryOps.CMPLT, p, q)  # noqa: E731
+    at = v.where(lt(a, 40.0), a, 40.0)              # erfc(40) is 0 even in float64; no inf - inf below
+    inv = v.unary(UnaryOps.RECIP, v.mul(at, at))
+    near, low, middle = lt(at, 1 / 0.35), lt(a, 0.84375), lt(a, 1.25)
+    # each range's rational function is one quotient P/Q, and a value uses one range: the numerators
+    # and denominators are chosen first, so the four quotients are one division
+    top = v.where(low, _poly(v, z2, ERF_PP), v.where(middle, _poly(v, s, ERF_PA), v.where(
+        near, _poly(v, inv, ERF_RA), _poly(v, inv, ERF_RB))))
+    bottom = v.where(low, _poly(v, z2, (1.0, *ERF_QQ)), v.where(middle, _poly(v, s, (1.0, *ERF_QA)), v.where(
+        near, _poly(v, inv, (1.0, *ERF_SA)), _poly(v, inv, (1.0, *ERF_SB)))))
+    q = v.mul(top, v.unary(UnaryOps.RECIP, bottom))
+    small = v.add(a, v.mul(a, q))
+    at_bits = KOp(UnaryOps.BITCAST, (at,), word, word)
+    keep = -(1 << 32) if word == dtypes.int64 else -(1 << 13)
+    cut = KOp(UnaryOps.BITCAST, (KOp(BinaryOps.AND, (at_bits, KOp(BufferOps.CONST, (), (keep, v.st), word)),
+                                     None, word),), dtype, dtype)
+    first = _exp(v, v.add(v.mul(v.neg(cut), cut), -0.5625))
+    second = _exp(v, v.add(v.mul(v.add(cut, v.neg(at)), v.add(cut, at)), q))
+    tail = v.mul(v.mul(first, second), v.unary(UnaryOps.RECIP, at))
+    erf_a = v.where(low, small, v.where(middle, v.add(q, ERF_ERX), v.add(1.0, v.neg(tail))))
+    erfc_a = v.where(low, v.add(1.0, v.neg(small)), v.where(middle, v.add(1 - ERF_ERX, v.neg(q)), tail))
+    nan = v.alu(BinaryOps.CMPNE, a, a)
+    return v.where(nan, a, erf_a), v.where(nan, a, erfc_a)
+
+
+def _erf(v: _Values, x: KOp) -> KOp:
+    """erf(|x|) with x's sign bit (erf(-0.0) is -0.0)."""
+    erf_a, _ = _erf_parts(v, x)
+    word = dtypes.int64 if v.dtype == dtypes.float64 else dtypes.int32
+    negative = KOp(BinaryOps.CMPLT, (KOp(UnaryOps.BITCAST, (x,), word, word),
+                                     KOp(BufferOps.CONST, (), (0, v.st), word)), None, dtypes.bool)
+    return v.where(negative, v.neg(erf_a), erf_a)
+
+
+def _erfc(v: _Values, x: KOp) -> KOp:
+    """erfc(|x|), or 2 - it below 0: never 1 - erf rounded, so the tail keeps its digits."""
+    _, erfc_a = _erf_parts(v, x)
+    return v.where(v.alu(BinaryOps.CMPLT, x, 0.0), v.add(2.0, v.neg(erfc_a)), erfc_a)
+
+
+_EXPANSIONS = {CompositeOps.EXP: _exp, CompositeOps.SIGMOID: _sigmoid, CompositeOps.TANH: _tanh,
+               CompositeOps.ERF: _erf, CompositeOps.ERFC: _erfc}
 
 # what each composite costs when the scheduler weighs recomputing a value against storing it
 # (schedule._plan counts one per primitive op): its primitives' count in float32
-COST: dict[object, int] = {CompositeOps.EXP: 20, CompositeOps.SIGMOID: 22, CompositeOps.TANH: 45}
+COST: dict[object, int] = {CompositeOps.EXP: 20, CompositeOps.SIGMOID: 22, CompositeOps.TANH: 45,
+                           CompositeOps.ERF: 120, CompositeOps.ERFC: 120}
 
 
 def expand(op: CompositeOps, x: KOp, shape: tuple[int, ...]) -> KOp:

@@ -97,6 +97,29 @@ class Tanh(Function):
         return t.e(BinaryOps.MUL, t).e(UnaryOps.NEG).e(BinaryOps.ADD, _const(t, 1.0)).e(BinaryOps.MUL, grad)
 
 
+class Erf(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(CompositeOps.ERF)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return _gauss(self.x, 2 / math.sqrt(math.pi)).e(BinaryOps.MUL, grad)
+
+
+class Erfc(Function):
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x
+        return x.e(CompositeOps.ERFC)
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        return _gauss(self.x, -2 / math.sqrt(math.pi)).e(BinaryOps.MUL, grad)
+
+
+def _gauss(x: LazyBuffer, scale: float) -> LazyBuffer:
+    """scale * exp(-x^2): erf's and erfc's derivative."""
+    return x.e(BinaryOps.MUL, x).e(UnaryOps.NEG).e(CompositeOps.EXP).e(BinaryOps.MUL, _const(x, scale))
+
+
 class Log2(Function):
     def forward(self, x: LazyBuffer) -> LazyBuffer:
         self.x = x
@@ -424,6 +447,7 @@ FREED = Freed("")
 FUNCTIONS: dict[Op, type[Function]] = {
     UnaryOps.EXP2: Exp2, UnaryOps.LOG2: Log2, UnaryOps.SIN: Sin, UnaryOps.COS: Cos,
     UnaryOps.SQRT: Sqrt, CompositeOps.EXP: Exp, CompositeOps.SIGMOID: Sigmoid, CompositeOps.TANH: Tanh,
+    CompositeOps.ERF: Erf, CompositeOps.ERFC: Erfc,
     UnaryOps.RECIP: Reciprocal, UnaryOps.NEG: Neg, UnaryOps.CAST: Cast, UnaryOps.BITCAST: Cast,
     BinaryOps.ADD: Add, BinaryOps.MUL: Mul, BinaryOps.MAX: Maximum,
     TernaryOps.WHERE: Where, TernaryOps.MULACC: MulAcc,

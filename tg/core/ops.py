@@ -51,6 +51,8 @@ class CompositeOps(_Ops):
     EXP = auto()
     SIGMOID = auto()
     TANH = auto()
+    ERF = auto()
+    ERFC = auto()
 
 
 class ReduceOps(_Ops):

@@ -23,49 +23,6 @@ if TYPE_CHECKING:
     from tg.core.tensor import Tensor
 
 
-# fdlibm's s_erf.c coefficients (Sun Microsystems, 1993, freely redistributable), lowest power first:
-# erf(a) = a + a P(a^2)/Q(a^2) below 0.84375; erx + P(a - 1)/Q(a - 1) below 1.25; above, erfc(a) from
-# exp and R(1/a^2)/S(1/a^2), RA/SA below 1/0.35 and RB/SB beyond (Tensor._erf_parts)
-ERF_ERX = 8.45062911510467529297e-01
-
-
-ERF_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
-          -5.77027029648944159157e-03, -2.37630166566501626084e-05)
-
-
-ERF_QQ = (3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
-          1.32494738004321644526e-04, -3.96022827877536812320e-06)
-
-
-ERF_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
-          3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
-          -2.16637559486879084300e-03)
-
-
-ERF_QA = (1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
-          1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
-
-
-ERF_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
-          -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
-          -8.12874355063065934246e+01, -9.81432934416914548592e+00)
-
-
-ERF_SA = (1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
-          6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
-          6.57024977031928170135e+00, -6.04244152148580987438e-02)
-
-
-ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
-          -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
-          -4.83519191608651397019e+02)
-
-
-ERF_SB = (3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
-          3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
-          -2.24409524465858183362e+01)
-
-
 # Cephes' atanf (float32) and atan (float64) coefficients (Stephen L. Moshier, 1984-2000, freely
 # redistributable), lowest power first: atan(r) = r + r z P(z) (float32), r + r z P(z)/(Q(z) + z^5) (float64),
 # z = r^2
@@ -311,16 +268,12 @@ class MathMixin:
 
     def erf(self: Tensor) -> Tensor:
         """The Gauss error function, elementwise, to about an ulp of the dtype (fdlibm's algorithm; see
-        `_erf_parts`).
+        tg/core/composite.py).
 
             >>> [round(v, 4) for v in Tensor([-1.0, 0.0, 0.5]).erf().tolist()]
             [-0.8427, 0.0, 0.5205]
         """
-        x = self._float_like()
-        with NoGrad():
-            erf_a, _ = x.detach()._erf_parts()
-            out = x.detach()._sign_negative().where(-erf_a, erf_a).cast(x.dtype)
-        return x._local(out, (x, lambda: (-(x.detach() * x.detach())).exp() * (2 / math.sqrt(math.pi))))
+        return apply(F.Erf, self._float_like())   # tg/core/composite.py: fdlibm's algorithm
 
     def gelu(self: Tensor, approximate: str = "none") -> Tensor:
         """self * Phi(self), Phi the standard normal CDF, with erf (approximate="none") or torch's tanh
@@ -749,42 +702,7 @@ class MathMixin:
             >>> Tensor([0.0]).erfc().tolist()
             [1.0]
         """
-        x = self._float_like()
-        with NoGrad():
-            _, erfc_a = x.detach()._erf_parts()
-            out = (x.detach() < 0).where(2 - erfc_a, erfc_a).cast(x.dtype)
-        return x._local(out, (x, lambda: (-(x.detach() * x.detach())).exp() * (-2 / math.sqrt(math.pi))))
-
-    def _erf_parts(self: Tensor) -> tuple[Tensor, Tensor]:
-        """(erf(|x|), erfc(|x|)) of a float tensor (float32 for a narrow one: the caller rounds once),
-        by fdlibm's s_erf.c (Sun Microsystems, 1993, freely redistributable): rational approximations
-        on [0, 0.84375), [0.84375, 1.25) and beyond, where erfc(a) = exp(-z^2 - 0.5625) * exp((z - a)
-        (z + a) + R/S) / a with z = a cut to half its bits (z^2 is exact, so the large exponent carries
-        no rounding error). The coefficients are double's."""
-        x = self.cast(dtypes.float32) if self.dtype in (dtypes.float16, dtypes.bfloat16) else self
-        word = dtypes.int64 if x.dtype == dtypes.float64 else dtypes.int32
-        a = (x.bitcast(word) & ((1 << (8 * word.itemsize - 1)) - 1)).bitcast(x.dtype)   # |x|, x read once
-        z2 = a * a
-        s = a - 1
-        at = (a < 40.0).where(a, 40.0)              # erfc(40) is 0 even in float64; no inf - inf below
-        inv = 1 / (at * at)
-        near = at < 1 / 0.35
-        low, middle = a < 0.84375, a < 1.25
-        # each range's rational function is one quotient P/Q, and a value uses one range: the numerators
-        # and denominators are chosen first, so the four quotients are one division (the same one in
-        # each lane; a division costs what a dozen multiply-adds do)
-        q = low.where(_poly(z2, ERF_PP), middle.where(_poly(s, ERF_PA), near.where(_poly(inv, ERF_RA),
-                                                                                   _poly(inv, ERF_RB)))) / \
-            low.where(_poly(z2, (1.0, *ERF_QQ)), middle.where(_poly(s, (1.0, *ERF_QA)),
-                                                              near.where(_poly(inv, (1.0, *ERF_SA)),
-                                                                         _poly(inv, (1.0, *ERF_SB)))))
-        small = a + a * q
-        cut = (at.bitcast(word) & (-(1 << 32) if word == dtypes.int64 else -(1 << 13))).bitcast(x.dtype)
-        tail = (-cut * cut - 0.5625).exp() * ((cut - at) * (cut + at) + q).exp() / at
-        erf_a = low.where(small, middle.where(q + ERF_ERX, 1 - tail))
-        erfc_a = low.where(1 - small, middle.where((1 - ERF_ERX) - q, tail))
-        nan = a.isnan()
-        return nan.where(a, erf_a), nan.where(a, erfc_a)
+        return apply(F.Erfc, self._float_like())
 
     def signbit(self: Tensor) -> Tensor:
         """True where the sign bit is set: negative numbers and -0.0.

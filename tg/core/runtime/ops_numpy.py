@@ -7,6 +7,7 @@ float32 (split reduces keep float32 partials); integer arithmetic wraps; MOD and
 and an integer division by zero gives 0; CMPLT/CMPNE give bools."""
 from __future__ import annotations
 
+import math
 import time
 
 import numpy as np
@@ -74,6 +75,8 @@ REFERENCE: dict = {
     TernaryOps.WHERE: np.where, TernaryOps.MULACC: lambda a, b, c: a * b + c,
     # composites reach no kernel (tg/core/composite.py expands them): their meaning, for the tests
     CompositeOps.EXP: np.exp, CompositeOps.TANH: np.tanh,
+    CompositeOps.ERF: lambda x: np.vectorize(math.erf, otypes=[x.dtype])(x),
+    CompositeOps.ERFC: lambda x: np.vectorize(math.erfc, otypes=[x.dtype])(x),
     CompositeOps.SIGMOID: lambda x: np.where(x < 0, np.exp(np.minimum(x, 0)) / (1 + np.exp(np.minimum(x, 0))),
                                              1 / (1 + np.exp(-np.maximum(x, 0)))),
     ReduceOps.SUM: lambda x, axes: np.sum(x, axis=axes, keepdims=True, dtype=x.dtype),
