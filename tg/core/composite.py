@@ -3,11 +3,11 @@
 exp, sigmoid, tanh, erf and erfc are each some twenty to two hundred primitive ops (a range
 reduction, a series near 0, fdlibm's rational approximations, the care for NaN and overflow). Built
 from primitives at the Tensor level, every call made that many lazy buffers, hashed them into every
-graph key and walked them in every schedule: an LSTM's step spent most of its time there. As `CompositeOps` they stay one lazy node (one Function, one
-gradient) until the scheduler builds a kernel's AST (`schedule.Builder`), where `expand` writes the
-primitives in once per kernel. Every backend, the numpy reference interpreter included, only ever
-sees primitives; ops_numpy.REFERENCE still states what each composite means, and the tests hold the
-expansions to it.
+graph key and walked them in every schedule: an LSTM's step spent most of its time there. As
+`CompositeOps` they stay one lazy node (one Function, one gradient) until the scheduler builds a
+kernel's AST (schedule.py's kernel builder), where `expand` writes the primitives in once per
+kernel. Every backend, the numpy reference interpreter included, only ever sees primitives;
+ops_numpy.REFERENCE still states what each composite means, and the tests hold the expansions to it.
 
 float16 and bfloat16 operands are computed in float32 and rounded once; float64 uses its own
 constants (a finer split of ln 2, a wider clamp).
@@ -86,7 +86,6 @@ ERF_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.775795491
 ERF_SB = (3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
           3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
           -2.24409524465858183362e+01)
-
 
 
 class _Values:
