@@ -186,3 +186,31 @@ def test_lstm_layer_matches_its_steps(steps, n, h, reverse, bias):
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, atol=1e-13)
     for got, want in zip(got_grads[0], want_grads[0]):
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+
+
+def _gru_reference(gi, gh, h, dh):
+    """torch's GRU step in float64 and its gradient by the chain rule: h', (dgi, dgh, dh_prev)."""
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    (ir, iz, in_), (hr, hz, hn) = np.split(gi, 3, axis=1), np.split(gh, 3, axis=1)
+    r, z = sig(ir + hr), sig(iz + hz)
+    n = np.tanh(in_ + r * hn)
+    d_n = dh * (1 - z) * (1 - n * n)
+    d_z = dh * (h - n) * z * (1 - z)
+    d_r = d_n * hn * r * (1 - r)
+    return (1 - z) * n + z * h, (np.concatenate([d_r, d_z, d_n], 1), np.concatenate([d_r, d_z, d_n * r], 1),
+                                 dh * z)
+
+
+@pytest.mark.parametrize("n,h", [(1, 1), (3, 5), (20, 33)])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_gru_cell_follows_the_equations(n, h, dtype):
+    rng = np.random.default_rng(n * 10 + h)
+    gi, gh, h0, dh = (rng.normal(0, 2, s) for s in ((n, 3 * h), (n, 3 * h), (n, h), (n, h)))
+    ts = [Tensor(v.astype(dtype), requires_grad=True) for v in (gi, gh, h0)]
+    out = apply(fused.GRUCell, *ts)
+    (out * Tensor(dh.astype(dtype))).sum().backward()
+    want, grads = _gru_reference(gi, gh, h0, dh)
+    rtol, atol = (2e-5, 1e-6) if dtype == "float32" else (1e-12, 1e-14)
+    np.testing.assert_allclose(out.numpy(), want, rtol=rtol, atol=atol)
+    for t, g in zip(ts, grads):
+        np.testing.assert_allclose(t.grad.numpy(), g, rtol=rtol, atol=atol)

@@ -364,6 +364,35 @@ class LSTMCell(Function):
         return (da if need_a else None), (dc if need_c else None)
 
 
+class GRUCell(Function):
+    """One GRU step from gi = x W_ih^T + b_ih and gh = h W_hh^T + b_hh (N, 3H each: r, z, n in torch's
+    order) and h (N, H):
+
+        r = sigmoid(gi_r + gh_r),  z = sigmoid(gi_z + gh_z),  n = tanh(gi_n + r gh_n),
+        h' = (1 - z) n + z h,
+
+    with its derivative written out."""
+
+    def forward(self, gi: LazyBuffer, gh: LazyBuffer, h: LazyBuffer) -> LazyBuffer:
+        rows, size = h.shape
+        part = lambda x, k: x.shrink(((0, rows), (k * size, (k + 1) * size)))  # noqa: E731
+        self.h, self.gh_n = h, part(gh, 2)
+        self.r, self.z = (part(gi, k).e(BinaryOps.ADD, part(gh, k)).e(CompositeOps.SIGMOID) for k in range(2))
+        self.n = part(gi, 2).e(BinaryOps.ADD, self.r.e(BinaryOps.MUL, self.gh_n)).e(CompositeOps.TANH)
+        return _one_minus(self.z).e(BinaryOps.MUL, self.n).e(BinaryOps.ADD, self.z.e(BinaryOps.MUL, h))
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        r, z, n = self.r, self.z, self.n
+        sig = lambda s: s.e(BinaryOps.MUL, _one_minus(s))  # noqa: E731  (sigmoid's slope from its value)
+        d_n = grad.e(BinaryOps.MUL, _one_minus(z)).e(BinaryOps.MUL, _one_minus(n.e(BinaryOps.MUL, n)))
+        d_z = grad.e(BinaryOps.MUL, self.h.e(BinaryOps.ADD, n.e(UnaryOps.NEG))).e(BinaryOps.MUL, sig(z))
+        d_r = d_n.e(BinaryOps.MUL, self.gh_n).e(BinaryOps.MUL, sig(r))
+        need_gi, need_gh, need_h = self.needs_input_grad
+        return (join((d_r, d_z, d_n), 1)[0] if need_gi else None,
+                join((d_r, d_z, d_n.e(BinaryOps.MUL, r)), 1)[0] if need_gh else None,
+                grad.e(BinaryOps.MUL, z) if need_h else None)
+
+
 class LSTMLayer(Function):
     """A whole LSTM layer in one direction: gi (T, N, 4H), every step's input projection with b_ih;
     h0, c0 (N, H); w_hh (4H, H) and b_hh (4H,) when given -> (T, N, 2H), each step's h and c (step t

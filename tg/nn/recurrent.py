@@ -57,6 +57,8 @@ def _step(mode: str, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh
             h = o.sigmoid() * c.tanh()
         return (h if w_hr is None else h.linear(w_hr)), c
     if mode == "GRU":
+        if gi.dtype == gh.dtype == h.dtype and gi.device == h.device and gi.numel() > 0:
+            return apply(fused.GRUCell, gi, gh, h), None     # one Function: its backward written out
         ir, iz, in_ = gi.chunk(3, -1)
         hr, hz, hn = gh.chunk(3, -1)
         r, z = (ir + hr).sigmoid(), (iz + hz).sigmoid()
