@@ -372,6 +372,9 @@ class Compiled:
             new: dict[str, str] = {}         # source -> kernel name, each source once
             for key, k in todo.items():
                 name, src, info = self.lower(k)
+                if isinstance(getattr(info, "uops", None), list):
+                    info.uops = []   # rendered: a program lives as long as its cache entry, and the garbage
+                    # collector walks every object alive (its UOps were a tenth of an LSTM's)
                 GlobalCounters.kernels_lowered += 1
                 if src not in self._programs:
                     new.setdefault(src, name)
