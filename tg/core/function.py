@@ -67,57 +67,62 @@ class Exp2(Function):
         return self.ret.e(BinaryOps.MUL, grad).e(BinaryOps.MUL, _const(grad, math.log(2)))
 
 
-class Exp(Function):
-    def forward(self, x: LazyBuffer) -> LazyBuffer:
-        self.ret = x.e(CompositeOps.EXP)
-        return self.ret
+class _Composite(Function):
+    """A composite op (tg/core/composite.py) whose derivative is written from its value (`slope`)."""
+    op: CompositeOps
 
-    def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        return self.ret.e(BinaryOps.MUL, grad)
-
-
-class Sigmoid(Function):
-    def forward(self, x: LazyBuffer) -> LazyBuffer:
-        self.ret = x.e(CompositeOps.SIGMOID)
-        return self.ret
-
-    def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        # s (1 - s): 0, not 0 * inf = nan, where exp(-x) overflows
-        s = self.ret
-        return s.e(BinaryOps.MUL, s.e(UnaryOps.NEG).e(BinaryOps.ADD, _const(s, 1.0))).e(BinaryOps.MUL, grad)
-
-
-class Tanh(Function):
-    def forward(self, x: LazyBuffer) -> LazyBuffer:
-        self.ret = x.e(CompositeOps.TANH)
-        return self.ret
-
-    def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        t = self.ret
-        return t.e(BinaryOps.MUL, t).e(UnaryOps.NEG).e(BinaryOps.ADD, _const(t, 1.0)).e(BinaryOps.MUL, grad)
-
-
-class Erf(Function):
     def forward(self, x: LazyBuffer) -> LazyBuffer:
         self.x = x
-        return x.e(CompositeOps.ERF)
+        self.ret = x.e(self.op)
+        return self.ret
+
+    def slope(self) -> LazyBuffer:
+        raise NotImplementedError
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        return _gauss(self.x, 2 / math.sqrt(math.pi)).e(BinaryOps.MUL, grad)
+        return self.slope().e(BinaryOps.MUL, grad)
 
 
-class Erfc(Function):
-    def forward(self, x: LazyBuffer) -> LazyBuffer:
-        self.x = x
-        return x.e(CompositeOps.ERFC)
-
-    def backward(self, grad: LazyBuffer) -> LazyBuffer:
-        return _gauss(self.x, -2 / math.sqrt(math.pi)).e(BinaryOps.MUL, grad)
+def _one_minus(x: LazyBuffer) -> LazyBuffer:
+    return x.e(UnaryOps.NEG).e(BinaryOps.ADD, _const(x, 1.0))
 
 
-def _gauss(x: LazyBuffer, scale: float) -> LazyBuffer:
-    """scale * exp(-x^2): erf's and erfc's derivative."""
-    return x.e(BinaryOps.MUL, x).e(UnaryOps.NEG).e(CompositeOps.EXP).e(BinaryOps.MUL, _const(x, scale))
+class Exp(_Composite):
+    op = CompositeOps.EXP
+
+    def slope(self) -> LazyBuffer:
+        return self.ret
+
+
+class Sigmoid(_Composite):
+    op = CompositeOps.SIGMOID
+
+    def slope(self) -> LazyBuffer:
+        # 0, not 0 * inf = nan, where exp(-x) overflows
+        return self.ret.e(BinaryOps.MUL, _one_minus(self.ret))
+
+
+class Tanh(_Composite):
+    op = CompositeOps.TANH
+
+    def slope(self) -> LazyBuffer:
+        return _one_minus(self.ret.e(BinaryOps.MUL, self.ret))
+
+
+class Erf(_Composite):
+    op = CompositeOps.ERF
+
+    def slope(self) -> LazyBuffer:      # 2/sqrt(pi) exp(-x^2)
+        x = self.x
+        return x.e(BinaryOps.MUL, x).e(UnaryOps.NEG).e(CompositeOps.EXP).e(BinaryOps.MUL,
+                                                                          _const(x, 2 / math.sqrt(math.pi)))
+
+
+class Erfc(Erf):
+    op = CompositeOps.ERFC
+
+    def slope(self) -> LazyBuffer:
+        return super().slope().e(UnaryOps.NEG)
 
 
 class Log2(Function):

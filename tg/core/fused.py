@@ -18,7 +18,7 @@ import math
 from typing import TypeVar
 
 from tg.core.dtype import DType, dtypes
-from tg.core.function import Function, _const, join
+from tg.core.function import Function, _const, _one_minus, join
 from tg.core.indexing import arange
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, CompositeOps, ReduceOps, TernaryOps, UnaryOps
@@ -307,10 +307,6 @@ class ClassNll(Function):
             g = grad if self.scale is None else grad.e(BinaryOps.MUL, self.scale)
             spread = g.reshape((1,) * len(shape)).expand(shape)
         return self.mask.e(TernaryOps.WHERE, spread.e(UnaryOps.NEG), _const(spread, 0)), None
-
-
-def _one_minus(x: LazyBuffer) -> LazyBuffer:
-    return x.e(UnaryOps.NEG).e(BinaryOps.ADD, _const(x, 1.0))
 
 
 class _LSTMStep:
