@@ -139,16 +139,29 @@ def test_lstm_cell_follows_the_equations(n, h, dtype):
     np.testing.assert_allclose(tc.grad.numpy(), dcp, rtol=rtol, atol=atol)
 
 
-def test_lstm_fused_and_composed_paths_agree():
-    """The mixed-dtype path (ops that promote) and the fused Function compute the same step."""
+_cell_forward = fused.LSTMCell.forward
+
+
+def test_lstm_fused_and_composed_paths_agree(monkeypatch):
+    """The mixed-dtype path (ops that promote) and the fused Functions compute the same step."""
+    calls = []
+    monkeypatch.setattr(fused.LSTMCell, "forward",
+                        lambda self, *a: calls.append(1) or _cell_forward(self, *a))
     tg.manual_seed(3)
     lstm = tg.nn.LSTM(6, 9, num_layers=2)
     x = Tensor(np.random.default_rng(1).normal(0, 1, (5, 4, 6)).astype(np.float32))
     out, (h, c) = lstm(x)
-    h0 = Tensor.zeros(2, 4, 9, dtype=tg.float64)          # a float64 state takes the composed path
-    out64, (h64, c64) = lstm(x, (h0, h0))
+    h0 = Tensor.zeros(2, 4, 9, dtype=tg.float64)          # h in float64, c in float32: the composed path
+    out64, (h64, c64) = lstm(x, (h0, Tensor.zeros(2, 4, 9)))
     np.testing.assert_allclose(out.numpy(), out64.numpy(), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(c.numpy(), c64.numpy(), rtol=1e-5, atol=1e-6)
+    # each layer's first step promoted (composed ops: c float32, the rest float64); later ones were fused
+    assert len(calls) == 2 * (5 - 1) and out64.dtype == tg.float64
+    calls.clear()
+    bf = tg.nn.LSTM(6, 9, dtype=tg.bfloat16)           # weights of another dtype than the data: step by step
+    out_bf, _ = bf(x)
+    out_bf.sum().backward()
+    assert calls and all(p.grad.dtype == tg.bfloat16 for p in bf.parameters())
 
 
 def _layer_by_steps(gi, h, c, w_hh, b_hh, reverse):

@@ -166,6 +166,8 @@ class _Recurrent(Module):
         equal-length sequences, its state of the projections' dtype and device (else step by step,
         where mixed dtypes promote)."""
         same = c is not None and gi.dtype == h.dtype == c.dtype and gi.device == h.device == c.device
+        _, _, w_hh, b_hh, _ = self._weights(0, "")
+        same = same and w_hh.dtype == gi.dtype and (b_hh is None or b_hh.dtype == gi.dtype)   # grads keep it
         return self.mode == "LSTM" and not self.proj_size and same and n > 0 and len(sizes) > 0 \
             and all(b == n for b in sizes)
 
