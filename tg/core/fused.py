@@ -389,41 +389,84 @@ class GRUCell(Function):
                 grad.e(BinaryOps.MUL, z) if need_h else None)
 
 
+def _gate(n: int, size: int, k: int, device: str) -> LazyBuffer:
+    """True at gate k of an (n, 4, size) space of an LSTM's four gates."""
+    return LazyBuffer.const(True, dtypes.bool, device, (n, 1, size)).pad(((0, 0), (k, 3 - k), (0, 0)))
+
+
 class LSTMLayer(Function):
     """A whole LSTM layer in one direction: gi (T, N, 4H), every step's input projection with b_ih;
     h0, c0 (N, H); w_hh (4H, H) and b_hh (4H,) when given -> (T, N, 2H), each step's h and c (step t
     runs after step t - 1, or after t + 1 with reverse). As one Function the recurrence costs no
-    autograd bookkeeping per step, and its backward is backpropagation through time written out: the
-    steps' gate gradients in one (T, N, 4H) tensor, so that W_hh's and b_hh's gradients are one
-    matmul and one sum over all T N rows instead of T small ones and their running sum."""
+    autograd bookkeeping per step, and its backward is backpropagation through time written out.
+
+    Kernels are planned here, not left to the fusion rules (a value read through a padded view, as a
+    join's parts, is stored first, each part a kernel): a step's four activations are one (N, 4, H)
+    kernel, stored once (its gates picked by where: sigmoid, and tanh on g), read by the step's
+    other kernels and by backward; a backward step computes its four gate gradients in one kernel over
+    the same space from broadcast reads, then dc and the next dh (a matmul). The output joins every
+    step's stored h and c in one kernel; W_hh's and b_hh's gradients are one matmul and one sum over
+    all T N rows."""
 
     def forward(self, gi: LazyBuffer, h0: LazyBuffer, c0: LazyBuffer, w_hh: LazyBuffer,
                 b_hh: LazyBuffer | None = None, reverse: bool = False) -> LazyBuffer:
         steps, n, gates = gi.shape
+        size = gates // 4
         self.h0, self.w_hh, self.reverse, self.has_bias = h0, w_hh, reverse, b_hh is not None
         bias = None if b_hh is None else b_hh.reshape((1, gates)).expand((n, gates))
         w = packed(w_hh, n)
+        is_g = _gate(n, size, 2, gi.device)
         h, c = h0, c0
-        self.steps: list[_LSTMStep] = [None] * steps      # type: ignore[list-item]
+        # per step: the activations (n, 4, size), stored; the cell state before and after; h after
+        self.acts: list[LazyBuffer] = [None] * steps     # type: ignore[list-item]
+        self.cs: list[tuple[LazyBuffer, LazyBuffer]] = [None] * steps     # type: ignore[list-item]
+        hs: list[LazyBuffer] = [None] * steps      # type: ignore[list-item]
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
             a = gi.shrink(((t, t + 1), (0, n), (0, gates))).reshape((n, gates))
             a = a.e(BinaryOps.ADD, matmul_nt(h, w))
-            step = self.steps[t] = _LSTMStep(a if bias is None else a.e(BinaryOps.ADD, bias), c)
-            h, c = step.h2, step.c2
-        rows = [join((s.h2, s.c2), 1)[0].reshape((1, n, 2 * c0.shape[1])) for s in self.steps]
-        self.out = join(rows, 0)[0]
+            a = (a if bias is None else a.e(BinaryOps.ADD, bias)).reshape((n, 4, size))
+            act = is_g.e(TernaryOps.WHERE, a.e(CompositeOps.TANH), a.e(CompositeOps.SIGMOID))
+            act = self.acts[t] = LazyBuffer.empty(act.shape, act.dtype, act.device).assign(act)
+            i, f, g, o = (_gate_of(act, k) for k in range(4))
+            c2 = f.e(BinaryOps.MUL, c).e(BinaryOps.ADD, i.e(BinaryOps.MUL, g))
+            self.cs[t] = (c, c2)
+            h = hs[t] = o.e(BinaryOps.MUL, c2.e(CompositeOps.TANH))
+            c = c2
+        parts = [x.reshape((1, n, size)) for t in range(steps) for x in (hs[t], self.cs[t][1])]
+        self.out = _placed_rows(parts, steps, n, size)
         return self.out
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
         steps, n, width = grad.shape
         size = width // 2
+        dev = grad.device
+        spread = lambda x: x.reshape((n, 1, size)).expand((n, 4, size))  # noqa: E731  (to every gate)
+        masks = [_gate(n, size, k, dev) for k in range(4)]
         dh = dc = None
         grads: list[LazyBuffer] = [None] * steps          # type: ignore[list-item]
         for t in (range(steps) if self.reverse else range(steps - 1, -1, -1)):
-            dh_t, dc_t = _halves(grad.shrink(((t, t + 1), (0, n), (0, width))).reshape((n, width)))
-            if dh is not None and dc is not None:
-                dh_t, dc_t = dh_t.e(BinaryOps.ADD, dh), dc_t.e(BinaryOps.ADD, dc)
-            grads[t], dc = self.steps[t].backward(dh_t, dc_t)
+            row = grad.shrink(((t, t + 1), (0, n), (0, width))).reshape((n, width))
+            dh_t, dc_t = (row.shrink(((0, n), (k * size, (k + 1) * size))) for k in range(2))
+            act, (c, c2) = self.acts[t], self.cs[t]
+            # both in the (n, size) space (dc for the step before) and over all four gates
+            terms = []
+            for x in (lambda v: v, spread):
+                dh_x = x(dh_t) if dh is None else x(dh_t).e(BinaryOps.ADD, x(dh))
+                dc_x = x(dc_t) if dc is None else x(dc_t).e(BinaryOps.ADD, x(dc))
+                o, tc = x(_gate_of(act, 3)), x(c2).e(CompositeOps.TANH)
+                dct = dc_x.e(BinaryOps.ADD, dh_x.e(BinaryOps.MUL, o).e(BinaryOps.MUL,
+                                                                       _one_minus(tc.e(BinaryOps.MUL, tc))))
+                terms.append((dh_x, dct, tc))
+            dct = terms[0][1]
+            dh_x, dct_x, tc_x = terms[1]
+            i, f, g = (spread(_gate_of(act, k)) for k in range(3))
+            partner = masks[0].e(TernaryOps.WHERE, g.e(BinaryOps.MUL, dct_x), masks[1].e(
+                TernaryOps.WHERE, spread(c).e(BinaryOps.MUL, dct_x), masks[2].e(
+                    TernaryOps.WHERE, i.e(BinaryOps.MUL, dct_x), tc_x.e(BinaryOps.MUL, dh_x))))
+            slope = masks[2].e(TernaryOps.WHERE, _one_minus(act.e(BinaryOps.MUL, act)),
+                               act.e(BinaryOps.MUL, _one_minus(act)))
+            grads[t] = slope.e(BinaryOps.MUL, partner).reshape((n, 4 * size))
+            dc = dct.e(BinaryOps.MUL, _gate_of(act, 1))
             dh = matmul_nt(grads[t], swap_last(self.w_hh))
         da = join([g.reshape((1, n, g.shape[1])) for g in grads], 0)[0]
         need = self.needs_input_grad
@@ -442,6 +485,24 @@ class LSTMLayer(Function):
             gb = rows.r(ReduceOps.SUM, (0,)).reshape((rows.shape[1],))
         return (da if need[0] else None, dh if need[1] else None, dc if need[2] else None, gw,
                 *((gb,) if self.has_bias else ()))
+
+
+def _gate_of(act: LazyBuffer, k: int) -> LazyBuffer:
+    """Gate k (n, size) of a step's stored activations (n, 4, size)."""
+    n, _, size = act.shape
+    return act.shrink(((0, n), (k, k + 1), (0, size))).reshape((n, size))
+
+
+def _placed_rows(parts: list[LazyBuffer], steps: int, n: int, size: int) -> LazyBuffer:
+    """(steps, n, 2 size) from parts (1, n, size): step t's h then c, each picked where it lies."""
+    out: LazyBuffer | None = None
+    for index, x in enumerate(parts):
+        t, half = divmod(index, 2)
+        arg = ((t, steps - t - 1), (0, 0), (half * size, (1 - half) * size))
+        inside = LazyBuffer.const(True, dtypes.bool, x.device, x.shape).pad(arg)
+        out = x.pad(arg) if out is None else inside.e(TernaryOps.WHERE, x.pad(arg), out)
+    assert out is not None
+    return out
 
 
 class Attention(Function):
