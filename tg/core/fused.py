@@ -424,7 +424,9 @@ class LSTMLayer(Function):
         for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
             a = gi.shrink(((t, t + 1), (0, n), (0, gates))).reshape((n, gates))
             a = a.e(BinaryOps.ADD, matmul_nt(h, w))
-            a = (a if bias is None else a.e(BinaryOps.ADD, bias)).reshape((n, 4, size))
+            a = a if bias is None else a.e(BinaryOps.ADD, bias)
+            # stored: the activations after the matmul as its epilogue would run unvectorised (15x slower)
+            a = LazyBuffer.empty(a.shape, a.dtype, a.device).assign(a).reshape((n, 4, size))
             act = is_g.e(TernaryOps.WHERE, a.e(CompositeOps.TANH), a.e(CompositeOps.SIGMOID))
             act = self.acts[t] = LazyBuffer.empty(act.shape, act.dtype, act.device).assign(act)
             i, f, g, o = (_gate_of(act, k) for k in range(4))
