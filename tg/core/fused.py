@@ -401,12 +401,12 @@ class LSTMLayer(Function):
     autograd bookkeeping per step, and its backward is backpropagation through time written out.
 
     Kernels are planned here, not left to the fusion rules (a value read through a padded view, as a
-    join's parts, is stored first, each part a kernel): a step's four activations are one (N, 4, H)
-    kernel, stored once (its gates picked by where: sigmoid, and tanh on g), read by the step's
-    other kernels and by backward; a backward step computes its four gate gradients in one kernel over
-    the same space from broadcast reads, then dc and the next dh (a matmul). The output joins every
-    step's stored h and c in one kernel; W_hh's and b_hh's gradients are one matmul and one sum over
-    all T N rows."""
+    join's parts, is stored first, each part a kernel): a step's gate pre-activations are the matmul's
+    output, stored; its four activations are one (N, 4, H) kernel, stored once (its gates picked by
+    where: sigmoid, and tanh on g), read by the step's other kernels and by backward; a backward step
+    computes its four gate gradients in one kernel over the same space from broadcast reads, then dc
+    and the next dh (a matmul). The output joins every step's stored h and c in one kernel; W_hh's
+    and b_hh's gradients are one matmul and one sum over all T N rows."""
 
     def forward(self, gi: LazyBuffer, h0: LazyBuffer, c0: LazyBuffer, w_hh: LazyBuffer,
                 b_hh: LazyBuffer | None = None, reverse: bool = False) -> LazyBuffer:
