@@ -133,7 +133,7 @@ class _Recurrent(Module):
                 gi = layer_in.linear(w_ih, b_ih)            # every step's input projection at once
                 k = layer * dirs + d
                 h, c = hx[k], (None if cx is None else cx[k])
-                if self._whole_layer(gi, h, c, sizes, n):
+                if self._whole_layer(gi, h, c, w_hh, b_hh, sizes, n):
                     assert c is not None
                     y = apply(fused.LSTMLayer, gi.reshape(len(sizes), n, gi.shape[1]), h, c, w_hh,
                               *([] if b_hh is None else [b_hh]), reverse=bool(d))
@@ -161,13 +161,13 @@ class _Recurrent(Module):
                 layer_in = F.dropout(layer_in, self.dropout)
         return layer_in, Tensor.stack(last_h), (Tensor.stack(last_c) if last_c else None)
 
-    def _whole_layer(self, gi: Tensor, h: Tensor, c: Tensor | None, sizes: list[int], n: int) -> bool:
+    def _whole_layer(self, gi: Tensor, h: Tensor, c: Tensor | None, w_hh: Tensor, b_hh: Tensor | None,
+                     sizes: list[int], n: int) -> bool:
         """Whether a layer's direction runs as one fused.LSTMLayer: an LSTM without projection over
-        equal-length sequences, its state of the projections' dtype and device (else step by step,
-        where mixed dtypes promote)."""
-        same = c is not None and gi.dtype == h.dtype == c.dtype and gi.device == h.device == c.device
-        _, _, w_hh, b_hh, _ = self._weights(0, "")
-        same = same and w_hh.dtype == gi.dtype and (b_hh is None or b_hh.dtype == gi.dtype)   # grads keep it
+        equal-length sequences, its state and W_hh, b_hh of the projections' dtype and device (else
+        step by step, where mixed dtypes promote and each gradient keeps its parameter's dtype)."""
+        same = c is not None and gi.dtype == h.dtype == c.dtype == w_hh.dtype and \
+            (b_hh is None or b_hh.dtype == gi.dtype) and gi.device == h.device == c.device
         return self.mode == "LSTM" and not self.proj_size and same and n > 0 and len(sizes) > 0 \
             and all(b == n for b in sizes)
 
