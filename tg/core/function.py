@@ -72,12 +72,11 @@ class _Composite(Function):
     op: CompositeOps
 
     def forward(self, x: LazyBuffer) -> LazyBuffer:
-        self.x = x
         self.ret = x.e(self.op)
         return self.ret
 
     def slope(self) -> LazyBuffer:
-        raise NotImplementedError
+        raise NotImplementedError     # each subclass writes its derivative
 
     def backward(self, grad: LazyBuffer) -> LazyBuffer:
         return self.slope().e(BinaryOps.MUL, grad)
@@ -111,6 +110,10 @@ class Tanh(_Composite):
 
 class Erf(_Composite):
     op = CompositeOps.ERF
+
+    def forward(self, x: LazyBuffer) -> LazyBuffer:
+        self.x = x           # the slope is of the input; the others keep only their value
+        return super().forward(x)
 
     def slope(self) -> LazyBuffer:      # 2/sqrt(pi) exp(-x^2)
         x = self.x
@@ -339,24 +342,31 @@ class Shrink(Function):
         return grad.pad(self.narg)
 
 
-def join(xs: tuple[LazyBuffer, ...] | list[LazyBuffer],
-         dim: int) -> tuple[LazyBuffer, list[tuple[tuple[int, int], ...]]]:
-    """xs joined along dim, each picked where it lies (Cat's forward), and each one's range in the
-    result (for shrink)."""
-    total = sum(x.shape[dim] for x in xs)
-    ranges: list[tuple[tuple[int, int], ...]] = []
+def placed(parts: list[tuple[LazyBuffer, tuple[tuple[int, int], ...]]]) -> LazyBuffer:
+    """Each part padded by its pad arg to one shape and picked where it lies (a where of its range),
+    the later over the earlier: every element is its part's value as it is."""
     out: LazyBuffer | None = None
-    offset = 0
-    for x in xs:
-        n = x.shape[dim]
-        arg = tuple((offset, total - offset - n) if d == dim else (0, 0) for d in range(len(x.shape)))
-        ranges.append(tuple((offset, offset + n) if d == dim else (0, s) for d, s in enumerate(x.shape)))
+    for x, arg in parts:
         padded = x.pad(arg)
         inside = LazyBuffer.const(True, dtypes.bool, x.device, x.shape).pad(arg)
         out = padded if out is None else inside.e(TernaryOps.WHERE, padded, out)
-        offset += n
     assert out is not None
-    return out, ranges
+    return out
+
+
+def join(xs: tuple[LazyBuffer, ...] | list[LazyBuffer],
+         dim: int) -> tuple[LazyBuffer, list[tuple[tuple[int, int], ...]]]:
+    """xs joined along dim (Cat's forward), and each one's range in the result (for shrink)."""
+    total = sum(x.shape[dim] for x in xs)
+    ranges: list[tuple[tuple[int, int], ...]] = []
+    args = []
+    offset = 0
+    for x in xs:
+        n = x.shape[dim]
+        args.append(tuple((offset, total - offset - n) if d == dim else (0, 0) for d in range(len(x.shape))))
+        ranges.append(tuple((offset, offset + n) if d == dim else (0, s) for d, s in enumerate(x.shape)))
+        offset += n
+    return placed(list(zip(xs, args))), ranges
 
 
 class Cat(Function):

@@ -18,7 +18,7 @@ import math
 from typing import TypeVar
 
 from tg.core.dtype import DType, dtypes
-from tg.core.function import Function, _const, _one_minus, join
+from tg.core.function import Function, _const, _one_minus, join, placed
 from tg.core.indexing import arange
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, CompositeOps, ReduceOps, TernaryOps, UnaryOps
@@ -309,27 +309,33 @@ class ClassNll(Function):
         return self.mask.e(TernaryOps.WHERE, spread.e(UnaryOps.NEG), _const(spread, 0)), None
 
 
-class _LSTMStep:
-    """One LSTM step's values from its gates' pre-activations a (N, 4H: i, f, g, o in torch's order,
-    x W_ih^T + b_ih + h W_hh^T + b_hh) and the cell state c (N, H):
+def _halves(x: LazyBuffer) -> tuple[LazyBuffer, LazyBuffer]:
+    """x (N, 2H) as its two (N, H) halves."""
+    n, h = x.shape[0], x.shape[1] // 2
+    return x.shrink(((0, n), (0, h))), x.shrink(((0, n), (h, 2 * h)))
+
+
+class LSTMCell(Function):
+    """One LSTM step from its gates' pre-activations a (N, 4H: i, f, g, o in torch's order,
+    x W_ih^T + b_ih + h W_hh^T + b_hh) and the cell state c (N, H) -> (N, 2H), h' and then c':
 
         c' = sigmoid(f) c + sigmoid(i) tanh(g),   h' = sigmoid(o) tanh(c'),
 
     and its derivative written out (dc' + dh' o (1 - tanh(c')^2) carried into each gate and into c):
     a dozen lazy ops where the primitives' autograd made about sixty."""
 
-    def __init__(self, a: LazyBuffer, c: LazyBuffer):
+    def forward(self, a: LazyBuffer, c: LazyBuffer) -> LazyBuffer:
         n, h = c.shape
         self.c = c
         i, f, g, o = (a.shrink(((0, n), (k * h, (k + 1) * h))) for k in range(4))
         self.i, self.f, self.o = (x.e(CompositeOps.SIGMOID) for x in (i, f, o))
         self.g = g.e(CompositeOps.TANH)
-        self.c2 = self.f.e(BinaryOps.MUL, c).e(BinaryOps.ADD, self.i.e(BinaryOps.MUL, self.g))
-        self.tc = self.c2.e(CompositeOps.TANH)
-        self.h2 = self.o.e(BinaryOps.MUL, self.tc)
+        c2 = self.f.e(BinaryOps.MUL, c).e(BinaryOps.ADD, self.i.e(BinaryOps.MUL, self.g))
+        self.tc = c2.e(CompositeOps.TANH)
+        return join((self.o.e(BinaryOps.MUL, self.tc), c2), 1)[0]
 
-    def backward(self, dh: LazyBuffer, dc: LazyBuffer) -> tuple[LazyBuffer, LazyBuffer]:
-        """(d a, d c) from the gradients of h' and c'."""
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]:
+        dh, dc = _halves(grad)
         i, f, g, o, tc = self.i, self.f, self.g, self.o, self.tc
         tanh_slope = _one_minus(tc.e(BinaryOps.MUL, tc))
         dct = dc.e(BinaryOps.ADD, dh.e(BinaryOps.MUL, o).e(BinaryOps.MUL, tanh_slope))
@@ -338,26 +344,8 @@ class _LSTMStep:
                  dct.e(BinaryOps.MUL, self.c).e(BinaryOps.MUL, sig(f)),
                  dct.e(BinaryOps.MUL, i).e(BinaryOps.MUL, _one_minus(g.e(BinaryOps.MUL, g))),
                  dh.e(BinaryOps.MUL, tc).e(BinaryOps.MUL, sig(o)))
-        return join(parts, 1)[0], dct.e(BinaryOps.MUL, f)
-
-
-def _halves(x: LazyBuffer) -> tuple[LazyBuffer, LazyBuffer]:
-    """x (N, 2H) as its two (N, H) halves."""
-    n, h = x.shape[0], x.shape[1] // 2
-    return x.shrink(((0, n), (0, h))), x.shrink(((0, n), (h, 2 * h)))
-
-
-class LSTMCell(Function):
-    """One LSTM step (`_LSTMStep`): a (N, 4H) and c (N, H) -> (N, 2H), h' and then c'."""
-
-    def forward(self, a: LazyBuffer, c: LazyBuffer) -> LazyBuffer:
-        self.step = _LSTMStep(a, c)
-        return join((self.step.h2, self.step.c2), 1)[0]
-
-    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, LazyBuffer | None]:
-        da, dc = self.step.backward(*_halves(grad))
         need_a, need_c = self.needs_input_grad
-        return (da if need_a else None), (dc if need_c else None)
+        return (join(parts, 1)[0] if need_a else None), (dct.e(BinaryOps.MUL, f) if need_c else None)
 
 
 class GRUCell(Function):
@@ -450,17 +438,12 @@ class LSTMLayer(Function):
             row = grad.shrink(((t, t + 1), (0, n), (0, width))).reshape((n, width))
             dh_t, dc_t = (row.shrink(((0, n), (k * size, (k + 1) * size))) for k in range(2))
             act, (c, c2) = self.acts[t], self.cs[t]
-            # both in the (n, size) space (dc for the step before) and over all four gates
-            terms = []
-            for x in (lambda v: v, spread):
-                dh_x = x(dh_t) if dh is None else x(dh_t).e(BinaryOps.ADD, x(dh))
-                dc_x = x(dc_t) if dc is None else x(dc_t).e(BinaryOps.ADD, x(dc))
-                o, tc = x(_gate_of(act, 3)), x(c2).e(CompositeOps.TANH)
-                dct = dc_x.e(BinaryOps.ADD, dh_x.e(BinaryOps.MUL, o).e(BinaryOps.MUL,
-                                                                       _one_minus(tc.e(BinaryOps.MUL, tc))))
-                terms.append((dh_x, dct, tc))
-            dct = terms[0][1]
-            dh_x, dct_x, tc_x = terms[1]
+            # over all four gates, from broadcast reads (every gate's copy of dct is the same value)
+            dh_x = spread(dh_t) if dh is None else spread(dh_t).e(BinaryOps.ADD, spread(dh))
+            dc_x = spread(dc_t) if dc is None else spread(dc_t).e(BinaryOps.ADD, spread(dc))
+            tc_x = spread(c2).e(CompositeOps.TANH)
+            dct_x = dc_x.e(BinaryOps.ADD, dh_x.e(BinaryOps.MUL, spread(_gate_of(act, 3))).e(
+                BinaryOps.MUL, _one_minus(tc_x.e(BinaryOps.MUL, tc_x))))
             i, f, g = (spread(_gate_of(act, k)) for k in range(3))
             partner = masks[0].e(TernaryOps.WHERE, g.e(BinaryOps.MUL, dct_x), masks[1].e(
                 TernaryOps.WHERE, spread(c).e(BinaryOps.MUL, dct_x), masks[2].e(
@@ -468,7 +451,7 @@ class LSTMLayer(Function):
             slope = masks[2].e(TernaryOps.WHERE, _one_minus(act.e(BinaryOps.MUL, act)),
                                act.e(BinaryOps.MUL, _one_minus(act)))
             grads[t] = slope.e(BinaryOps.MUL, partner).reshape((n, 4 * size))
-            dc = dct.e(BinaryOps.MUL, _gate_of(act, 1))
+            dc = _gate_of(dct_x, 1).e(BinaryOps.MUL, _gate_of(act, 1))
             dh = matmul_nt(grads[t], swap_last(self.w_hh))
         da = join([g.reshape((1, n, g.shape[1])) for g in grads], 0)[0]
         need = self.needs_input_grad
@@ -497,14 +480,8 @@ def _gate_of(act: LazyBuffer, k: int) -> LazyBuffer:
 
 def _placed_rows(parts: list[LazyBuffer], steps: int, n: int, size: int) -> LazyBuffer:
     """(steps, n, 2 size) from parts (1, n, size): step t's h then c, each picked where it lies."""
-    out: LazyBuffer | None = None
-    for index, x in enumerate(parts):
-        t, half = divmod(index, 2)
-        arg = ((t, steps - t - 1), (0, 0), (half * size, (1 - half) * size))
-        inside = LazyBuffer.const(True, dtypes.bool, x.device, x.shape).pad(arg)
-        out = x.pad(arg) if out is None else inside.e(TernaryOps.WHERE, x.pad(arg), out)
-    assert out is not None
-    return out
+    return placed([(x, ((t, steps - t - 1), (0, 0), (half * size, (1 - half) * size)))
+                   for x, (t, half) in zip(parts, (divmod(i, 2) for i in range(len(parts))))])
 
 
 class Attention(Function):
