@@ -181,24 +181,30 @@ def _layer_by_steps(gi, h, c, w_hh, b_hh, reverse):
 @pytest.mark.parametrize("reverse", [False, True])
 @pytest.mark.parametrize("bias", [True, False])
 def test_lstm_layer_matches_its_steps(steps, n, h, reverse, bias):
+    """Three calls with new values each (the first records the layer's forward and backward, the others
+    replay them, realize.replayed), each with its own inputs wanting gradients."""
     rng = np.random.default_rng(steps * 31 + n * 7 + h)
-    values = [rng.normal(0, 1, s) for s in ((steps, n, 4 * h), (n, h), (n, h), (4 * h, h), (4 * h,))]
-    weights = rng.normal(0, 1, (steps, n, 2 * h))
-    got_grads, want_grads, outs = [], [], []
-    for fused_layer in (True, False):
-        ts = [Tensor(v, requires_grad=True) for v in values]
-        gi, h0, c0, w, b = ts
-        if fused_layer:
-            y = apply(fused.LSTMLayer, gi, h0, c0, w, *([b] if bias else []), reverse=reverse)
-        else:
-            y = _layer_by_steps(gi, h0, c0, w, b if bias else None, reverse)
-        (y * Tensor(weights)).sum().backward()
-        outs.append(y.numpy())
-        (got_grads if fused_layer else want_grads).append([t.grad.numpy() if t.grad is not None else None
-                                                            for t in (ts if bias else ts[:4])])
-    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, atol=1e-13)
-    for got, want in zip(got_grads[0], want_grads[0]):
-        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+    for call in range(3):
+        values = [rng.normal(0, 1, s) for s in ((steps, n, 4 * h), (n, h), (n, h), (4 * h, h), (4 * h,))]
+        weights = rng.normal(0, 1, (steps, n, 2 * h))
+        wanted = [True] * 5 if call < 2 else list(rng.integers(0, 2, 5).astype(bool) | (np.arange(5) == 3))
+        got_grads, want_grads, outs = [], [], []
+        for fused_layer in (True, False):
+            ts = [Tensor(v, requires_grad=bool(w)) for v, w in zip(values, wanted)]
+            gi, h0, c0, w, b = ts
+            if fused_layer:
+                y = apply(fused.LSTMLayer, gi, h0, c0, w, *([b] if bias else []), reverse=reverse)
+            else:
+                y = _layer_by_steps(gi, h0, c0, w, b if bias else None, reverse)
+            (y * Tensor(weights)).sum().backward()
+            outs.append(y.numpy())
+            (got_grads if fused_layer else want_grads).append(
+                [t.grad.numpy() if t.grad is not None else None for t in (ts if bias else ts[:4])])
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-12, atol=1e-13)
+        for got, want in zip(got_grads[0], want_grads[0]):
+            assert (got is None) == (want is None)
+            if got is not None:
+                np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
 
 
 def _gru_reference(gi, gh, h, dh):

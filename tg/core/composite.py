@@ -117,25 +117,38 @@ class _Values:
     def unary(self, op: UnaryOps, a: KOp) -> KOp:
         return KOp(op, (a,), None, a.dtype)
 
+    def pow2(self, n: KOp) -> KOp:
+        """2 ** n for n a whole number that is a normal exponent of the dtype, from its bits."""
+        wide = self.dtype == dtypes.float64
+        ints, bias, bits = (dtypes.int64, 1023, 52) if wide else (dtypes.int32, 127, 23)
+        whole = KOp(UnaryOps.CAST, (n,), ints, ints)
+        const = lambda c: KOp(BufferOps.CONST, (), (c, self.st), ints)  # noqa: E731
+        biased = KOp(BinaryOps.ADD, (whole, const(bias)), None, ints)
+        field = KOp(BinaryOps.SHL, (biased, const(bits)), None, ints)
+        return KOp(UnaryOps.BITCAST, (field,), self.dtype, self.dtype)
+
 
 def _exp(v: _Values, x: KOp) -> KOp:
     """e ** x with Cody-Waite's reduction: x = k ln2 + r, ln2 in two parts (k * the first is exact),
     then 2**k * exp2(r / ln2). exp2(x / ln2) rounds x / ln2 at |x| and loses log2|x| bits (60
     float32 ulps at x = 80, 400 float64 ulps at 700); here r / ln2 is below 1/2. 2**k is two factors
-    so that neither overflows where the result does not. NaN stays NaN."""
+    so that neither overflows where the result does not, each made from its exponent bits (exact, a
+    few integer ops where exp2 is a polynomial): x is clamped to where the result is already 0 or inf,
+    so that both halves of k are normal exponents. NaN stays NaN."""
     wide = v.dtype == dtypes.float64
     ln2_hi, ln2_lo = (6.93147180369123816490e-01, 1.90821492927058770002e-10) if wide else \
         (6.93145751953125e-01, 1.428606765330187e-06)
     # adding and taking away 1.5 * 2**mantissa-bits rounds to a whole number (in range: clamped)
     magic = 1.5 * 2.0 ** (52 if wide else 23)
-    bound = 1500.0 if wide else 200.0
-    xc = v.where(v.alu(BinaryOps.CMPLT, x, -bound), -bound, x)
-    xc = v.where(v.alu(BinaryOps.CMPLT, bound, xc), bound, xc)
+    # e**low is below half the smallest subnormal and e**high above the largest finite value
+    low, high = (-760.0, 720.0) if wide else (-110.0, 90.0)
+    xc = v.where(v.alu(BinaryOps.CMPLT, x, low), low, x)
+    xc = v.where(v.alu(BinaryOps.CMPLT, high, xc), high, xc)
     k = v.add(v.add(v.mul(xc, 1 / math.log(2)), magic), -magic)
     r = v.add(v.add(xc, v.mul(k, -ln2_hi)), v.mul(k, -ln2_lo))
     half = v.add(v.add(v.mul(k, 0.5), magic), -magic)
-    out = v.mul(v.mul(v.unary(UnaryOps.EXP2, v.mul(r, 1 / math.log(2))), v.unary(UnaryOps.EXP2, half)),
-                v.unary(UnaryOps.EXP2, v.add(k, v.neg(half))))
+    out = v.mul(v.mul(v.unary(UnaryOps.EXP2, v.mul(r, 1 / math.log(2))), v.pow2(half)),
+                v.pow2(v.add(k, v.neg(half))))
     return v.where(v.alu(BinaryOps.CMPNE, x, x), x, out)
 
 

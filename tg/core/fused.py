@@ -22,6 +22,7 @@ from tg.core.function import Function, _const, _one_minus, join, placed
 from tg.core.indexing import arange
 from tg.core.lazy import LazyBuffer
 from tg.core.ops import BinaryOps, CompositeOps, ReduceOps, TernaryOps, UnaryOps
+from tg.core.realize import replayed
 from tg.core.shape import prod
 
 
@@ -270,9 +271,11 @@ class Embedding(Function):
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, None]:
         *s, v, d = self.mask.shape
-        spread = grad.reshape((*s, 1, d)).expand(self.mask.shape)
-        summed = self.mask.e(TernaryOps.WHERE, spread, _const(spread, 0))
-        return summed.r(ReduceOps.SUM, tuple(range(len(s)))).reshape((v, d)), None
+        tokens = prod(s)
+        spread = grad.reshape((tokens, 1, d)).expand((tokens, v, d))
+        mask = self.mask.reshape((tokens, v, d))
+        summed = mask.e(TernaryOps.WHERE, spread, _const(spread, 0))
+        return summed.r(ReduceOps.SUM, (0,)).reshape((v, d)), None
 
 
 class ClassNll(Function):
@@ -388,6 +391,11 @@ class LSTMLayer(Function):
     runs after step t - 1, or after t + 1 with reverse). As one Function the recurrence costs no
     autograd bookkeeping per step, and its backward is backpropagation through time written out.
 
+    Forward and backward each run as a realize.replayed computation: their graphs (thousands of nodes
+    for a sequence of 35) are built and scheduled once for inputs of one kind, then their schedules
+    rerun on each call's inputs, which costs the launches only (building, walking and collecting the
+    graphs cost twice the kernels' time in word_language_model's eager step).
+
     Kernels are planned here, not left to the fusion rules (a value read through a padded view, as a
     join's parts, is stored first, each part a kernel): a step's gate pre-activations are the matmul's
     output, stored; its four activations are one (N, 4, H) kernel, stored once (its gates picked by
@@ -398,78 +406,101 @@ class LSTMLayer(Function):
 
     def forward(self, gi: LazyBuffer, h0: LazyBuffer, c0: LazyBuffer, w_hh: LazyBuffer,
                 b_hh: LazyBuffer | None = None, reverse: bool = False) -> LazyBuffer:
-        steps, n, gates = gi.shape
-        size = gates // 4
-        self.h0, self.w_hh, self.reverse, self.has_bias = h0, w_hh, reverse, b_hh is not None
-        bias = None if b_hh is None else b_hh.reshape((1, gates)).expand((n, gates))
-        w = packed(w_hh, n)
-        is_g = _gate(n, size, 2, gi.device)
-        h, c = h0, c0
-        # per step: the activations (n, 4, size), stored; the cell state before and after; h after
-        self.acts: list[LazyBuffer] = [None] * steps     # type: ignore[list-item]
-        self.cs: list[tuple[LazyBuffer, LazyBuffer]] = [None] * steps     # type: ignore[list-item]
-        hs: list[LazyBuffer] = [None] * steps      # type: ignore[list-item]
-        for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
-            a = gi.shrink(((t, t + 1), (0, n), (0, gates))).reshape((n, gates))
-            a = a.e(BinaryOps.ADD, matmul_nt(h, w))
-            a = a if bias is None else a.e(BinaryOps.ADD, bias)
-            # stored: the activations after the matmul as its epilogue would run unvectorised (15x slower)
-            a = LazyBuffer.empty(a.shape, a.dtype, a.device).assign(a).reshape((n, 4, size))
-            act = is_g.e(TernaryOps.WHERE, a.e(CompositeOps.TANH), a.e(CompositeOps.SIGMOID))
-            act = self.acts[t] = LazyBuffer.empty(act.shape, act.dtype, act.device).assign(act)
-            i, f, g, o = (_gate_of(act, k) for k in range(4))
-            c2 = f.e(BinaryOps.MUL, c).e(BinaryOps.ADD, i.e(BinaryOps.MUL, g))
-            self.cs[t] = (c, c2)
-            h = hs[t] = o.e(BinaryOps.MUL, c2.e(CompositeOps.TANH))
-            c = c2
-        parts = [x.reshape((1, n, size)) for t in range(steps) for x in (hs[t], self.cs[t][1])]
-        self.out = _placed_rows(parts, steps, n, size)
+        self.h0, self.c0, self.w_hh, self.reverse, self.has_bias = h0, c0, w_hh, reverse, b_hh is not None
+        ins = [gi, h0, c0, w_hh, *([] if b_hh is None else [b_hh])]
+        self.out, *self.acts = replayed(("LSTMLayer", reverse), ins,
+                                        lambda *x: _lstm_forward(*x, reverse=reverse))
         return self.out
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        need = tuple(self.needs_input_grad[:5 if self.has_bias else 4])
+        ins = [grad, self.out, self.h0, self.c0, self.w_hh, *self.acts]
+        made = iter(replayed(("LSTMLayer.backward", self.reverse, need), ins,
+                             lambda *x: _lstm_backward(*x, reverse=self.reverse, need=need)))
         steps, n, width = grad.shape
-        size = width // 2
-        dev = grad.device
-        spread = lambda x: x.reshape((n, 1, size)).expand((n, 4, size))  # noqa: E731  (to every gate)
-        masks = [_gate(n, size, k, dev) for k in range(4)]
-        dh = dc = None
-        grads: list[LazyBuffer] = [None] * steps          # type: ignore[list-item]
-        for t in (range(steps) if self.reverse else range(steps - 1, -1, -1)):
-            row = grad.shrink(((t, t + 1), (0, n), (0, width))).reshape((n, width))
-            dh_t, dc_t = (row.shrink(((0, n), (k * size, (k + 1) * size))) for k in range(2))
-            act, (c, c2) = self.acts[t], self.cs[t]
-            # over all four gates, from broadcast reads (every gate's copy of dct is the same value)
-            dh_x = spread(dh_t) if dh is None else spread(dh_t).e(BinaryOps.ADD, spread(dh))
-            dc_x = spread(dc_t) if dc is None else spread(dc_t).e(BinaryOps.ADD, spread(dc))
-            tc_x = spread(c2).e(CompositeOps.TANH)
-            dct_x = dc_x.e(BinaryOps.ADD, dh_x.e(BinaryOps.MUL, spread(_gate_of(act, 3))).e(
-                BinaryOps.MUL, _one_minus(tc_x.e(BinaryOps.MUL, tc_x))))
-            i, f, g = (spread(_gate_of(act, k)) for k in range(3))
-            partner = masks[0].e(TernaryOps.WHERE, g.e(BinaryOps.MUL, dct_x), masks[1].e(
-                TernaryOps.WHERE, spread(c).e(BinaryOps.MUL, dct_x), masks[2].e(
-                    TernaryOps.WHERE, i.e(BinaryOps.MUL, dct_x), tc_x.e(BinaryOps.MUL, dh_x))))
-            slope = masks[2].e(TernaryOps.WHERE, _one_minus(act.e(BinaryOps.MUL, act)),
-                               act.e(BinaryOps.MUL, _one_minus(act)))
-            grads[t] = slope.e(BinaryOps.MUL, partner).reshape((n, 4 * size))
-            dc = _gate_of(dct_x, 1).e(BinaryOps.MUL, _gate_of(act, 1))
-            dh = matmul_nt(grads[t], swap_last(self.w_hh))
-        da = join([g.reshape((1, n, g.shape[1])) for g in grads], 0)[0]
-        need = self.needs_input_grad
-        rows = da.reshape((steps * n, da.shape[2]))
-        gw = gb = None
-        if need[3]:
-            # each step's h before it: h0, then the output's h one step back (forward: t - 1)
-            first = self.h0.reshape((1, n, size))
-            if steps > 1:
-                span = (1, steps) if self.reverse else (0, steps - 1)
-                hs = self.out.shrink((span, (0, n), (0, size)))
-                first = join((hs, first) if self.reverse else (first, hs), 0)[0]
-            before = first.reshape((steps * n, size))
-            gw = matmul_nt(swap_last(rows), swap_last(before))
-        if self.has_bias and need[4]:
-            gb = rows.r(ReduceOps.SUM, (0,)).reshape((rows.shape[1],))
-        return (da if need[0] else None, dh if need[1] else None, dc if need[2] else None, gw,
-                *((gb,) if self.has_bias else ()))
+        grads = [next(made) if wanted else None for wanted in need]
+        if grads[0] is not None:
+            grads[0] = grads[0].reshape((steps, n, 2 * width))
+        if len(grads) > 4 and grads[4] is not None:
+            grads[4] = grads[4].reshape((2 * width,))
+        return tuple(grads)
+
+
+def _lstm_forward(gi: LazyBuffer, h0: LazyBuffer, c0: LazyBuffer, w_hh: LazyBuffer,
+                  b_hh: LazyBuffer | None = None, *, reverse: bool) -> list[LazyBuffer]:
+    """LSTMLayer's forward graph: [the output (T, N, 2H), then each step's activations (N, 4, H)]."""
+    steps, n, gates = gi.shape
+    size = gates // 4
+    bias = None if b_hh is None else b_hh.reshape((1, gates)).expand((n, gates))
+    w = packed(w_hh, n)
+    is_g = _gate(n, size, 2, gi.device)
+    h, c = h0, c0
+    acts: list[LazyBuffer] = [None] * steps     # type: ignore[list-item]
+    hcs: list[tuple[LazyBuffer, LazyBuffer]] = [None] * steps     # type: ignore[list-item]
+    for t in (range(steps - 1, -1, -1) if reverse else range(steps)):
+        a = gi.shrink(((t, t + 1), (0, n), (0, gates))).reshape((n, gates))
+        a = a.e(BinaryOps.ADD, matmul_nt(h, w))
+        a = a if bias is None else a.e(BinaryOps.ADD, bias)
+        # stored: the activations after the matmul as its epilogue would run unvectorised (15x slower)
+        a = LazyBuffer.empty(a.shape, a.dtype, a.device).assign(a).reshape((n, 4, size))
+        act = is_g.e(TernaryOps.WHERE, a.e(CompositeOps.TANH), a.e(CompositeOps.SIGMOID))
+        act = acts[t] = LazyBuffer.empty(act.shape, act.dtype, act.device).assign(act)
+        i, f, g, o = (_gate_of(act, k) for k in range(4))
+        c = f.e(BinaryOps.MUL, c).e(BinaryOps.ADD, i.e(BinaryOps.MUL, g))
+        h = o.e(BinaryOps.MUL, c.e(CompositeOps.TANH))
+        hcs[t] = (h, c)
+    parts = [x.reshape((1, n, size)) for hc in hcs for x in hc]
+    return [_placed_rows(parts, steps, n, size), *acts]
+
+
+def _lstm_backward(grad: LazyBuffer, out: LazyBuffer, h0: LazyBuffer, c0: LazyBuffer, w_hh: LazyBuffer,
+                   *acts: LazyBuffer, reverse: bool, need: tuple[bool, ...]) -> list[LazyBuffer]:
+    """LSTMLayer's backward graph from the output's gradient and forward's output and activations:
+    the gradients wanted (need: of gi as (T, N 4H), h0, c0, W_hh, b_hh as (1, 4H))."""
+    steps, n, width = grad.shape
+    size = width // 2
+    dev = grad.device
+    spread = lambda x: x.reshape((n, 1, size)).expand((n, 4, size))  # noqa: E731  (to every gate)
+    half = lambda x, t, k: x.shrink(((t, t + 1), (0, n), (k * size, (k + 1) * size))).reshape((n, size))  # noqa: E731,E501
+    masks = [_gate(n, size, k, dev) for k in range(4)]
+    dh = dc = None
+    grads: list[LazyBuffer] = [None] * steps          # type: ignore[list-item]
+    for t in (range(steps) if reverse else range(steps - 1, -1, -1)):
+        dh_t, dc_t, act = half(grad, t, 0), half(grad, t, 1), acts[t]
+        first = t == (steps - 1 if reverse else 0)
+        c, c2 = (c0 if first else half(out, t + 1 if reverse else t - 1, 1)), half(out, t, 1)
+        # over all four gates, from broadcast reads (every gate's copy of dct is the same value)
+        dh_x = spread(dh_t) if dh is None else spread(dh_t).e(BinaryOps.ADD, spread(dh))
+        dc_x = spread(dc_t) if dc is None else spread(dc_t).e(BinaryOps.ADD, spread(dc))
+        tc_x = spread(c2).e(CompositeOps.TANH)
+        dct_x = dc_x.e(BinaryOps.ADD, dh_x.e(BinaryOps.MUL, spread(_gate_of(act, 3))).e(
+            BinaryOps.MUL, _one_minus(tc_x.e(BinaryOps.MUL, tc_x))))
+        i, f, g = (spread(_gate_of(act, k)) for k in range(3))
+        partner = masks[0].e(TernaryOps.WHERE, g.e(BinaryOps.MUL, dct_x), masks[1].e(
+            TernaryOps.WHERE, spread(c).e(BinaryOps.MUL, dct_x), masks[2].e(
+                TernaryOps.WHERE, i.e(BinaryOps.MUL, dct_x), tc_x.e(BinaryOps.MUL, dh_x))))
+        slope = masks[2].e(TernaryOps.WHERE, _one_minus(act.e(BinaryOps.MUL, act)),
+                           act.e(BinaryOps.MUL, _one_minus(act)))
+        grads[t] = slope.e(BinaryOps.MUL, partner).reshape((n, 4 * size))
+        dc = _gate_of(dct_x, 1).e(BinaryOps.MUL, _gate_of(act, 1))
+        dh = matmul_nt(grads[t], swap_last(w_hh))
+    assert dh is not None and dc is not None
+    da = join([g.reshape((1, n, g.shape[1])) for g in grads], 0)[0]
+    rows = da.reshape((steps * n, da.shape[2]))
+    made = [da, dh, dc]
+    if need[3]:
+        # each step's h before it: h0, then the output's h one step back (forward: t - 1)
+        first_h = h0.reshape((1, n, size))
+        if steps > 1:
+            span = (1, steps) if reverse else (0, steps - 1)
+            hs = out.shrink((span, (0, n), (0, size)))
+            first_h = join((hs, first_h) if reverse else (first_h, hs), 0)[0]
+        made.append(matmul_nt(swap_last(rows), swap_last(first_h.reshape((steps * n, size)))))
+    else:
+        made.append(None)     # type: ignore[arg-type]
+    if len(need) > 4:
+        made.append(rows.r(ReduceOps.SUM, (0,)))
+    return [x for x, wanted in zip(made, need) if wanted]
 
 
 def _gate_of(act: LazyBuffer, k: int) -> LazyBuffer:

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
+from typing import Callable
 
 import numpy as np
 
 from tg import config
 from tg.core import capture
 from tg.core.device import Buffer, Device, GlobalCounters
-from tg.core.dtype import DType, bf16_to_f32, dtypes
+from tg.core.dtype import DType, bf16_to_f32, dtypes, value_key
 from tg.core.kernel import Kernel
 from tg.core.lazy import PENDING_ASSIGNS, LazyBuffer
 from tg.core.ops import BufferOps
@@ -246,6 +247,148 @@ class _Reuse:
 
 # Schedules by graph structure, least recently used first (config.TG_SCHEDULE_CACHE of them).
 _REUSE: OrderedDict[GraphKey, _Reuse] = OrderedDict()
+
+
+# Replays by what they compute and their inputs' kind (Replay.signature), least recently used first
+# (config.TG_SCHEDULE_CACHE of them); None: a computation whose schedule cannot be rerun this way.
+_REPLAYS: OrderedDict[tuple, Replay | None] = OrderedDict()
+
+
+def replayed(tag: tuple, inputs: list[LazyBuffer],
+             build: Callable[..., list[LazyBuffer]]) -> list[LazyBuffer]:
+    """build(*inputs) (lazy buffers, bases or not) realized now, each as a base of its own. The first
+    time for inputs of one kind (tag, and each input's dtype, shape, view and which share memory) the
+    graph is built and realized, and its schedule kept; every later time that schedule reruns on the
+    new inputs' memory into new buffers without building any graph (see Replay). `tag` names what
+    build computes from such inputs (build must make the same graph for inputs of the same kind).
+    Unrealized inputs are realized first. With DEBUG, a schedule watcher or the schedule cache off,
+    the graph is built every time (as watchers expect to see it)."""
+    pending = [x for x in inputs if x.base._realized is None and x.base.op is not BufferOps.CONST]
+    if pending:
+        realize(pending)
+    if config.DEBUG or capture.watching() or config.TG_SCHEDULE_CACHE <= 0:
+        return _realized_bases(build(*inputs))
+    key = (tag, Replay.signature(inputs))
+    if key in _REPLAYS:
+        _REPLAYS.move_to_end(key)
+        replay = _REPLAYS[key]
+        return replay.run(inputs) if replay is not None else _realized_bases(build(*inputs))
+    outs = _own_bases(build(*inputs))
+    s = structure(outs)
+    layout = None if s is None else _Layout(s)    # before realize, which empties the graph
+    realize(outs)
+    reuse = None if s is None else _REUSE.get(s.key)
+    _REPLAYS[key] = None if layout is None or reuse is None else Replay.make(layout, reuse, inputs, outs)
+    while len(_REPLAYS) > config.TG_SCHEDULE_CACHE:
+        _REPLAYS.popitem(last=False)
+    return outs
+
+
+def _own_bases(outs: list[LazyBuffer]) -> list[LazyBuffer]:
+    """outs, each an unrealized base that is not a constant (the others copied into one)."""
+    return [o if o.is_base and o._realized is None and o.op is not BufferOps.CONST
+            else LazyBuffer.empty(o.shape, o.dtype, o.device).assign(o) for o in outs]
+
+
+def _realized_bases(outs: list[LazyBuffer]) -> list[LazyBuffer]:
+    outs = _own_bases(outs)
+    realize(outs)
+    return outs
+
+
+class _Layout:
+    """Where a Structure's lazy buffers sit in the list _Reuse.run and Replay.run work on (its leaves,
+    reversed, then its bases): index by id, each leaf's memory, and each assign's target."""
+
+    def __init__(self, s: Structure):
+        n = len(s.leaves)
+        self.size = n + len(s.bases)
+        self.index = {id(lb): n - 1 - j for j, lb in enumerate(s.leaves)}
+        self.index.update((id(lb), n + p) for p, lb in enumerate(s.bases))
+        self.leaves = {n - 1 - j: lb._realized for j, lb in enumerate(s.leaves)}
+        self.targets = {n + p: self.index[id(lb.srcs[0].base)] for p, lb in enumerate(s.bases)
+                        if lb.op is BufferOps.ASSIGN}
+
+
+class Replay:
+    """A schedule rerun on new inputs without its graph. For a Function whose graph is large and
+    the same every call (an LSTM layer's: thousands of nodes a step), building the graph, walking its
+    structure and collecting it afterwards cost more than its kernels; a replay costs only the
+    launches. Each step as _Reuse.run runs it, but on a list of buffers (the graph's leaves, reversed,
+    then its bases, as there): the inputs' memory is bound to their leaves, the graph's other leaves
+    (memory the graph itself made) stay bound to what they held when it was recorded, every other
+    buffer is new, and an assign writes the buffer its target holds."""
+
+    def __init__(self, size: int, fixed: dict[int, Buffer | None], bind: list[tuple[int, int]],
+                 steps: list[tuple], outs: list[tuple[int, tuple[int, ...]]]):
+        self.size, self.fixed, self.bind, self.steps, self.outs = size, fixed, bind, steps, outs
+
+    @staticmethod
+    def signature(inputs: list[LazyBuffer]) -> tuple:
+        """What a schedule depends on in its inputs: each one's dtype, device, base shape and view (a
+        constant: its value), and which of them share memory."""
+        memory: dict[int, int] = {}
+        sig: list[tuple] = []
+        for x in inputs:
+            base = x.base
+            if base.op is BufferOps.CONST and base._realized is None:
+                sig.append((x.dtype.name, x.device, value_key(base.arg), x.st.key))
+            else:
+                sig.append((x.dtype.name, x.device, base.shape, x.st.key,
+                            memory.setdefault(id(base._realized), len(memory))))
+        return tuple(sig)
+
+    @staticmethod
+    def make(layout: _Layout, reuse: _Reuse, inputs: list[LazyBuffer],
+             outs: list[LazyBuffer]) -> Replay | None:
+        """The replay of reuse, the schedule of a graph (laid out in layout) that read inputs and made
+        outs; None when it has a step this cannot rerun (a copy between devices) or leaves values
+        uncomputed."""
+        if reuse.fast is None or reuse.stale:
+            return None
+        index = layout.index
+        bind = [(i, index[id(x.base)]) for i, x in enumerate(inputs) if id(x.base) in index]
+        bound = {at for _, at in bind}
+        fixed = {at: buf for at, buf in layout.leaves.items() if at not in bound}
+        keep = {index[id(o)] for o in outs}
+        last: dict[int, int] = {}
+        steps: list[tuple] = []
+        for k, (out, ins, prog, size, device, dtype, assign, flops, nbytes, _) in enumerate(reuse.fast):
+            target = layout.targets[out] if assign else -1
+            for at in (out, *ins, target):
+                last[at] = k
+            steps.append((out, ins, prog, size, device, dtype, target, flops, nbytes, []))
+        for at, k in last.items():
+            if at >= 0 and at not in keep:
+                steps[k][9].append(at)
+        return Replay(layout.size, fixed, bind, steps, [(index[id(o)], o.shape) for o in outs])
+
+    def run(self, inputs: list[LazyBuffer]) -> list[LazyBuffer]:
+        bufs: list[Buffer | None] = [None] * self.size
+        for at, buf in self.fixed.items():
+            bufs[at] = buf
+        for i, at in self.bind:
+            bufs[at] = inputs[i].base._realized
+        recording = capture.active() is not None
+        launched = ops = mem = 0
+        for out, ins, prog, size, device, dtype, target, flops, nbytes, drops in self.steps:
+            buf = bufs[target] if target >= 0 else Buffer(device, size, dtype)
+            if size > 0 and prog is not None:      # no program: an allocation
+                args = [buf, *[bufs[i] for i in ins]]
+                assert None not in args, "kernel input not bound"
+                prog(args)
+                if recording:
+                    capture.record(prog, args)
+                launched += 1
+                ops += flops
+                mem += nbytes
+            bufs[out] = buf
+            for at in drops:
+                bufs[at] = None
+        GlobalCounters.kernel_count += launched
+        GlobalCounters.global_ops += ops
+        GlobalCounters.global_mem += mem
+        return [LazyBuffer.realized_as(bufs[at], shape) for at, shape in self.outs]  # type: ignore[arg-type]
 
 
 def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int) -> list[ScheduleItem]:
