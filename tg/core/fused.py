@@ -432,7 +432,7 @@ def _lstm_forward(gi: LazyBuffer, h0: LazyBuffer, c0: LazyBuffer, w_hh: LazyBuff
     steps, n, gates = gi.shape
     size = gates // 4
     bias = None if b_hh is None else b_hh.reshape((1, gates)).expand((n, gates))
-    w = packed(w_hh, n)
+    w = packed(w_hh, steps * n)     # read by every step
     is_g = _gate(n, size, 2, gi.device)
     h, c = h0, c0
     acts: list[LazyBuffer] = [None] * steps     # type: ignore[list-item]

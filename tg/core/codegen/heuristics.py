@@ -38,6 +38,8 @@ ROW_GROUP_MAX_SCAN = 32         # items a group may span, set-aside ones include
 
 # -- the loop nest of every other kernel (codegen/linearizer.py's Dims) --
 PARALLEL_ITEMS = 2048          # OpenMP collapses outer loops until there are this many pieces of work
+PARALLEL_OPS = 4               # a kernel's work, against the renderer's parallel threshold: its elements,
+                               # or its ALU ops / this when more (a small sigmoid or tanh is ~40 an element)
 REORDER_MIN_BYTES = 256 << 10  # lane-dim strips of a tile's reduce at least this big are walked outermost
 RAGGED_MIN = 4                 # vectors a ragged lane dim with a scalar tail spans at least (Dims.ragged)
 MASK_UNROLL = 16               # output dims at most this long, masked on, are unrolled (_unroll_masks)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from tg.core.codegen import heuristics
 from tg.core.codegen.linearizer import Linearized
 from tg.core.codegen.uops import UOp, UOps
 from tg.core.dtype import DType, dtypes
@@ -569,15 +570,16 @@ class CStyleRenderer:
                 if n_parallel and d.global_id is None:
                     threads = f" num_threads({self.threads})" if self.threads else ""
                     collapse = f" collapse({n_parallel})" if n_parallel > 1 else ""
-                    cond = ("" if lin.work >= self.parallel_threshold * 8
-                            else f" if({lin.work}>={self.parallel_threshold})")
+                    work = max(lin.work, lin.flops // heuristics.PARALLEL_OPS)
+                    cond = ("" if work >= self.parallel_threshold * 8
+                            else f" if({work}>={self.parallel_threshold})")
                     if streaming:
                         # each thread fences its own streaming stores before the region ends
                         body.append(f"{pad}#pragma omp parallel{threads}{cond}")
                         body.append(f"{pad}{{")
                         body.append(f"{pad}#pragma omp for{collapse}")
                         stream_depth = indent
-                    elif lin.work >= self.parallel_threshold and self.threads != 1:
+                    elif work >= self.parallel_threshold and self.threads != 1:
                         # one thread: no parallel region to enter on every launch
                         body.append(f"{pad}#pragma omp parallel for{collapse}{threads}{cond}")
                 if self.loop_pragma:
