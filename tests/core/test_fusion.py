@@ -156,6 +156,21 @@ def test_reduction_over_batch_and_space_is_two_stage(device):
     assert_kernels(small, 1)    # small reductions stay one kernel
 
 
+@pytest.mark.parametrize("inner", [(5, 5), (4, 5), (8, 8), (16, 15), (16, 16), (20, 30)])
+@pytest.mark.parametrize("outputs", [3, 64, 500])
+def test_a_batch_split_needs_a_long_inner_reduce(device, inner, outputs):
+    # per-image partials pay only when each reduces SPLIT_MIN_INNER elements or more: shorter ones (a
+    # small conv's weight gradient over 5 x 5 positions, an embedding's over 20 tokens) vectorize badly
+    # and make many partials
+    from tg.core.lazy import SPLIT_MIN_INNER, SPLIT_MIN_SIZE
+    rng = np.random.default_rng(outputs * 100 + inner[0] * inner[1])
+    a = rng.standard_normal((64, outputs, *inner)).astype(np.float32)
+    out = Tensor(a, device=device).sum((0, 2, 3))
+    long_enough = inner[0] * inner[1] >= SPLIT_MIN_INNER and a.size >= SPLIT_MIN_SIZE
+    assert_kernels(out, 2 if long_enough else 1)
+    np.testing.assert_allclose(out.numpy(), a.sum((0, 2, 3), dtype=np.float64), rtol=1e-4, atol=1e-3)
+
+
 @pytest.mark.parametrize("shape,axis", [((4096, 1024), 0), ((2048, 4097), 0), ((3, 8192, 200), 1)])
 def test_long_strided_reduction_with_few_outputs_is_two_stage(device, shape, axis):
     # a column sum (a bias gradient): chunks of rows in parallel, then the chunks

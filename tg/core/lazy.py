@@ -23,6 +23,10 @@ if TYPE_CHECKING:
 
 # Reductions over several large axes are split in two stages (see LazyBuffer.r).
 SPLIT_MIN, SPLIT_MIN_SIZE, SPLIT_MAX_PARTIAL = 16, 1 << 16, 1 << 25
+# a reduce split per slice of its outermost axis reduces at least this many elements a slice: shorter
+# inner reduces vectorize badly and their partials are many (a conv's weight gradient over 5 x 5
+# positions: 2M partials of 25, 11 GFLOPS; an embedding's gradient: 18 MB of partials of 20 tokens)
+SPLIT_MIN_INNER = 256
 COLUMN_SPLIT_OUTPUTS, COLUMN_SPLIT_MIN, COLUMN_SPLIT_SIZE = 1 << 14, 2048, 1 << 22
 assert COLUMN_SPLIT_SIZE >= SPLIT_MIN_SIZE, "LazyBuffer._split_reduce stops below SPLIT_MIN_SIZE"
 
@@ -236,7 +240,7 @@ class LazyBuffer:
                 return self._narrowed(partial.r(op, (a,), split=False).reshape(shape))
         first = in_shape[big[0]] if big else 0
         if len(big) >= 2 and first >= SPLIT_MIN and outputs * first <= SPLIT_MAX_PARTIAL \
-                and prod(in_shape[a] for a in big[1:]) >= SPLIT_MIN:
+                and prod(in_shape[a] for a in big[1:]) >= SPLIT_MIN_INNER:
             # Reduce the inner axes first, per slice of the outermost one (that slice's data stays
             # in cache, and the slices run in parallel), then sum the partials.
             partial = self.r(op, tuple(a for a in axes if a != big[0]), split=False, partial=True)
