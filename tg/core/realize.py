@@ -298,14 +298,14 @@ def _realized_bases(outs: list[LazyBuffer]) -> list[LazyBuffer]:
 
 class _Layout:
     """Where a Structure's lazy buffers sit in the list _Reuse.run and Replay.run work on (its leaves,
-    reversed, then its bases): index by id, each leaf's memory, and each assign's target."""
+    reversed, then its bases): index by id, the leaves' places, and each assign's target."""
 
     def __init__(self, s: Structure):
         n = len(s.leaves)
         self.size = n + len(s.bases)
         self.index = {id(lb): n - 1 - j for j, lb in enumerate(s.leaves)}
         self.index.update((id(lb), n + p) for p, lb in enumerate(s.bases))
-        self.leaves = {n - 1 - j: lb._realized for j, lb in enumerate(s.leaves)}
+        self.leaves = range(n)
         self.targets = {n + p: self.index[id(lb.srcs[0].base)] for p, lb in enumerate(s.bases)
                         if lb.op is BufferOps.ASSIGN}
 
@@ -315,13 +315,14 @@ class Replay:
     the same every call (an LSTM layer's: thousands of nodes a step), building the graph, walking its
     structure and collecting it afterwards cost more than its kernels; a replay costs only the
     launches. Each step as _Reuse.run runs it, but on a list of buffers (the graph's leaves, reversed,
-    then its bases, as there): the inputs' memory is bound to their leaves, the graph's other leaves
-    (memory the graph itself made) stay bound to what they held when it was recorded, every other
-    buffer is new, and an assign writes the buffer its target holds."""
+    then its bases, as there): the inputs' memory is bound to their leaves, every other buffer is new,
+    and an assign writes the buffer its target holds. A graph that reads memory other than its inputs'
+    (a tensor build's closure holds, a value build realized) is not replayed: that memory may differ
+    from call to call."""
 
-    def __init__(self, size: int, fixed: dict[int, Buffer | None], bind: list[tuple[int, int]],
-                 steps: list[tuple], outs: list[tuple[int, tuple[int, ...]]]):
-        self.size, self.fixed, self.bind, self.steps, self.outs = size, fixed, bind, steps, outs
+    def __init__(self, size: int, bind: list[tuple[int, int]], steps: list[tuple],
+                 outs: list[tuple[int, tuple[int, ...]]]):
+        self.size, self.bind, self.steps, self.outs = size, bind, steps, outs
 
     @staticmethod
     def signature(inputs: list[LazyBuffer]) -> tuple:
@@ -342,14 +343,14 @@ class Replay:
     def make(layout: _Layout, reuse: _Reuse, inputs: list[LazyBuffer],
              outs: list[LazyBuffer]) -> Replay | None:
         """The replay of reuse, the schedule of a graph (laid out in layout) that read inputs and made
-        outs; None when it has a step this cannot rerun (a copy between devices) or leaves values
-        uncomputed."""
+        outs; None when it has a step this cannot rerun (a copy between devices), leaves values
+        uncomputed or reads memory that is not an input's."""
         if reuse.fast is None or reuse.stale:
             return None
         index = layout.index
         bind = [(i, index[id(x.base)]) for i, x in enumerate(inputs) if id(x.base) in index]
-        bound = {at for _, at in bind}
-        fixed = {at: buf for at, buf in layout.leaves.items() if at not in bound}
+        if set(layout.leaves) - {at for _, at in bind}:
+            return None
         keep = {index[id(o)] for o in outs}
         last: dict[int, int] = {}
         steps: list[tuple] = []
@@ -361,12 +362,10 @@ class Replay:
         for at, k in last.items():
             if at >= 0 and at not in keep:
                 steps[k][9].append(at)
-        return Replay(layout.size, fixed, bind, steps, [(index[id(o)], o.shape) for o in outs])
+        return Replay(layout.size, bind, steps, [(index[id(o)], o.shape) for o in outs])
 
     def run(self, inputs: list[LazyBuffer]) -> list[LazyBuffer]:
         bufs: list[Buffer | None] = [None] * self.size
-        for at, buf in self.fixed.items():
-            bufs[at] = buf
         for i, at in self.bind:
             bufs[at] = inputs[i].base._realized
         recording = capture.active() is not None
