@@ -111,12 +111,13 @@ def flush_assigns() -> None:
         realize(pending)
 
 
-def realize(outs: list[LazyBuffer]) -> None:
+def realize(outs: list[LazyBuffer], slices: bool = True) -> None:
+    """Compute outs now (`slices`: see schedule.structure)."""
     todo = [o for o in outs if o.base.realized is None and o.base.op is not BufferOps.CONST]
     if not todo:
         return
     limit = config.TG_SCHEDULE_CACHE
-    s = structure(todo) if limit > 0 else None
+    s = structure(todo, slices) if limit > 0 else None
     reuse = None if s is None else _REUSE.get(s.key)
     if s is not None and reuse is not None and reuse.stale:
         kept = held_elsewhere([s.at(p) for p in reuse.stale], s.bases, [s.bases])
@@ -124,7 +125,7 @@ def realize(outs: list[LazyBuffer]) -> None:
             # the schedule would leave values that an in-place write overwrites uncomputed, and something
             # still holds them: realize them too (a graph of another structure, with a schedule of its own)
             del s, reuse
-            realize(todo + kept)
+            realize(todo + kept, slices)
             return
     if s is not None and reuse is not None:
         _REUSE.move_to_end(s.key)
@@ -138,7 +139,7 @@ def realize(outs: list[LazyBuffer]) -> None:
             return
         items = reuse.bind(s)
     else:
-        items = _make_schedule(todo, s, limit)
+        items = _make_schedule(todo, s, limit, slices)
     del s     # the items hold what they need, and let go of each buffer once it has run
     capture.schedule_made(items)
     run_schedule(items)
@@ -274,9 +275,10 @@ def replayed(tag: tuple, inputs: list[LazyBuffer],
         replay = _REPLAYS[key]
         return replay.run(inputs) if replay is not None else _realized_bases(build(*inputs))
     outs = _own_bases(build(*inputs))
-    s = structure(outs)
+    # no memory slices: a replay binds its inputs' memory, not views of it
+    s = structure(outs, slices=False)
     layout = None if s is None else _Layout(s)    # before realize, which empties the graph
-    realize(outs)
+    realize(outs, slices=False)
     reuse = None if s is None else _REUSE.get(s.key)
     _REPLAYS[key] = None if layout is None or reuse is None else Replay.make(layout, reuse, inputs, outs)
     while len(_REPLAYS) > config.TG_SCHEDULE_CACHE:
@@ -390,7 +392,8 @@ class Replay:
         return [LazyBuffer.realized_as(bufs[at], shape) for at, shape in self.outs]  # type: ignore[arg-type]
 
 
-def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int) -> list[ScheduleItem]:
+def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int,
+                   slices: bool = True) -> list[ScheduleItem]:
     """A new schedule for todo, compiled, and kept by its structure s (when there is one) for the
     next graph of the same structure (a training step's second and later realizes)."""
     overwritten = Overwritten()
@@ -400,7 +403,7 @@ def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int) -> l
     if s is not None and overwritten.kept:
         # it also computes values held elsewhere that an in-place write overwrites: the schedule of
         # todo + those, which is what a reuse (see realize) runs for such a graph
-        s = structure(todo + overwritten.kept)
+        s = structure(todo + overwritten.kept, slices)
     if s is not None:
         made = _Reuse.make(items, s, overwritten.left)
         if made is not None:

@@ -26,9 +26,9 @@ from typing import Any
 from tg.core import composite
 from tg.core.dtype import DType, dtypes, value_key
 from tg.core.kernel import AstOps, Kernel, KOp
-from tg.core.lazy import LazyBuffer, Readers
+from tg.core.lazy import PENDING_ASSIGNS, LazyBuffer, Readers
 from tg.core.ops import BinaryOps, BufferOps, CompositeOps, MovementOps, ReduceOps, TernaryOps, UnaryOps
-from tg.core.shape import ShapeTracker, prod
+from tg.core.shape import ShapeTracker, contiguous_strides, prod
 
 
 @dataclass
@@ -415,10 +415,12 @@ class Structure:
 
 # Complexity: the topological walk and the key are one loop on purpose (this runs on every realize; a
 # second pass over the graph cost as much as the walk).
-def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
+def structure(outs: list[LazyBuffer], slices: bool = True) -> Structure | None:  # noqa: C901
     """The structure of the graph realizing `outs`, or None when its schedule also depends on
     something outside the graph (a pending computation reading memory an assign overwrites, which
-    needs a snapshot): such graphs are scheduled afresh every time."""
+    needs a snapshot): such graphs are scheduled afresh every time. With `slices`, a source that is a
+    run of realized memory past its start (`data[i:i + n]`) becomes a leaf of its own over that run
+    (memory_slice), so that neither the structure nor any kernel depends on where the run starts."""
     # One walk: the topological order of _toposort, each base's key made as it is placed (its
     # sources are placed before it). Reads attributes, not the properties, on this hot path.
     bases: list[LazyBuffer] = []
@@ -433,6 +435,9 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
         lb, placed = stack.pop()
         if placed:
             arg, srcs = lb.arg, lb.srcs
+            if slices and any(s._base is not None and s._base._realized is not None and s.st.views[-1].offset
+                              for s in srcs):
+                srcs = lb.srcs = tuple(memory_slice(s) or s for s in srcs)
             arg = arg.name if type(arg) is DType else value_key(arg)
             nodes += (_OP_CODE[id(lb.op)], arg, lb.dtype.name, lb.shape, lb.device, len(srcs))
             for src in srcs:
@@ -461,6 +466,25 @@ def structure(outs: list[LazyBuffer]) -> Structure | None:  # noqa: C901
         return None
     key = GraphKey((tuple(nodes), tuple(leaf_keys), tuple((pos[id(o.base)], o.st.key) for o in outs)))
     return Structure(key, bases, leaves, pos)
+
+
+def memory_slice(src: LazyBuffer) -> LazyBuffer | None:
+    """src, a view of realized memory that is one contiguous run of it not at its start, as a realized
+    base of its own over that run (its Buffer.view): what reads it then reads it from offset 0. None
+    when src is no such run, its device cannot view memory from there, or an assign not yet run writes
+    that memory (the schedule orders a write after the reads of the same buffer, not of a view)."""
+    views, buf = src.st.views, None if src._base is None else src._base._realized
+    v = views[0]
+    if buf is None or len(views) != 1 or v.mask is not None or not v.offset or \
+            v.strides != contiguous_strides(v.shape):
+        return None
+    start = v.offset * src.dtype.itemsize
+    owner = buf.owner or buf
+    if (buf.view_offset + start) % buf.allocator.view_align or any(
+            a._realized is None and a.srcs and ((t := a.srcs[0].base._realized) is not None)
+            and (t.owner or t) is owner for a in PENDING_ASSIGNS):
+        return None
+    return LazyBuffer.realized_as(buf.view(start, prod(v.shape)), src.shape)
 
 
 # Each op as a small int, found by identity: hashing an Enum member runs Python code, and a graph key
