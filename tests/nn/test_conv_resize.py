@@ -133,6 +133,35 @@ def test_a_strided_transposed_conv_multiplies_no_stuffed_zeros():
               rand(1, 3, 3, 4), rand(3, 2, 4, 3, seed=1))
 
 
+def _transpose2d_grad_cases():
+    """conv_transpose2d's gradients (fused.ConvTranspose2d's backward) over generated strides, kernels,
+    paddings, output paddings (below the stride), dilations, groups and bias."""
+    rng = np.random.default_rng(11)
+    cases = []
+    for _ in range(14):
+        stride = tuple(int(v) for v in rng.integers(1, 4, 2))
+        kernel = tuple(int(v) for v in rng.integers(1, 5, 2))
+        dilation = tuple(int(v) for v in rng.integers(1, 3, 2))
+        padding = tuple(int(rng.integers(0, d * (k - 1) // 2 + 1)) for k, d in zip(kernel, dilation))
+        out_pad = tuple(int(rng.integers(0, s)) for s in stride)
+        groups, bias = int(rng.choice([1, 2])), bool(rng.integers(2))
+        cases.append((stride, kernel, padding, out_pad, dilation, groups, bias))
+    return cases
+
+
+@pytest.mark.parametrize("stride,kernel,padding,out_pad,dilation,groups,bias", _transpose2d_grad_cases())
+def test_conv_transpose2d_gradients(stride, kernel, padding, out_pad, dilation, groups, bias):
+    x, w = rand(2, 4, 3, 4, seed=5), rand(4, 6 // groups, *kernel, seed=6)
+    b = rand(6 // groups * groups, seed=7)
+    want = np_conv_transpose(x, w, stride, padding, out_pad, dilation, groups)
+    got = F.conv_transpose2d(Tensor(x), Tensor(w), Tensor(b) if bias else None, stride, padding, out_pad,
+                             groups, dilation)
+    close(got, want + (b[:, None, None] if bias else 0), atol=1e-9)
+    inputs = (x[:1], w, b) if bias else (x[:1], w)
+    gradcheck(lambda *t: F.conv_transpose2d(t[0], t[1], t[2] if bias else None, stride, padding, out_pad,
+                                            groups, dilation), *inputs)
+
+
 def test_conv_transpose2d_is_the_gradient_of_conv2d():
     """conv_transpose2d(g, w) is d(sum(conv2d(x, w) * g))/dx, which is how torch defines it."""
     x, w, g = rand(1, 4, 9, 8), rand(6, 2, 3, 3, seed=1), rand(1, 6, 5, 4, seed=2)

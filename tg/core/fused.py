@@ -680,6 +680,73 @@ def _correlate_rows(x: LazyBuffer, w: LazyBuffer, padding: tuple[int, int], dila
     return out.shrink(((0, n), (0, cout), (0, oh), (0, ow))) if w2 != ow else out
 
 
+def _windows_back(dwin: LazyBuffer, x_shape: tuple[int, ...], full: tuple[int, ...], padding: tuple[int, int],
+                  stride: tuple[int, int], dilation: tuple[int, int]) -> LazyBuffer:
+    """A conv2d's input (shape x_shape) from values at each of its windows' positions (N, G, 1, Cin/G,
+    oh, ow, kh, kw; `full` the conv's (N, G, Cout/G, Cin/G, oh, ow, kh, kw)): each of the kh * kw
+    window positions added back where the conv read it from (shifted, strided), the padding cut off."""
+    n, cin, h, wd = x_shape
+    _, _, _, _, oh, ow, kh, kw = full
+    (ph, pw), (sh, sw), (dh, dw) = padding, stride, dilation
+    dwin = dwin.reshape((n, cin, oh, ow, kh, kw))
+    total: LazyBuffer | None = None
+    for i in range(kh):
+        for j in range(kw):
+            tap = dwin.shrink(((0, n), (0, cin), (0, oh), (0, ow), (i, i + 1), (j, j + 1)))
+            tap = _placed(tap.reshape((n, cin, oh, ow)), 2, i * dh, sh, h + 2 * ph)
+            tap = _placed(tap, 3, j * dw, sw, wd + 2 * pw)
+            total = tap if total is None else total.e(BinaryOps.ADD, tap)
+    assert total is not None
+    return total.shrink(((0, n), (0, cin), (ph, ph + h), (pw, pw + wd))) if ph or pw else total
+
+
+class ConvTranspose2d(Function):
+    """torch's conv_transpose2d of x (N, Cin, H, W) with weight (Cin, Cout/G, kh, kw) (+ bias (Cout,)),
+    output (N, Cout, OH, OW), as the adjoint of conv2d it is: the gradient of a conv2d of an (N, Cout,
+    OH, OW) input with this weight (its Cout being Cin, its Cin/G Cout/G) taken at x. Forward is that
+    conv's input gradient: x times the weight summed over Cin/G (a contraction with every multiply
+    one the result needs, not the zeros between strided inputs), each window position then added back
+    where the conv would read it (Conv2d._dx). Backward: dx is the conv2d of the output's gradient
+    (strided: a window copy and one contraction), dweight that conv's weight gradient (x times the
+    gradient's windows summed over N, H and W)."""
+
+    def forward(self, x: LazyBuffer, w: LazyBuffer, bias: LazyBuffer | None = None, *,
+                stride: tuple[int, int], padding: tuple[int, int], dilation: tuple[int, int], groups: int,
+                out_size: tuple[int, int]) -> LazyBuffer:
+        n, cin, h, wd = x.shape
+        _, cout_g, kh, kw = w.shape
+        self.has_bias, self.w_shape = bias is not None, w.shape
+        self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
+        # the conv2d whose input gradient this is: input (n, cout, *out_size), output x, weight w
+        self.full = (n, groups, cin // groups, cout_g, h, wd, kh, kw)
+        spread = x.reshape((n, groups, cin // groups, 1, h, wd, 1, 1)).expand(self.full)
+        wide = w.reshape((1, groups, cin // groups, cout_g, 1, 1, kh, kw)).expand(self.full)
+        # stored: its readers (a norm's statistics, its normalization) would each add the kh * kw
+        # placed window positions again
+        out = _windows_back(sum_of_products(spread, wide, (2,)), (n, cout_g * groups, *out_size), self.full,
+                            padding, stride, dilation).contiguous()
+        need_x, need_w = self.needs_input_grad[:2]
+        self.x, self.weight = (x if need_w else None), (w if need_x else None)
+        if bias is not None:
+            out = out.e(BinaryOps.ADD, bias.reshape((1, out.shape[1], 1, 1)).expand(out.shape))
+        return out
+
+    def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
+        need = self.needs_input_grad
+        dx = dw = win = None
+        if self.weight is not None:     # (strided, the conv's window copy serves dweight too)
+            dx, win = _correlate(grad, self.weight, self.stride, self.padding, self.dilation, self.groups)
+        if self.x is not None:
+            n, g, cin_g, _, h, wd, kh, kw = self.full
+            if win is None:
+                win = _window_copy(grad, (kh, kw), self.stride, self.padding, self.dilation, g, g * cin_g)
+            spread = self.x.reshape((n, g, cin_g, 1, h, wd, 1, 1)).expand(self.full)
+            dw = sum_of_products(spread, win, (0, 4, 5)).reshape(self.w_shape)
+        if not self.has_bias:
+            return dx, dw
+        return dx, dw, grad.r(ReduceOps.SUM, (0, 2, 3)).reshape((grad.shape[1],)) if need[2] else None
+
+
 class Conv2d(Function):
     """torch's conv2d of x (N, Cin, H, W) with weight (Cout, Cin/G, kh, kw) (+ bias (Cout,)), the
     composite Tensor.conv2d builds as one Function. At stride 1 one reduce reads the input's padded
@@ -751,16 +818,4 @@ class Conv2d(Function):
 
     def _dx(self, dwin: LazyBuffer) -> LazyBuffer:
         """The input's gradient from the windows' (N, G, 1, Cin/G, oh, ow, kh, kw)."""
-        n, cin, h, wd = self.x_shape
-        _, _, _, _, oh, ow, kh, kw = self.full
-        (ph, pw), (sh, sw), (dh, dw) = self.padding, self.stride, self.dilation
-        dwin = dwin.reshape((n, cin, oh, ow, kh, kw))
-        total: LazyBuffer | None = None
-        for i in range(kh):
-            for j in range(kw):
-                tap = dwin.shrink(((0, n), (0, cin), (0, oh), (0, ow), (i, i + 1), (j, j + 1)))
-                tap = _placed(tap.reshape((n, cin, oh, ow)), 2, i * dh, sh, h + 2 * ph)
-                tap = _placed(tap, 3, j * dw, sw, wd + 2 * pw)
-                total = tap if total is None else total.e(BinaryOps.ADD, tap)
-        assert total is not None
-        return total.shrink(((0, n), (0, cin), (ph, ph + h), (pw, pw + wd))) if ph or pw else total
+        return _windows_back(dwin, self.x_shape, self.full, self.padding, self.stride, self.dilation)

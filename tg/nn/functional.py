@@ -736,8 +736,10 @@ def _conv_transpose(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, nsp
                     stride: int | Sequence[int], padding: int | Sequence[int],
                     output_padding: int | Sequence[int], groups: int,
                     dilation: int | Sequence[int]) -> Tensor:
-    """conv_transpose1d/2d/3d: zeros between the input pixels, padding for a full correlation, then the
-    forward convolution with the taps reversed."""
+    """conv_transpose1d/2d/3d. 2-d: fused.ConvTranspose2d (conv2d's adjoint: one contraction over the
+    input channels, then each window position added back where it lies). Otherwise strided: one
+    stride-1 conv per output phase (_transpose_by_phases); else zeros between the input pixels, padding
+    for a full correlation, then the forward convolution with the taps reversed."""
     _check_spatial(op, x, nsp)
     cin = x.shape[-nsp - 1]
     if weight.ndim != nsp + 2 or cin != weight.shape[0] or groups < 1 or cin % groups:
@@ -761,6 +763,15 @@ def _conv_transpose(op: str, x: Tensor, weight: Tensor, bias: Tensor | None, nsp
         if (size - 1) * s - 2 * p + d * (k - 1) + o + 1 < 1:
             raise ValueError(f"[nn] {op}: padding {p} leaves no output along {axis} (input {size}, "
                              f"kernel {k}, stride {s}); fix: lower the padding")
+    if nsp == 2 and batched._fusable_with(weight, bias) and batched.numel() > 0 and weight.numel() > 0 \
+            and all(o < s for o, s in zip(out_pad, stride_)):
+        # as conv2d's adjoint (fused.ConvTranspose2d); its backward is that conv2d, whose output is x's size
+        # exactly when output_padding stays below the stride (it may reach the dilation)
+        size = tuple((i - 1) * s - 2 * p + d * (k - 1) + o + 1
+                     for i, s, p, d, k, o in zip(spatial, stride_, padding_, dilation_, kernel, out_pad))
+        out = apply(fused.ConvTranspose2d, batched, weight, *([bias] if bias is not None else []),
+                    stride=stride_, padding=padding_, dilation=dilation_, groups=groups, out_size=size)
+        return out if x.ndim == nsp + 2 else out.squeeze(0)
     if max(stride_) > 1 and max(dilation_) == 1:
         out = _transpose_by_phases(batched, weight, bias, stride_, padding_, out_pad, groups)
         return out if x.ndim == nsp + 2 else out.squeeze(0)
