@@ -101,3 +101,16 @@ def test_replayed_graphs_keep_their_inputs_whole():
         (got,) = R.replayed(("test_memory_slices",), [data.lazydata], build)
         np.testing.assert_array_equal(R.to_numpy(got), a[2:4] + a[1:3])
     assert dtypes.float32 == data.dtype
+
+
+@pytest.mark.parametrize("device", ["CPU", "NUMPY"])
+def test_a_tinyjit_replay_reads_each_calls_input(device):
+    """While a TinyJit captures, no source becomes a slice: its replays bind the memory of each call's
+    inputs, and a view of the first call's input would be read again by every replay."""
+    from tg import TinyJit
+    jitted = TinyJit(lambda x: (x[2:5] * 2 + x[6:8].sum(0)).realize())
+    rng = np.random.default_rng(8)
+    for _ in range(4):
+        a = rng.normal(size=(9, 3)).astype(np.float32)
+        got = jitted(Tensor(a, device=device).realize()).numpy()
+        np.testing.assert_allclose(got, a[2:5] * 2 + a[6:8].sum(0), rtol=1e-6, atol=1e-6)

@@ -131,7 +131,6 @@ def test_a_new_kind_of_input_records_again():
 
 
 def test_watched_or_uncached_builds_the_graph_every_time(monkeypatch):
-    from tg import config
     rng = np.random.default_rng(6)
     calls = []
 
@@ -142,7 +141,7 @@ def test_watched_or_uncached_builds_the_graph_every_time(monkeypatch):
     with capture.watch_schedules(seen.append):
         for _ in range(2):
             R.replayed(("test_replay", "watched"), _inputs("own", rng, "CPU"), counted)
-    monkeypatch.setattr(config, "TG_SCHEDULE_CACHE", 0)
+    monkeypatch.setenv("TG_SCHEDULE_CACHE", "0")     # (config reads the environment at each use)
     for _ in range(2):
         R.replayed(("test_replay", "uncached"), _inputs("own", rng, "CPU"), counted)
     assert len(calls) == 4 and len(seen) >= 2

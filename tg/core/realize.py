@@ -112,10 +112,12 @@ def flush_assigns() -> None:
 
 
 def realize(outs: list[LazyBuffer], slices: bool = True) -> None:
-    """Compute outs now (`slices`: see schedule.structure)."""
+    """Compute outs now (`slices`: see schedule.structure; never while a TinyJit captures, whose replays
+    bind the memory of its inputs, not views of it)."""
     todo = [o for o in outs if o.base.realized is None and o.base.op is not BufferOps.CONST]
     if not todo:
         return
+    slices = slices and capture.active() is None
     limit = config.TG_SCHEDULE_CACHE
     s = structure(todo, slices) if limit > 0 else None
     reuse = None if s is None else _REUSE.get(s.key)
