@@ -147,7 +147,7 @@ def test_watched_or_uncached_builds_the_graph_every_time(monkeypatch):
     assert len(calls) == 4 and len(seen) >= 2
 
 
-@pytest.mark.parametrize("how", ["closure", "nested"])
+@pytest.mark.parametrize("how", ["closure", "closure_and_constant", "nested"])
 def test_a_graph_reading_other_memory_is_not_replayed(how):
     """Memory that is not an input's (a tensor build's closure holds; a value build realized from its
     inputs, as a nested replayed) may differ from call to call: such graphs are built every time."""
@@ -155,14 +155,16 @@ def test_a_graph_reading_other_memory_is_not_replayed(how):
     for _ in range(3):
         a, held = (R.from_numpy(rng.normal(size=SHAPE).astype(np.float32), dtypes.float32, "CPU")
                    for _ in range(2))
-        if how == "closure":
-            def build(x, held=held):
-                return [x.e(BinaryOps.ADD, held)]
-            want = R.to_numpy(a) + R.to_numpy(held)
+        two = LazyBuffer.const(2.0, dtypes.float32, "CPU", SHAPE)
+        ins = [a, two] if how == "closure_and_constant" else [a]
+        if how.startswith("closure"):
+            def build(x, *c, held=held):     # (an input that is a constant binds no leaf)
+                return [x.e(BinaryOps.ADD, held).e(BinaryOps.MUL, c[0]) if c else x.e(BinaryOps.ADD, held)]
+            want = (R.to_numpy(a) + R.to_numpy(held)) * (2.0 if ins[1:] else 1.0)
         else:
             def build(x):
                 (inner,) = R.replayed(("test_replay", "inner"), [x], lambda y: [y.e(BinaryOps.MUL, y)])
                 return [inner.e(BinaryOps.ADD, x)]
             want = R.to_numpy(a) * R.to_numpy(a) + R.to_numpy(a)
-        (got,) = R.replayed(("test_replay", how), [a], build)
+        (got,) = R.replayed(("test_replay", how), ins, build)
         np.testing.assert_array_equal(R.to_numpy(got), want.astype(np.float32))

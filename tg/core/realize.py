@@ -302,14 +302,14 @@ def _realized_bases(outs: list[LazyBuffer]) -> list[LazyBuffer]:
 
 class _Layout:
     """Where a Structure's lazy buffers sit in the list _Reuse.run and Replay.run work on (its leaves,
-    reversed, then its bases): index by id, the leaves' places, and each assign's target."""
+    reversed, then its bases): index by id, how many leaves, and each assign's target."""
 
     def __init__(self, s: Structure):
         n = len(s.leaves)
         self.size = n + len(s.bases)
         self.index = {id(lb): n - 1 - j for j, lb in enumerate(s.leaves)}
         self.index.update((id(lb), n + p) for p, lb in enumerate(s.bases))
-        self.leaves = range(n)
+        self.n_leaves = n
         self.targets = {n + p: self.index[id(lb.srcs[0].base)] for p, lb in enumerate(s.bases)
                         if lb.op is BufferOps.ASSIGN}
 
@@ -353,7 +353,7 @@ class Replay:
             return None
         index = layout.index
         bind = [(i, index[id(x.base)]) for i, x in enumerate(inputs) if id(x.base) in index]
-        if set(layout.leaves) - {at for _, at in bind}:
+        if len({at for _, at in bind if at < layout.n_leaves}) < layout.n_leaves:    # a leaf no input binds
             return None
         keep = {index[id(o)] for o in outs}
         last: dict[int, int] = {}
@@ -369,6 +369,7 @@ class Replay:
         return Replay(layout.size, bind, steps, [(index[id(o)], o.shape) for o in outs])
 
     def run(self, inputs: list[LazyBuffer]) -> list[LazyBuffer]:
+        """The outputs computed from inputs (of the recorded kind), each a new realized base."""
         bufs: list[Buffer | None] = [None] * self.size
         for i, at in self.bind:
             bufs[at] = inputs[i].base._realized
