@@ -706,7 +706,7 @@ class ConvTranspose2d(Function):
     OH, OW) input with this weight (its Cout being Cin, its Cin/G Cout/G) taken at x. Forward is that
     conv's input gradient: x times the weight summed over Cin/G (a contraction with every multiply
     one the result needs, not the zeros between strided inputs), each window position then added back
-    where the conv would read it (Conv2d._dx). Backward: dx is the conv2d of the output's gradient
+    where the conv would read it (_windows_back). Backward: dx is the conv2d of the output's gradient
     (strided: a window copy and one contraction), dweight that conv's weight gradient (x times the
     gradient's windows summed over N, H and W)."""
 
