@@ -487,20 +487,17 @@ def _lstm_backward(grad: LazyBuffer, out: LazyBuffer, h0: LazyBuffer, c0: LazyBu
     assert dh is not None and dc is not None
     da = join([g.reshape((1, n, g.shape[1])) for g in grads], 0)[0]
     rows = da.reshape((steps * n, da.shape[2]))
-    made = [da, dh, dc]
+    gw = None
     if need[3]:
         # each step's h before it: h0, then the output's h one step back (forward: t - 1)
-        first_h = h0.reshape((1, n, size))
+        before = h0.reshape((1, n, size))
         if steps > 1:
             span = (1, steps) if reverse else (0, steps - 1)
             hs = out.shrink((span, (0, n), (0, size)))
-            first_h = join((hs, first_h) if reverse else (first_h, hs), 0)[0]
-        made.append(matmul_nt(swap_last(rows), swap_last(first_h.reshape((steps * n, size)))))
-    else:
-        made.append(None)     # type: ignore[arg-type]
-    if len(need) > 4:
-        made.append(rows.r(ReduceOps.SUM, (0,)))
-    return [x for x, wanted in zip(made, need) if wanted]
+            before = join((hs, before) if reverse else (before, hs), 0)[0]
+        gw = matmul_nt(swap_last(rows), swap_last(before.reshape((steps * n, size))))
+    made = [da, dh, dc, gw, *([rows.r(ReduceOps.SUM, (0,))] if len(need) > 4 else [])]
+    return [x for x, wanted in zip(made, need) if wanted and x is not None]
 
 
 def _gate_of(act: LazyBuffer, k: int) -> LazyBuffer:
@@ -700,13 +697,35 @@ def _windows_back(dwin: LazyBuffer, x_shape: tuple[int, ...], full: tuple[int, .
     return total.shrink(((0, n), (0, cin), (ph, ph + h), (pw, pw + wd))) if ph or pw else total
 
 
+def _spread(y: LazyBuffer, full: tuple[int, ...]) -> LazyBuffer:
+    """A conv2d's output-shaped y (N, Cout, oh, ow) seen over the conv's full space."""
+    n, g, cout_g, _, oh, ow, _, _ = full
+    return y.reshape((n, g, cout_g, 1, oh, ow, 1, 1)).expand(full)
+
+
+def _input_grad(y: LazyBuffer, w: LazyBuffer, x_shape: tuple[int, ...], full: tuple[int, ...],
+                padding: tuple[int, int], stride: tuple[int, int], dilation: tuple[int, int]) -> LazyBuffer:
+    """The input-shaped (x_shape) adjoint of a conv2d with weight w at output-shaped y: y times w summed
+    over Cout/G (every multiply one the result needs), each window position added back (_windows_back)."""
+    _, g, cout_g, cin_g, _, _, kh, kw = full
+    wide = w.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(full)
+    dwin = sum_of_products(_spread(y, full), wide, (2,))
+    return _windows_back(dwin, x_shape, full, padding, stride, dilation)
+
+
+def _weight_grad(y: LazyBuffer, win: LazyBuffer, full: tuple[int, ...],
+                 w_shape: tuple[int, ...]) -> LazyBuffer:
+    """A conv2d's weight gradient: its output's gradient y times the input's windows (win), summed over
+    N, oh and ow."""
+    return sum_of_products(_spread(y, full), win, (0, 4, 5)).reshape(w_shape)
+
+
 class ConvTranspose2d(Function):
     """torch's conv_transpose2d of x (N, Cin, H, W) with weight (Cin, Cout/G, kh, kw) (+ bias (Cout,)),
     output (N, Cout, OH, OW), as the adjoint of conv2d it is: the gradient of a conv2d of an (N, Cout,
     OH, OW) input with this weight (its Cout being Cin, its Cin/G Cout/G) taken at x. Forward is that
-    conv's input gradient: x times the weight summed over Cin/G (a contraction with every multiply
-    one the result needs, not the zeros between strided inputs), each window position then added back
-    where the conv would read it (_windows_back). Backward: dx is the conv2d of the output's gradient
+    conv's input gradient (_input_grad: a contraction over Cin/G with every multiply one the result
+    needs, not the zeros between strided inputs). Backward: dx is the conv2d of the output's gradient
     (strided: a window copy and one contraction), dweight that conv's weight gradient (x times the
     gradient's windows summed over N, H and W)."""
 
@@ -719,12 +738,10 @@ class ConvTranspose2d(Function):
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         # the conv2d whose input gradient this is: input (n, cout, *out_size), output x, weight w
         self.full = (n, groups, cin // groups, cout_g, h, wd, kh, kw)
-        spread = x.reshape((n, groups, cin // groups, 1, h, wd, 1, 1)).expand(self.full)
-        wide = w.reshape((1, groups, cin // groups, cout_g, 1, 1, kh, kw)).expand(self.full)
         # stored: its readers (a norm's statistics, its normalization) would each add the kh * kw
         # placed window positions again
-        out = _windows_back(sum_of_products(spread, wide, (2,)), (n, cout_g * groups, *out_size), self.full,
-                            padding, stride, dilation).contiguous()
+        out = _input_grad(x, w, (n, cout_g * groups, *out_size), self.full, padding, stride, dilation)
+        out = out.contiguous()
         need_x, need_w = self.needs_input_grad[:2]
         self.x, self.weight = (x if need_w else None), (w if need_x else None)
         if bias is not None:
@@ -737,11 +754,10 @@ class ConvTranspose2d(Function):
         if self.weight is not None:     # (strided, the conv's window copy serves dweight too)
             dx, win = _correlate(grad, self.weight, self.stride, self.padding, self.dilation, self.groups)
         if self.x is not None:
-            n, g, cin_g, _, h, wd, kh, kw = self.full
+            _, g, cin_g, _, _, _, kh, kw = self.full
             if win is None:
                 win = _window_copy(grad, (kh, kw), self.stride, self.padding, self.dilation, g, g * cin_g)
-            spread = self.x.reshape((n, g, cin_g, 1, h, wd, 1, 1)).expand(self.full)
-            dw = sum_of_products(spread, win, (0, 4, 5)).reshape(self.w_shape)
+            dw = _weight_grad(self.x, win, self.full, self.w_shape)
         if not self.has_bias:
             return dx, dw
         return dx, dw, grad.r(ReduceOps.SUM, (0, 2, 3)).reshape((grad.shape[1],)) if need[2] else None
@@ -779,18 +795,16 @@ class Conv2d(Function):
 
     def backward(self, grad: LazyBuffer) -> tuple[LazyBuffer | None, ...]:
         need = self.needs_input_grad
-        n, g, cout_g, cin_g, oh, ow, kh, kw = self.full
-        spread = grad.reshape((n, g, cout_g, 1, oh, ow, 1, 1)).expand(self.full)
+        _, g, cout_g, _, _, _, kh, kw = self.full
         win = self.win if self.x is None else \
             _window_copy(self.x, (kh, kw), self.stride, self.padding, self.dilation, g, g * cout_g)
-        dw = sum_of_products(spread, win, (0, 4, 5)).reshape(self.w_shape) \
-            if win is not None else None
+        dw = _weight_grad(grad, win, self.full, self.w_shape) if win is not None else None
         dx = None
         if self.weight is not None and self._as_conv():
             dx = self._dx_as_conv(self.weight, grad)
         elif self.weight is not None:
-            wide = self.weight.reshape((1, g, cout_g, cin_g, 1, 1, kh, kw)).expand(self.full)
-            dx = self._dx(sum_of_products(spread, wide, (2,)))
+            dx = _input_grad(grad, self.weight, self.x_shape, self.full, self.padding, self.stride,
+                             self.dilation)
         if not self.has_bias:
             return dx, dw
         return dx, dw, grad.r(ReduceOps.SUM, (0, 2, 3)).reshape((self.w_shape[0],)) if need[2] else None
@@ -815,7 +829,3 @@ class Conv2d(Function):
         swapped = flipped.permute((0, 2, 1, 3, 4)).reshape((g * cin_g, cout // g, kh, kw))
         pad = (dh * (kh - 1) - ph, dw * (kw - 1) - pw)
         return _correlate_rows(grad, swapped, pad, self.dilation, g)
-
-    def _dx(self, dwin: LazyBuffer) -> LazyBuffer:
-        """The input's gradient from the windows' (N, G, 1, Cin/G, oh, ow, kh, kw)."""
-        return _windows_back(dwin, self.x_shape, self.full, self.padding, self.stride, self.dilation)

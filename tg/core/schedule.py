@@ -435,13 +435,15 @@ def structure(outs: list[LazyBuffer], slices: bool = True) -> Structure | None: 
         lb, placed = stack.pop()
         if placed:
             arg, srcs = lb.arg, lb.srcs
-            if slices and any(s._base is not None and s._base._realized is not None and s.st.views[-1].offset
-                              for s in srcs):
-                srcs = lb.srcs = tuple(memory_slice(s) or s for s in srcs)
             arg = arg.name if type(arg) is DType else value_key(arg)
             nodes += (_OP_CODE[id(lb.op)], arg, lb.dtype.name, lb.shape, lb.device, len(srcs))
-            for src in srcs:
+            for k, src in enumerate(srcs):
                 sb = src._base or src
+                if slices and sb is not src and sb._realized is not None and src.st.views[-1].offset:
+                    sliced = memory_slice(src)
+                    if sliced is not None:
+                        src = sb = sliced
+                        lb.srcs = lb.srcs[:k] + (sliced,) + lb.srcs[k + 1:]
                 p = pos.get(id(sb))
                 if p is None:   # a realized leaf
                     p = pos[id(sb)] = -1 - len(leaves)
