@@ -3,6 +3,7 @@
     python3 scripts/gpu_check.py                  # CUDA (GPU 0)
     python3 scripts/gpu_check.py --device CUDA:1  # another GPU; CL and CL:N check an OpenCL device
     python3 scripts/gpu_check.py --quick          # a subset of the tests and small sizes (under a minute)
+    python3 scripts/gpu_check.py --no-suites      # only the training steps and benchmarks
     python3 scripts/gpu_check.py --report DIR     # also keep pytest's whole log and JUnit XML in DIR
 
 On the device it runs, in this order:
@@ -321,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", default="auto",
                     help="pytest-xdist workers for the op suites (default auto: one per core; each worker "
                          "opens the device, so cap it where many cores share one GPU; 0: one process)")
+    ap.add_argument("--no-suites", action="store_true",
+                    help="skip the op suites (run them apart, e.g. with pytest's own flags); only the "
+                         "training-step checks and the benchmarks")
     ap.add_argument("--report", type=Path, default=None, metavar="DIR",
                     help="write the op suites' whole pytest log (pytest.log) and JUnit XML (junit.xml) "
                          "to DIR")
@@ -339,8 +343,10 @@ def main(argv: list[str] | None = None) -> int:
     def say(what: str) -> None:
         print(f"[gpu_check] {what} on {device} ...", flush=True)
 
-    say("op suites" + (" (quick subset)" if args.quick else ""))
-    rows = [guarded("op suites", lambda: check_suites(device, args.quick, args.workers, args.report))]
+    rows = []
+    if not args.no_suites:
+        say("op suites" + (" (quick subset)" if args.quick else ""))
+        rows.append(guarded("op suites", lambda: check_suites(device, args.quick, args.workers, args.report)))
     say("TinyJit training step")
     rows.append(guarded("TinyJit training step", lambda: check_jit(device)))
     say("DDP step")

@@ -89,7 +89,11 @@ def test_expansion_follows_the_reference(op, dtype, device):
 def test_pinned_values():
     x = Tensor(np.array([-np.inf, -100.0, -0.0, 0.0, 1e-6, 100.0, np.inf, np.nan], np.float32))
     want = np.array([0, 0, 0.5, 0.5, 0.50000025, 1, 1, np.nan], np.float32)
-    np.testing.assert_array_equal(x.sigmoid().numpy(), want)
+    got = x.sigmoid().numpy()
+    exact = [0, 1, 2, 3, 5, 6, 7]     # saturated, zero and special values: the same bits on every device
+    np.testing.assert_array_equal(got[exact], want[exact])
+    # CUDA's exp2f is within 2 ulp (the CUDA math API's bound), so 1 / (1 + e) may round one ulp off there
+    np.testing.assert_array_max_ulp(got[4:5], want[4:5], maxulp=1)
     t = x.tanh().numpy()
     np.testing.assert_array_equal(t, [-1.0, -1.0, -0.0, 0.0, np.float32(1e-6), 1.0, 1.0, np.nan])
     assert np.signbit(t[2]) and not np.signbit(t[3])

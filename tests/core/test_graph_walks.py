@@ -5,11 +5,16 @@ not 2 ** levels. Values are checked against numpy float64 (float32 tolerances bo
 every op along the chain); the walks' cost is pinned by counting how often node sources are read."""
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
+from helpers import gpu_support
 from op_helpers import DEVICES
 
 from tg import Device, Tensor, TinyJit
+from tg.core.codegen import heuristics
+from tg.core.codegen.renderer import DIALECTS
 from tg.core.kernel import KOp
 from tg.core.lazy import LazyBuffer
 from tg.core.schedule import create_schedule
@@ -103,6 +108,38 @@ def test_deep_chain_renders_for_every_dialect(dialect):
     src = Device["NULL"].render(item.kernel, dialect)
     deepest = max(len(line) - len(line.lstrip("(")) for line in src.splitlines())
     assert src.count("+0.5f)") >= DEPTH and deepest < 8
+
+
+CHAINS = {"sin": Tensor.sin, "cos": Tensor.cos, "log2": lambda t: (t.abs() + 1).log2(), "exp2": Tensor.exp2,
+          "sqrt": lambda t: t.abs().sqrt()}
+
+
+@pytest.mark.parametrize("calls", [heuristics.OUTLINE_CALLS, heuristics.OUTLINE_CALLS + 1, 60])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("fn", list(CHAINS))
+def test_cuda_outlines_a_math_function_called_often(fn, dtype, calls, monkeypatch):
+    """NVRTC expands every call of sin, cos, log2 (and float64's exp2) in place: a 2,000-deep
+    float64 sin chain took minutes to compile on the GPU. A kernel calling one of them more than
+    OUTLINE_CALLS times calls one out-of-line copy; the source calls the same functions as many times as
+    before, and compiles (NVRTC, where installed)."""
+    x = Tensor(np.linspace(-3, 3, 64).astype(dtype), device="NULL")
+    for _ in range(calls):
+        x = CHAINS[fn](x) * 0.5 + 0.25
+    (item,) = [it for it in create_schedule([x.lazydata]) if it.kind == "kernel"]
+    d = DIALECTS["cuda"]
+    name = (d.func32 if dtype == np.float32 else d.func64)["exp2" if fn == "exp2" else fn]
+    src = Device["NULL"].render(item.kernel, "cuda")
+    body = src[src.index('extern "C"'):]
+    inline, through = len(re.findall(rf"\b{name}\(", body)), body.count(f"tg_{name}_call(")
+    limit = heuristics.OUTLINE_CALLS
+    monkeypatch.setattr(heuristics, "OUTLINE_CALLS", 1 << 30)
+    plain = Device["NULL"].render(item.kernel, "cuda")
+    assert inline + through == len(re.findall(rf"\b{name}\(", plain)) >= calls
+    assert (through > 0) == (name in d.outlined and inline + through > limit)
+    assert inline <= limit or name not in d.outlined
+    if gpu_support("NVRTC") is None:
+        from tg.core.runtime.ops_cuda import NVRTCCompiler
+        NVRTCCompiler("sm_90").compile(src)
 
 
 def test_deep_chain_under_tinyjit():

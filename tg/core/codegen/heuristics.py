@@ -45,6 +45,7 @@ RAGGED_MIN = 4                 # vectors a ragged lane dim with a scalar tail sp
 MASK_UNROLL = 16               # output dims at most this long, masked on, are unrolled (_unroll_masks)
 GROUP_MAX_OUTPUTS = 1 << 14    # a reduce with fewer outputs, over at least GROUP_MIN_REDUCE
 GROUP_MIN_REDUCE = 256         # elements each, may be shared by a work-group
+OUTLINE_CALLS = 8              # CUDA: a heavy math function called more often in one kernel is outlined
 STREAM_MIN_BYTES = 4 << 20     # float32 outputs from this size are stored past the cache (non-temporal)
 
 @dataclass(frozen=True)
