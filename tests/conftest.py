@@ -10,6 +10,11 @@ import pytest
 
 import tg
 
+# Lowered kernels kept on disk (tg/core/lower_cache.py) are keyed by everything lowering reads in a normal
+# run; tests also patch lowering's functions and devices' attributes, which no key can see, so the suite
+# lowers afresh and tests/core/test_lower_cache.py turns the cache on for its own cases.
+os.environ.setdefault("TG_LOWER_CACHE", "0")
+
 
 @pytest.fixture(autouse=True)
 def _seed():
@@ -20,9 +25,10 @@ def _seed():
 
 
 # NVRTC's time grows faster than a source's length: the 2000-deep chains of test_graph_walks.py render
-# to 180 KB (forward) and 360 KB (backward) of straight-line CUDA C, and the second alone took NVRTC
-# over ten minutes here. Longer sources are rendered (that check stays) but not compiled: they are
-# long runs of the same expressions that the shorter kernels compile.
+# to 180 KB (forward) and 360 KB (backward) of straight-line CUDA C, which took NVRTC 2 and 6 minutes
+# before heavy math calls were outlined (renderer.outline_calls) and 2 and 9 s since. Longer sources are
+# rendered (that check stays) but not compiled: they are long runs of the same expressions that the
+# shorter kernels compile.
 NVRTC_MAX_SOURCE = 200_000
 
 

@@ -87,6 +87,8 @@ KNOBS: dict[str, Knob] = {
         Knob("TG_CUDA_ARCH", str, "", "target NVRTC compiles for (sm_90, ...); empty: the GPU present"),
         Knob("TG_CACHE_DIR", str, _cache_default(), "folder for compiled kernels, keyed by source hash"),
         Knob("TG_DISABLE_CACHE", int, 0, "1 compiles every kernel afresh and never touches the disk cache"),
+        Knob("TG_LOWER_CACHE", int, 1,
+             "0 lowers every kernel afresh; 1 keeps lowered kernels (source, launch facts) in TG_CACHE_DIR"),
         Knob("TG_CC", str, "cc", "C compiler the CPU device calls"),
         Knob("TG_CPU_THREADS", int, 0, "threads a CPU kernel may use (OpenMP); 0 means one per core"),
         Knob("TG_CPU_DISABLE", str, "",

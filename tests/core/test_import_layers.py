@@ -29,6 +29,7 @@ LAYERS = [
     ["tg.core.codegen.gemm", "tg.core.codegen.rows"],
     ["tg.core.codegen.nests"],
     ["tg.core.codegen.bf16", "tg.core.codegen.mma"],
+    ["tg.core.lower_cache"],
     ["tg.core.compiler", "tg.core.device"],
     ["tg.core.codegen.search"],
     ["tg.core.codegen.cpu"],

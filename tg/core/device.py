@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tg import config
+from tg.core import lower_cache
 from tg.core.dtype import DType
 from tg.core.lazy import Readers
 
@@ -35,11 +36,13 @@ class GlobalCounters:
     schedules_built: int = 0     # graphs cut into kernels by create_schedule
     schedules_reused: int = 0    # realizes that found their graph's schedule in the cache
     kernels_lowered: int = 0     # kernel ASTs linearized and rendered (a program-cache miss)
+    kernels_recalled: int = 0    # program-cache misses whose lowering was on disk (lower_cache)
 
     @staticmethod
     def reset() -> None:
         GlobalCounters.kernel_count = GlobalCounters.global_ops = GlobalCounters.global_mem = 0
         GlobalCounters.schedules_built = GlobalCounters.schedules_reused = GlobalCounters.kernels_lowered = 0
+        GlobalCounters.kernels_recalled = 0
         GlobalCounters.time_sum_s = 0.0
         GlobalCounters.mem_peak = GlobalCounters.mem_used
 
@@ -370,12 +373,20 @@ class Compiled:
         try:
             jobs: list[tuple] = []
             new: dict[str, str] = {}         # source -> kernel name, each source once
+            memo = lower_cache.Memo(self) if lower_cache.enabled(self) else None
             for key, k in todo.items():
-                name, src, info = self.lower(k)
-                if isinstance(getattr(info, "uops", None), list):
-                    info.uops = []   # rendered: a program lives as long as its cache entry, and the garbage
-                    # collector walks every object alive (its UOps were a tenth of an LSTM's)
-                GlobalCounters.kernels_lowered += 1
+                got = memo.recall(k) if memo is not None else None
+                if got is not None:
+                    name, src, info = got
+                    GlobalCounters.kernels_recalled += 1
+                else:
+                    name, src, info = self.lower(k)
+                    if isinstance(getattr(info, "uops", None), list):
+                        info.uops = []   # rendered: a program lives as long as its cache entry, and the
+                        # garbage collector walks every object alive (its UOps were a tenth of an LSTM's)
+                    GlobalCounters.kernels_lowered += 1
+                    if memo is not None:
+                        memo.keep(k, name, src, info)
                 if src not in self._programs:
                     new.setdefault(src, name)
                 jobs.append((key, name, src, info))

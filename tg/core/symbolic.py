@@ -83,6 +83,12 @@ class Node:
         raise NotImplementedError
 
     def render(self) -> str:
+        return self.text
+
+    @cached_property
+    def text(self) -> str:
+        """The expression as C source, made once per node: a node is immutable, and simplifying sorts
+        terms by their text (a kernel's lowering read it about a million times)."""
         raise NotImplementedError
 
     def eval(self, env: dict[str, Any]) -> Any:
@@ -96,6 +102,10 @@ class Node:
         return f"<{self.render()} in [{self.min}, {self.max}]>"
 
     def __hash__(self) -> int:
+        return self.hashed
+
+    @cached_property
+    def hashed(self) -> int:
         return hash(self.key)
 
     def __eq__(self, other: object) -> bool:
@@ -119,6 +129,10 @@ class Var(Node):
         return {self}
 
     def render(self) -> str:
+        return self.name
+
+    @property
+    def text(self) -> str:   # type: ignore[override]
         return self.name
 
     def eval(self, env: dict[str, Any]) -> Any:
@@ -146,7 +160,8 @@ class Lin(Node):
     def vars(self) -> set[Var]:
         return set().union(*(a.vars() for a, _ in self.terms)) if self.terms else set()
 
-    def render(self) -> str:
+    @cached_property
+    def text(self) -> str:
         if not self.terms:
             return str(self.const)
         parts = []
@@ -189,7 +204,8 @@ class _Atom2(Node):
     def vars(self) -> set[Var]:
         return self.a.vars()
 
-    def render(self) -> str:
+    @cached_property
+    def text(self) -> str:
         return f"({self.a.render()}{self.sym}{self.b})"
 
 
@@ -257,7 +273,8 @@ class And(Node):
     def vars(self) -> set[Var]:
         return set().union(*(n.vars() for n in self.nodes))
 
-    def render(self) -> str:
+    @cached_property
+    def text(self) -> str:
         return "(" + "&&".join(n.render() for n in self.nodes) + ")"
 
     def eval(self, env: dict[str, Any]) -> Any:
@@ -287,7 +304,7 @@ def _linear(x: Node) -> tuple[dict[Node, int], int]:
 
 
 def _from_linear(terms: dict[Node, int], const: int) -> Node:
-    items = tuple(sorted(((a, c) for a, c in terms.items() if c != 0), key=lambda t: t[0].render()))
+    items = tuple(sorted(((a, c) for a, c in terms.items() if c != 0), key=lambda t: t[0].text))
     if len(items) == 1 and items[0][1] == 1 and const == 0:
         return items[0][0]
     return Lin(items, const)

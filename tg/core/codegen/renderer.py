@@ -555,6 +555,7 @@ class CStyleRenderer:
         self.prefetch = prefetch or {}
         name = name or lin.name
         self.lanes = lin.lanes
+        self.by_lane: dict[tuple[Node, int], Node] = {}
         self.names: dict[int, str] = {}
         self.folds: dict[tuple[int, ...], list[str]] = {}   # HREDUCE groups already folded
         self.counter = 0
@@ -780,7 +781,13 @@ class CStyleRenderer:
                 f"{t} {self.new_name(u)} = {mem}[0];"]
 
     def sub_lane(self, node: Node, i: int) -> Node:
-        return node.substitute({Var("lane", 0, self.lanes - 1): num(i)})
+        """node at lane i. Kept for the render: a gather's index and mask are substituted lane by lane,
+        and loads of one kernel share them (DCGAN's unrolled window sums asked 3x each)."""
+        got = self.by_lane.get((node, i))
+        if got is None:
+            lane = Var("lane", 0, self.lanes - 1)
+            got = self.by_lane[(node, i)] = node.substitute({lane: num(i)}) if lane in node.vars() else node
+        return got
 
     def load_scalar(self, buf: int, dtype: DType, idx: Node, valid: Node, other: str | None = None) -> str:
         """The value at idx where valid, else `other` (a load that picks: see Linearizer.alu), else 0."""

@@ -1,0 +1,152 @@
+"""Lowered kernels kept on disk (tg/core/lower_cache.py): a kernel the device has not lowered in this process
+is read back from an earlier lowering, with the same source and the same results as lowering it afresh;
+anything lowering reads that the key names (a knob, a heuristic, tg's code, the device) files apart; a
+damaged entry is lowered again. Programs are generated over ops, shapes and dtypes; results against numpy."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import gpu_support
+
+from tg import Device, GlobalCounters, Tensor
+from tg.core import lower_cache, realize
+from tg.core.codegen import heuristics
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _kept(monkeypatch, tmp_path):
+    monkeypatch.setenv("TG_LOWER_CACHE", "1")
+    monkeypatch.setenv("TG_CACHE_DIR", str(tmp_path))
+
+
+def _forget(device: str) -> None:
+    """Drop the device's programs (and the kept schedules holding them) from memory, as a new process
+    starts without them."""
+    realize._REUSE.clear()
+    dev = Device[device]
+    dev._by_key.clear()
+    dev._programs.clear()
+
+
+def _program(seed: int, device: str) -> tuple[Tensor, np.ndarray]:
+    """A random small program (elementwise chain, reduce or matmul) on odd shapes, of a random dtype."""
+    rng = np.random.default_rng(seed)
+    dtype = [np.float32, np.float64, np.int32][seed % 3]
+    n, m = int(rng.integers(3, 40)), int(rng.integers(2, 70))
+    def draw(shape: tuple[int, int]) -> np.ndarray:
+        if dtype == np.int32:
+            return rng.integers(-9, 9, shape, np.int32)
+        return rng.uniform(-2, 2, shape).astype(dtype)
+    a, b = draw((n, m)), draw((m, n))
+    x, y = Tensor(a, device=device), Tensor(b, device=device)
+    kind = seed % 4
+    if kind == 0:
+        return (x * 3 + x.T.T.abs()).maximum(x[:, ::-1]), np.maximum(a * 3 + np.abs(a), a[:, ::-1])
+    if kind == 1:
+        return x.sum(1) - x.amax(0).sum(), a.sum(1) - a.max(0).sum()
+    if kind == 2:
+        return x @ y, a @ b
+    return (x.T + y).sum(0, keepdim=True) * 2, (a.T + b).sum(0, keepdims=True) * 2
+
+
+def _check(t: Tensor, want: np.ndarray) -> None:
+    np.testing.assert_allclose(t.numpy(), want, rtol=1e-4 if t.dtype.itemsize == 4 else 1e-10, atol=1e-4)
+
+
+def _sources(device: str) -> dict:
+    return {k: p.src for k, p in Device[device]._by_key.items()}
+
+
+@pytest.mark.parametrize("device", ["CPU", "CL"])
+@pytest.mark.parametrize("seed", range(12))
+def test_a_kept_lowering_is_the_fresh_one(seed, device):
+    if device == "CL" and (reason := gpu_support("CL")) is not None:
+        pytest.skip(f"CL is not available here: {reason}")
+    _forget(device)
+    t, want = _program(seed, device)
+    lowered = GlobalCounters.kernels_lowered
+    _check(t, want)
+    assert GlobalCounters.kernels_lowered > lowered
+    fresh = _sources(device)
+    _forget(device)
+    lowered, recalled = GlobalCounters.kernels_lowered, GlobalCounters.kernels_recalled
+    t, want = _program(seed, device)
+    _check(t, want)
+    assert GlobalCounters.kernels_lowered == lowered and GlobalCounters.kernels_recalled > recalled
+    assert _sources(device) == fresh
+
+
+def _lowers_again(device: str = "CPU") -> bool:
+    """Whether realizing seed 2's program (a matmul) after forgetting lowers it afresh."""
+    _forget(device)
+    lowered = GlobalCounters.kernels_lowered
+    t, want = _program(2, device)
+    _check(t, want)
+    return GlobalCounters.kernels_lowered > lowered
+
+
+def test_what_lowering_reads_files_apart(monkeypatch):
+    assert _lowers_again() and not _lowers_again()
+    with monkeypatch.context() as m:
+        m.setenv("TG_NOOPT", "1")                                # a knob
+        assert _lowers_again() and not _lowers_again()
+    with monkeypatch.context() as m:
+        m.setattr(heuristics, "MIN_MACS", heuristics.MIN_MACS + 1)    # a tuned heuristic
+        assert _lowers_again() and not _lowers_again()
+    with monkeypatch.context() as m:
+        m.setattr(lower_cache, "_CODE", ["another tg"])          # another version of tg's code
+        assert _lowers_again()
+    assert not _lowers_again()
+
+
+def test_a_damaged_entry_is_lowered_again(tmp_path):
+    assert _lowers_again()
+    entries = sorted((tmp_path / "lowered").glob("*.json"))
+    assert entries
+    for i, path in enumerate(entries):        # each a different kind of damage
+        text = path.read_text()
+        path.write_text([text[: len(text) // 2], "[]", json.dumps({**json.loads(text), "flops": "x"}),
+                         json.dumps({**json.loads(text), "src": 3})][i % 4])
+    assert _lowers_again()
+    assert not _lowers_again()             # rewritten whole
+    assert not list((tmp_path / "lowered").glob(".tmp-*"))
+
+
+def test_off_writes_nothing(monkeypatch, tmp_path):
+    for knob, value in (("TG_LOWER_CACHE", "0"), ("TG_DISABLE_CACHE", "1")):
+        with monkeypatch.context() as m:
+            m.setenv(knob, value)
+            assert _lowers_again() and _lowers_again()
+            assert not (tmp_path / "lowered").exists()
+
+
+def test_a_new_process_lowers_nothing(tmp_path):
+    """Two processes run the same training step on one cache: the second lowers no kernel."""
+    script = textwrap.dedent("""
+        import numpy as np
+        from tg import GlobalCounters, Tensor, nn, optim
+        Tensor.manual_seed(0)
+        model = nn.Sequential(nn.Linear(13, 31), nn.GELU(), nn.LayerNorm(31), nn.Linear(31, 5))
+        opt = optim.AdamW(model.parameters(), lr=1e-2)
+        x = Tensor(np.random.default_rng(0).standard_normal((7, 13)).astype(np.float32))
+        loss = nn.functional.cross_entropy(model(x), Tensor(np.arange(7) % 5))
+        opt.zero_grad(); loss.backward(); opt.step()
+        print(GlobalCounters.kernels_lowered, GlobalCounters.kernels_recalled, repr(loss.item()))
+    """)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "TG_LOWER_CACHE": "1", "TG_DEVICE": "CPU",
+           "TG_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True,
+                           timeout=300) for _ in range(2)]
+    (lowered1, recalled1, loss1), (lowered2, recalled2, loss2) = [r.stdout.split() for r in runs]
+    assert int(lowered1) > 0 and int(recalled1) == 0
+    assert int(lowered2) == 0 and int(recalled2) == int(lowered1)
+    assert loss1 == loss2
