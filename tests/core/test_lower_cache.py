@@ -4,6 +4,7 @@ anything lowering reads that the key names (a knob, a heuristic, tg's code, the 
 damaged entry is lowered again. Programs are generated over ops, shapes and dtypes; results against numpy."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -17,7 +18,7 @@ from helpers import gpu_support
 
 from tg import Device, GlobalCounters, Tensor
 from tg.core import lower_cache, realize
-from tg.core.codegen import heuristics
+from tg.core.codegen import heuristics, search
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -96,11 +97,18 @@ def test_a_kept_lowering_is_the_fresh_one(seed, device):
     assert _sources(device) == fresh
 
 
-def _lowers_again(device: str = "CPU") -> bool:
-    """Whether realizing seed 2's program (a matmul) after forgetting lowers it afresh."""
-    _forget(device)
+def _matmul() -> tuple[Tensor, np.ndarray]:
+    """A float32 matmul big enough to be a contraction the CPU may block (heuristics.large_enough)."""
+    rng = np.random.default_rng(5)
+    a, b = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((64, 48)).astype(np.float32)
+    return Tensor(a) @ Tensor(b), a @ b
+
+
+def _lowers_again(program=lambda: _program(2, "CPU")) -> bool:
+    """Whether realizing a program (by default an int32 matmul) after forgetting lowers it afresh."""
+    _forget("CPU")
     lowered = GlobalCounters.kernels_lowered
-    t, want = _program(2, device)
+    t, want = program()
     _check(t, want)
     return GlobalCounters.kernels_lowered > lowered
 
@@ -117,6 +125,56 @@ def test_what_lowering_reads_files_apart(monkeypatch):
         m.setattr(lower_cache, "_CODE", ["another tg"])          # another version of tg's code
         assert _lowers_again()
     assert not _lowers_again()
+
+
+def test_what_lowering_does_not_read_shares_entries(monkeypatch):
+    """A rank, a launcher's run id, DEBUG (or a malformed knob lowering never reads) neither files apart
+    nor fails: every rank of a job reads the entries the first wrote."""
+    assert _lowers_again()
+    for knob, value in (("RANK", "3"), ("TG_RUN_ID", "job-7"), ("DEBUG", "1"), ("LOCAL_RANK", "abc")):
+        with monkeypatch.context() as m:
+            m.setenv(knob, value)
+            assert not _lowers_again()
+
+
+def _config_reads(path: Path) -> set[str]:
+    """The knobs a file reads (`config.NAME`; config's functions are lower-case)."""
+    return {n.attr for n in ast.walk(ast.parse(path.read_text()))
+            if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id == "config"
+            and n.attr.isupper()}
+
+
+# knobs read where kernels are lowered that decide nothing about a kernel's source
+NOT_LOWERING = {"TG_CACHE_DIR", "TG_DISABLE_CACHE", "TG_LOWER_CACHE", "TG_PROGRAM_CACHE", "TG_DEVICE",
+                "DEBUG", "KNOBS"}
+
+
+def test_every_knob_lowering_reads_is_in_the_key():
+    """Every knob read by codegen, the runtimes, device.py, compiler.py or lower_cache.py is either in
+    LOWERING_KNOBS (part of an entry's name) or known not to shape a kernel's source."""
+    core = REPO / "tg" / "core"
+    files = [*sorted((core / "codegen").glob("*.py")), *sorted((core / "runtime").glob("*.py")),
+             core / "device.py", core / "compiler.py", core / "lower_cache.py", core / "kernel.py",
+             core / "shape.py", core / "symbolic.py"]
+    read = set().union(*(_config_reads(p) for p in files))
+    assert read - NOT_LOWERING - set(lower_cache.LOWERING_KNOBS) == set()
+    assert set(lower_cache.LOWERING_KNOBS) <= set(tg_config_knobs())
+
+
+def tg_config_knobs() -> list[str]:
+    from tg import config
+    return list(config.KNOBS)
+
+
+def test_an_unfinished_search_is_not_kept(monkeypatch):
+    """A matmul lowered while the search budget is spent gets the rule's nest for now; a later process
+    must search it, so that lowering is not kept. With the search off (TG_BEAM=0) the rule is final."""
+    monkeypatch.setenv("TG_BEAM_MIN_MACS", "1")
+    monkeypatch.setattr(heuristics, "MIN_MACS", 1)           # a contraction however small
+    monkeypatch.setattr(search, "_spent", [1e9])
+    assert _lowers_again(_matmul) and _lowers_again(_matmul)
+    monkeypatch.setenv("TG_BEAM", "0")
+    assert _lowers_again(_matmul) and not _lowers_again(_matmul)
 
 
 def test_a_damaged_entry_is_lowered_again(tmp_path):

@@ -6,10 +6,15 @@ linearizing and rendering 171 kernels whose binaries were already on disk.
 An entry's name is a sha256 of
 - the kernel's `Kernel.key` (its AST, in place or not, its buffers' sizes: what lowering reads of it),
 - tg's own code: every .py file under tg/core, hashed once a process (a new tg never reads an old entry),
-- the device: its kind, dialect, renderer threads, lowering options and compiler identity (flags and the
-  CPU's features, so an entry made for AMX is never read where AMX is missing),
-- every config knob's value and every upper-case constant of codegen/heuristics.py (a tuned heuristic
-  files its lowerings apart).
+- the device: its kind and hardware, the host CPU's model, dialect, renderer threads, lowering options and
+  compiler identity (flags and the CPU's features: an entry made for AMX is never read where AMX is missing),
+- the knobs lowering reads (`LOWERING_KNOBS`; tests/core/test_lower_cache.py checks that every knob read
+  in codegen, the runtimes, device.py and compiler.py is there or named as not read by lowering), and
+  every upper-case constant of codegen/heuristics.py (a tuned heuristic files its lowerings apart).
+
+A lowering that chose a nest while the search was unfinished (`search.settled`: the budget ran out) is
+not kept: a later process goes on searching. A bfloat16 unit found not to pay (`CPUDevice.usable`, timed
+once a process) is decided by the process that lowered first; each choice is a checked, valid program.
 
 `TG_LOWER_CACHE=0` (or `TG_DISABLE_CACHE=1`) lowers every kernel afresh. The test suite turns it off
 (tests/conftest.py), since tests patch lowering's functions in ways no key can see; its own tests turn it
@@ -20,6 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import platform
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,23 +47,39 @@ class Recalled:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_CODE: list[str] = []
+# the knobs whose values lowering reads (where a kernel runs, caching and DEBUG are not among them)
+LOWERING_KNOBS = ("TG_NOOPT", "TG_CPU_THREADS", "TG_CPU_DISABLE", "TG_CC", "TG_CUDA_ARCH", "TG_NULL_DIALECT",
+                  "TG_BEAM", "TG_BEAM_MIN_MACS", "TG_CL_SPLIT")
 
 
 def _code_digest() -> str:
-    """sha256 of every .py file under tg/core (names and contents), once a process."""
-    if not _CODE:
-        root, h = Path(__file__).resolve().parent, hashlib.sha256()
-        for path in sorted(root.rglob("*.py")):
-            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
-        _CODE.append(h.hexdigest())
-    return _CODE[0]
+    """sha256 of every .py file under tg/core (names and contents)."""
+    root, h = Path(__file__).resolve().parent, hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def _host_model() -> str:
+    """The host CPU's model name (searched nests are timed on it; the features alone do not tell)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
+                platform.machine())
+
+
+# taken when tg/core is imported, not at the first build: sources edited under a running process must not
+# file that process's lowerings under the new code's name
+_CODE = [_code_digest()]
+_HOST = _host_model()
 
 
 def _settings() -> str:
-    """Every knob's value and heuristics' upper-case constants, as one string."""
+    """The lowering knobs' values and heuristics' upper-case constants, as one string."""
     from tg.core.codegen import heuristics
-    knobs = [f"{name}={config.KNOBS[name].read()!r}" for name in sorted(config.KNOBS)]
+    knobs = [f"{name}={getattr(config, name)!r}" for name in LOWERING_KNOBS]
     consts = [f"{k}={v!r}" for k, v in sorted(vars(heuristics).items())
               if k.isupper() and isinstance(v, (int, float, str, bool, tuple))]
     return "\n".join(knobs + consts)
@@ -72,7 +94,7 @@ class Memo:
 
     def __init__(self, dev: Any):
         renderer = dev.renderer
-        facts = [f"format {FORMAT}", _code_digest(), type(dev).__name__, repr(renderer.d),
+        facts = [f"format {FORMAT}", _CODE[0], _HOST, type(dev).__name__, dev.hardware, repr(renderer.d),
                  f"threads {getattr(renderer, 'threads', None)!r}", repr(sorted(dev.lower_options.items())),
                  f"vector {getattr(dev, 'vector_bytes', 0)}", dev.compiler.ident, _settings()]
         self.device = hashlib.sha256("\n".join(facts).encode()).hexdigest()
@@ -96,7 +118,10 @@ class Memo:
         return facts.name, src, facts
 
     def keep(self, kernel: Any, name: str, src: str, info: Any) -> None:
-        """File a fresh lowering (best effort: a full disk or a read-only cache only loses the entry)."""
+        """File a fresh lowering (best effort: a full disk or a read-only cache only loses the entry);
+        not a provisional one (see the module docstring)."""
+        if getattr(info, "extra", {}).get("provisional"):
+            return
         extra = {k: v if isinstance(v, (bool, int, float, str)) else repr(v)
                  for k, v in getattr(info, "extra", {}).items()}
         entry = {"name": name, "src": src, "global_size": int(info.global_size),

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
 class Choice(NamedTuple):
     """What a kernel becomes: kind is "rows", "bf16", "gemm" or "one-pass"; for the nests, the
-    contraction and its parameters (a `heuristics.Params`)."""
+    contraction and its parameters (a `heuristics.Params`); a contraction run one-pass carries it too."""
     kind: str
     contraction: Any = None
     params: Any = None
@@ -56,11 +56,12 @@ def choose(dev: CPUDevice, kernel: Any) -> Choice:
     def one_pass(name: str) -> str:       # what the search times the nests against
         return dev.renderer.render(linearize_for(kernel, dev.renderer.d, **dev.lower_options), name)
     p = search.choose(c, nests.name(c), lanes, dev.renderer, dev.compiler, one_pass)
-    return Choice("one-pass") if p is None else Choice("gemm", c, p)
+    return Choice("one-pass", c) if p is None else Choice("gemm", c, p)
 
 
 def lower(dev: CPUDevice, kernel: Any) -> tuple[str, str, Any]:
-    """(name, source, info) of a scheduled kernel or row group, as `choose` decides."""
+    """(name, source, info) of a scheduled kernel or row group, as `choose` decides. A contraction whose
+    search is not finished (`search.settled`) is marked provisional in info.extra: not kept on disk."""
     choice = choose(dev, kernel)
     lanes = dev.vector_bytes // 4
     if choice.kind == "rows":
@@ -68,9 +69,14 @@ def lower(dev: CPUDevice, kernel: Any) -> tuple[str, str, Any]:
     if choice.kind == "bf16":
         return nests.lower(choice.contraction, choice.params, dev.renderer, lanes, bf16.render)
     if choice.kind == "gemm":
-        return nests.lower(choice.contraction, choice.params, dev.renderer, lanes)
-    lin = linearize_for(kernel, dev.renderer.d, **dev.lower_options)
-    return lin.name, dev.renderer.render(lin), lin
+        name, src, info = nests.lower(choice.contraction, choice.params, dev.renderer, lanes)
+    else:
+        info = linearize_for(kernel, dev.renderer.d, **dev.lower_options)
+        name, src = info.name, dev.renderer.render(info)
+    c = choice.contraction      # a contraction searched (or not) between the nests and the one-pass kernel
+    if c is not None and not search.settled(c, lanes, dev.renderer, dev.compiler):
+        info.extra["provisional"] = True
+    return name, src, info
 
 
 def nest_by_rule(kernel: Any, renderer: Any, vector_bytes: int) -> tuple[str, str, Any] | None:

@@ -279,10 +279,7 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     `one_pass(name)` renders. Remembered from an earlier search, else searched (when the knob, the size
     and what is left of this process's budget allow), else the rule of thumb (heuristics.rule)."""
     rule = heuristics.rule(c, lanes)
-    if c.narrow or c.low:    # the packed nest by rule, never searched (heuristics.rule says why)
-        return rule
-    batch, m, n, k = c.sizes
-    if config.TG_BEAM <= 0 or batch * m * n * k < config.TG_BEAM_MIN_MACS:
+    if not _searched(c):
         return rule
     path = _path(_key_of(c, renderer.threads, compiler.ident, lanes))
     state, known, timed = _recall(path, c, lanes)
@@ -307,6 +304,23 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     _remember(path, _record(c, tried, timed, rule))
     good = [p for p in tried if timed.get(_key(p), BAD) < BAD]
     return min(good, key=lambda p: timed[_key(p)]) if good else rule
+
+
+def _searched(c: gemm.Contraction) -> bool:
+    """Whether c's nest is chosen by timing (else by rule): not a 16-bit contraction (heuristics.rule says
+    why), TG_BEAM on, and at least TG_BEAM_MIN_MACS multiply-adds."""
+    batch, m, n, k = c.sizes
+    return not (c.narrow or c.low) and config.TG_BEAM > 0 and batch * m * n * k >= config.TG_BEAM_MIN_MACS
+
+
+def settled(c: gemm.Contraction, lanes: int, renderer: Any, compiler: Any) -> bool:
+    """Whether `choose`'s answer for c is final: chosen by rule, or its search finished. An answer given
+    while the budget ran out (the rule, or the best so far) is one a later process improves on, so a
+    lowering made from it is not kept (lower_cache)."""
+    if not _searched(c):
+        return True
+    state, _, _ = _recall(_path(_key_of(c, renderer.threads, compiler.ident, lanes)), c, lanes)
+    return state == "done"
 
 
 def _build(compiler: Any, src: str) -> Path | None:
