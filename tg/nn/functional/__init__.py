@@ -12,6 +12,7 @@ written here. Inputs are checked at the call, before any kernel is built.
     >>> round(F.cross_entropy(Tensor([[0.0, 0.0]]), Tensor([1])).item(), 4)     # log 2
     0.6931
 """
+# ruff: noqa: F401  (the names below are this package's public surface, re-exported)
 from tg.nn.functional.activation import (
     celu,
     elu,
@@ -95,17 +96,3 @@ from tg.nn.functional.pool import (
     pixel_unshuffle,
 )
 
-__all__ = [
-    "REDUCTIONS", "adaptive_avg_pool1d", "adaptive_avg_pool2d", "adaptive_avg_pool3d",
-    "adaptive_max_pool1d", "adaptive_max_pool2d", "adaptive_max_pool3d", "avg_pool1d", "avg_pool2d",
-    "avg_pool3d", "batch_norm", "binary_cross_entropy", "binary_cross_entropy_with_logits", "celu",
-    "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-    "cosine_embedding_loss", "cosine_similarity", "cross_entropy", "dropout", "dropout2d", "einsum", "elu",
-    "embedding", "finfo_eps", "gaussian_nll_loss", "gelu", "glu", "group_norm", "hardsigmoid", "hardswish",
-    "hardtanh", "hinge_embedding_loss", "huber_loss", "interpolate", "kl_div", "l1_loss", "layer_norm",
-    "leaky_relu", "linear", "log_softmax", "logsigmoid", "margin_ranking_loss", "max_pool1d", "max_pool2d",
-    "max_pool3d", "mish", "mse_loss", "multilabel_soft_margin_loss", "nll_loss", "normalize", "one_hot",
-    "pad", "pairwise_distance", "pixel_shuffle", "pixel_unshuffle", "poisson_nll_loss", "relu", "relu6",
-    "rms_norm", "scaled_dot_product_attention", "selu", "sigmoid", "silu", "smooth_l1_loss",
-    "soft_margin_loss", "softmax", "softplus", "softsign", "tanh", "tanhshrink", "triplet_margin_loss"
-]

@@ -10,6 +10,7 @@ activation.py, pool.py (pooling, resizing), loss.py.
     >>> model(Tensor.ones(5, 3)).shape
     (5, 2)
 """
+# ruff: noqa: F401  (the names below are this package's public surface, re-exported)
 from tg.nn.layers.activation import (
     CELU,
     ELU,
@@ -100,19 +101,3 @@ from tg.nn.layers.pool import (
     Upsample,
 )
 
-__all__ = [
-    "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveAvgPool3d", "AdaptiveMaxPool1d", "AdaptiveMaxPool2d",
-    "AdaptiveMaxPool3d", "AvgPool1d", "AvgPool2d", "AvgPool3d", "BCELoss", "BCEWithLogitsLoss",
-    "BatchNorm1d", "BatchNorm2d", "CELU", "CircularPad1d", "CircularPad2d", "CircularPad3d",
-    "ConstantPad1d", "ConstantPad2d", "ConstantPad3d", "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d",
-    "ConvTranspose2d", "ConvTranspose3d", "CosineEmbeddingLoss", "CosineSimilarity", "CrossEntropyLoss",
-    "Dropout", "Dropout2d", "ELU", "Embedding", "Flatten", "GELU", "GLU", "GaussianNLLLoss", "GroupNorm",
-    "Hardsigmoid", "Hardswish", "Hardtanh", "HingeEmbeddingLoss", "HuberLoss", "Identity", "KLDivLoss",
-    "L1Loss", "LayerNorm", "LeakyReLU", "Linear", "LogSigmoid", "LogSoftmax", "MSELoss",
-    "MarginRankingLoss", "MaxPool1d", "MaxPool2d", "MaxPool3d", "Mish", "MultiLabelSoftMarginLoss",
-    "NLLLoss", "PairwiseDistance", "PixelShuffle", "PixelUnshuffle", "PoissonNLLLoss", "RMSNorm", "ReLU",
-    "ReLU6", "ReflectionPad1d", "ReflectionPad2d", "ReflectionPad3d", "ReplicationPad1d",
-    "ReplicationPad2d", "ReplicationPad3d", "SELU", "Sequential", "SiLU", "Sigmoid", "SmoothL1Loss",
-    "SoftMarginLoss", "Softmax", "Softplus", "Softsign", "Tanh", "Tanhshrink", "TripletMarginLoss",
-    "Unflatten", "Upsample", "ZeroPad1d", "ZeroPad2d", "ZeroPad3d"
-]
