@@ -5,7 +5,8 @@ linearizing and rendering 171 kernels whose binaries were already on disk.
 
 An entry's name is a sha256 of
 - the kernel's `Kernel.key` (its AST, in place or not, its buffers' sizes: what lowering reads of it),
-- tg's own code: every .py file under tg/core, hashed once a process (a new tg never reads an old entry),
+- tg's own code: every .py file under tg/core, hashed when tg/core is imported (a new tg never reads an
+  old entry),
 - the device: its kind and hardware, the host CPU's model, dialect, renderer threads, lowering options and
   compiler identity (flags and the CPU's features: an entry made for AMX is never read where AMX is missing),
 - the knobs lowering reads (`LOWERING_KNOBS`; tests/core/test_lower_cache.py checks that every knob read
@@ -120,13 +121,17 @@ class Memo:
     def keep(self, kernel: Any, name: str, src: str, info: Any) -> None:
         """File a fresh lowering (best effort: a full disk or a read-only cache only loses the entry);
         not a provisional one (see the module docstring)."""
-        if getattr(info, "extra", {}).get("provisional"):
+        extra = getattr(info, "extra", {})
+        if extra.get("provisional"):
             return
-        extra = {k: v if isinstance(v, (bool, int, float, str)) else repr(v)
-                 for k, v in getattr(info, "extra", {}).items()}
-        entry = {"name": name, "src": src, "global_size": int(info.global_size),
-                 "local_size": int(info.local_size), "flops": int(info.flops),
-                 "mem_bytes": int(info.mem_bytes), "extra": extra}
+        try:
+            entry = {"name": name, "src": src, "global_size": int(info.global_size),
+                     "local_size": int(info.local_size), "flops": int(info.flops),
+                     "mem_bytes": int(info.mem_bytes),
+                     "extra": {k: v if isinstance(v, (bool, int, float, str)) else repr(v)
+                               for k, v in extra.items()}}
+        except (AttributeError, TypeError, ValueError):      # a lowering without launch facts: not kept
+            return
         tmp = None
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
