@@ -101,7 +101,7 @@ def _matmul() -> tuple[Tensor, np.ndarray]:
     """A float32 matmul big enough to be a contraction the CPU may block (heuristics.large_enough)."""
     rng = np.random.default_rng(5)
     a, b = rng.standard_normal((40, 64)).astype(np.float32), rng.standard_normal((64, 48)).astype(np.float32)
-    return Tensor(a) @ Tensor(b), a @ b
+    return Tensor(a, device="CPU") @ Tensor(b, device="CPU"), a @ b
 
 
 def _lowers_again(program=lambda: _program(2, "CPU")) -> bool:

@@ -63,7 +63,9 @@ _GPU_PROMOTE = ("addcdiv", "addcmul", "atan2", "bilinear", "cross", "dot", "vdot
 # modules whose calls of a marked op are an op's insides, not a user's call: torch has one kernel where tg
 # composes (sigmoid from exp, batch_norm from rsqrt and sum), and its autocast sees only the outer call
 # (tg.core.* counts too). Layers (tg.nn.layers), the namespace and user code call ops as a user does.
+# (a package counts with its modules: tg.nn.functional.loss calling logsigmoid is an op's insides)
 INTERNAL = frozenset({"tg.nn.functional", "tg.core"})
+_INSIDE = tuple(m + "." for m in INTERNAL)
 
 
 def _table(lower: tuple, float32: tuple, promote: tuple) -> dict[str, str]:
@@ -199,7 +201,7 @@ def autocast_op(fn: Callable) -> Callable:
         if not _enabled_regions or STATE.inside:
             return fn(*args, **kwargs)
         caller = sys._getframe(1).f_globals.get("__name__", "")
-        if caller in INTERNAL or caller.startswith("tg.core."):
+        if caller in INTERNAL or caller.startswith(_INSIDE):
             return fn(*args, **kwargs)
         first = _first_tensor(args, kwargs)
         kind = _device_kind(first.device) if first is not None else "cpu"
