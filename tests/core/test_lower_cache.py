@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from helpers import gpu_support
 
-from tg import Device, GlobalCounters, Tensor
+from tg import Device, GlobalCounters, Tensor, config
 from tg.core import lower_cache, realize
 from tg.core.codegen import heuristics, search
 
@@ -158,12 +158,7 @@ def test_every_knob_lowering_reads_is_in_the_key():
              core / "shape.py", core / "symbolic.py"]
     read = set().union(*(_config_reads(p) for p in files))
     assert read - NOT_LOWERING - set(lower_cache.LOWERING_KNOBS) == set()
-    assert set(lower_cache.LOWERING_KNOBS) <= set(tg_config_knobs())
-
-
-def tg_config_knobs() -> list[str]:
-    from tg import config
-    return list(config.KNOBS)
+    assert set(lower_cache.LOWERING_KNOBS) <= set(config.KNOBS)
 
 
 def test_an_unfinished_search_is_not_kept(monkeypatch):
