@@ -66,15 +66,31 @@ def _host_model() -> str:
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
-        return platform.processor() or platform.machine()
+        return platform.machine()
     return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")),
                 platform.machine())
+
+
+def write_record(path: Path, record: dict) -> None:
+    """Write a JSON record to the cache atomically (a temporary file renamed: a reader never sees half of
+    one); a cache that cannot be written (read-only, full) only costs a later process the work again.
+    Lowerings here and the nest search's records (codegen/search.py) are written so."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(record, f)
+        os.replace(tmp, path)
+    except OSError:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
 
 
 # taken when tg/core is imported, not at the first build: sources edited under a running process must not
 # file that process's lowerings under the new code's name
 _CODE = [_code_digest()]
-_HOST = _host_model()
+HOST = _host_model()      # read once a process (the nest search keys its records by it too)
 
 
 def _settings() -> str:
@@ -95,7 +111,7 @@ class Memo:
 
     def __init__(self, dev: Any):
         renderer = dev.renderer
-        facts = [f"format {FORMAT}", _CODE[0], _HOST, type(dev).__name__, dev.hardware, repr(renderer.d),
+        facts = [f"format {FORMAT}", _CODE[0], HOST, type(dev).__name__, dev.hardware, repr(renderer.d),
                  f"threads {getattr(renderer, 'threads', None)!r}", repr(sorted(dev.lower_options.items())),
                  f"vector {getattr(dev, 'vector_bytes', 0)}", dev.compiler.ident, _settings()]
         self.device = hashlib.sha256("\n".join(facts).encode()).hexdigest()
@@ -132,13 +148,4 @@ class Memo:
                                for k, v in extra.items()}}
         except (AttributeError, TypeError, ValueError):      # a lowering without launch facts: not kept
             return
-        tmp = None
-        try:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".tmp-")
-            with os.fdopen(fd, "w") as f:
-                json.dump(entry, f)
-            os.replace(tmp, self.path(kernel))
-        except OSError:
-            if tmp is not None and os.path.exists(tmp):
-                os.unlink(tmp)
+        write_record(self.path(kernel), entry)

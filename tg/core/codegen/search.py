@@ -32,7 +32,6 @@ import json
 import logging
 import mmap
 import os
-import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import astuple
@@ -42,6 +41,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tg import config
+from tg.core import lower_cache
 from tg.core.codegen import gemm, heuristics, nests
 from tg.core.compiler import CompileError
 from tg.core.dtype import dtypes
@@ -73,40 +73,16 @@ def broadcast_candidates(lanes: int) -> list[tuple[int, int, int, int, int, str]
     return [(mr, nr, 1024, 0, 0, "broadcast") for mr, nr in tiles]
 
 
-def _cpu() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return os.uname().machine
-    names = (line.split(":", 1)[1].strip() for line in text.splitlines() if line.startswith("model name"))
-    return next(names, os.uname().machine)
-
-
 VERSION = 4      # of the candidates and what their block sizes mean: a change makes earlier records moot
 
 
 def _key_of(c: gemm.Contraction, threads: int, ident: str, lanes: int) -> str:
-    raw = repr((VERSION, c.ast.key, threads, lanes, _cpu(), ident))
+    raw = repr((VERSION, c.ast.key, threads, lanes, lower_cache.HOST, ident))
     return hashlib.sha256(raw.encode()).hexdigest()[:40]
 
 
 def _path(key: str) -> Path:
     return Path(config.TG_CACHE_DIR) / "search" / f"{key}.json"
-
-
-def _remember(path: Path, record: dict) -> None:
-    """Write record atomically; a cache that cannot be written (read-only, full) only costs a later
-    process the search again."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.stem + ".", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(record, f)
-        os.replace(tmp, path)
-    except OSError:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 Timed = dict[tuple | None, float]    # seconds of a run per candidate (astuple; None: the one-pass kernel)
@@ -292,16 +268,16 @@ def choose(c: gemm.Contraction, name: str, lanes: int, renderer: Any, compiler: 
     timed = {k: v for k, v in timed.items() if k in {_key(p) for p in tried}}
     if timed.get(None) == BAD:    # no reference to check the candidates against: none is a choice
         timed.update({_key(p): BAD for p in tried})
-        _remember(path, _record(c, tried, timed, rule))
+        lower_cache.write_record(path, _record(c, tried, timed, rule))
         return rule
     todo = [p for p in tried if _key(p) not in timed]            # an unfinished search goes on where it was
     start = time.perf_counter()
     try:
         _time(c, todo, timed, name, lanes, renderer, compiler, one_pass, start + budget,
-              lambda running: _remember(path, _record(c, tried, timed, None, running)))
+              lambda running: lower_cache.write_record(path, _record(c, tried, timed, None, running)))
     finally:
         _spent[0] += time.perf_counter() - start
-    _remember(path, _record(c, tried, timed, rule))
+    lower_cache.write_record(path, _record(c, tried, timed, rule))
     good = [p for p in tried if timed.get(_key(p), BAD) < BAD]
     return min(good, key=lambda p: timed[_key(p)]) if good else rule
 
