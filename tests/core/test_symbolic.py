@@ -90,3 +90,28 @@ def test_bounds_on_a_row_and_column_become_bounds_on_the_row():
         a, b = Var("a", 0, 11), Var("b", 0, 5)
         brute((a * ca + b * cb).lt(d), [a, b], lambda x, y, ca=ca, cb=cb, d=d: int(x * ca + y * cb < d))
         brute((a * ca + b * cb).ge(d), [a, b], lambda x, y, ca=ca, cb=cb, d=d: int(x * ca + y * cb >= d))
+
+
+def test_conjunctions_merge_bounds_and_fold_empty_ranges():
+    """ands keeps one range per expression (the tightest lower and upper bound), folds a range holding
+    nothing to 0, and is exact: generated bounds on generated linear expressions, brute-forced. The
+    case that made dead loads: a pad's mask 2r+1 in [2, 3) read through a stride, r in [0, 1]."""
+    from tg.core.symbolic import ands
+    r = Var("r", 0, 1)
+    assert ands([(r * 2 + 1).ge(2), (r * 2 + 1).lt(3)]).render() == "0"
+    a, b = Var("a", 0, 6), Var("b", 0, 4)
+    rng = random.Random(5)
+    for _ in range(300):
+        exprs = [a * rng.randint(-3, 4) + b * rng.randint(-3, 4) + rng.randint(-4, 4) for _ in range(2)]
+        terms, want = [], []
+        for _ in range(rng.randint(1, 5)):
+            e, c, upper = rng.choice(exprs), rng.randint(-10, 20), rng.random() < 0.5
+            terms.append(e.lt(c) if upper else e.ge(c))
+            want.append((e, c, upper))
+        got = ands(terms)
+        brute(got, [a, b], lambda x, y, want=want: int(all(
+            (e.eval({"a": x, "b": y}) < c) == upper for e, c, upper in want)))
+        # at most one lower and one upper bound per expression remain
+        atoms = getattr(got, "nodes", (got,))
+        kinds = [(type(n).__name__, n.a.key) for n in atoms if hasattr(n, "a")]
+        assert len(kinds) == len(set(kinds)), got.render()

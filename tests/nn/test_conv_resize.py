@@ -171,6 +171,53 @@ def test_conv_transpose2d_is_the_gradient_of_conv2d():
           xt.grad.numpy())
 
 
+def _phase_grad_cases():
+    """Strided conv2d's whose input gradient is one conv over the output phases (fused._by_phases: each
+    kernel dim a whole number of strides): strides of 2 and 3, each dim its own, 1 to 3 taps a phase,
+    paddings up to the kernel less one, groups, and input sizes the windows do not reach to the end
+    (the rows past the reach get zeros)."""
+    rng = np.random.default_rng(23)
+    cases = []
+    for _ in range(16):
+        stride = tuple(int(v) for v in rng.integers(2, 4, 2))
+        kernel = tuple(s * int(rng.integers(1, 4)) for s in stride)
+        padding = tuple(int(rng.integers(0, k)) for k in kernel)
+        size = tuple(k + int(rng.integers(0, 3 * s + 1)) for k, s in zip(kernel, stride))
+        cases.append((stride, kernel, padding, size, int(rng.choice([1, 2]))))
+    return cases
+
+
+@pytest.mark.parametrize("stride,kernel,padding,size,groups", _phase_grad_cases())
+def test_strided_conv2d_input_gradient_by_phases(stride, kernel, padding, size, groups):
+    """dx of a strided conv2d taken over its phases equals the transposed conv of the output's gradient
+    (numpy's, scattered tap by tap), in float64."""
+    from tg.core import fused
+    assert fused._by_phases((1, 1, *kernel), stride, (1, 1))
+    x, w = rand(2, 4, *size, seed=1), rand(6, 4 // groups, *kernel, seed=2)
+    xt = Tensor(x, requires_grad=True)
+    y = F.conv2d(xt, Tensor(w), stride=stride, padding=padding, groups=groups)
+    g = rand(*y.shape, seed=3)
+    (y * Tensor(g)).sum().backward()
+    full = np_conv_transpose(g, w, stride, (0, 0), (0, 0), (1, 1), groups)    # over the padded input
+    padded = np.zeros((2, 4, *(s + 2 * p for s, p in zip(size, padding))))
+    reach = tuple(min(f, s) for f, s in zip(full.shape[2:], padded.shape[2:]))
+    padded[:, :, :reach[0], :reach[1]] = full[:, :, :reach[0], :reach[1]]
+    (ph, pw), (h, wd) = padding, size
+    close(xt.grad, padded[:, :, ph:ph + h, pw:pw + wd], atol=1e-9)
+
+
+@pytest.mark.parametrize("size", [4, 6, 8, 16])
+def test_transposed_conv_by_phases_either_side_of_the_waste_bound(size):
+    """DCGAN's transposed layer (4x4 taps, stride 2, padding 1) at input sizes whose phase conv wastes
+    more (4: 1.9x) or less (8: 1.4x) than fused.PHASE_MAX_WASTE: both ways give numpy's result."""
+    from tg.core import fused
+    x, w = rand(2, 6, size, size + 1, seed=4), rand(6, 4, 4, 4, seed=5)
+    expect = (size + 1) * (size + 3) <= fused.PHASE_MAX_WASTE * size * (size + 1)
+    assert fused._by_phases(w.shape, (2, 2), (1, 1), x.shape) == expect
+    got = F.conv_transpose2d(Tensor(x), Tensor(w), stride=2, padding=1, output_padding=1)
+    close(got, np_conv_transpose(x, w, (2, 2), (1, 1), (1, 1), (1, 1), 1), atol=1e-9)
+
+
 def test_conv_transpose1d_matches_numpy():
     x, w = rand(2, 4, 6), rand(4, 3, 3, seed=1)
     got = F.conv_transpose1d(Tensor(x), Tensor(w), None, 3, 1, 2, 2, 1)

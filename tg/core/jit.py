@@ -182,16 +182,19 @@ def _share_memory(calls: list[CapturedCall]) -> int:
     """Let intermediate buffers whose lifetimes do not overlap share memory in the replays.
 
     A buffer is an intermediate when a kernel of the capture writes it before anything reads it
-    (host data frozen into the capture is read first) and nothing but the capture refers to it
-    (not an input, a parameter, optimizer state, a returned tensor or a host step's view). Its lifetime is
+    (host data frozen into the capture is read first), nothing but the capture refers to it
+    (not an input, a parameter, optimizer state, a returned tensor or a host step's view) and it is
+    memory of its own (not a Buffer.view of another's). Its lifetime is
     the span of calls that use it; buffers of one device and byte size whose spans are disjoint are
     mapped onto one. Returns the bytes saved (the replaced buffers are freed)."""
     gc.collect()   # lazy buffers that died in reference cycles must not count as users
     span, by_id, count, written_first = _usage(calls)
     copies = {id(x) for call in calls if call.kind != "kernel" for x in call.bufs}
     # references to an intermediate: one per appearance in a call, by_id's and getrefcount's argument
+    # (a view of another buffer's memory, Buffer.view, never is: that memory is its owner's, which host
+    # steps and later calls reach through other Buffer objects, as FSDP's gradient slot is)
     internal = [by_id[key] for key in list(by_id) if key in written_first and key not in copies
-                and sys.getrefcount(by_id[key]) == count[key] + 2]
+                and by_id[key].owner is None and sys.getrefcount(by_id[key]) == count[key] + 2]
     internal.sort(key=lambda x: span[id(x)][0])
     free: dict[tuple[str, int], list[tuple[int, Buffer]]] = {}   # (device, bytes) -> (last use, buffer)
     mapping: dict[int, Buffer] = {}

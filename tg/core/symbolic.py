@@ -445,19 +445,47 @@ def ge(a: IntLike, c: int) -> Node:
     return Ge(a, c)
 
 
+def _bound(bounds: dict[Node, list[int]], order: list[tuple[bool, Node]], m: Ge | Lt) -> bool:
+    """Narrow m.a's range in bounds by m (entering m.a in order the first time); False when the range
+    holds nothing."""
+    lohi = bounds.get(m.a)
+    if lohi is None:
+        lohi = bounds[m.a] = [m.a.min, m.a.max + 1]
+        order.append((True, m.a))
+    if isinstance(m, Ge):
+        lohi[0] = max(lohi[0], m.b)
+    else:
+        lohi[1] = min(lohi[1], m.b)
+    return lohi[0] < lohi[1]
+
+
+def _range_of(e: Node, lo: int, hi: int) -> list[Node]:
+    """The bounds that say e is in [lo, hi), less those e's own range implies."""
+    return ([Ge(e, lo)] if lo > e.min else []) + ([Lt(e, hi)] if hi <= e.max else [])
+
+
 def ands(nodes: list[Node]) -> Node:
-    flat: list[Node] = []
+    """The conjunction of nodes, each expression's bounds merged into one range: `e >= lo` and `e < hi`
+    keep the tightest of each, a range that holds nothing is 0 (a pad's mask read through a stride:
+    2*r+1 in [2, 3) became (r>=1)&&(r<1), and each such dead load stayed in the kernel's source), and a
+    bound e's own range implies is dropped."""
+    order: list[tuple[bool, Node]] = []     # (True, e): e's merged bounds go here; (False, m): m itself
+    bounds: dict[Node, list[int]] = {}      # e -> [lo, hi]: what the Ge/Lt terms on e allow
     for n in nodes:
         if n.is_const:
             if n.min == 0:
                 return num(0)
             continue
         for m in (n.nodes if isinstance(n, And) else (n,)):
-            if m not in flat:
-                flat.append(m)
-    if not flat:
+            if not isinstance(m, (Ge, Lt)):
+                if (False, m) not in order:
+                    order.append((False, m))
+            elif not _bound(bounds, order, m):
+                return num(0)
+    out = [c for is_bound, m in order for c in (_range_of(m, *bounds[m]) if is_bound else (m,))]
+    if not out:
         return num(1)
-    return flat[0] if len(flat) == 1 else And(tuple(flat))
+    return out[0] if len(out) == 1 else And(tuple(out))
 
 
 def affine_coeffs(x: Node, variables: list[Var]) -> tuple[list[int], int] | None:
