@@ -16,6 +16,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from ports import free_port
 
@@ -269,6 +270,35 @@ def test_killed_rank_resumes_training_from_checkpoint(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr[-2000:]
     unbroken = json.loads((tmp_path / "b" / "history.json").read_text())
     assert history["train"][-1][1] == pytest.approx(unbroken["train"][-1][1], abs=1e-5)
+
+
+def test_fsdp_trains_as_ddp_and_resumes_at_another_world_size(tmp_path: Path) -> None:
+    """The main job with --strategy fsdp (configs/gpt_fsdp.yaml's): at 2 ranks its losses are DDP's and
+    ZeRO-2's; its sharded checkpoint resumes at 1 rank, the step count and history carrying on."""
+    text = write(tmp_path / "corpus.txt", "the quick brown fox jumps over the lazy dog. " * 400)
+    args = ["--data", str(text), "--batch", "4", "--block", "16", "--n-layer", "2", "--n-embd", "32",
+            "--n-head", "2", "--eval-every", "100", "--warmup", "5", "--ckpt-every", "6", "--precision",
+            "fp32"]
+    train = str(REPO / "scripts" / "train.py")
+    history = {}
+    for strategy in ("ddp", "zero2", "fsdp"):
+        r = launch("--nproc", "2", train, *args, "--steps", "12", "--strategy", strategy, "--out",
+                   str(tmp_path / strategy), timeout=240)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+        history[strategy] = json.loads((tmp_path / strategy / "history.json").read_text())["train"]
+    for strategy in ("zero2", "fsdp"):
+        assert [s for s, _ in history[strategy]] == list(range(1, 13))
+        np.testing.assert_allclose([v for _, v in history[strategy]], [v for _, v in history["ddp"]],
+                                   rtol=1e-5)
+    r = launch("--nproc", "1", train, *args, "--steps", "18", "--strategy", "fsdp", "--resume", "--out",
+               str(tmp_path / "fsdp"), timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert "resumed from" in r.stdout and "at step 12 (saved by 2 ranks)" in r.stdout
+    resumed = json.loads((tmp_path / "fsdp" / "history.json").read_text())["train"]
+    assert [s for s, _ in resumed] == list(range(1, 19)) and np.isfinite([v for _, v in resumed]).all()
+    r = launch("--nproc", "1", train, *args, "--strategy", "fsdp", "--checkpoint-activations", "--out",
+               str(tmp_path / "x"), timeout=60)
+    assert r.returncode != 0 and "does not combine with --checkpoint-activations" in r.stderr
 
 
 # ---------------------------------------------------------------------------- (f), (g) stopping the launcher

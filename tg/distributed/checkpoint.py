@@ -11,7 +11,8 @@ Every rank calls both, in step. On disk (a directory every rank can reach):
     out/ckpt/step-00000100/model.safetensors the whole model (rank 0); `safe_load` reads it alone
     out/ckpt/step-00000100/optim-00001-of-00004.safetensors
                                              a ZeroOptimizer's shard, one file per rank, with an index
-                                             of the flat ranges it holds in its metadata
+                                             of the flat ranges it holds in its metadata (under FSDP:
+                                             each shard's state rows by parameter name, and which rows)
     out/ckpt/step-00000100/optim.safetensors a plain (replicated) optimizer's state (rank 0)
     out/ckpt/step-00000100/meta.json         step, world size, files, each rank's RNG state, extra
 
@@ -19,6 +20,8 @@ Files are written atomically into `step-N.partial/`; once every rank has written
 meta.json, renames the directory to `step-N` and only then points `latest` at it. A crash at any
 moment leaves `latest` naming the last complete checkpoint. ZeroOptimizer shards saved at N ranks
 load at any M: each rank reads, from the old shards' indexes, the pieces overlapping its new shard.
+An FSDP model (tg.distributed.fsdp) is written whole all the same, gathered one unit at a time, and each
+rank reads back only its rows of each parameter (tg.nn.state.safe_read_rows).
 
 What a crash leaves behind (a `step-N.partial/`, or a `step-N.replaced/` whose replacement is complete
 and named by `latest`) is removed, with a warning saying what and why, by rank 0 the first time this
@@ -38,6 +41,7 @@ from typing import Any
 import numpy as np
 
 from tg.core.tensor import Tensor
+from tg.distributed import fsdp
 from tg.distributed.ddp import _world
 from tg.nn.state import (
     get_state_dict,
@@ -198,9 +202,17 @@ def save_checkpoint(directory: str | os.PathLike, step: int, model: Any, optimiz
         partial.mkdir()
     _barrier(group)
     files = ["model.safetensors"]
-    if rank == 0:
+    units = fsdp.units_of(_unwrap(model))
+    if units:          # FSDP: the whole model gathered unit by unit (every rank takes part)
+        fsdp.save_full(_unwrap(model), partial / "model.safetensors", rank, metadata={"step": str(step)})
+    elif rank == 0:
         safe_save(get_state_dict(_unwrap(model)), partial / "model.safetensors", metadata={"step": str(step)})
-    if isinstance(optimizer, ZeroOptimizer):
+    if units and optimizer is not None:     # each rank the state rows of its shards, by parameter name
+        files += [_shard_name(r, size) for r in range(size)]
+        state, meta = fsdp.optimizer_shard(_unwrap(model), optimizer)
+        safe_save(state, partial / _shard_name(rank, size), metadata={**meta, "rank": str(rank),
+                                                                       "world_size": str(size)})
+    elif isinstance(optimizer, ZeroOptimizer):
         files += [_shard_name(r, size) for r in range(size)]
         meta = {"index": json.dumps(optimizer.shard_index()), "rank": str(rank), "world_size": str(size),
                 "params": json.dumps([list(p.shape) for p in optimizer.params])}
@@ -266,7 +278,6 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
     >>> meta["step"], meta["extra"], w.tolist()
     (100, {'epoch': 2}, [1.0, 2.0])
     """
-    from tg.distributed.zero import ZeroOptimizer
     rank, size = _world(group)
     if rank == 0:
         _tidy_once(Path(directory))    # every rank is loading, so no save of this job is under way
@@ -279,8 +290,29 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
             f"[distributed] {path}: format {meta.get('format')!r}, expected {FORMAT!r}. Fix: load it "
             f"with the tg version that wrote it, or start from a new checkpoint directory"
         )
-    load_state_dict(_unwrap(model), safe_load(path / "model.safetensors"))
-    if isinstance(optimizer, ZeroOptimizer):
+    units = fsdp.units_of(_unwrap(model))
+    if units:          # FSDP: this rank's rows of each parameter, at any world size
+        fsdp.load_full(_unwrap(model), path / "model.safetensors")
+    else:
+        load_state_dict(_unwrap(model), safe_load(path / "model.safetensors"))
+    _load_optimizer(path, meta, _unwrap(model), optimizer, bool(units))
+    rng = meta.get("rng") or []
+    if restore_rng and rng:
+        Tensor.set_rng_state(rng[rank % len(rng)])
+    return meta
+
+
+def _load_optimizer(path: Path, meta: dict, model: Any, optimizer: Any, fsdp_model: bool) -> None:
+    """The optimizer's state from checkpoint path: an FSDP model's or a ZeroOptimizer's shards (saved at
+    any world size), or a plain optimizer's whole state."""
+    from tg.distributed.zero import ZeroOptimizer
+    if fsdp_model and optimizer is not None:
+        shards = sorted(str(path / f) for f in meta["files"] if f.startswith("optim-"))
+        if not shards:
+            raise ValueError(f"[distributed] {path} holds no optimizer shards (saved without FSDP); load it "
+                             f"into the model it was saved with")
+        fsdp.load_optimizer_shards(model, optimizer, shards)
+    elif isinstance(optimizer, ZeroOptimizer):
         shards = sorted(str(path / f) for f in meta["files"] if f.startswith("optim-"))
         if not shards:
             raise ValueError(
@@ -295,10 +327,6 @@ def load_checkpoint(directory: str | os.PathLike, model: Any, optimizer: Any = N
                 f"load it into a ZeroOptimizer (any world size)"
             )
         optimizer.load_state_dict(safe_load(path / "optim.safetensors"))
-    rng = meta.get("rng") or []
-    if restore_rng and rng:
-        Tensor.set_rng_state(rng[rank % len(rng)])
-    return meta
 
 
 def _saved_pieces(opt: Any, paths: list[str]) -> tuple[list[tuple[str, list[dict]]], dict]:

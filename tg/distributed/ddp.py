@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from tg.core.capture import host_step
+from tg.core.dtype import dtypes
 from tg.core.host import HostView, view_tensor
 from tg.core.tensor import Tensor
 from tg.distributed.flat import (
@@ -94,6 +95,25 @@ def used_anywhere(params: list[Tensor], group: Any, world_size: int) -> np.ndarr
         import tg.distributed as dist
         host_step(partial(dist.all_reduce, bits, op=dist.ReduceOp.BOR, group=group))
     return np.unpackbits(bits, count=len(params)).astype(bool)
+
+
+def combine_partial(partial: Tensor, op: str, group: Any, world_size: int) -> Tensor:
+    """A 0-d float32 partial (of a norm: "sum" or "max") combined over the group's ranks, the same bits
+    on every rank (one small all_reduce, a host step): how clipping sees a norm of gradients held in
+    shards (ZeRO-2's, FSDP's)."""
+    if world_size == 1:
+        return partial
+    import tg.distributed as dist
+    total = partial.cast(dtypes.float32).contiguous()
+    view = HostView(total)       # realizes it
+
+    def reduce() -> None:
+        values = view.read()
+        how = dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX
+        dist.all_reduce(values, op=how, group=group)
+        view.write(values)
+    host_step(reduce)
+    return total
 
 
 def new_gradients(params: list[Tensor], synced: list[Tensor | None]) -> bool:

@@ -38,6 +38,10 @@ class ProcessGroup:
         self.store: Any = None    # the job's store and this group's key prefix: where ranks that time out
         self.prefix = ""          # say where they wait (_who_is_stuck)
         self.destroyed = False    # destroy_process_group(this group) ran: calls on it are a mistake
+        # bytes this rank moved in collectives, as bandwidth-optimal algorithms move them (NCCL's "bus
+        # bytes"): an all_reduce of B bytes 2 (n - 1) / n B, an all-gather's output or a
+        # reduce-scatter's input of B bytes (n - 1) / n B, a broadcast B (n - 1) / n (bytes_moved())
+        self.moved = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tg-pg-{name}")
         self._lock = threading.Lock()
         # held by the call that runs (inline or on the worker), from taking its number to its end
@@ -150,11 +154,16 @@ class ProcessGroup:
             self.transport.abort(str(err))
 
     # ------------------------------------------------------------------ collectives on numpy (host) arrays
+    def _count(self, nbytes: int, passes: int = 1) -> None:
+        self.moved += passes * nbytes * (self.size - 1) // self.size
+
     def all_reduce(self, seq: int, arr: np.ndarray, op: ReduceOp) -> None:
         self.coll.all_reduce(seq, arr, op)
+        self._count(arr.nbytes, 2)
 
     def broadcast(self, seq: int, arr: np.ndarray, root: int) -> None:
         self.coll.broadcast(seq, arr, root)
+        self._count(arr.nbytes)
 
     def all_gather(self, seq: int, out: Arrays, mine: Arrays) -> None:
         """out is (size * mine.size,) flat; rank i's part lands at block i. Lists of outs and mines (one
@@ -166,6 +175,7 @@ class ProcessGroup:
         for flat, part in zip(flats, parts):
             flat[self.rank * part.size:(self.rank + 1) * part.size] = part   # no copy if it is there already
         self.coll.all_gather(seq, flats, parts, call)
+        self._count(sum(f.nbytes for f in flats))
 
     def reduce_scatter(self, seq: int, out: np.ndarray, inp: np.ndarray, op: ReduceOp) -> None:
         """inp is (size * out.size,) flat; rank i gets the reduction of block i. inp is only read, and the
@@ -174,6 +184,7 @@ class ProcessGroup:
         direct = mine.dtype == inp.dtype and out.flags.c_contiguous and not np.may_share_memory(out, inp)
         result = mine if direct else np.empty(mine.size, inp.dtype)
         self.coll.reduce_scatter(seq, result, inp.reshape(-1), op)
+        self._count(inp.nbytes)
         if result is not mine:
             mine[...] = result
 
@@ -181,6 +192,7 @@ class ProcessGroup:
         """An all_reduce (agreed as a reduce to root) whose result only root keeps."""
         result = arr.copy()
         self.coll.all_reduce(seq, result, op, "reduce", root)
+        self._count(arr.nbytes, 2)
         if self.rank == root:
             arr[...] = result
 

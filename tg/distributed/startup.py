@@ -357,6 +357,23 @@ def get_world_size(group: Any = None) -> int:
     return _group(group).size
 
 
+def bytes_moved(group: Any = None) -> int:
+    """Bytes this rank has moved in the job's collectives (or `group`'s) since init, counted as
+    bandwidth-optimal algorithms move them whatever the transport did (NCCL's bus bytes): an
+    all_reduce or reduce of B bytes 2 (n - 1) / n B, an all-gather of B bytes of output or a
+    reduce-scatter of B bytes of input (n - 1) / n B, a broadcast (n - 1) / n B. Two readings around a
+    step give what it moves: DDP's gradients 2 (n - 1) / n P, FSDP's gathers and reduce-scatter 3.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()                  # no launcher: one rank moves nothing
+    >>> dist.all_reduce(np.ones(4)); dist.bytes_moved()
+    0
+    >>> dist.destroy_process_group()
+    """
+    return _group(group).moved
+
+
 def get_local_rank() -> int:
     """This process's rank among the job's ranks on its host (what torch scripts read from LOCAL_RANK;
     here also from Open MPI, MPICH or Slurm): the index of the GPU a rank should use.

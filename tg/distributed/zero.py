@@ -56,7 +56,14 @@ from tg.core.dtype import dtypes
 from tg.core.host import HostView, view_tensor
 from tg.core.realize import realize_readers
 from tg.core.tensor import Tensor
-from tg.distributed.ddp import _world, ddp_owner, new_gradients, used_anywhere, watch_backward
+from tg.distributed.ddp import (
+    _world,
+    combine_partial,
+    ddp_owner,
+    new_gradients,
+    used_anywhere,
+    watch_backward,
+)
 from tg.distributed.flat import (
     Bucket,
     check_params,
@@ -322,19 +329,7 @@ class ZeroOptimizer(Optimizer):
     def combine(self, partial: Tensor, op: str) -> Tensor:
         """A 0-d float32 partial (of a norm: "sum" or "max") combined over the group's ranks: the same
         bits on every rank (one small all_reduce, a host step)."""
-        if self.world_size == 1:
-            return partial
-        import tg.distributed as dist
-        total = partial.cast(dtypes.float32).contiguous()
-        view = HostView(total)       # realizes it
-
-        def reduce() -> None:
-            values = view.read()
-            how = dist.ReduceOp.SUM if op == "sum" else dist.ReduceOp.MAX
-            dist.all_reduce(values, op=how, group=self.group)
-            view.write(values)
-        host_step(reduce)
-        return total
+        return combine_partial(partial, op, self.group, self.world_size)
 
     # ------------------------------------------------------------ backward: reduce-scatter
     def _after_backward(self, root: Tensor) -> None:

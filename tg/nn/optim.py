@@ -981,10 +981,11 @@ _HOLDERS: weakref.WeakValueDictionary[int, Any] = weakref.WeakValueDictionary()
 
 
 def hold_gradients(params: Iterable[Tensor], holder: Any) -> None:
-    """Register `holder` as keeping the gradients of params (while their .grad is None). It has
-    `held_gradients(params) -> list[Tensor]`: this rank's tensors of those gradients, written in place
-    by clipping ([] when it holds none), and `combine(partial, op) -> Tensor`: a 0-d float32 partial
-    ("sum" of powers or "max") over its ranks, the same bits on every rank."""
+    """Register `holder` as keeping the gradients of params (while their .grad is None; always, when
+    the holder's `shards` is true: the parameters are shards whose .grad is this rank's part, FSDP's).
+    It has `held_gradients(params) -> list[Tensor]`: this rank's tensors of those gradients, written in
+    place by clipping ([] when it holds none), and `combine(partial, op) -> Tensor`: a 0-d float32
+    partial ("sum" of powers or "max") over its ranks, the same bits on every rank."""
     for p in params:
         _HOLDERS[id(p)] = holder
 
@@ -993,12 +994,14 @@ def gradients_of(params: Tensor | Iterable[Tensor]) -> tuple[list[Tensor], list[
     """The .grad of each parameter that has one, and per holder (hold_gradients) the tensors it keeps
     for the others: what clipping and a GradScaler read and scale."""
     params = [params] if isinstance(params, Tensor) else list(params)
-    own = [p.grad for p in params if p.grad is not None]
+    own: list[Tensor] = []
     held: dict[int, tuple[Any, list[Tensor]]] = {}
     for p in params:
-        holder = _HOLDERS.get(id(p)) if p.grad is None else None
-        if holder is not None:
+        holder = _HOLDERS.get(id(p))
+        if holder is not None and (p.grad is None or getattr(holder, "shards", False)):
             held.setdefault(id(holder), (holder, []))[1].append(p)
+        elif p.grad is not None:
+            own.append(p.grad)
     return own, [(h, h.held_gradients(ps)) for h, ps in held.values()]
 
 

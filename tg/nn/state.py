@@ -45,7 +45,7 @@ from typing import Any, BinaryIO, Callable, NamedTuple
 import numpy as np
 
 from tg.core.device import Device
-from tg.core.dtype import DType, dtypes, f32_to_bf16
+from tg.core.dtype import DType, bf16_to_f32, dtypes, f32_to_bf16
 from tg.core.realize import from_numpy
 from tg.core.shape import prod
 from tg.core.tensor import Tensor
@@ -199,8 +199,20 @@ class SafetensorsError(ValueError):
     """
 
 
-def _host_bits(value: Tensor | np.ndarray, dt: DType) -> np.ndarray:
+class Deferred(NamedTuple):
+    """A tensor safe_save writes without holding it: its shape and dtype go into the header, and
+    `produce()` is called for its values (a numpy array or Tensor of that shape) only when the file
+    reaches it, after the tensors before it are written (FSDP's full export gathers one unit at a
+    time so)."""
+    shape: tuple[int, ...]
+    dtype: DType
+    produce: Callable[[], Any]
+
+
+def _host_bits(value: Tensor | np.ndarray | Deferred, dt: DType) -> np.ndarray:
     """The value's bits as a contiguous little-endian array (realizes a lazy tensor)."""
+    if isinstance(value, Deferred):
+        value = value.produce()
     arr = value.numpy() if isinstance(value, Tensor) else np.asarray(value)
     if dt == dtypes.bfloat16:
         arr = f32_to_bf16(arr)   # exact: numpy() widened the bf16 bits to float32 losslessly
@@ -253,12 +265,13 @@ def write_atomic(path: str | os.PathLike, data: bytes) -> None:
 
 # Complexity: one check per way a name, tensor or metadata value can be unwritable, each with its own
 # message, then the write.
-def safe_save(tensors: Mapping[str, Tensor | np.ndarray], path: str | os.PathLike,  # noqa: C901
+def safe_save(tensors: Mapping[str, Tensor | np.ndarray | Deferred], path: str | os.PathLike,  # noqa: C901
               metadata: Mapping[str, str] | None = None) -> None:
     """Write tensors to a safetensors file, atomically, in the dict's order.
 
-    Values are tg Tensors (any dtype, views included; each is realized as it is written) or
-    numpy arrays. metadata is free text, str -> str, read back with safe_load_metadata.
+    Values are tg Tensors (any dtype, views included; each is realized as it is written), numpy
+    arrays, or `Deferred` (made when written). metadata is free text, str -> str, read back with
+    safe_load_metadata.
 
         >>> import os, tempfile
         >>> import numpy as np
@@ -281,13 +294,13 @@ def safe_save(tensors: Mapping[str, Tensor | np.ndarray], path: str | os.PathLik
             raise TypeError(f"[nn] safe_save: metadata must map str to str, got {_shown(bad)}; "
                             f"convert the values with str() or json.dumps()")
         header["__metadata__"] = dict(metadata)
-    entries: list[tuple[Tensor | np.ndarray, DType]] = []
+    entries: list[tuple[Tensor | np.ndarray | Deferred, DType]] = []
     offset = 0
     for name, value in tensors.items():
         if not isinstance(name, str) or name == "__metadata__":
             raise ValueError(f"[nn] safe_save: tensor names must be strings other than '__metadata__', "
                              f"got {name!r}; rename it")
-        if isinstance(value, Tensor):
+        if isinstance(value, (Tensor, Deferred)):
             dt = value.dtype
         elif isinstance(value, (np.ndarray, np.generic)):
             try:
@@ -425,6 +438,39 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
             # from raw bits: bfloat16 arrives as its uint16 storage, with no float round trip
             out[e.name] = Tensor(from_numpy(bits, e.dtype, device), device=device)
     return out
+
+
+def safe_read_rows(path: str | os.PathLike, name: str, first: int, count: int) -> np.ndarray:
+    """Rows first..first + count of tensor `name` (along its first dim) from a safetensors file, read
+    alone (the file's other bytes are not touched): a host array of the rows, bfloat16 as float32.
+
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "w.safetensors")
+        ...     safe_save({"w": np.arange(12, dtype=np.float32).reshape(4, 3)}, path)
+        ...     safe_read_rows(path, "w", 1, 2).tolist()
+        [[3.0, 4.0, 5.0], [6.0, 7.0, 8.0]]
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        entries, _, data_start = _read_header(f, path)
+        e = next((e for e in entries if e.name == name), None)
+        if e is None:
+            raise KeyError(f"[nn] safe_read_rows: {path} has no tensor {name!r}")
+        rows = e.shape[0] if e.shape else 1
+        if not 0 <= first <= first + count <= rows:
+            raise ValueError(f"[nn] safe_read_rows: {path}: tensor {name!r} has {rows} rows, asked for "
+                             f"rows {first}..{first + count}")
+        row_bytes = (e.end - e.begin) // max(rows, 1)
+        f.seek(data_start + e.begin + first * row_bytes)
+        buf = bytearray(count * row_bytes)
+        if f.readinto(buf) != len(buf):
+            raise SafetensorsError(f"[nn] safe_read_rows: {path}: tensor {name!r}: the file ended while "
+                                   f"reading it")
+    bits = np.frombuffer(buf, dtype=e.dtype.np.newbyteorder("<")).reshape((count, *e.shape[1:]))
+    bits = bits.astype(e.dtype.np, copy=False)
+    return bf16_to_f32(bits) if e.dtype == dtypes.bfloat16 else bits
 
 
 def safe_load_metadata(path: str | os.PathLike) -> dict[str, str]:

@@ -1,0 +1,830 @@
+"""ZeRO-3 in torch's FSDP2 form: `fully_shard(module)` makes the module a unit whose parameters live
+sharded, 1/N per rank, and are gathered only while the unit computes.
+
+    from tg.distributed.fsdp import fully_shard
+    for block in model.blocks:
+        fully_shard(block)               # bottom-up: each block a unit
+    fully_shard(model)                   # the root: the parameters left over (embeddings, head)
+    opt = nn.optim.AdamW(model.parameters(), lr=3e-4)    # this rank's shards: any tg optimizer
+    loss = model(x, y); loss.backward(); opt.step(); opt.zero_grad()
+
+Sharding. Each parameter of a unit is split along its first dim as torch's FSDP2 does (Shard(0)): its
+rows padded to a multiple of the world size N, rank r keeps rows [r c, (r + 1) c) with c = ceil(rows /
+N). Those shards are the module's registered parameters between uses (what `model.parameters()`,
+`state_dict()` and the optimizer see: tensors of shape (c, *rest), so an optimizer's `p.dim() >= 2`
+rules still hold), and all of a unit's shards lie end to end in one flat buffer of S elements: one
+collective moves a unit.
+
+Forward. Before a unit runs, one all-gather brings every rank's S elements (plus a header naming the
+unit) into a host staging block, copied out into a full buffer where each parameter lies whole;
+tensors over it are registered on the modules for the forward (fresh leaf tensors each time, so
+autograd sees this forward's). The next unit of the previous forward's order is gathered ahead while
+this one computes (prefetch, on the group's worker thread). After a unit's forward, its outputs are
+computed (the lazy graph reading its full parameters runs while they are there) and, with
+`reshard_after_forward` (the default), the shards are registered again and the full buffer is free
+for another unit: full buffers are a pool of slots (two for a chain of units, one more per level of
+nesting), so at most the unit computing and the one gathered ahead hold memory. The root unit (the
+outermost one called) keeps its parameters gathered until its backward is done.
+
+Backward. `loss.backward()` builds the whole gradient graph lazily; then, last unit first, each unit
+is gathered again (the next one ahead), its parameters' gradients and the gradient of its inputs
+are computed, its parameters resharded, and its gradients reduce-scattered (mean over ranks, started
+on the worker thread while the next unit computes) into this rank's shard gradients: the shard
+parameters' `.grad`. A parameter no rank used keeps `.grad` None (not stepped, as DDP).
+
+A resharded unit's full memory is taken by others, so reading it is refused: a kernel that reads a
+parameter of a resharded unit (a value computed from it that escaped the unit's forward unevaluated)
+raises DistributedError naming the unit, never reads another unit's values. Every gather carries the
+unit's index and each rank checks every other's: a rank that runs units in another order, or skips
+one, makes every rank raise naming it.
+
+Memory per rank, with P the parameters' bytes: shards P/N + their gradients P/N + the optimizer's
+state (2P/N for Adam) + the root's full parameters + two units' full parameters (slots) + one unit's
+full gradients while it reduces + activations. With every parameter in a non-root unit that is
+4P/N + 3 units + activations.
+"""
+from __future__ import annotations
+
+import json
+import weakref
+import zlib
+from collections import deque
+from functools import partial
+from typing import Any, Iterator
+
+import numpy as np
+
+from tg.core.capture import host_step
+from tg.core.device import Buffer, Device
+from tg.core.function import Function
+from tg.core.host import HostView, host_dtype, view_tensor
+from tg.core.lazy import LazyBuffer, Readers
+from tg.core.realize import realize
+from tg.core.tensor import Tensor
+from tg.distributed.ddp import _world, combine_partial, watch_backward
+from tg.distributed.errors import DistributedError
+from tg.nn.module import Module
+from tg.nn.optim import hold_gradients
+
+__all__ = ["fully_shard", "FSDPModule"]
+
+_HEADER = 2      # elements ahead of each rank's part of a gather or reduce-scatter: the unit's index, squared
+
+
+class _Resharded(Buffer):
+    """Stands in for a unit's full memory while the unit is resharded (another unit may hold that slot
+    now): a kernel that would read a parameter there raises, naming the unit."""
+
+    def __init__(self, real: Buffer, unit: str):          # no memory of its own: Buffer.__init__ not run
+        self.device, self.size, self.dtype, self.nbytes = real.device, real.size, real.dtype, real.nbytes
+        self.allocator, self.aliases, self._c_pointer = real.allocator, Readers(), None
+        self.owner, self.view_offset, self.unit = real, real.view_offset, unit
+
+    @property
+    def _buf(self) -> Any:      # type: ignore[override]
+        raise DistributedError(
+            f"[distributed] fully_shard: a computation reads a parameter of unit {self.unit} after that "
+            f"unit's forward resharded it (its memory now holds another unit's parameters). A value "
+            f"computed from the unit's parameters escaped its forward without being returned. Fix: return "
+            f"it from the module's forward, or fully_shard the unit with reshard_after_forward=False")
+
+    def __del__(self) -> None:
+        pass
+
+
+class _Stash(Function):
+    """The identity on a unit's input; its backward keeps the gradient arriving there, which the
+    unit's backward computes before the unit is resharded (the units before it start from it)."""
+
+    def forward(self, x: LazyBuffer, unit: _Unit) -> LazyBuffer:  # type: ignore[override]
+        self.unit = unit
+        return x
+
+    def backward(self, grad: LazyBuffer) -> LazyBuffer:
+        self.unit.input_grads.append(grad)
+        return grad
+
+
+class _Param:
+    """One parameter of a unit: where it is registered, its shape, its rows per rank, and where its shard
+    (in the unit's flat shard of S elements) and its whole value (in a full buffer) lie."""
+
+    def __init__(self, places: list[tuple[Module, str]], shape: tuple[int, ...], requires_grad: bool):
+        self.places, self.shape, self.requires_grad = places, shape, requires_grad
+        self.rows = shape[0] if shape else 1
+        self.rest = int(np.prod(shape[1:])) if len(shape) > 1 else 1
+        self.numel = self.rows * self.rest
+        self.shard_off = self.full_off = 0
+        self.c = 0
+        self.shard: Tensor        # registered between uses: rows [r c, (r + 1) c) of this rank
+        self.grad: Tensor         # the shard's gradient: a view of the unit's gradient buffer
+        self.full: Tensor | None = None     # this forward's whole parameter (a leaf over a full buffer)
+        self.real: Buffer | None = None     # the memory the full tensor reads while gathered
+
+    def register(self, t: Tensor) -> None:
+        """t as the parameter, under each name it has (a tied parameter has several)."""
+        for owner, name in self.places:
+            owner._parameters[name] = t
+
+
+class _Slots:
+    """Full buffers shared by the units of one root: a unit being gathered takes a free one (a new one
+    when none is free), sized for the largest unit."""
+
+    def __init__(self, device: str, dtype: Any, size: int):
+        self.device, self.dtype, self.size = device, dtype, size
+        self.free: list[Buffer] = []
+        self.count = 0
+
+    def take(self) -> Buffer:
+        if self.free:
+            return self.free.pop()
+        self.count += 1
+        return Buffer(self.device, self.size, self.dtype)
+
+
+class _Shards:
+    """Clipping's view of FSDP's shard parameters (tg.nn.optim.hold_gradients): their .grad is this
+    rank's part, and a norm of them is the ranks' partial norms combined."""
+    shards = True
+
+    def __init__(self, group: Any, world: int):
+        self.group, self.world = group, world
+
+    def held_gradients(self, params: list[Tensor]) -> list[Tensor]:
+        return [p.grad for p in params if p.grad is not None]
+
+    def combine(self, partial: Tensor, op: str) -> Tensor:
+        return combine_partial(partial, op, self.group, self.world)
+
+
+_SHARDS: dict[int, _Shards] = {}       # one per process group (by id; None: the default group)
+
+
+class _Unit:
+    """The state of one fully_shard call: its parameters, their flat shard, and the gather in flight."""
+
+    def __init__(self, module: Module, params: list[tuple[list[tuple[Module, str]], Tensor]], group: Any,
+                 reshard_after_forward: bool):
+        import tg.distributed as dist
+        self.module, self.group, self.reshard_after_forward = module, group, reshard_after_forward
+        self.name = type(module).__name__
+        self.index = 0             # position in its root's units, set at the first forward
+        self.rank, self.world = _world(group)
+        self.params: list[_Param] = []
+        self.parent: _Unit | None = None
+        self.root: _Root | None = None       # set at its root's first forward
+        self.input_grads: list[LazyBuffer] = []
+        self.slot: Buffer | None = None      # the full buffer held while gathered
+        self.private: Buffer | None = None   # the unit's own full buffer (the root's), else one of a pool
+        self.work: Any = None                # a gather in flight: (Work, staging)
+        self.gathered = False
+        self.dtype: Any = None
+        self.device: Any = None
+        self.S = self.F = 0
+        if not params:
+            return
+        first = params[0][1]
+        self.dtype, self.device = first.dtype, first.device
+        for places, p in params:
+            if p.dtype != self.dtype or p.device != self.device:
+                raise ValueError(
+                    f"[distributed] fully_shard({self.name}): parameter {places[0][1]!r} is {p.dtype.name} "
+                    f"on {p.device}, the unit's first is {self.dtype.name} on {self.device}; expected one "
+                    f"dtype and device per unit. Fix: fully_shard the differing sub-module on its own")
+        align = max(Device[self.device].allocator.view_align // self.dtype.itemsize, 1)
+        n, s_end, f_end = self.world, 0, 0
+        values = []
+        for places, p in params:
+            if self.world > 1:
+                dist.broadcast(p, 0, group)       # every rank starts from rank 0's values, as DDP
+            q = _Param(places, p.shape, bool(p.requires_grad))
+            q.c = -(-q.rows // n)
+            q.shard_off, q.full_off = s_end, f_end
+            s_end = -(-(s_end + q.c * q.rest) // align) * align
+            f_end = -(-(f_end + q.numel) // align) * align
+            self.params.append(q)
+            values.append(p.numpy().reshape(-1))
+        self.S, self.F = max(s_end, align), max(f_end, align)
+        self.np_dtype = host_dtype(self.dtype)
+        flat = np.zeros(self.S, self.np_dtype)
+        for q, v in zip(self.params, values):
+            rows = np.zeros(n * q.c * q.rest, self.np_dtype)
+            rows[:q.numel] = v
+            flat[q.shard_off:q.shard_off + q.c * q.rest] = rows[self.rank * q.c * q.rest:
+                                                                (self.rank + 1) * q.c * q.rest]
+        shard = Buffer(self.device, self.S, self.dtype).copyin(flat.view(np.uint8))
+        grads = Buffer(self.device, self.S, self.dtype).copyin(np.zeros(self.S, self.np_dtype).view(np.uint8))
+        self.shard_flat, self.grad_flat = view_tensor(shard, 0, (self.S,)), view_tensor(grads, 0, (self.S,))
+        self.shard_host, self.grad_host = HostView(self.shard_flat), HostView(self.grad_flat)
+        for q in self.params:
+            shape = (q.c, *q.shape[1:])
+            q.shard = view_tensor(shard, q.shard_off, shape).requires_grad_(q.requires_grad)
+            q.grad = view_tensor(grads, q.shard_off, shape)
+            q.register(q.shard)
+        holder = _SHARDS.setdefault(id(group), _Shards(group, self.world))
+        hold_gradients([q.shard for q in self.params], holder)
+
+    def __repr__(self) -> str:
+        return f"unit {self.index} ({self.name})"
+
+    def pool(self) -> _Slots | None:
+        """The pool of full buffers this unit gathers into (None: its own buffer)."""
+        root = self.root
+        return root.slots if root is not None and self in root._pooled() else None
+
+    # ------------------------------------------------------------ gather
+    def start_gather(self) -> None:
+        """Start the all-gather of every rank's shard into host staging (a host step on the group's
+        worker thread); the full buffer is taken only when it is finished."""
+        if self.gathered or self.work is not None or not self.params:
+            return
+        host_step(self._start)
+
+    def _start(self) -> None:
+        import tg.distributed as dist
+        self._log("gather")
+        send = np.empty(_HEADER + self.S, self.np_dtype)
+        send[:_HEADER] = (self.index, self.index * self.index)
+        send[_HEADER:] = self.shard_host.read()
+        staging = np.empty(self.world * send.size, self.np_dtype)
+        if self.world == 1:
+            staging[:] = send
+            self.work = (None, staging)
+            return
+        self.work = (dist.all_gather_into_tensor(staging, send, group=self.group, async_op=True), staging)
+
+    def finish_gather(self, slots: _Slots | None) -> None:
+        """Wait for the gather (starting it if none is in flight), check every rank gathered this unit,
+        and lay each parameter out whole in a full buffer (taken now from slots, or the unit's own); the
+        full tensors read it again."""
+        if self.gathered or not self.params:
+            self.gathered = True
+            return
+        self.start_gather()
+        if self.slot is None:
+            if self.private is None and slots is None:
+                self.private = Buffer(self.device, self.F, self.dtype)
+            self.slot = self.private if self.private is not None else slots.take()   # type: ignore[union-attr]
+        host_step(partial(self._finish, self.slot))
+        self.gathered = True
+        for q in self.params:
+            if q.full is not None and q.real is not None:
+                q.full.lazydata.base._realized = q.real       # read again (backward): the same memory
+
+    def _log(self, what: str) -> None:
+        if self.root is not None:
+            self.root.events.append((what, self.index))
+
+    def _finish(self, slot: Buffer) -> None:
+        self._log("gathered")
+        work, staging = self.work
+        self.work = None
+        if work is not None:
+            work.wait()
+        blocks = staging.reshape(self.world, _HEADER + self.S)
+        wrong = [r for r in range(self.world) if blocks[r, 0] != self.index]
+        if wrong:
+            raise DistributedError(
+                f"[distributed] fully_shard: this rank (rank {self.rank}) gathers {self!r} while rank(s) "
+                f"{wrong} gather unit(s) {[int(blocks[r, 0]) for r in wrong]}: the ranks run the units in "
+                f"different orders, or some rank skipped one. Every rank must call the same FSDP units "
+                f"in the same order each step")
+        full = HostView(view_tensor(slot, 0, (self.F,)))
+        out = full.read()
+        shards = blocks[:, _HEADER:]
+        for q in self.params:
+            whole = shards[:, q.shard_off:q.shard_off + q.c * q.rest].reshape(-1)
+            out[q.full_off:q.full_off + q.numel] = whole[:q.numel]
+        full.write(out)
+
+    def register_full(self) -> None:
+        """Fresh leaf tensors over the full buffer registered on the modules (this forward's)."""
+        if not self.params:
+            return
+        assert self.slot is not None
+        for q in self.params:
+            q.full = view_tensor(self.slot, q.full_off, q.shape).requires_grad_(q.requires_grad)
+            q.real = q.full.lazydata.base.realized
+            q.register(q.full)
+
+    def reshard(self, slots: _Slots | None) -> None:
+        """The shards registered again; the full buffer back to the pool (the root keeps its own), and
+        the full tensors refuse to be read until gathered again."""
+        for q in self.params:
+            q.register(q.shard)
+            if q.full is not None and q.real is not None:
+                q.full.lazydata.base._realized = _Resharded(q.real, repr(self))
+        self.gathered = False
+        if slots is not None and self.slot is not None and self.slot is not self.private:
+            slots.free.append(self.slot)
+        self.slot = None
+
+    # ------------------------------------------------------------ gradients
+    def compute_gradients(self, grad_slot: Buffer) -> list[_Param]:
+        """This forward's gradients of the unit's parameters computed into grad_slot (laid out as the full
+        buffer), with the gradients reaching the unit's inputs (the units before it start from those);
+        the parameters that have one."""
+        with_grad = [q for q in self.params if q.full is not None and q.full.grad is not None]
+        targets = []
+        for q in with_grad:
+            assert q.full is not None and q.full.grad is not None
+            targets.append(view_tensor(grad_slot, q.full_off, q.shape).assign(q.full.grad))
+            q.full.grad = None
+        lbs = [t.lazydata for t in targets] + self.input_grads
+        self.input_grads = []
+        if lbs:
+            realize(lbs)
+        host_step(partial(self._log, "computed"))
+        return with_grad
+
+    def scatter_gradients(self, with_grad: list[_Param], grads: HostView, works: list) -> None:
+        """Start the reduce-scatter (mean) of the gradients in grads (the grad slot) into this rank's shard
+        gradients, on the group's worker thread (a host step)."""
+        host_step(partial(self._scatter, with_grad, grads, works))
+
+    def _scatter(self, with_grad: list[_Param], grads: HostView, works: list) -> None:
+        import tg.distributed as dist
+        self._log("scatter")
+        n, width = self.world, _HEADER + self.S
+        send = np.zeros((n, width), self.np_dtype)
+        send[:, 0], send[:, 1] = self.index, self.index * self.index
+        full = grads.read()
+        for q in with_grad:
+            rows = np.zeros(n * q.c * q.rest, self.np_dtype)
+            rows[:q.numel] = full[q.full_off:q.full_off + q.numel]
+            send[:, _HEADER + q.shard_off:_HEADER + q.shard_off + q.c * q.rest] = rows.reshape(n, -1)
+        recv = np.empty(width, self.np_dtype)
+        if n == 1:
+            recv[:] = send[0]
+            works.append((self, None, recv))
+            return
+        work = dist.reduce_scatter_tensor(recv, send.reshape(-1), op=dist.ReduceOp.AVG, group=self.group,
+                                          async_op=True)
+        works.append((self, work, recv))
+
+    def store_gradients(self, recv: np.ndarray, accumulate: bool) -> None:
+        if recv[0] != self.index or recv[1] != self.index * self.index:
+            raise DistributedError(
+                f"[distributed] fully_shard: the ranks reduce-scattered the gradients of different units "
+                f"({self!r} here): they ran the units in different orders, or some rank skipped one")
+        values = recv[_HEADER:]
+        if accumulate:
+            values = values + self.grad_host.read()
+        self.grad_host.write(values)
+
+
+class _Root:
+    """What the outermost unit called keeps for a forward and its backward: the units in the order
+    their forwards began, the full-buffer pool, and the backward hook."""
+
+    def __init__(self, unit: _Unit):
+        self.unit = unit
+        self.units: list[_Unit] = []
+        self.order: list[_Unit] = []         # this forward's units, in the order their forwards began
+        self.previous: list[_Unit] = []      # the last forward's (what the next forward gathers ahead)
+        self.slots: _Slots | None = None
+        self.grad_slot: Buffer | None = None
+        self.grad_host: HostView | None = None
+        self.active = False
+        self._hook = watch_backward(self, "_after_backward")
+        # what the host steps did, in order (also in TinyJit replays): ("gather", unit) when a gather
+        # starts, ("gathered", unit) when it is waited for and laid out, ("computed", unit) when a unit's
+        # forward or backward kernels have run, ("scatter", unit) when its reduce-scatter starts
+        self.events: deque[tuple[str, int]] = deque(maxlen=1024)
+
+    def setup(self, module: Module) -> None:
+        """At the first forward: number the units under the root, link each to its enclosing unit and
+        make the pool of full buffers."""
+        stack: list[tuple[Module, _Unit | None]] = [(module, None)]
+        while stack:
+            m, parent = stack.pop()
+            unit = m.__dict__.get("_fsdp_unit")
+            if unit is not None:
+                unit.parent, unit.index = parent, len(self.units)
+                self.units.append(unit)
+                parent = unit
+            stack.extend((c, parent) for c in reversed(list(m._modules.values())) if c is not None)
+        pooled = [u for u in self.units if u is not self.unit and u.reshard_after_forward and u.params]
+        with_params = [u for u in self.units if u.params]
+        if with_params:            # where each unit's full gradients are computed, in turn
+            first = with_params[0]
+            self.grad_slot = Buffer(first.device, max(u.F for u in with_params), first.dtype)
+            self.grad_host = HostView(view_tensor(self.grad_slot, 0, (self.grad_slot.size,)))
+        if pooled:
+            self.slots = _Slots(pooled[0].device, pooled[0].dtype, max(u.F for u in pooled))
+        for u in self.units:
+            u.root = self
+            if u.params and u not in pooled and u.private is None:
+                u.private = Buffer(u.device, u.F, u.dtype)     # the root's (and unresharded units') own
+
+    def _pooled(self) -> list[_Unit]:
+        return [u for u in self.units if u is not self.unit and u.reshard_after_forward and u.params]
+
+    # ------------------------------------------------------------ forward
+    def before(self, unit: _Unit) -> None:
+        if unit is self.unit:
+            self.active = True
+            self.order = []
+            shards = [q.shard for u in self.units for q in u.params]
+            if shards:
+                shards[0].realize(*shards[1:])        # the optimizer's updates, before they are gathered
+        if unit not in self.order:
+            self.order.append(unit)
+        unit.finish_gather(unit.pool())
+        unit.register_full()
+        if unit in self.previous:          # gather the next unit of the last forward's order ahead
+            i = self.previous.index(unit) + 1
+            if i < len(self.previous) and self.previous[i] in self._pooled():
+                self.previous[i].start_gather()
+
+    def after(self, unit: _Unit, out: Any) -> None:
+        if unit is self.unit:
+            self.previous = list(self.order)
+            if not any(t.requires_grad for t in _tensors(out)):
+                # no backward will come (evaluation, no_grad): the root's parameters are given back now
+                outs = list(_tensors(out))
+                if outs:
+                    outs[0].realize(*outs[1:])
+                for u in self.order:
+                    if u.gathered:
+                        u.reshard(u.pool())
+                self.active = False
+            return
+        if unit.reshard_after_forward:
+            outs = list(_tensors(out))
+            if outs:
+                outs[0].realize(*outs[1:])      # everything of this forward that reads the unit's parameters
+            host_step(partial(unit._log, "computed"))
+            unit.reshard(self.slots)
+
+    # ------------------------------------------------------------ backward
+    def _after_backward(self, root: Tensor) -> None:
+        if not self.active or not any(q.full is not None and q.full.grad is not None
+                                      for u in self.order for q in u.params):
+            return
+        self.active = False
+        order = list(reversed(self.order))
+        used = self._agree_used()
+        accumulate = {id(u): any(q.shard.grad is not None for q in u.params) for u in order}
+        works: list = []
+        for i, unit in enumerate(order):
+            self._backward(unit, order[i + 1:], any(used[id(q)] for q in unit.params), works)
+        host_step(partial(self._stored, works, accumulate))
+        for unit in order:
+            for q in unit.params:
+                if used[id(q)]:
+                    q.shard.grad = q.grad
+                elif not accumulate[id(unit)]:
+                    q.shard.grad = None
+                q.full = q.real = None
+            if unit.gathered:
+                unit.reshard(unit.pool())
+
+    def _backward(self, unit: _Unit, rest: list[_Unit], scatter: bool, works: list) -> None:
+        """One unit's backward: gathered again (with the units enclosing it; the next one started ahead),
+        its gradients and its inputs' computed, resharded, and its gradients reduce-scattered when some
+        rank has one (every rank then takes part)."""
+        for u in self._chain(unit):
+            u.finish_gather(u.pool())
+        ahead = next((u for u in rest if u.params and not u.gathered), None)
+        if ahead is not None:
+            ahead.start_gather()
+        with_grad = unit.compute_gradients(self.grad_slot) if self.grad_slot is not None else []
+        if unit in self._pooled() and not any(unit in self._chain(u) for u in rest):
+            unit.reshard(self.slots)
+        if scatter:
+            assert self.grad_host is not None
+            unit.scatter_gradients(with_grad, self.grad_host, works)
+
+    def _chain(self, unit: _Unit) -> list[_Unit]:
+        """unit and the units enclosing it, outermost first (their parameters are read around it)."""
+        chain = []
+        u: _Unit | None = unit
+        while u is not None:
+            chain.append(u)
+            u = u.parent
+        return chain[::-1]
+
+    @staticmethod
+    def _stored(works: list, accumulate: dict[int, bool]) -> None:
+        for unit, work, recv in works:
+            if work is not None:
+                work.wait()
+            unit.store_gradients(recv, accumulate[id(unit)])
+        works.clear()         # (a TinyJit replay runs this step again with the same list)
+
+    def _agree_used(self) -> dict[int, bool]:
+        """Which parameters got a gradient on some rank (one small all_reduce of bits), and a check that
+        every rank ran the same units this step."""
+        import tg.distributed as dist
+        params = [q for u in self.units for q in u.params]
+        bits = np.array([q.full is not None and q.full.grad is not None for q in params], bool)
+        order = ",".join(str(u.index) for u in self.order).encode()
+        words = np.concatenate([np.array([zlib.crc32(order)], np.uint32).view(np.uint8),
+                                np.packbits(bits)]).astype(np.uint8)
+        world = self.unit.world
+        if world > 1:
+            every = np.zeros((world, words.size), np.uint8)
+            host_step(partial(dist.all_gather_into_tensor, every.reshape(-1), words, self.unit.group))
+        else:
+            every = words[None]
+        # host_step ran the gather now (eager) or at this point of a replay: read after it
+        prints = every[:, :4].copy().view(np.uint32).reshape(-1)
+        odd = [r for r in range(world) if prints[r] != prints[self.unit.rank]]
+        if odd:
+            raise DistributedError(
+                f"[distributed] fully_shard: rank(s) {odd} ran other FSDP units in this step's forward than "
+                f"rank {self.unit.rank} ({[u.index for u in self.order]}); every rank must call the same "
+                f"units in the same order")
+        anywhere = np.unpackbits(np.bitwise_or.reduce(every[:, 4:], axis=0), count=len(params)).astype(bool)
+        return {id(q): bool(b) for q, b in zip(params, anywhere)}
+
+
+def _tensors(value: Any) -> Iterator[Tensor]:
+    if isinstance(value, Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _tensors(v)
+
+
+def _stash(value: Any, unit: _Unit) -> Any:
+    from tg.core.mixin.base import apply
+    if isinstance(value, Tensor):
+        return apply(_Stash, value, unit=unit) if value.requires_grad else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_stash(v, unit) for v in value)
+    if isinstance(value, dict):
+        return {k: _stash(v, unit) for k, v in value.items()}
+    return value
+
+
+class FSDPModule:
+    """What fully_shard adds to a module's class (torch's FSDPModule): its forward gathers the unit's
+    parameters first and reshards them after; `unshard()` / `reshard()` by hand (evaluation,
+    generation), `set_reshard_after_forward`."""
+
+    _fsdp_unit: _Unit
+    _fsdp_root: _Root | None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        unit = self._fsdp_unit
+        root = _ACTIVE[-1] if _ACTIVE else None
+        if root is None:
+            root = self.__dict__.get("_fsdp_root")
+            if root is None:
+                root = _Root(unit)
+                object.__setattr__(self, "_fsdp_root", root)
+                root.setup(self)        # type: ignore[arg-type]
+        if unit is not root.unit:
+            args, kwargs = _stash(args, unit), _stash(kwargs, unit)
+        _ACTIVE.append(root)
+        try:
+            root.before(unit)
+            out = super().__call__(*args, **kwargs)     # type: ignore[misc]
+            root.after(unit, out)
+        finally:
+            _ACTIVE.pop()
+        return out
+
+    def unshard(self) -> None:
+        """Gather the unit's parameters and register them whole (for evaluation or generation outside
+        a forward); `reshard()` gives the memory back."""
+        unit = self._fsdp_unit
+        unit.finish_gather(unit.pool())
+        unit.register_full()
+
+    def reshard(self) -> None:
+        unit = self._fsdp_unit
+        unit.reshard(unit.pool())
+
+    def set_reshard_after_forward(self, value: bool) -> None:
+        self._fsdp_unit.reshard_after_forward = bool(value)
+
+
+_ACTIVE: list[_Root] = []          # the roots whose forward is running, innermost last
+_CLASSES: dict[type, type] = {}
+# the tensors units were made from, while something still holds them: a parent unit finding one among
+# its own parameters found a parameter shared across units
+_ORIGINALS: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+
+
+def fully_shard(module: Module, *, reshard_after_forward: bool = True, mp_policy: Any = None,
+                group: Any = None) -> Module:
+    """Make module a unit of ZeRO-3 / FSDP (torch.distributed.fsdp.fully_shard): its parameters not
+    already in a unit (apply it to sub-modules first, bottom-up) are sharded 1/N per rank along their
+    first dim and gathered only around its forward and its backward. Returns the module (its class
+    becomes FSDP<Class>, an FSDPModule)."""
+    if not isinstance(module, Module):
+        raise TypeError(f"[distributed] fully_shard: expected a tg.nn.Module, got {type(module).__name__}")
+    if "_fsdp_unit" in module.__dict__:
+        raise ValueError(f"[distributed] fully_shard: {type(module).__name__} is a unit already (fully_shard "
+                         f"was called on it twice). Fix: call fully_shard once per module")
+    if mp_policy is not None:
+        raise NotImplementedError("[distributed] fully_shard: mp_policy is not supported yet; pass None "
+                                  "(use tg.autocast for mixed precision compute)")
+    params = _collect(module)
+    unit = _Unit(module, list(params.values()), group, reshard_after_forward)
+    for _, p in params.values():
+        _ORIGINALS[id(p)] = p
+    cls = type(module)
+    new = _CLASSES.get(cls)
+    if new is None:
+        new = _CLASSES[cls] = type(f"FSDP{cls.__name__}", (FSDPModule, cls), {})
+    module.__class__ = new
+    object.__setattr__(module, "_fsdp_unit", unit)
+    object.__setattr__(module, "_fsdp_root", None)
+    return module
+
+
+def _collect(module: Module) -> dict[int, tuple[list[tuple[Module, str]], Tensor]]:
+    """module's parameters that no unit inside it holds, each once with every (module, name) it is
+    registered under (a tied parameter has several); a parameter a unit inside holds too is refused."""
+    params: dict[int, tuple[list[tuple[Module, str]], Tensor]] = {}
+    for path, m in module.named_modules():
+        if _inside_unit(module, path):
+            continue
+        for name, p in m._parameters.items():
+            if p is None:
+                continue
+            if _ORIGINALS.get(id(p)) is p:
+                where = f"{path}.{name}" if path else name
+                raise ValueError(
+                    f"[distributed] fully_shard({type(module).__name__}): parameter {where!r} is also a "
+                    f"parameter of a unit inside it (a parameter shared across units, e.g. tied weights "
+                    f"split between them). Fix: put every module that uses it in one unit (fully_shard "
+                    f"their common parent only)")
+            params.setdefault(id(p), ([], p))[0].append((m, name))   # a tied parameter: one, named twice
+    return params
+
+
+def _inside_unit(module: Module, path: str) -> bool:
+    """Whether the sub-module at path is, or lies inside, another unit under module."""
+    m = module
+    for part in path.split(".") if path else ():
+        m = m._modules[part]          # type: ignore[assignment]
+        if "_fsdp_unit" in m.__dict__:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------- checkpoints
+
+def units_of(model: Any) -> list[_Unit]:
+    """The FSDP units in model (pre-order), [] when it has none."""
+    if not isinstance(model, Module):
+        return []
+    return [m.__dict__["_fsdp_unit"] for _, m in model.named_modules() if "_fsdp_unit" in m.__dict__]
+
+
+def _unit_values(unit: _Unit) -> dict[int, np.ndarray]:
+    """Every parameter of unit whole, as host arrays (by id of its _Param): the unit gathered (every
+    rank takes part), read, and resharded, so it is the only unit gathered for this."""
+    if not unit.params:
+        return {}
+    was = unit.gathered
+    unit.finish_gather(unit.pool())
+    assert unit.slot is not None
+    full = HostView(view_tensor(unit.slot, 0, (unit.F,))).read()
+    out = {id(q): full[q.full_off:q.full_off + q.numel].reshape(q.shape).copy() for q in unit.params}
+    if not was:
+        unit.reshard(unit.pool())
+    return out
+
+
+def _by_shard(units: list[_Unit]) -> dict[int, tuple[_Unit, _Param]]:
+    """id of each unit parameter's tensors (its shard, and its whole tensor while gathered) -> the unit
+    and the parameter."""
+    out = {id(q.shard): (u, q) for u in units for q in u.params}
+    out.update({id(q.full): (u, q) for u in units for q in u.params if q.full is not None})
+    return out
+
+
+def _names(model: Module, units: list[_Unit]) -> dict[int, str]:
+    """id of each shard -> the parameter's name in model (its first, for a tied one)."""
+    path = {id(m): name for name, m in model.named_modules()}
+    out = {}
+    for u in units:
+        for q in u.params:
+            owner, name = q.places[0]
+            out[id(q.shard)] = f"{path[id(owner)]}.{name}" if path[id(owner)] else name
+    return out
+
+
+def save_full(model: Module, path: Any, rank: int, metadata: dict[str, str] | None = None) -> None:
+    """The whole model's state dict into one safetensors file at path (rank 0 writes; every rank must
+    call it): unit by unit as the names come, each gathered, written and resharded before the next, so
+    no rank ever holds more than one unit's full parameters (on the device or the host)."""
+    from tg.nn.state import Deferred, get_state_dict, safe_save
+    shard_of = _by_shard(units_of(model))
+    state = get_state_dict(model)
+    runs: list[_Unit] = []            # the units in the order the names come (a unit again: again)
+    for t in state.values():
+        owner = shard_of.get(id(t))
+        if owner is not None and (not runs or runs[-1] is not owner[0]):
+            runs.append(owner[0])
+    if rank != 0:
+        for u in runs:
+            _unit_values(u)           # the same gathers, in the same order, as rank 0's writes
+        return
+    held: list[Any] = [None, {}]      # the unit whose values are held, and its values
+
+    def value(unit: _Unit, q: _Param) -> np.ndarray:
+        if held[0] is not unit:
+            held[0], held[1] = unit, {}           # the unit before is written: one unit at a time
+            held[1] = _unit_values(unit)
+        return held[1][id(q)]
+    tensors: dict[str, Any] = {}
+    for name, t in state.items():
+        owner = shard_of.get(id(t))
+        # a buffer (running statistics) is the same on every rank: written as it is
+        tensors[name] = t if owner is None else Deferred(owner[1].shape, t.dtype, partial(value, *owner))
+    safe_save(tensors, path, metadata=metadata)
+
+
+def load_full(model: Module, path: Any) -> None:
+    """Each rank's rows of every sharded parameter, and the buffers, from a whole-model file save_full
+    wrote (at any world size): only this rank's rows are read."""
+    from tg.nn.state import get_state_dict, load_state_dict, safe_read_rows
+    units = units_of(model)
+    shard_of = _by_shard(units)
+    state = get_state_dict(model)
+    rest = {}
+    done: set[int] = set()
+    for name, t in state.items():
+        owner = shard_of.get(id(t))
+        if owner is None:
+            rest[name] = t
+            continue
+        u, q = owner
+        if id(q) in done:
+            continue
+        done.add(id(q))
+        first = min(u.rank * q.c, q.rows)
+        count = min(q.rows, first + q.c) - first
+        rows = np.zeros((q.c, *q.shape[1:]), u.np_dtype)
+        rows[:count] = safe_read_rows(path, name, first, count).reshape((count, *q.shape[1:]))
+        flat = u.shard_host.read()
+        flat[q.shard_off:q.shard_off + q.c * q.rest] = rows.reshape(-1)
+        u.shard_host.write(flat)
+    if rest:
+        from tg.nn.state import safe_load
+        saved = safe_load(path)
+        load_state_dict(rest, {k: saved[k] for k in rest if k in saved})
+
+
+def optimizer_shard(model: Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, str]]:
+    """What a rank saves of an optimizer over FSDP shards: the step and group options, and each
+    parameter's state rows this rank holds (padding cut off) by the parameter's name; and metadata
+    saying which rows those are."""
+    units = units_of(model)
+    names, shard_of = _names(model, units), _by_shard(units)
+    flat = optimizer.flat_state_dict()
+    out: dict[str, Any] = {k: v for k, v in flat.items() if not k.startswith("state.")}
+    rows: dict[str, list[int]] = {}
+    for i, p in enumerate(optimizer.params):
+        owner = shard_of.get(id(p))
+        if owner is None:
+            raise ValueError(f"[distributed] save_checkpoint: the optimizer's parameter {i} is no FSDP shard "
+                             f"of the model; expected an optimizer made from model.parameters() after "
+                             f"fully_shard")
+        u, q = owner
+        first = min(u.rank * q.c, q.rows)
+        count = min(q.rows, first + q.c) - first
+        rows[names[id(p)]] = [first, count]
+        for key, value in optimizer.state_of(i).items():
+            out[f"state.{names[id(p)]}.{key}"] = value[:count] if count < q.c else value
+    return out, {"rows": json.dumps(rows)}
+
+
+def load_optimizer_shards(model: Module, optimizer: Any, paths: list[str]) -> None:
+    """Fill an optimizer over FSDP shards (this world size) from the files optimizer_shard's output was
+    saved in (any world size): each state tensor's rows gathered from the files that hold them."""
+    from tg.nn.state import safe_load, safe_load_metadata, safe_read_rows
+    units = units_of(model)
+    names, shard_of = _names(model, units), _by_shard(units)
+    held = [(path, json.loads(safe_load_metadata(path)["rows"])) for path in paths]
+    first_file = safe_load(paths[0])
+    new: dict[str, Any] = {k: v for k, v in first_file.items() if not k.startswith("state.")}
+    for i, p in enumerate(optimizer.params):
+        u, q = shard_of[id(p)]
+        name = names[id(p)]
+        lo = min(u.rank * q.c, q.rows)
+        hi = min(q.rows, lo + q.c)
+        for key, now in optimizer.state_of(i).items():
+            rows = np.zeros((q.c, *q.shape[1:]), host_dtype(now.dtype))
+            for path, ranges in held:
+                if name not in ranges:
+                    raise ValueError(f"[distributed] load_checkpoint: {path} holds no state of parameter "
+                                     f"{name!r}: the model changed since the checkpoint")
+                first, count = ranges[name]
+                a, b = max(lo, first), min(hi, first + count)
+                if a < b:
+                    got = safe_read_rows(path, f"state.{name}.{key}", a - first, b - a)
+                    rows[a - lo:b - lo] = got.reshape((b - a, *q.shape[1:]))
+            new[f"state.{i}.{key}"] = rows
+    optimizer.load_state_dict(new)
