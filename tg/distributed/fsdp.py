@@ -121,6 +121,15 @@ class _Param:
         self.full: Tensor | None = None     # this forward's whole parameter (a leaf over a full buffer)
         self.real: Buffer | None = None     # the memory the full tensor reads while gathered
 
+    def pieces(self, world: int) -> Iterator[tuple[int, int, int]]:
+        """(rank, first row, rows) of each rank that holds some of this parameter's rows."""
+        for r in range(world):
+            lo = r * self.c
+            count = min(self.c, self.rows - lo)
+            if count <= 0:
+                return
+            yield r, lo, count
+
     def register(self, t: Tensor) -> None:
         """t as the parameter, under each name it has (a tied parameter has several)."""
         for owner, name in self.places:
@@ -134,6 +143,7 @@ class _Slots:
     def __init__(self, device: str, dtype: Any, size: int):
         self.device, self.dtype, self.size = device, dtype, size
         self.free: list[Buffer] = []
+        self.views: dict[int, HostView] = {}
         self.count = 0
 
     def take(self) -> Buffer:
@@ -141,6 +151,13 @@ class _Slots:
             return self.free.pop()
         self.count += 1
         return Buffer(self.device, self.size, self.dtype)
+
+    def view(self, slot: Buffer) -> HostView:
+        """slot's memory from the host (made once per slot)."""
+        view = self.views.get(id(slot))
+        if view is None:
+            view = self.views[id(slot)] = HostView(view_tensor(slot, 0, (slot.size,)))
+        return view
 
 
 class _Shards:
@@ -161,6 +178,24 @@ class _Shards:
 _SHARDS: dict[int, _Shards] = {}       # one per process group (by id; None: the default group)
 
 
+class _Staging:
+    """Host blocks for the collectives of one root's units (a gather's every-rank block, a
+    reduce-scatter's send), reused: fresh ones of megabytes cost their page faults every step."""
+
+    def __init__(self, size: int, dtype: Any):
+        self.size, self.dtype = size, dtype
+        self.free: list[np.ndarray] = []
+
+    def take(self, n: int) -> np.ndarray:
+        block = self.free.pop() if self.free else np.empty(self.size, self.dtype)
+        return block[:n]
+
+    def give(self, block: np.ndarray) -> None:
+        base = block.base if block.base is not None else block
+        if base.size == self.size:
+            self.free.append(base)
+
+
 class _Unit:
     """The state of one fully_shard call: its parameters, their flat shard, and the gather in flight."""
 
@@ -177,11 +212,12 @@ class _Unit:
         self.input_grads: list[LazyBuffer] = []
         self.slot: Buffer | None = None      # the full buffer held while gathered
         self.private: Buffer | None = None   # the unit's own full buffer (the root's), else one of a pool
+        self.private_view: HostView | None = None
         self.work: Any = None                # a gather in flight: (Work, staging)
         self.gathered = False
         self.dtype: Any = None
         self.device: Any = None
-        self.S = self.F = 0
+        self.S = self.F = self.H = 0
         if not params:
             return
         first = params[0][1]
@@ -193,6 +229,9 @@ class _Unit:
                     f"on {p.device}, the unit's first is {self.dtype.name} on {self.device}; expected one "
                     f"dtype and device per unit. Fix: fully_shard the differing sub-module on its own")
         align = max(Device[self.device].allocator.view_align // self.dtype.itemsize, 1)
+        # a header block ahead of the shard (and of its gradient): the unit's index and its square, sent
+        # with every gather and reduce-scatter so each rank checks the others run the same unit
+        self.H = -(-_HEADER // align) * align
         n, s_end, f_end = self.world, 0, 0
         values = []
         for places, p in params:
@@ -207,20 +246,20 @@ class _Unit:
             values.append(p.numpy().reshape(-1))
         self.S, self.F = max(s_end, align), max(f_end, align)
         self.np_dtype = host_dtype(self.dtype)
-        flat = np.zeros(self.S, self.np_dtype)
+        flat = np.zeros(self.H + self.S, self.np_dtype)
         for q, v in zip(self.params, values):
-            rows = np.zeros(n * q.c * q.rest, self.np_dtype)
-            rows[:q.numel] = v
-            flat[q.shard_off:q.shard_off + q.c * q.rest] = rows[self.rank * q.c * q.rest:
-                                                                (self.rank + 1) * q.c * q.rest]
-        shard = Buffer(self.device, self.S, self.dtype).copyin(flat.view(np.uint8))
-        grads = Buffer(self.device, self.S, self.dtype).copyin(np.zeros(self.S, self.np_dtype).view(np.uint8))
-        self.shard_flat, self.grad_flat = view_tensor(shard, 0, (self.S,)), view_tensor(grads, 0, (self.S,))
-        self.shard_host, self.grad_host = HostView(self.shard_flat), HostView(self.grad_flat)
+            for r, lo, count in q.pieces(self.world):
+                if r == self.rank:
+                    flat[self.H + q.shard_off:self.H + q.shard_off + count * q.rest] = \
+                        v[lo * q.rest:(lo + count) * q.rest]
+        shard = Buffer(self.device, self.H + self.S, self.dtype).copyin(flat.view(np.uint8))
+        grads = Buffer(self.device, self.H + self.S, self.dtype).copyin(np.zeros_like(flat).view(np.uint8))
+        self.shard_host = HostView(view_tensor(shard, 0, (self.H + self.S,)))
+        self.grad_host = HostView(view_tensor(grads, 0, (self.H + self.S,)))
         for q in self.params:
             shape = (q.c, *q.shape[1:])
-            q.shard = view_tensor(shard, q.shard_off, shape).requires_grad_(q.requires_grad)
-            q.grad = view_tensor(grads, q.shard_off, shape)
+            q.shard = view_tensor(shard, self.H + q.shard_off, shape).requires_grad_(q.requires_grad)
+            q.grad = view_tensor(grads, self.H + q.shard_off, shape)
             q.register(q.shard)
         holder = _SHARDS.setdefault(id(group), _Shards(group, self.world))
         hold_gradients([q.shard for q in self.params], holder)
@@ -228,10 +267,24 @@ class _Unit:
     def __repr__(self) -> str:
         return f"unit {self.index} ({self.name})"
 
+    def number(self, index: int) -> None:
+        """The unit's index in its root, written into the shard's header (what its gathers carry)."""
+        self.index = index
+        if self.params:
+            head = self.shard_host.read()
+            head[:2] = (index, index * index)
+            self.shard_host.write(head)
+
     def pool(self) -> _Slots | None:
         """The pool of full buffers this unit gathers into (None: its own buffer)."""
         root = self.root
         return root.slots if root is not None and self in root._pooled() else None
+
+    def _staging(self) -> _Staging:
+        root = self.root
+        if root is not None and root.staging is not None:
+            return root.staging
+        return _Staging(self.world * (self.H + self.S), self.np_dtype)
 
     # ------------------------------------------------------------ gather
     def start_gather(self) -> None:
@@ -239,20 +292,18 @@ class _Unit:
         worker thread); the full buffer is taken only when it is finished."""
         if self.gathered or self.work is not None or not self.params:
             return
-        host_step(self._start)
+        host_step(partial(self._start, self._staging()))
 
-    def _start(self) -> None:
+    def _start(self, staging: _Staging) -> None:
         import tg.distributed as dist
         self._log("gather")
-        send = np.empty(_HEADER + self.S, self.np_dtype)
-        send[:_HEADER] = (self.index, self.index * self.index)
-        send[_HEADER:] = self.shard_host.read()
-        staging = np.empty(self.world * send.size, self.np_dtype)
+        send = self.shard_host.read()            # header and shard: the memory itself on the CPU
         if self.world == 1:
-            staging[:] = send
-            self.work = (None, staging)
+            self.work = (None, send, None)
             return
-        self.work = (dist.all_gather_into_tensor(staging, send, group=self.group, async_op=True), staging)
+        block = staging.take(self.world * send.size)
+        work = dist.all_gather_into_tensor(block, send, group=self.group, async_op=True)
+        self.work = (work, block, staging)
 
     def finish_gather(self, slots: _Slots | None) -> None:
         """Wait for the gather (starting it if none is in flight), check every rank gathered this unit,
@@ -266,7 +317,14 @@ class _Unit:
             if self.private is None and slots is None:
                 self.private = Buffer(self.device, self.F, self.dtype)
             self.slot = self.private if self.private is not None else slots.take()   # type: ignore[union-attr]
-        host_step(partial(self._finish, self.slot))
+        if self.slot is self.private:
+            if self.private_view is None:
+                self.private_view = HostView(view_tensor(self.private, 0, (self.F,)))   # type: ignore[arg-type]
+            view = self.private_view
+        else:
+            assert slots is not None
+            view = slots.view(self.slot)
+        host_step(partial(self._finish, view))
         self.gathered = True
         for q in self.params:
             if q.full is not None and q.real is not None:
@@ -276,13 +334,13 @@ class _Unit:
         if self.root is not None:
             self.root.events.append((what, self.index))
 
-    def _finish(self, slot: Buffer) -> None:
+    def _finish(self, view: HostView) -> None:
         self._log("gathered")
-        work, staging = self.work
+        work, block, staging = self.work
         self.work = None
         if work is not None:
             work.wait()
-        blocks = staging.reshape(self.world, _HEADER + self.S)
+        blocks = block.reshape(self.world, self.H + self.S)
         wrong = [r for r in range(self.world) if blocks[r, 0] != self.index]
         if wrong:
             raise DistributedError(
@@ -290,13 +348,15 @@ class _Unit:
                 f"{wrong} gather unit(s) {[int(blocks[r, 0]) for r in wrong]}: the ranks run the units in "
                 f"different orders, or some rank skipped one. Every rank must call the same FSDP units "
                 f"in the same order each step")
-        full = HostView(view_tensor(slot, 0, (self.F,)))
-        out = full.read()
-        shards = blocks[:, _HEADER:]
-        for q in self.params:
-            whole = shards[:, q.shard_off:q.shard_off + q.c * q.rest].reshape(-1)
-            out[q.full_off:q.full_off + q.numel] = whole[:q.numel]
-        full.write(out)
+        out = view.read()
+        for q in self.params:          # each rank's rows of each parameter, where they lie whole
+            src = self.H + q.shard_off
+            for r, lo, count in q.pieces(self.world):
+                out[q.full_off + lo * q.rest:q.full_off + (lo + count) * q.rest] = \
+                    blocks[r, src:src + count * q.rest]
+        view.write(out)
+        if staging is not None:
+            staging.give(block)
 
     def register_full(self) -> None:
         """Fresh leaf tensors over the full buffer registered on the modules (this forward's)."""
@@ -338,39 +398,53 @@ class _Unit:
         host_step(partial(self._log, "computed"))
         return with_grad
 
-    def scatter_gradients(self, with_grad: list[_Param], grads: HostView, works: list) -> None:
+    def scatter_gradients(self, with_grad: list[_Param], grads: HostView, works: list,
+                          accumulate: bool) -> None:
         """Start the reduce-scatter (mean) of the gradients in grads (the grad slot) into this rank's shard
-        gradients, on the group's worker thread (a host step)."""
-        host_step(partial(self._scatter, with_grad, grads, works))
+        gradients, on the group's worker thread (a host step); at most two are in flight."""
+        host_step(partial(self._scatter, with_grad, grads, works, accumulate, self._staging()))
 
-    def _scatter(self, with_grad: list[_Param], grads: HostView, works: list) -> None:
+    def _scatter(self, with_grad: list[_Param], grads: HostView, works: list, accumulate: bool,
+                 staging: _Staging) -> None:
         import tg.distributed as dist
         self._log("scatter")
-        n, width = self.world, _HEADER + self.S
-        send = np.zeros((n, width), self.np_dtype)
-        send[:, 0], send[:, 1] = self.index, self.index * self.index
         full = grads.read()
-        for q in with_grad:
-            rows = np.zeros(n * q.c * q.rest, self.np_dtype)
-            rows[:q.numel] = full[q.full_off:q.full_off + q.numel]
-            send[:, _HEADER + q.shard_off:_HEADER + q.shard_off + q.c * q.rest] = rows.reshape(n, -1)
-        recv = np.empty(width, self.np_dtype)
-        if n == 1:
-            recv[:] = send[0]
-            works.append((self, None, recv))
+        if self.world == 1:            # the shard is the whole parameter: the gradients are copied in
+            mine = self.grad_host.read()
+            for q in with_grad:
+                part = full[q.full_off:q.full_off + q.numel]
+                dst = mine[self.H + q.shard_off:self.H + q.shard_off + q.numel]
+                dst[...] = dst + part if accumulate else part
+            self.grad_host.write(mine)
             return
+        while len(works) >= 2:         # (each holds a send block: two in flight, as ZeRO's slots)
+            _Root._settle(works.pop(0))
+        width = self.H + self.S
+        send = staging.take(self.world * width).reshape(self.world, width)
+        send.fill(0)
+        send[:, 0], send[:, 1] = self.index, self.index * self.index
+        for q in with_grad:
+            at = self.H + q.shard_off
+            for r, lo, count in q.pieces(self.world):
+                first = q.full_off + lo * q.rest
+                send[r, at:at + count * q.rest] = full[first:first + count * q.rest]
+        into_place = not accumulate and self.grad_host.zero_copy
+        recv = self.grad_host.read() if into_place else np.empty(width, self.np_dtype)
         work = dist.reduce_scatter_tensor(recv, send.reshape(-1), op=dist.ReduceOp.AVG, group=self.group,
                                           async_op=True)
-        works.append((self, work, recv))
+        works.append((self, work, recv, send, staging, into_place, accumulate))
 
-    def store_gradients(self, recv: np.ndarray, accumulate: bool) -> None:
+    def store_gradients(self, recv: np.ndarray, into_place: bool, accumulate: bool) -> None:
         if recv[0] != self.index or recv[1] != self.index * self.index:
             raise DistributedError(
                 f"[distributed] fully_shard: the ranks reduce-scattered the gradients of different units "
                 f"({self!r} here): they ran the units in different orders, or some rank skipped one")
-        values = recv[_HEADER:]
+        if into_place:
+            return
+        values = recv
         if accumulate:
-            values = values + self.grad_host.read()
+            values = recv + self.grad_host.read()
+            values[:self.H] = recv[:self.H]
         self.grad_host.write(values)
 
 
@@ -386,6 +460,7 @@ class _Root:
         self.slots: _Slots | None = None
         self.grad_slot: Buffer | None = None
         self.grad_host: HostView | None = None
+        self.staging: _Staging | None = None
         self.active = False
         self._hook = watch_backward(self, "_after_backward")
         # what the host steps did, in order (also in TinyJit replays): ("gather", unit) when a gather
@@ -401,7 +476,8 @@ class _Root:
             m, parent = stack.pop()
             unit = m.__dict__.get("_fsdp_unit")
             if unit is not None:
-                unit.parent, unit.index = parent, len(self.units)
+                unit.parent = parent
+                unit.number(len(self.units))
                 self.units.append(unit)
                 parent = unit
             stack.extend((c, parent) for c in reversed(list(m._modules.values())) if c is not None)
@@ -413,6 +489,9 @@ class _Root:
             self.grad_host = HostView(view_tensor(self.grad_slot, 0, (self.grad_slot.size,)))
         if pooled:
             self.slots = _Slots(pooled[0].device, pooled[0].dtype, max(u.F for u in pooled))
+        if with_params:
+            first = with_params[0]
+            self.staging = _Staging(first.world * max(u.H + u.S for u in with_params), first.np_dtype)
         for u in self.units:
             u.root = self
             if u.params and u not in pooled and u.private is None:
@@ -469,8 +548,9 @@ class _Root:
         accumulate = {id(u): any(q.shard.grad is not None for q in u.params) for u in order}
         works: list = []
         for i, unit in enumerate(order):
-            self._backward(unit, order[i + 1:], any(used[id(q)] for q in unit.params), works)
-        host_step(partial(self._stored, works, accumulate))
+            self._backward(unit, order[i + 1:], any(used[id(q)] for q in unit.params), works,
+                           accumulate[id(unit)])
+        host_step(partial(self._stored, works))
         for unit in order:
             for q in unit.params:
                 if used[id(q)]:
@@ -481,7 +561,7 @@ class _Root:
             if unit.gathered:
                 unit.reshard(unit.pool())
 
-    def _backward(self, unit: _Unit, rest: list[_Unit], scatter: bool, works: list) -> None:
+    def _backward(self, unit: _Unit, rest: list[_Unit], scatter: bool, works: list, accumulate: bool) -> None:
         """One unit's backward: gathered again (with the units enclosing it; the next one started ahead),
         its gradients and its inputs' computed, resharded, and its gradients reduce-scattered when some
         rank has one (every rank then takes part)."""
@@ -495,7 +575,7 @@ class _Root:
             unit.reshard(self.slots)
         if scatter:
             assert self.grad_host is not None
-            unit.scatter_gradients(with_grad, self.grad_host, works)
+            unit.scatter_gradients(with_grad, self.grad_host, works, accumulate)
 
     def _chain(self, unit: _Unit) -> list[_Unit]:
         """unit and the units enclosing it, outermost first (their parameters are read around it)."""
@@ -507,12 +587,17 @@ class _Root:
         return chain[::-1]
 
     @staticmethod
-    def _stored(works: list, accumulate: dict[int, bool]) -> None:
-        for unit, work, recv in works:
-            if work is not None:
-                work.wait()
-            unit.store_gradients(recv, accumulate[id(unit)])
-        works.clear()         # (a TinyJit replay runs this step again with the same list)
+    def _settle(item: tuple) -> None:
+        """Wait for one reduce-scatter, store its result, give its send block back."""
+        unit, work, recv, send, staging, into_place, accumulate = item
+        work.wait()
+        staging.give(send)
+        unit.store_gradients(recv, into_place, accumulate)
+
+    @staticmethod
+    def _stored(works: list) -> None:
+        while works:          # (a TinyJit replay runs this step again with the same list)
+            _Root._settle(works.pop(0))
 
     def _agree_used(self) -> dict[int, bool]:
         """Which parameters got a gradient on some rank (one small all_reduce of bits), and a check that
@@ -769,7 +854,7 @@ def load_full(model: Module, path: Any) -> None:
         rows = np.zeros((q.c, *q.shape[1:]), u.np_dtype)
         rows[:count] = safe_read_rows(path, name, first, count).reshape((count, *q.shape[1:]))
         flat = u.shard_host.read()
-        flat[q.shard_off:q.shard_off + q.c * q.rest] = rows.reshape(-1)
+        flat[u.H + q.shard_off:u.H + q.shard_off + q.c * q.rest] = rows.reshape(-1)
         u.shard_host.write(flat)
     if rest:
         from tg.nn.state import safe_load
