@@ -94,8 +94,9 @@ def ddp_runs() -> dict:
 @pytest.mark.parametrize("world,jit", [(1, False), (2, False), (3, False), (2, True), (3, True)])
 def test_fsdp_trains_as_ddp(ddp_runs, world, jit):
     """20 AdamW steps (two parameter groups: decayed matrices, undecayed vectors, as nanoGPT's; the
-    gradients clipped to norm 0.5, which they exceed) on every rank's own batches: every parameter equals DDP's to float32 rounding (1e-6 of the tensor's
-    largest value; the tied weight's two gradients are summed in another order), and so do the losses."""
+    gradients clipped to norm 0.5, which they exceed) on every rank's own batches: every parameter
+    equals DDP's to float32 rounding (1e-6 of the tensor's largest value; the tied weight's two
+    gradients are summed in another order), and so do the losses."""
     got = run_ranks(world, train, "fsdp", jit, backend="tcp")
     for r, want in zip(got, ddp_runs[world]):
         np.testing.assert_allclose(r["losses"], want["losses"], rtol=1e-6)
@@ -206,7 +207,7 @@ def skipping_rank(rank: int, world: int) -> str:
 
 def test_a_rank_that_skips_a_unit_makes_every_rank_raise_naming_it():
     results = run_ranks(2, skipping_rank, allow_errors=True, dist_timeout=20, backend="tcp")
-    for rank, r in enumerate(results):
+    for r in results:
         assert r.startswith("ERROR: DistributedError"), r
         assert "rank" in r and ("different orders" in r or "other FSDP units" in r), r
 
@@ -347,7 +348,8 @@ def _full_optimizer_state(path) -> dict:
             if key.startswith("state."):
                 name = key.split(".")[1:-1]
                 pieces.setdefault(key, []).append((rows[".".join(name)][0], t.numpy()))
-    return {k: np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0])]) for k, parts in pieces.items()}
+    return {k: np.concatenate([v for _, v in sorted(parts, key=lambda p: p[0])])
+            for k, parts in pieces.items()}
 
 
 def resume(rank: int, world: int, directory: str, out: str, steps: int) -> dict:
