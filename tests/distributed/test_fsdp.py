@@ -398,3 +398,56 @@ def test_checkpoints_resume_at_any_world_size(tmp_path):
         previous = out
     full = safe_load(dist.latest_checkpoint(previous) / "model.safetensors")
     assert full["wte.weight"].shape == (VOCAB, WIDTH) and full["blocks.2.up.weight"].shape == (HIDDEN, WIDTH)
+
+
+# ---------------------------------------------------------------- gradient accumulation
+
+def accumulate(rank: int, world: int, mode: str, jit: bool) -> dict:
+    """Two microbatches a step, the first without gradient sync (DDP's no_sync(), FSDP's
+    set_requires_gradient_sync(False)), for 4 steps."""
+    import contextlib
+
+    from tg.distributed.fsdp import fully_shard
+    model = Net()
+    ddp = None
+    if mode == "fsdp":
+        for block in model.blocks:
+            fully_shard(block)
+        fully_shard(model)
+    else:
+        ddp = dist.DistributedDataParallel(model)
+    opt = nn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+    def step(a: Tensor, b: Tensor) -> Tensor:
+        opt.zero_grad()
+        if ddp is None:
+            model.set_requires_gradient_sync(False)
+        with ddp.no_sync() if ddp is not None else contextlib.nullcontext():
+            (ddp or model)(a, a).backward()
+        if ddp is None:
+            model.set_requires_gradient_sync(True)
+        loss = (ddp or model)(b, b)
+        loss.backward()
+        opt.step()
+        return loss.realize()
+    run = TinyJit(step) if jit else step
+    rng = np.random.default_rng(7 + rank)
+    for _ in range(4):
+        a, b = (Tensor(rng.integers(0, VOCAB, (BATCH, SEQ)).astype(np.int32)) for _ in range(2))
+        run(a, b)
+    if mode == "fsdp":
+        for m in [*model.blocks, model]:
+            m.unshard()
+    return {k: v.numpy().tolist() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("world,jit", [(2, False), (3, False), (2, True)])
+def test_gradient_accumulation_without_sync_matches_ddps_no_sync(world, jit):
+    """The first microbatch's gradients are held whole on each rank and added to the second's before one
+    reduce-scatter: the parameters after 4 such steps are DDP's with no_sync()."""
+    want = run_ranks(world, accumulate, "ddp", False, backend="tcp")
+    got = run_ranks(world, accumulate, "fsdp", jit, backend="tcp")
+    for g, w in zip(got, want):
+        for name, value in w.items():
+            scale = np.abs(np.asarray(value)).max()
+            np.testing.assert_allclose(g[name], value, rtol=1e-6, atol=1e-6 * scale, err_msg=name)

@@ -214,6 +214,9 @@ class _Unit:
         self.private: Buffer | None = None   # the unit's own full buffer (the root's), else one of a pool
         self.private_view: HostView | None = None
         self.work: Any = None                # a gather in flight: (Work, staging)
+        self.sync = True                     # set_requires_gradient_sync: reduce-scatter after backward
+        self.held: Buffer | None = None      # full gradients accumulated while sync is off
+        self.held_set: set[int] = set()      # (ids of the _Params in it)
         self.gathered = False
         self.dtype: Any = None
         self.device: Any = None
@@ -386,17 +389,36 @@ class _Unit:
         buffer), with the gradients reaching the unit's inputs (the units before it start from those);
         the parameters that have one."""
         with_grad = [q for q in self.params if q.full is not None and q.full.grad is not None]
+        held = self.held
+        into = grad_slot
+        if not self.sync:         # accumulated here, whole, until a backward with gradient sync
+            if held is None:
+                held = self.held = Buffer(self.device, self.F, self.dtype).copyin(
+                    np.zeros(self.F * self.dtype.itemsize, np.uint8))
+            into = held
         targets = []
-        for q in with_grad:
-            assert q.full is not None and q.full.grad is not None
-            targets.append(view_tensor(grad_slot, q.full_off, q.shape).assign(q.full.grad))
-            q.full.grad = None
+        for q in self.params:
+            new = q.full.grad if q.full is not None else None
+            before = view_tensor(held, q.full_off, q.shape) if held is not None and id(q) in self.held_set \
+                else None
+            if new is None and (before is None or into is held):
+                continue
+            value = new if before is None else before if new is None else before + new
+            targets.append(view_tensor(into, q.full_off, q.shape).assign(value))
+            if q.full is not None:
+                q.full.grad = None
+            if into is held:
+                self.held_set.add(id(q))
+            elif q not in with_grad:
+                with_grad.append(q)
         lbs = [t.lazydata for t in targets] + self.input_grads
         self.input_grads = []
         if lbs:
             realize(lbs)
+        if self.sync:             # what was held is in grad_slot now
+            self.held, self.held_set = None, set()
         host_step(partial(self._log, "computed"))
-        return with_grad
+        return with_grad if self.sync else []
 
     def scatter_gradients(self, with_grad: list[_Param], grads: HostView, works: list,
                           accumulate: bool) -> None:
@@ -548,14 +570,14 @@ class _Root:
         accumulate = {id(u): any(q.shard.grad is not None for q in u.params) for u in order}
         works: list = []
         for i, unit in enumerate(order):
-            self._backward(unit, order[i + 1:], any(used[id(q)] for q in unit.params), works,
+            self._backward(unit, order[i + 1:], unit.sync and any(used[id(q)] for q in unit.params), works,
                            accumulate[id(unit)])
         host_step(partial(self._stored, works))
         for unit in order:
             for q in unit.params:
-                if used[id(q)]:
+                if unit.sync and used[id(q)]:
                     q.shard.grad = q.grad
-                elif not accumulate[id(unit)]:
+                elif unit.sync and not accumulate[id(unit)]:
                     q.shard.grad = None
                 q.full = q.real = None
             if unit.gathered:
@@ -604,7 +626,8 @@ class _Root:
         every rank ran the same units this step."""
         import tg.distributed as dist
         params = [q for u in self.units for q in u.params]
-        bits = np.array([q.full is not None and q.full.grad is not None for q in params], bool)
+        bits = np.array([q.full is not None and q.full.grad is not None or id(q) in u.held_set
+                         for u in self.units for q in u.params], bool)
         order = ",".join(str(u.index) for u in self.order).encode()
         words = np.concatenate([np.array([zlib.crc32(order)], np.uint32).view(np.uint8),
                                 np.packbits(bits)]).astype(np.uint8)
@@ -689,6 +712,16 @@ class FSDPModule:
 
     def set_reshard_after_forward(self, value: bool) -> None:
         self._fsdp_unit.reshard_after_forward = bool(value)
+
+    def set_requires_gradient_sync(self, requires_gradient_sync: bool, *, recurse: bool = True) -> None:
+        """torch's gradient accumulation without communication: while False, a backward adds this unit's
+        (and, with recurse, every unit's inside it) whole gradients into a buffer of its own (a unit's
+        parameters' size each) and reduce-scatters nothing; the next backward with it True adds them in
+        and reduce-scatters the sum. Every rank must set it alike."""
+        units = [m.__dict__["_fsdp_unit"] for _, m in self.named_modules()    # type: ignore[attr-defined]
+                 if "_fsdp_unit" in m.__dict__] if recurse else [self._fsdp_unit]
+        for unit in units:
+            unit.sync = bool(requires_gradient_sync)
 
 
 _ACTIVE: list[_Root] = []          # the roots whose forward is running, innermost last
