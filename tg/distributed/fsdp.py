@@ -49,6 +49,7 @@ import json
 import weakref
 import zlib
 from collections import deque
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Iterator
 
@@ -56,6 +57,7 @@ import numpy as np
 
 from tg.core.capture import host_step
 from tg.core.device import Buffer, Device
+from tg.core.dtype import DType
 from tg.core.function import Function
 from tg.core.host import HostView, host_dtype, view_tensor
 from tg.core.lazy import LazyBuffer, Readers
@@ -63,12 +65,34 @@ from tg.core.realize import realize
 from tg.core.tensor import Tensor
 from tg.distributed.ddp import _world, combine_partial, watch_backward
 from tg.distributed.errors import DistributedError
+from tg.distributed.flat import from_wire, to_wire, wire_format
 from tg.nn.module import Module
 from tg.nn.optim import hold_gradients
 
-__all__ = ["fully_shard", "FSDPModule"]
+__all__ = ["fully_shard", "FSDPModule", "MixedPrecisionPolicy"]
 
 _HEADER = 2      # elements ahead of each rank's part of a gather or reduce-scatter: the unit's index, squared
+
+
+@dataclass(frozen=True)
+class MixedPrecisionPolicy:
+    """torch's FSDP2 MixedPrecisionPolicy: `param_dtype` is the dtype a unit's parameters are gathered
+    in and computed with (half the bytes of each all-gather for bfloat16 or float16; the shards, which
+    the optimizer steps, stay in their own dtype, float32 master weights); `reduce_dtype` the dtype the
+    gradients are reduce-scattered in (default: param_dtype; float32 sums them in float32 on the wire);
+    `output_dtype` casts the unit's floating outputs; `cast_forward_inputs` casts its floating inputs to
+    param_dtype."""
+    param_dtype: Any = None
+    reduce_dtype: Any = None
+    output_dtype: Any = None
+    cast_forward_inputs: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("param_dtype", "reduce_dtype", "output_dtype"):
+            value = getattr(self, name)
+            if value is not None and (not isinstance(value, DType) or not value.is_float):
+                raise ValueError(f"[distributed] MixedPrecisionPolicy: {name} must be a floating tg dtype "
+                                 f"(tg.bfloat16, tg.float16, tg.float32) or None, got {value!r}")
 
 
 class _Resharded(Buffer):
@@ -200,9 +224,10 @@ class _Unit:
     """The state of one fully_shard call: its parameters, their flat shard, and the gather in flight."""
 
     def __init__(self, module: Module, params: list[tuple[list[tuple[Module, str]], Tensor]], group: Any,
-                 reshard_after_forward: bool):
+                 reshard_after_forward: bool, mp: MixedPrecisionPolicy | None = None):
         import tg.distributed as dist
         self.module, self.group, self.reshard_after_forward = module, group, reshard_after_forward
+        self.mp = mp
         self.name = type(module).__name__
         self.index = 0             # position in its root's units, set at the first forward
         self.rank, self.world = _world(group)
@@ -221,6 +246,10 @@ class _Unit:
         self.dtype: Any = None
         self.device: Any = None
         self.S = self.F = self.H = 0
+        self.compute: Any = None     # the full parameters' dtype
+        self.np_dtype: Any = None
+        self.gather_wire: Any = None
+        self.reduce_wire: Any = None
         if not params:
             return
         first = params[0][1]
@@ -231,7 +260,13 @@ class _Unit:
                     f"[distributed] fully_shard({self.name}): parameter {places[0][1]!r} is {p.dtype.name} "
                     f"on {p.device}, the unit's first is {self.dtype.name} on {self.device}; expected one "
                     f"dtype and device per unit. Fix: fully_shard the differing sub-module on its own")
-        align = max(Device[self.device].allocator.view_align // self.dtype.itemsize, 1)
+        view_align = Device[self.device].allocator.view_align
+        align = max(view_align // self.dtype.itemsize, 1)
+        # the full parameters' dtype (mp_policy's param_dtype), the gradients' on the reduce-scatter, and
+        # the host dtypes each collective carries (wire.BF16 words for bfloat16)
+        self.compute = mp.param_dtype if mp is not None and mp.param_dtype is not None else self.dtype
+        reduce = mp.reduce_dtype if mp is not None and mp.reduce_dtype is not None else self.compute
+        falign = max(view_align // self.compute.itemsize, 1)
         # a header block ahead of the shard (and of its gradient): the unit's index and its square, sent
         # with every gather and reduce-scatter so each rank checks the others run the same unit
         self.H = -(-_HEADER // align) * align
@@ -244,11 +279,13 @@ class _Unit:
             q.c = -(-q.rows // n)
             q.shard_off, q.full_off = s_end, f_end
             s_end = -(-(s_end + q.c * q.rest) // align) * align
-            f_end = -(-(f_end + q.numel) // align) * align
+            f_end = -(-(f_end + q.numel) // falign) * falign
             self.params.append(q)
             values.append(p.numpy().reshape(-1))
-        self.S, self.F = max(s_end, align), max(f_end, align)
+        self.S, self.F = max(s_end, align), max(f_end, falign)
         self.np_dtype = host_dtype(self.dtype)
+        self.gather_wire = wire_format(self.compute, "fully_shard") if self.compute != self.dtype else None
+        self.reduce_wire = wire_format(reduce, "fully_shard") if reduce != self.dtype else None
         flat = np.zeros(self.H + self.S, self.np_dtype)
         for q, v in zip(self.params, values):
             for r, lo, count in q.pieces(self.world):
@@ -281,13 +318,19 @@ class _Unit:
     def pool(self) -> _Slots | None:
         """The pool of full buffers this unit gathers into (None: its own buffer)."""
         root = self.root
-        return root.slots if root is not None and self in root._pooled() else None
+        return root.pools.get(self.compute) if root is not None and self in root._pooled() else None
 
-    def _staging(self) -> _Staging:
+    def _staging(self, dtype: Any) -> _Staging:
         root = self.root
-        if root is not None and root.staging is not None:
-            return root.staging
-        return _Staging(self.world * (self.H + self.S), self.np_dtype)
+        if root is not None:
+            return root.staging_for(dtype)
+        return _Staging(self.world * (self.H + self.S), dtype)
+
+    def _header(self, wire: Any) -> bytes:
+        """The unit's header words as they travel in wire (None: the shard's own dtype)."""
+        head = np.array([self.index, self.index * self.index], np.float32)
+        words = to_wire(head, np.empty(2, wire)) if wire is not None else head.astype(self.np_dtype)
+        return words.tobytes()
 
     # ------------------------------------------------------------ gather
     def start_gather(self) -> None:
@@ -295,16 +338,27 @@ class _Unit:
         worker thread); the full buffer is taken only when it is finished."""
         if self.gathered or self.work is not None or not self.params:
             return
-        host_step(partial(self._start, self._staging()))
+        host_step(partial(self._start, self._staging(self.gather_wire or self.np_dtype)))
 
     def _start(self, staging: _Staging) -> None:
         import tg.distributed as dist
         self._log("gather")
         send = self.shard_host.read()            # header and shard: the memory itself on the CPU
+        width = self.H + self.S
+        if self.gather_wire is not None:         # narrowed to param_dtype: half the bytes on the wire
+            block = staging.take(self.world * width)
+            mine = block[self.rank * width:(self.rank + 1) * width]
+            send = to_wire(send, mine)
+            if self.world == 1:
+                self.work = (None, block, staging)
+                return
+            self.work = (dist.all_gather_into_tensor(block, mine, group=self.group, async_op=True), block,
+                         staging)
+            return
         if self.world == 1:
             self.work = (None, send, None)
             return
-        block = staging.take(self.world * send.size)
+        block = staging.take(self.world * width)
         work = dist.all_gather_into_tensor(block, send, group=self.group, async_op=True)
         self.work = (work, block, staging)
 
@@ -318,7 +372,7 @@ class _Unit:
         self.start_gather()
         if self.slot is None:
             if self.private is None and slots is None:
-                self.private = Buffer(self.device, self.F, self.dtype)
+                self.private = Buffer(self.device, self.F, self.compute)
             self.slot = self.private if self.private is not None else slots.take()   # type: ignore[union-attr]
         if self.slot is self.private:
             if self.private_view is None:
@@ -344,19 +398,22 @@ class _Unit:
         if work is not None:
             work.wait()
         blocks = block.reshape(self.world, self.H + self.S)
-        wrong = [r for r in range(self.world) if blocks[r, 0] != self.index]
+        mine = self._header(self.gather_wire)
+        wrong = [r for r in range(self.world) if blocks[r, :2].tobytes() != mine]
         if wrong:
+            seen = [int(from_wire(blocks[r, :1])[0]) for r in wrong]
             raise DistributedError(
                 f"[distributed] fully_shard: this rank (rank {self.rank}) gathers {self!r} while rank(s) "
-                f"{wrong} gather unit(s) {[int(blocks[r, 0]) for r in wrong]}: the ranks run the units in "
-                f"different orders, or some rank skipped one. Every rank must call the same FSDP units "
-                f"in the same order each step")
+                f"{wrong} gather unit(s) {seen}: the ranks run the units in different orders, or some rank "
+                f"skipped one. Every rank must call the same FSDP units in the same order each step")
         out = view.read()
+        narrow = self.gather_wire is not None
         for q in self.params:          # each rank's rows of each parameter, where they lie whole
             src = self.H + q.shard_off
             for r, lo, count in q.pieces(self.world):
+                part = blocks[r, src:src + count * q.rest]
                 out[q.full_off + lo * q.rest:q.full_off + (lo + count) * q.rest] = \
-                    blocks[r, src:src + count * q.rest]
+                    from_wire(part) if narrow else part
         view.write(out)
         if staging is not None:
             staging.give(block)
@@ -393,8 +450,8 @@ class _Unit:
         into = grad_slot
         if not self.sync:         # accumulated here, whole, until a backward with gradient sync
             if held is None:
-                held = self.held = Buffer(self.device, self.F, self.dtype).copyin(
-                    np.zeros(self.F * self.dtype.itemsize, np.uint8))
+                held = self.held = Buffer(self.device, self.F, self.compute).copyin(
+                    np.zeros(self.F * self.compute.itemsize, np.uint8))
             into = held
         targets = []
         for q in self.params:
@@ -424,10 +481,11 @@ class _Unit:
                           accumulate: bool) -> None:
         """Start the reduce-scatter (mean) of the gradients in grads (the grad slot) into this rank's shard
         gradients, on the group's worker thread (a host step); at most two are in flight."""
-        host_step(partial(self._scatter, with_grad, grads, works, accumulate, self._staging()))
+        host_step(partial(self._scatter, with_grad, grads, works, accumulate, self._staging(self.np_dtype),
+                          self._staging(self.reduce_wire or self.np_dtype)))
 
     def _scatter(self, with_grad: list[_Param], grads: HostView, works: list, accumulate: bool,
-                 staging: _Staging) -> None:
+                 staging: _Staging, wire_staging: _Staging) -> None:
         import tg.distributed as dist
         self._log("scatter")
         full = grads.read()
@@ -450,23 +508,26 @@ class _Unit:
             for r, lo, count in q.pieces(self.world):
                 first = q.full_off + lo * q.rest
                 send[r, at:at + count * q.rest] = full[first:first + count * q.rest]
-        into_place = not accumulate and self.grad_host.zero_copy
-        recv = self.grad_host.read() if into_place else np.empty(width, self.np_dtype)
+        if self.reduce_wire is not None:      # the gradients on the wire in reduce_dtype
+            wide, send = send, to_wire(send, wire_staging.take(self.world * width)).reshape(self.world, width)
+            staging.give(wide)
+            staging = wire_staging
+        into_place = not accumulate and self.grad_host.zero_copy and self.reduce_wire is None
+        recv = self.grad_host.read() if into_place else np.empty(width, self.reduce_wire or self.np_dtype)
         work = dist.reduce_scatter_tensor(recv, send.reshape(-1), op=dist.ReduceOp.AVG, group=self.group,
                                           async_op=True)
         works.append((self, work, recv, send, staging, into_place, accumulate))
 
     def store_gradients(self, recv: np.ndarray, into_place: bool, accumulate: bool) -> None:
-        if recv[0] != self.index or recv[1] != self.index * self.index:
+        if recv[:2].tobytes() != self._header(self.reduce_wire):
             raise DistributedError(
                 f"[distributed] fully_shard: the ranks reduce-scattered the gradients of different units "
                 f"({self!r} here): they ran the units in different orders, or some rank skipped one")
         if into_place:
             return
-        values = recv
+        values = from_wire(recv) if self.reduce_wire is not None else recv
         if accumulate:
-            values = recv + self.grad_host.read()
-            values[:self.H] = recv[:self.H]
+            values = values + self.grad_host.read()
         self.grad_host.write(values)
 
 
@@ -479,10 +540,10 @@ class _Root:
         self.units: list[_Unit] = []
         self.order: list[_Unit] = []         # this forward's units, in the order their forwards began
         self.previous: list[_Unit] = []      # the last forward's (what the next forward gathers ahead)
-        self.slots: _Slots | None = None
-        self.grad_slot: Buffer | None = None
-        self.grad_host: HostView | None = None
-        self.staging: _Staging | None = None
+        self.pools: dict[DType, _Slots] = {}           # full buffers shared by units, per dtype
+        self.grad_slots: dict[DType, tuple[Buffer, HostView]] = {}
+        self.staging: dict[Any, _Staging] = {}
+        self.staging_size = 0
         self.active = False
         self._hook = watch_backward(self, "_after_backward")
         # what the host steps did, in order (also in TinyJit replays): ("gather", unit) when a gather
@@ -503,21 +564,28 @@ class _Root:
                 self.units.append(unit)
                 parent = unit
             stack.extend((c, parent) for c in reversed(list(m._modules.values())) if c is not None)
-        pooled = [u for u in self.units if u is not self.unit and u.reshard_after_forward and u.params]
+        pooled = self._pooled()
         with_params = [u for u in self.units if u.params]
-        if with_params:            # where each unit's full gradients are computed, in turn
-            first = with_params[0]
-            self.grad_slot = Buffer(first.device, max(u.F for u in with_params), first.dtype)
-            self.grad_host = HostView(view_tensor(self.grad_slot, 0, (self.grad_slot.size,)))
-        if pooled:
-            self.slots = _Slots(pooled[0].device, pooled[0].dtype, max(u.F for u in pooled))
+        for dtype in {u.compute for u in with_params}:     # per dtype of the full parameters
+            alike = [u for u in with_params if u.compute == dtype]
+            # where each unit's full gradients are computed, in turn
+            grads = Buffer(alike[0].device, max(u.F for u in alike), dtype)
+            self.grad_slots[dtype] = (grads, HostView(view_tensor(grads, 0, (grads.size,))))
+            if any(u in pooled for u in alike):
+                self.pools[dtype] = _Slots(alike[0].device, dtype, max(u.F for u in alike if u in pooled))
         if with_params:
-            first = with_params[0]
-            self.staging = _Staging(first.world * max(u.H + u.S for u in with_params), first.np_dtype)
+            self.staging_size = with_params[0].world * max(u.H + u.S for u in with_params)
         for u in self.units:
             u.root = self
             if u.params and u not in pooled and u.private is None:
-                u.private = Buffer(u.device, u.F, u.dtype)     # the root's (and unresharded units') own
+                u.private = Buffer(u.device, u.F, u.compute)   # the root's (and unresharded units') own
+
+    def staging_for(self, dtype: Any) -> _Staging:
+        """The reused host blocks of one host dtype."""
+        staging = self.staging.get(dtype)
+        if staging is None:
+            staging = self.staging[dtype] = _Staging(self.staging_size, dtype)
+        return staging
 
     def _pooled(self) -> list[_Unit]:
         return [u for u in self.units if u is not self.unit and u.reshard_after_forward and u.params]
@@ -557,7 +625,7 @@ class _Root:
             if outs:
                 outs[0].realize(*outs[1:])      # everything of this forward that reads the unit's parameters
             host_step(partial(unit._log, "computed"))
-            unit.reshard(self.slots)
+            unit.reshard(unit.pool())
 
     # ------------------------------------------------------------ backward
     def _after_backward(self, root: Tensor) -> None:
@@ -592,12 +660,13 @@ class _Root:
         ahead = next((u for u in rest if u.params and not u.gathered), None)
         if ahead is not None:
             ahead.start_gather()
-        with_grad = unit.compute_gradients(self.grad_slot) if self.grad_slot is not None else []
+        slot = self.grad_slots.get(unit.compute)
+        with_grad = unit.compute_gradients(slot[0]) if slot is not None else []
         if unit in self._pooled() and not any(unit in self._chain(u) for u in rest):
-            unit.reshard(self.slots)
+            unit.reshard(unit.pool())
         if scatter:
-            assert self.grad_host is not None
-            unit.scatter_gradients(with_grad, self.grad_host, works, accumulate)
+            assert slot is not None
+            unit.scatter_gradients(with_grad, slot[1], works, accumulate)
 
     def _chain(self, unit: _Unit) -> list[_Unit]:
         """unit and the units enclosing it, outermost first (their parameters are read around it)."""
@@ -660,6 +729,17 @@ def _tensors(value: Any) -> Iterator[Tensor]:
             yield from _tensors(v)
 
 
+def _cast(value: Any, dtype: DType) -> Any:
+    """value's floating tensors (in lists, tuples and dicts too) cast to dtype."""
+    if isinstance(value, Tensor):
+        return value.cast(dtype) if value.dtype.is_float and value.dtype != dtype else value
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cast(v, dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _cast(v, dtype) for k, v in value.items()}
+    return value
+
+
 def _stash(value: Any, unit: _Unit) -> Any:
     from tg.core.mixin.base import apply
     if isinstance(value, Tensor):
@@ -688,12 +768,17 @@ class FSDPModule:
                 root = _Root(unit)
                 object.__setattr__(self, "_fsdp_root", root)
                 root.setup(self)        # type: ignore[arg-type]
+        mp = unit.mp
+        if mp is not None and mp.param_dtype is not None and mp.cast_forward_inputs:
+            args, kwargs = _cast(args, mp.param_dtype), _cast(kwargs, mp.param_dtype)
         if unit is not root.unit:
             args, kwargs = _stash(args, unit), _stash(kwargs, unit)
         _ACTIVE.append(root)
         try:
             root.before(unit)
             out = super().__call__(*args, **kwargs)     # type: ignore[misc]
+            if mp is not None and mp.output_dtype is not None:
+                out = _cast(out, mp.output_dtype)
             root.after(unit, out)
         finally:
             _ACTIVE.pop()
@@ -731,8 +816,8 @@ _CLASSES: dict[type, type] = {}
 _ORIGINALS: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
 
 
-def fully_shard(module: Module, *, reshard_after_forward: bool = True, mp_policy: Any = None,
-                group: Any = None) -> Module:
+def fully_shard(module: Module, *, reshard_after_forward: bool = True,
+                mp_policy: MixedPrecisionPolicy | None = None, group: Any = None) -> Module:
     """Make module a unit of ZeRO-3 / FSDP (torch.distributed.fsdp.fully_shard): its parameters not
     already in a unit (apply it to sub-modules first, bottom-up) are sharded 1/N per rank along their
     first dim and gathered only around its forward and its backward. Returns the module (its class
@@ -742,11 +827,11 @@ def fully_shard(module: Module, *, reshard_after_forward: bool = True, mp_policy
     if "_fsdp_unit" in module.__dict__:
         raise ValueError(f"[distributed] fully_shard: {type(module).__name__} is a unit already (fully_shard "
                          f"was called on it twice). Fix: call fully_shard once per module")
-    if mp_policy is not None:
-        raise NotImplementedError("[distributed] fully_shard: mp_policy is not supported yet; pass None "
-                                  "(use tg.autocast for mixed precision compute)")
+    if mp_policy is not None and not isinstance(mp_policy, MixedPrecisionPolicy):
+        raise TypeError(f"[distributed] fully_shard: mp_policy must be a MixedPrecisionPolicy, got "
+                        f"{type(mp_policy).__name__}")
     params = _collect(module)
-    unit = _Unit(module, list(params.values()), group, reshard_after_forward)
+    unit = _Unit(module, list(params.values()), group, reshard_after_forward, mp_policy)
     for _, p in params.values():
         _ORIGINALS[id(p)] = p
     cls = type(module)
@@ -800,17 +885,26 @@ def units_of(model: Any) -> list[_Unit]:
 
 
 def _unit_values(unit: _Unit) -> dict[int, np.ndarray]:
-    """Every parameter of unit whole, as host arrays (by id of its _Param): the unit gathered (every
-    rank takes part), read, and resharded, so it is the only unit gathered for this."""
+    """Every parameter of unit whole, as host arrays in its own dtype (the master weights, whatever
+    dtype the unit computes in), by id of its _Param: every rank's shard gathered (every rank takes
+    part) into one host block, so no more than one unit is held for this."""
+    import tg.distributed as dist
     if not unit.params:
         return {}
-    was = unit.gathered
-    unit.finish_gather(unit.pool())
-    assert unit.slot is not None
-    full = HostView(view_tensor(unit.slot, 0, (unit.F,))).read()
-    out = {id(q): full[q.full_off:q.full_off + q.numel].reshape(q.shape).copy() for q in unit.params}
-    if not was:
-        unit.reshard(unit.pool())
+    send = unit.shard_host.read()
+    block = np.empty(unit.world * send.size, unit.np_dtype)
+    if unit.world > 1:
+        dist.all_gather_into_tensor(block, send, group=unit.group)
+    else:
+        block[:] = send
+    blocks = block.reshape(unit.world, send.size)
+    out = {}
+    for q in unit.params:
+        whole = np.empty(q.numel, unit.np_dtype)
+        src = unit.H + q.shard_off
+        for r, lo, count in q.pieces(unit.world):
+            whole[lo * q.rest:(lo + count) * q.rest] = blocks[r, src:src + count * q.rest]
+        out[id(q)] = whole.reshape(q.shape)
     return out
 
 
