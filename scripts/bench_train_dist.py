@@ -269,7 +269,7 @@ def gpt_table(ranks: list[int], args: argparse.Namespace) -> None:
     results: dict[tuple[int, str, bool], list[dict]] = {}
     for world in ranks:
         for mode in ("ddp", "zero", "fsdp"):
-            for ckpt in (False, True) if mode != "fsdp" else (False,):    # (FSDP: no checkpointing yet)
+            for ckpt in (False, True):
                 res = results[(world, mode, ckpt)] = run(world, mode, ckpt, args)
                 step = max(r["step_s"] for r in res)
                 tok = world * args.batch * args.block / step

@@ -236,9 +236,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if args.strategy not in ("ddp", "zero2"):
             ap.error(f"--zero is --strategy zero2, but --strategy {args.strategy} was asked too; keep one")
         args.strategy = "zero2"
-    if args.strategy == "fsdp" and args.checkpoint_activations:
-        ap.error("--strategy fsdp does not combine with --checkpoint-activations yet (a checkpointed block "
-                 "recomputes in backward, outside its FSDP unit's forward); drop one of them")
     return args
 
 

@@ -296,9 +296,6 @@ def test_fsdp_trains_as_ddp_and_resumes_at_another_world_size(tmp_path: Path) ->
     assert "resumed from" in r.stdout and "at step 12 (saved by 2 ranks)" in r.stdout
     resumed = json.loads((tmp_path / "fsdp" / "history.json").read_text())["train"]
     assert [s for s, _ in resumed] == list(range(1, 19)) and np.isfinite([v for _, v in resumed]).all()
-    r = launch("--nproc", "1", train, *args, "--strategy", "fsdp", "--checkpoint-activations", "--out",
-               str(tmp_path / "x"), timeout=60)
-    assert r.returncode != 0 and "does not combine with --checkpoint-activations" in r.stderr
 
 
 # ---------------------------------------------------------------------------- (f), (g) stopping the launcher

@@ -32,6 +32,11 @@ are computed, its parameters resharded, and its gradients reduce-scattered (mean
 on the worker thread while the next unit computes) into this rank's shard gradients: the shard
 parameters' `.grad`. A parameter no rank used keeps `.grad` None (not stepped, as DDP).
 
+Activation checkpointing (tg.nn.checkpoint) around units works: a unit called again between the
+forward and the end of its backward is a recompute, gathered again with that forward's full tensors
+(whose gradients the checkpoint computes) and given back when the next recompute begins.
+`MixedPrecisionPolicy` gathers and computes in param_dtype on float32 shards.
+
 A resharded unit's full memory is taken by others, so reading it is refused: a kernel that reads a
 parameter of a resharded unit (a value computed from it that escaped the unit's forward unevaluated)
 raises DistributedError naming the unit, never reads another unit's values. Every gather carries the
@@ -541,6 +546,8 @@ class _Root:
         self.order: list[_Unit] = []         # this forward's units, in the order their forwards began
         self.previous: list[_Unit] = []      # the last forward's (what the next forward gathers ahead)
         self.pools: dict[DType, _Slots] = {}           # full buffers shared by units, per dtype
+        self.recomputing = 0                 # activation checkpointing recomputing units (nesting depth)
+        self.recomputed: list[_Unit] = []    # units a recompute gathered, not given back yet
         self.grad_slots: dict[DType, tuple[Buffer, HostView]] = {}
         self.staging: dict[Any, _Staging] = {}
         self.staging_size = 0
@@ -591,7 +598,45 @@ class _Root:
         return [u for u in self.units if u is not self.unit and u.reshard_after_forward and u.params]
 
     # ------------------------------------------------------------ forward
+    def recompute(self, module: Any, unit: _Unit, args: Any, kwargs: Any) -> Any:
+        """A unit called again between this root's forward and its backward's end: activation
+        checkpointing recomputing it in backward. The unit (and every unit inside it) is gathered
+        again and computes with this forward's full tensors, whose gradients the checkpoint computes
+        right after, so it stays gathered until the next recompute begins (backward runs the
+        checkpointed segments one after another) or this backward reaches it; at most two units are
+        gathered so."""
+        held = [u for u in self.recomputed if u is not unit and u not in self._chain(unit)]
+        for u in held:
+            u.reshard(u.pool())
+        self.recomputed = [u for u in self.recomputed if u not in held]
+        mp = unit.mp
+        if mp is not None and mp.param_dtype is not None and mp.cast_forward_inputs:
+            args, kwargs = _cast(args, mp.param_dtype), _cast(kwargs, mp.param_dtype)
+        self.recomputing += 1
+        _ACTIVE.append(self)
+        try:
+            self._regather(unit)
+            out = super(FSDPModule, module).__call__(*args, **kwargs)     # type: ignore[misc]
+            return _cast(out, mp.output_dtype) if mp is not None and mp.output_dtype is not None else out
+        finally:
+            _ACTIVE.pop()
+            self.recomputing -= 1
+
+    def _regather(self, unit: _Unit) -> None:
+        """unit gathered again for a recompute, its forward's full tensors registered (not new ones)."""
+        for u in self._chain(unit):
+            if u is not self.unit:
+                u.finish_gather(u.pool())
+                for q in u.params:
+                    if q.full is not None:
+                        q.register(q.full)
+                if u not in self.recomputed:
+                    self.recomputed.append(u)
+
     def before(self, unit: _Unit) -> None:
+        if self.recomputing:
+            self._regather(unit)
+            return
         if unit is self.unit:
             self.active = True
             self.order = []
@@ -608,6 +653,8 @@ class _Root:
                 self.previous[i].start_gather()
 
     def after(self, unit: _Unit, out: Any) -> None:
+        if self.recomputing:
+            return            # its gradients are computed next, from these parameters
         if unit is self.unit:
             self.previous = list(self.order)
             if not any(t.requires_grad for t in _tensors(out)):
@@ -633,6 +680,7 @@ class _Root:
                                       for u in self.order for q in u.params):
             return
         self.active = False
+        self.recomputed = []
         order = list(reversed(self.order))
         used = self._agree_used()
         accumulate = {id(u): any(q.shard.grad is not None for q in u.params) for u in order}
@@ -762,6 +810,8 @@ class FSDPModule:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         unit = self._fsdp_unit
         root = _ACTIVE[-1] if _ACTIVE else None
+        if root is None and unit.root is not None and unit.root.active and unit is not unit.root.unit:
+            return unit.root.recompute(self, unit, args, kwargs)     # activation checkpointing's, in backward
         if root is None:
             root = self.__dict__.get("_fsdp_root")
             if root is None:
