@@ -165,6 +165,9 @@ def run(world: int, mode: str, ckpt: bool, args: argparse.Namespace, model: str 
            "--model", model]
     cmd += ["--ckpt"] if ckpt else []
     env = {**os.environ, "TG_CPU_THREADS": "1", "PYTHONPATH": os.path.join(HERE, "..")}
+    if mode == "fsdp-serial":       # FSDP with every gather started only when it is needed
+        cmd[cmd.index("--mode") + 1] = "fsdp"
+        env["TG_FSDP_PREFETCH"] = "0"
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=1800)
     for line in proc.stdout.splitlines():
         if line.startswith("[rank0]: BENCH "):
@@ -206,7 +209,7 @@ def memory_table(ranks: list[int], args: argparse.Namespace) -> None:
     print(f"\nMLP {MLP_LAYERS} x Linear({MLP_WIDTH}, {MLP_WIDTH}), batch {MLP_BATCH} per rank, Adam, "
           f"{MLP_BUCKET_MB:g} MiB buckets (FSDP: a layer a unit); peak tensor memory per rank over "
           f"{args.steps} timed steps; {cpu_name()}")
-    head = (f"{'ranks':>5} {'mode':>5} | {'peak MiB':>8} {'peak/P':>6} | {'bound MiB':>9} {'bound/P':>7} | "
+    head = (f"{'ranks':>5} {'mode':>11} | {'peak MiB':>8} {'peak/P':>6} | {'bound MiB':>9} {'bound/P':>7} | "
             f"{'target/P':>8} {'met':>3} | {'step ms':>7} {'step/DDP':>8} {'step/ZeRO':>9} | "
             f"{'MB moved':>8} {'x DDP':>5}")
     print(head)
@@ -214,7 +217,8 @@ def memory_table(ranks: list[int], args: argparse.Namespace) -> None:
     plain: dict = {}
     ddp: dict[int, tuple[float, float]] = {}
     zero: dict[int, float] = {}
-    runs = [(1, "plain")] + [(world, mode) for world in ranks for mode in ("ddp", "zero", "fsdp")]
+    runs = [(1, "plain")] + [(world, mode) for world in ranks for mode in ("ddp", "zero", "fsdp")] + \
+        [(world, "fsdp-serial") for world in ranks if world > 1]
     for world, mode in runs:
         res = run(world, mode, False, args, model="mlp")
         P, bucket = res[0]["P"], res[0]["bucket"]
@@ -224,24 +228,24 @@ def memory_table(ranks: list[int], args: argparse.Namespace) -> None:
             bound = (1 + 3 / world) * P + (2 * bucket if world > 1 else 0)
             target = plain["peak"] if world == 1 else (1 + 3 / world) * P + 0.5 * P
             zero[world] = step
-        elif mode == "fsdp":      # shards, their gradients, Adam's moments; two units; + one step's other
-            bound = 4 * P / world + 2 * bucket       # tensors (plain's peak above its 4 P), within 0.1 P
+        elif mode.startswith("fsdp"):   # shards, their gradients, Adam's moments; two units; + one step's
+            bound = 4 * P / world + 2 * bucket       # other tensors (plain's peak above 4 P), within 0.1 P
             target = bound + (plain["peak"] - 4 * plain["P"]) + 0.1 * P
         else:
             bound, target = 4 * P, plain["peak"] + (0.5 * P if mode == "ddp" else 0)
         if mode == "ddp":
             ddp[world] = (step, moved)
         d_step, d_moved = ddp.get(world, (float("nan"), float("nan")))
-        ratio = f"{step / d_step:8.2f}" if mode in ("zero", "fsdp") else f"{'-':>8}"
-        vs_zero = f"{step / zero[world]:9.2f}" if mode == "fsdp" and world in zero else f"{'-':>9}"
+        ratio = f"{step / d_step:8.2f}" if mode not in ("plain", "ddp") else f"{'-':>8}"
+        vs_zero = f"{step / zero[world]:9.2f}" if mode.startswith("fsdp") and world in zero else f"{'-':>9}"
         moved_x = f"{moved / d_moved:5.2f}" if mode != "plain" and d_moved else f"{'-':>5}"
-        print(f"{world:>5} {mode:>5} | {peak / 2**20:8.1f} {peak / P:6.2f} | {bound / 2**20:9.1f} "
+        print(f"{world:>5} {mode:>11} | {peak / 2**20:8.1f} {peak / P:6.2f} | {bound / 2**20:9.1f} "
               f"{bound / P:7.2f} | {target / P:8.2f} {'yes' if peak <= target else 'NO':>3} | "
               f"{step * 1e3:7.1f} {ratio} {vs_zero} | {moved / 1e6:8.1f} {moved_x}", flush=True)
     print("bound: plain/DDP 4 P; ZeRO-2 (1 + 3/N) P + 2 buckets in flight (N > 1); FSDP 4P/N + 2 units. "
           "targets: ZeRO-2 <= (1 + 3/N) P + 0.5 P, at one rank <= plain; DDP <= plain + 0.5 P; FSDP <= its "
           "bound + one step's other tensors (plain - 4 P) + 0.1 P; ZeRO step/DDP <= 1.15; FSDP step/ZeRO "
-          "<= 1.3 at 2 ranks; FSDP moves 1.5x DDP")
+          "<= 1.3 at 2 ranks; FSDP moves 1.5x DDP; fsdp-serial: no gather ahead (TG_FSDP_PREFETCH=0)")
 
 
 def cpu_name() -> str:

@@ -226,6 +226,9 @@ KNOBS: dict[str, Knob] = {
             "across hosts moves large payloads between ranks of one host through slot rings; "
             "2: slot rings only; 0: everything on TCP",
         ),
+        Knob("TG_FSDP_PREFETCH", int, 1,
+             "1: FSDP gathers the next unit while one computes (forward and backward); 0: each unit's "
+             "gather starts when it is needed (to measure what the overlap saves)"),
     ]
 }
 

@@ -332,6 +332,14 @@ def test_the_next_unit_is_gathered_while_this_one_computes(depth, jit):
             assert at[("computed", u)] < at[("scatter", u)], events
 
 
+def test_without_prefetch_each_gather_starts_when_needed():
+    """TG_FSDP_PREFETCH=0 (what the benchmark compares against): every gather is started right where it
+    is waited for."""
+    for events in run_ranks(2, events_of, 3, False, backend="tcp", env={"TG_FSDP_PREFETCH": "0"}):
+        starts = [i for i, e in enumerate(events) if e[0] == "gather"]
+        assert starts and all(events[i + 1] == ["gathered", events[i][1]] for i in starts), events
+
+
 # ---------------------------------------------------------------- checkpoints
 
 def _full_optimizer_state(path) -> dict:

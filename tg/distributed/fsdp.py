@@ -60,6 +60,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from tg import config
 from tg.core.capture import host_step
 from tg.core.device import Buffer, Device
 from tg.core.dtype import DType
@@ -647,7 +648,7 @@ class _Root:
             self.order.append(unit)
         unit.finish_gather(unit.pool())
         unit.register_full()
-        if unit in self.previous:          # gather the next unit of the last forward's order ahead
+        if unit in self.previous and config.TG_FSDP_PREFETCH:   # the last forward's next unit, ahead
             i = self.previous.index(unit) + 1
             if i < len(self.previous) and self.previous[i] in self._pooled():
                 self.previous[i].start_gather()
@@ -706,7 +707,7 @@ class _Root:
         for u in self._chain(unit):
             u.finish_gather(u.pool())
         ahead = next((u for u in rest if u.params and not u.gathered), None)
-        if ahead is not None:
+        if ahead is not None and config.TG_FSDP_PREFETCH:
             ahead.start_gather()
         slot = self.grad_slots.get(unit.compute)
         with_grad = unit.compute_gradients(slot[0]) if slot is not None else []
