@@ -587,3 +587,109 @@ def test_checkpointed_units_recompute_gathered_and_train_as_ddp(jit):
     for got, ref in zip(run_ranks(2, checkpointed, "fsdp", jit, backend="tcp"), want):
         np.testing.assert_allclose(got["losses"], ref["losses"], rtol=1e-5)
         assert got["slots"] <= 2
+
+
+# ---------------------------------------------------------------- the ways a step can go
+
+class Ways(nn.Module):
+    """Units b1, b2 and p (whose child x the root calls directly), a head in the root."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        Tensor.manual_seed(0)
+        self.b1, self.b2, self.head = nn.Linear(4, 4), nn.Linear(4, 4), nn.Linear(4, 1)
+        self.p = nn.Sequential(nn.Linear(4, 4))
+        self.p.x = nn.Linear(4, 4)
+
+    def forward(self, x: Tensor, way: str = "plain") -> Tensor:
+        x = self.b1(x).tanh()
+        if way != "skip":
+            x = self.b2(x).tanh()
+        if way == "twice":
+            x = self.b2(x).tanh()
+        x = self.p(self.p.x(x)).tanh() if way == "child" else self.p(x).tanh()
+        return self.head(x).sum()
+
+
+WAYS = {   # per step: [(way of each microbatch, gradient sync on for it)], zero_grad's set_to_none
+    "skip_then_step": ([("plain", True), ("skip", True)], True),
+    "twice": ([("twice", True)], True),
+    "child_from_root": ([("child", True)], True),
+    "zero_not_none": ([("plain", True)], False),
+    "unused_then_used": ([("skip", True), ("plain", True)], True),
+    "no_sync_then_skip": ([("plain", False), ("skip", True)], True),
+    "root_twice": ([("plain+plain", True)], True),
+    "eval_between": ([("plain+eval", True)], True),
+}
+
+
+def ways(rank: int, world: int, mode: str, name: str) -> dict:
+    import contextlib
+
+    import tg
+    from tg.distributed.fsdp import fully_shard
+    model = Ways()
+    ddp = None
+    if mode == "fsdp":
+        for m in (model.b1, model.b2, model.p.x, model.p):
+            fully_shard(m)
+        fully_shard(model)
+    else:
+        ddp = dist.DistributedDataParallel(model)
+    opt = nn.optim.SGD(model.parameters(), lr=0.3, momentum=0.5)
+    micro, to_none = WAYS[name]
+    x = Tensor(np.linspace(-1, 1, 8, dtype=np.float32).reshape(2, 4) * (rank + 1))
+    for _ in range(3):
+        opt.zero_grad(set_to_none=to_none)
+        for way, sync in micro:
+            if mode == "fsdp":
+                model.set_requires_gradient_sync(sync)
+            with ddp.no_sync() if ddp is not None and not sync else contextlib.nullcontext():
+                first, _, then = way.partition("+")
+                loss = (ddp or model)(x, first)
+                if then == "plain":
+                    loss = loss + (ddp or model)(x * 0.5, "plain")
+                elif then == "eval":
+                    with tg.no_grad():
+                        model(x, "plain")
+                loss.backward()
+        opt.step()
+    if mode == "fsdp":
+        for m in (model.b1, model.b2, model.p.x, model.p, model):
+            m.unshard()
+    return {k: v.numpy().tolist() for k, v in model.state_dict().items()}
+
+
+@pytest.mark.parametrize("name", sorted(WAYS))
+@pytest.mark.parametrize("world", [1, 2])
+def test_every_way_a_step_can_go_trains_as_ddp(world, name):
+    """The ways users' steps differ from forward-backward-step, each against DDP doing the same: a unit
+    gathered ahead but not called before the optimizer steps (its gather must not outlive the step), a
+    unit called twice in one forward, a unit's child called by the root, zero_grad(set_to_none=False),
+    a parameter unused in one microbatch and used in the next, gradients held without sync by a unit
+    the synced microbatch skips, the root called twice before backward, and an evaluation under
+    no_grad between a forward and its backward."""
+    want = run_ranks(world, ways, "ddp", name, backend="tcp")
+    for got, ref in zip(run_ranks(world, ways, "fsdp", name, backend="tcp"), want):
+        for key, value in ref.items():
+            np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+
+
+def test_a_bfloat16_model_and_a_top_down_wrapping():
+    """Parameters stored in bfloat16 shard (and train); fully_shard on a child after its parent is
+    refused, saying to go bottom-up."""
+    import tg
+    from tg.distributed.fsdp import fully_shard
+    layer = nn.Linear(4, 4).to(tg.bfloat16) if hasattr(nn.Linear(1, 1), "to") else None
+    model = nn.Sequential(layer)
+    fully_shard(model)
+    opt = nn.optim.SGD(model.parameters(), lr=0.1)
+    before = layer.weight.float().numpy().copy()
+    (model(Tensor.ones(2, 4, dtype=tg.bfloat16)) ** 2).sum().backward()
+    opt.step()
+    model.unshard()
+    assert layer.weight.dtype == tg.bfloat16 and not np.array_equal(layer.weight.float().numpy(), before)
+    parent = nn.Sequential(nn.Linear(4, 4))
+    fully_shard(parent)
+    with pytest.raises(ValueError, match="bottom-up"):
+        fully_shard(parent[0])

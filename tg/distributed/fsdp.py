@@ -298,15 +298,17 @@ class _Unit:
                 if r == self.rank:
                     flat[self.H + q.shard_off:self.H + q.shard_off + count * q.rest] = \
                         v[lo * q.rest:(lo + count) * q.rest]
-        shard = Buffer(self.device, self.H + self.S, self.dtype).copyin(flat.view(np.uint8))
-        grads = Buffer(self.device, self.H + self.S, self.dtype).copyin(np.zeros_like(flat).view(np.uint8))
+        shard, grads = (Buffer(self.device, self.H + self.S, self.dtype) for _ in range(2))
         self.shard_host = HostView(view_tensor(shard, 0, (self.H + self.S,)))
         self.grad_host = HostView(view_tensor(grads, 0, (self.H + self.S,)))
+        self.shard_host.write(flat)           # (through the host's view: bfloat16 is narrowed there)
+        self.grad_host.write(np.zeros_like(flat))
         for q in self.params:
             shape = (q.c, *q.shape[1:])
             q.shard = view_tensor(shard, self.H + q.shard_off, shape).requires_grad_(q.requires_grad)
             q.grad = view_tensor(grads, self.H + q.shard_off, shape)
             q.register(q.shard)
+            _SHARD_OF[id(q.shard)] = q.shard
         holder = _SHARDS.setdefault(id(group), _Shards(group, self.world))
         hold_gradients([q.shard for q in self.params], holder)
 
@@ -389,9 +391,26 @@ class _Unit:
             view = slots.view(self.slot)
         host_step(partial(self._finish, view))
         self.gathered = True
-        for q in self.params:
-            if q.full is not None and q.real is not None:
-                q.full.lazydata.base._realized = q.real       # read again (backward): the same memory
+        assert self.slot is not None
+        for q in self.params:       # this forward's full tensors read again, from where they lie now
+            if q.full is not None:
+                q.real = view_tensor(self.slot, q.full_off, q.shape).lazydata.base.realized
+                q.full.lazydata.base._realized = q.real
+
+    def discard(self) -> None:
+        """Wait for a gather started ahead that nothing used (the unit was not called after all) and drop
+        it: a later call gathers afresh, from the shards as they are then (every rank started the same
+        gather ahead, so every rank discards it alike)."""
+        if self.work is not None and not self.gathered:
+            host_step(self._discard)
+
+    def _discard(self) -> None:
+        work, block, staging = self.work
+        self.work = None
+        if work is not None:
+            work.wait()
+        if staging is not None:
+            staging.give(block)
 
     def _log(self, what: str) -> None:
         if self.root is not None:
@@ -424,14 +443,17 @@ class _Unit:
         if staging is not None:
             staging.give(block)
 
-    def register_full(self) -> None:
-        """Fresh leaf tensors over the full buffer registered on the modules (this forward's)."""
+    def register_full(self, again: bool = False) -> None:
+        """Leaf tensors over the full buffer registered on the modules: fresh ones (a new forward's), or
+        with again this forward's own (a unit called twice in one forward, a recompute), so every use's
+        gradient reaches the same tensors."""
         if not self.params:
             return
         assert self.slot is not None
         for q in self.params:
-            q.full = view_tensor(self.slot, q.full_off, q.shape).requires_grad_(q.requires_grad)
-            q.real = q.full.lazydata.base.realized
+            if not again or q.full is None:
+                q.full = view_tensor(self.slot, q.full_off, q.shape).requires_grad_(q.requires_grad)
+                q.real = q.full.lazydata.base.realized
             q.register(q.full)
 
     def reshard(self, slots: _Slots | None) -> None:
@@ -548,6 +570,7 @@ class _Root:
         self.previous: list[_Unit] = []      # the last forward's (what the next forward gathers ahead)
         self.pools: dict[DType, _Slots] = {}           # full buffers shared by units, per dtype
         self.recomputing = 0                 # activation checkpointing recomputing units (nesting depth)
+        self.pending = False                 # a forward of this step made outputs that need a backward
         self.recomputed: list[_Unit] = []    # units a recompute gathered, not given back yet
         self.grad_slots: dict[DType, tuple[Buffer, HostView]] = {}
         self.staging: dict[Any, _Staging] = {}
@@ -628,9 +651,7 @@ class _Root:
         for u in self._chain(unit):
             if u is not self.unit:
                 u.finish_gather(u.pool())
-                for q in u.params:
-                    if q.full is not None:
-                        q.register(q.full)
+                u.register_full(again=True)
                 if u not in self.recomputed:
                     self.recomputed.append(u)
 
@@ -638,16 +659,19 @@ class _Root:
         if self.recomputing:
             self._regather(unit)
             return
-        if unit is self.unit:
-            self.active = True
+        if unit is self.unit and not self.active:         # a new step (not a second forward before backward)
+            self.active, self.pending = True, False
             self.order = []
             shards = [q.shard for u in self.units for q in u.params]
             if shards:
                 shards[0].realize(*shards[1:])        # the optimizer's updates, before they are gathered
-        if unit not in self.order:
+            for u in self.units:
+                u.discard()                           # gathers ahead from before them
+        again = unit in self.order
+        if not again:
             self.order.append(unit)
         unit.finish_gather(unit.pool())
-        unit.register_full()
+        unit.register_full(again)
         if unit in self.previous and config.TG_FSDP_PREFETCH:   # the last forward's next unit, ahead
             i = self.previous.index(unit) + 1
             if i < len(self.previous) and self.previous[i] in self._pooled():
@@ -658,12 +682,14 @@ class _Root:
             return            # its gradients are computed next, from these parameters
         if unit is self.unit:
             self.previous = list(self.order)
-            if not any(t.requires_grad for t in _tensors(out)):
+            self.pending = self.pending or any(t.requires_grad for t in _tensors(out))
+            if not self.pending:
                 # no backward will come (evaluation, no_grad): the root's parameters are given back now
                 outs = list(_tensors(out))
                 if outs:
                     outs[0].realize(*outs[1:])
-                for u in self.order:
+                for u in self.units:
+                    u.discard()
                     if u.gathered:
                         u.reshard(u.pool())
                 self.active = False
@@ -680,11 +706,15 @@ class _Root:
         if not self.active or not any(q.full is not None and q.full.grad is not None
                                       for u in self.order for q in u.params):
             return
-        self.active = False
+        self.active = self.pending = False
         self.recomputed = []
-        order = list(reversed(self.order))
+        # last unit first; then units this forward did not call holding gradients of earlier microbatches
+        # (set_requires_gradient_sync), which are reduce-scattered now all the same
+        order = list(reversed(self.order)) + [u for u in self.units
+                                              if u.held is not None and u.sync and u not in self.order]
         used = self._agree_used()
         accumulate = {id(u): any(q.shard.grad is not None for q in u.params) for u in order}
+        self._prepare_accumulation(order, accumulate)
         works: list = []
         for i, unit in enumerate(order):
             self._backward(unit, order[i + 1:], unit.sync and any(used[id(q)] for q in unit.params), works,
@@ -699,6 +729,26 @@ class _Root:
                 q.full = q.real = None
             if unit.gathered:
                 unit.reshard(unit.pool())
+        for unit in self.units:
+            unit.discard()               # a gather ahead of a unit nothing called
+
+    @staticmethod
+    def _prepare_accumulation(order: list[_Unit], accumulate: dict[int, bool]) -> None:
+        """Where a unit's gradients are added to those already there, its gradient memory holds exactly
+        what each shard's .grad says first: zeros for one that is None, the values of one a user replaced
+        (zero_grad(set_to_none=False) gives new zeros tensors)."""
+        writes = []
+        for unit in order:
+            if not (unit.sync and accumulate[id(unit)]):
+                continue
+            for q in unit.params:
+                if q.shard.grad is None:
+                    writes.append(q.grad.assign(Tensor.zeros(*q.grad.shape, dtype=q.grad.dtype,
+                                                             device=q.grad.device)))
+                elif q.shard.grad is not q.grad:
+                    writes.append(q.grad.assign(q.shard.grad.detach()))
+        if writes:
+            writes[0].realize(*writes[1:])
 
     def _backward(self, unit: _Unit, rest: list[_Unit], scatter: bool, works: list, accumulate: bool) -> None:
         """One unit's backward: gathered again (with the units enclosing it; the next one started ahead),
@@ -865,6 +915,7 @@ _CLASSES: dict[type, type] = {}
 # the tensors units were made from, while something still holds them: a parent unit finding one among
 # its own parameters found a parameter shared across units
 _ORIGINALS: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()
+_SHARD_OF: weakref.WeakValueDictionary[int, Tensor] = weakref.WeakValueDictionary()   # units' shards
 
 
 def fully_shard(module: Module, *, reshard_after_forward: bool = True,
@@ -905,6 +956,13 @@ def _collect(module: Module) -> dict[int, tuple[list[tuple[Module, str]], Tensor
         for name, p in m._parameters.items():
             if p is None:
                 continue
+            if _SHARD_OF.get(id(p)) is p:
+                where = f"{path}.{name}" if path else name
+                raise ValueError(
+                    f"[distributed] fully_shard({type(module).__name__}): parameter {where!r} is already a "
+                    f"shard of a unit made by fully_shard on a module enclosing this one. Fix: apply "
+                    f"fully_shard bottom-up: the sub-modules first (a transformer's blocks), then their "
+                    f"parents, the whole model last")
             if _ORIGINALS.get(id(p)) is p:
                 where = f"{path}.{name}" if path else name
                 raise ValueError(
@@ -1012,12 +1070,21 @@ def save_full(model: Module, path: Any, rank: int, metadata: dict[str, str] | No
 def load_full(model: Module, path: Any) -> None:
     """Each rank's rows of every sharded parameter, and the buffers, from a whole-model file save_full
     wrote (at any world size): only this rank's rows are read."""
-    from tg.nn.state import get_state_dict, load_state_dict, safe_read_rows
+    from tg.nn.state import get_state_dict, load_state_dict, safe_read_rows, safe_shapes
     units = units_of(model)
     shard_of = _by_shard(units)
     state = get_state_dict(model)
+    saved = safe_shapes(path)
     rest = {}
     done: set[int] = set()
+    wrong = [f"{name}: saved {list(saved[name])}, here {list(shard_of[id(t)][1].shape)}"
+             for name, t in state.items() if id(t) in shard_of and name in saved
+             and tuple(saved[name]) != shard_of[id(t)][1].shape]
+    missing = [name for name, t in state.items() if id(t) in shard_of and name not in saved]
+    if wrong or missing:
+        found = "; ".join(wrong + [f"{m}: missing" for m in missing])
+        raise ValueError(f"[distributed] load_checkpoint: {path} does not fit this model: {found}. Fix: "
+                         f"build the model as it was when saved")
     for name, t in state.items():
         owner = shard_of.get(id(t))
         if owner is None:
@@ -1036,8 +1103,8 @@ def load_full(model: Module, path: Any) -> None:
         u.shard_host.write(flat)
     if rest:
         from tg.nn.state import safe_load
-        saved = safe_load(path)
-        load_state_dict(rest, {k: saved[k] for k in rest if k in saved})
+        values = safe_load(path)
+        load_state_dict(rest, {k: values[k] for k in rest if k in values})   # strict: a buffer missing raises
 
 
 def optimizer_shard(model: Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, str]]:

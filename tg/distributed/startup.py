@@ -358,11 +358,12 @@ def get_world_size(group: Any = None) -> int:
 
 
 def bytes_moved(group: Any = None) -> int:
-    """Bytes this rank has moved in the job's collectives (or `group`'s) since init, counted as
-    bandwidth-optimal algorithms move them whatever the transport did (NCCL's bus bytes): an
-    all_reduce or reduce of B bytes 2 (n - 1) / n B, an all-gather of B bytes of output or a
-    reduce-scatter of B bytes of input (n - 1) / n B, a broadcast (n - 1) / n B. Two readings around a
-    step give what it moves: DDP's gradients 2 (n - 1) / n P, FSDP's gathers and reduce-scatter 3.
+    """Bytes this rank has moved in the job's bulk collectives (or `group`'s) since init, counted as
+    bandwidth-optimal algorithms move them whatever the transport did: an all_reduce or reduce of B
+    bytes 2 (n - 1) / n B, an all-gather of B bytes of output or a reduce-scatter of B bytes of input
+    (n - 1) / n B (NCCL's bus bytes for these), a broadcast (n - 1) / n B (a pipelined tree's share).
+    Point-to-point sends, gather, scatter and all_to_all are not counted. Two readings around a step
+    give what it moves: DDP's gradients 2 (n - 1) / n P, FSDP's gathers and reduce-scatter 3 (n - 1) / n P.
 
     >>> import numpy as np
     >>> import tg.distributed as dist

@@ -440,6 +440,22 @@ def safe_load(path: str | os.PathLike, device: str | None = None) -> dict[str, T
     return out
 
 
+def safe_shapes(path: str | os.PathLike) -> dict[str, tuple[int, ...]]:
+    """Each tensor's shape in a safetensors file, by name (reads only the header).
+
+        >>> import os, tempfile
+        >>> import numpy as np
+        >>> with tempfile.TemporaryDirectory() as tmp:
+        ...     path = os.path.join(tmp, "s.safetensors")
+        ...     safe_save({"w": np.zeros((2, 3), np.float32)}, path)
+        ...     safe_shapes(path)
+        {'w': (2, 3)}
+    """
+    path = os.fspath(path)
+    with open(path, "rb") as f:
+        return {e.name: tuple(e.shape) for e in _read_header(f, path)[0]}
+
+
 def safe_read_rows(path: str | os.PathLike, name: str, first: int, count: int) -> np.ndarray:
     """Rows first..first + count of tensor `name` (along its first dim) from a safetensors file, read
     alone (the file's other bytes are not touched): a host array of the rows, bfloat16 as float32.
