@@ -51,16 +51,20 @@ class Net(nn.Module):
         return F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
 
 
-def train(rank: int, world: int, mode: str, jit: bool, steps: int = 20) -> dict:
+def wrapped(model: Net, mode: str) -> dist.DistributedDataParallel | None:
+    """model with each block a unit and itself the root (mode "fsdp"), or its DDP wrapper."""
     from tg.distributed.fsdp import fully_shard
+    if mode != "fsdp":
+        return dist.DistributedDataParallel(model)
+    for block in model.blocks:
+        fully_shard(block)
+    fully_shard(model)
+    return None
+
+
+def train(rank: int, world: int, mode: str, jit: bool, steps: int = 20) -> dict:
     model = Net()
-    keep = None
-    if mode == "fsdp":
-        for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
-    else:
-        keep = dist.DistributedDataParallel(model)
+    keep = wrapped(model, mode)
     decay = [p for p in model.parameters() if p.ndim >= 2]
     other = [p for p in model.parameters() if p.ndim < 2]
     opt = nn.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
@@ -414,16 +418,8 @@ def accumulate(rank: int, world: int, mode: str, jit: bool) -> dict:
     """Two microbatches a step, the first without gradient sync (DDP's no_sync(), FSDP's
     set_requires_gradient_sync(False)), for 4 steps."""
     import contextlib
-
-    from tg.distributed.fsdp import fully_shard
     model = Net()
-    ddp = None
-    if mode == "fsdp":
-        for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
-    else:
-        ddp = dist.DistributedDataParallel(model)
+    ddp = wrapped(model, mode)
     opt = nn.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
 
     def step(a: Tensor, b: Tensor) -> Tensor:
@@ -554,15 +550,8 @@ class CheckpointedNet(Net):
 
 
 def checkpointed(rank: int, world: int, mode: str, jit: bool) -> dict:
-    from tg.distributed.fsdp import fully_shard
     model = CheckpointedNet()
-    keep = None
-    if mode == "fsdp":
-        for block in model.blocks:
-            fully_shard(block)
-        fully_shard(model)
-    else:
-        keep = dist.DistributedDataParallel(model)
+    keep = wrapped(model, mode)
     opt = nn.optim.AdamW(model.parameters(), lr=3e-2)
 
     def step(idx: Tensor) -> Tensor:
