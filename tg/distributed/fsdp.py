@@ -22,9 +22,9 @@ autograd sees this forward's). The next unit of the previous forward's order is 
 this one computes (prefetch, on the group's worker thread). After a unit's forward, its outputs are
 computed (the lazy graph reading its full parameters runs while they are there) and, with
 `reshard_after_forward` (the default), the shards are registered again and the full buffer is free
-for another unit: full buffers are a pool of slots (two for a chain of units, one more per level of
-nesting), so at most the unit computing and the one gathered ahead hold memory. The root unit (the
-outermost one called) keeps its parameters gathered until its backward is done.
+for another unit: full buffers are a pool of slots (one for a chain of units, one more per level of
+nesting; a gather ahead waits in host staging and takes a slot only when its unit starts). The root
+unit (the outermost one called) keeps its parameters gathered until its backward is done.
 
 Backward. `loss.backward()` builds the whole gradient graph lazily; then, last unit first, each unit
 is gathered again (the next one ahead), its parameters' gradients and the gradient of its inputs
@@ -44,9 +44,10 @@ unit's index and each rank checks every other's: a rank that runs units in anoth
 one, makes every rank raise naming it.
 
 Memory per rank, with P the parameters' bytes: shards P/N + their gradients P/N + the optimizer's
-state (2P/N for Adam) + the root's full parameters + two units' full parameters (slots) + one unit's
-full gradients while it reduces + activations. With every parameter in a non-root unit that is
-4P/N + 3 units + activations.
+state (2P/N for Adam) + the root's full parameters + one unit's full parameters (a slot) + one unit's
+full gradients (computed in one buffer, then reduce-scattered from host staging) + activations. With
+every parameter in a non-root unit that is 4P/N + 2 units + activations (tests/distributed/test_fsdp.py
+and `scripts/bench_train_dist.py --tables memory` measure it); host staging holds up to two units more.
 """
 from __future__ import annotations
 
@@ -195,14 +196,14 @@ class _Shards:
     rank's part, and a norm of them is the ranks' partial norms combined."""
     shards = True
 
-    def __init__(self, group: Any, world: int):
-        self.group, self.world = group, world
+    def __init__(self, group: Any):
+        self.group = group
 
     def held_gradients(self, params: list[Tensor]) -> list[Tensor]:
         return [p.grad for p in params if p.grad is not None]
 
     def combine(self, partial: Tensor, op: str) -> Tensor:
-        return combine_partial(partial, op, self.group, self.world)
+        return combine_partial(partial, op, self.group, _world(self.group)[1])   # (the group as it is now)
 
 
 _SHARDS: dict[int, _Shards] = {}       # one per process group (by id; None: the default group)
@@ -309,7 +310,7 @@ class _Unit:
             q.grad = view_tensor(grads, self.H + q.shard_off, shape)
             q.register(q.shard)
             _SHARD_OF[id(q.shard)] = q.shard
-        holder = _SHARDS.setdefault(id(group), _Shards(group, self.world))
+        holder = _SHARDS.setdefault(id(group), _Shards(group))
         hold_gradients([q.shard for q in self.params], holder)
 
     def __repr__(self) -> str:
