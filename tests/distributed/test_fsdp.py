@@ -682,3 +682,17 @@ def test_a_bfloat16_model_and_a_top_down_wrapping():
     fully_shard(parent)
     with pytest.raises(ValueError, match="bottom-up"):
         fully_shard(parent[0])
+
+
+def test_fsdp_on_device_memory_trains_as_ddp():
+    """Every rank on a device of its own (an OpenCL device in CI, TG_TEST_RANK_KIND=CUDA on GPUs): the
+    shards, full buffers and gradients are device memory, staged through the host for each collective;
+    6 steps equal DDP's on the same devices."""
+    from test_staging import CL_ENV, needs_cl
+    needs_cl()
+    want = run_ranks(2, train, "ddp", False, 6, env=CL_ENV, timeout=240, backend="tcp")
+    for got, ref in zip(run_ranks(2, train, "fsdp", False, 6, env=CL_ENV, timeout=240, backend="tcp"), want):
+        np.testing.assert_allclose(got["losses"], ref["losses"], rtol=1e-5)
+        for name, value in ref["params"].items():
+            scale = np.abs(np.asarray(value)).max()
+            np.testing.assert_allclose(got["params"][name], value, rtol=1e-5, atol=1e-5 * scale, err_msg=name)
