@@ -38,9 +38,9 @@ class ProcessGroup:
         self.store: Any = None    # the job's store and this group's key prefix: where ranks that time out
         self.prefix = ""          # say where they wait (_who_is_stuck)
         self.destroyed = False    # destroy_process_group(this group) ran: calls on it are a mistake
-        # bytes this rank moved in collectives, as bandwidth-optimal algorithms move them (NCCL's "bus
-        # bytes"): an all_reduce of B bytes 2 (n - 1) / n B, an all-gather's output or a
-        # reduce-scatter's input of B bytes (n - 1) / n B, a broadcast B (n - 1) / n (bytes_moved())
+        # bytes this rank moved in bulk collectives, as bandwidth-optimal algorithms move them: an
+        # all_reduce or reduce of B bytes 2 (n - 1) / n B, an all-gather's output or a reduce-scatter's
+        # input of B bytes (n - 1) / n B, a broadcast (n - 1) / n B (startup.bytes_moved says more)
         self.moved = 0
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"tg-pg-{name}")
         self._lock = threading.Lock()
