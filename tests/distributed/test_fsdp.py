@@ -649,19 +649,24 @@ def ways(rank: int, world: int, mode: str, name: str) -> dict:
     return {k: v.numpy().tolist() for k, v in model.state_dict().items()}
 
 
-@pytest.mark.parametrize("name", sorted(WAYS))
+def every_way(rank: int, world: int, mode: str) -> dict:
+    return {name: ways(rank, world, mode, name) for name in sorted(WAYS)}
+
+
 @pytest.mark.parametrize("world", [1, 2])
-def test_every_way_a_step_can_go_trains_as_ddp(world, name):
+def test_every_way_a_step_can_go_trains_as_ddp(world):
     """The ways users' steps differ from forward-backward-step, each against DDP doing the same: a unit
     gathered ahead but not called before the optimizer steps (its gather must not outlive the step), a
     unit called twice in one forward, a unit's child called by the root, zero_grad(set_to_none=False),
     a parameter unused in one microbatch and used in the next, gradients held without sync by a unit
     the synced microbatch skips, the root called twice before backward, and an evaluation under
     no_grad between a forward and its backward."""
-    want = run_ranks(world, ways, "ddp", name, backend="tcp")
-    for got, ref in zip(run_ranks(world, ways, "fsdp", name, backend="tcp"), want):
-        for key, value in ref.items():
-            np.testing.assert_allclose(got[key], value, rtol=1e-5, atol=1e-6, err_msg=key)
+    want = run_ranks(world, every_way, "ddp", backend="tcp", timeout=300)
+    for got, ref in zip(run_ranks(world, every_way, "fsdp", backend="tcp", timeout=300), want):
+        for name in WAYS:
+            for key, value in ref[name].items():
+                np.testing.assert_allclose(got[name][key], value, rtol=1e-5, atol=1e-6,
+                                           err_msg=f"{name}: {key}")
 
 
 def test_a_bfloat16_model_and_a_top_down_wrapping():
