@@ -6,14 +6,16 @@ Runs the same under tglaunch (data-parallel over every rank) and as a plain `pyt
     python scripts/train.py                                              # one process
     python scripts/train.py --zero --checkpoint-activations --steps 200   # flags win over --config
     tglaunch --nproc 2 scripts/train.py --config configs/gpt_zero2.yaml --resume
+    tglaunch --nproc 2 scripts/train.py --config configs/gpt_fsdp.yaml    # FSDP: the parameters sharded too
 
 With no --data it trains on an embedded default corpus (the Python installation's own
 standard-library sources, read from disk: nothing is downloaded). Every rank reads a different
-slice of each epoch (DistributedSampler); gradients are averaged by DistributedDataParallel, or
-with --zero reduce-scattered by ZeroOptimizer (ZeRO-2: each rank keeps 1/N of the optimizer
-state); --checkpoint-activations recomputes each block's activations in backward instead of
-keeping them. Rank 0 prints progress (loss averaged over ranks, tokens/s over all ranks, peak
-tensor memory of every rank), evaluates on a held-out split every --eval-every steps, writes a
+slice of each epoch (DistributedSampler); gradients are averaged by DistributedDataParallel
+(--strategy ddp), reduce-scattered by ZeroOptimizer (zero2, or --zero: each rank keeps 1/N of the
+optimizer state), or the parameters themselves are sharded, each block an FSDP unit (fsdp);
+--checkpoint-activations recomputes each block's activations in backward instead of keeping them.
+Rank 0 prints progress (loss averaged over ranks, tokens/s over all ranks, peak tensor memory of
+every rank), evaluates on a held-out split every --eval-every steps, writes a
 sharded checkpoint every --ckpt-every steps and at the end (`<out>/ckpt`, loadable at another
 number of ranks) and a loss-curve plot (`<out>/loss.svg`). `--resume` continues from the newest
 checkpoint; under `tglaunch --max-restarts N` a restarted job resumes by itself, so a killed rank
