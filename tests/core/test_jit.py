@@ -205,13 +205,14 @@ def test_kernels_writing_views_of_kept_memory_are_not_remapped(seed):
     memory planner shares only buffers of their own, never a view, even beside same-sized
     intermediates it could map it onto. Generated view layouts; a host step reads the memory."""
     from tg.core.capture import host_step
-    from tg.core.device import Buffer
+    from tg.core.device import Buffer, Device
     from tg.core.dtype import dtypes
     from tg.core.host import HostView, view_tensor
     rng = np.random.default_rng(seed)
+    device = Tensor([0.0]).device                   # the default device (CPU, CL, ...)
     n = int(rng.integers(2, 5))
-    size = 16 * int(rng.integers(1, 4))
-    kept = Buffer("CPU", n * size, dtypes.float32)
+    size = max(Device[device].allocator.view_align // 4, 16) * int(rng.integers(1, 4))   # views' alignment
+    kept = Buffer(device, n * size, dtypes.float32)
     whole = HostView(view_tensor(kept, 0, (n * size,)))
     seen: list[np.ndarray] = []
 
