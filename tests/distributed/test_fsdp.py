@@ -701,3 +701,33 @@ def test_fsdp_on_device_memory_trains_as_ddp():
         for name, value in ref["params"].items():
             scale = np.abs(np.asarray(value)).max()
             np.testing.assert_allclose(got["params"][name], value, rtol=1e-5, atol=1e-5 * scale, err_msg=name)
+
+
+def buffers_round_trip(rank: int, world: int, path: str, save: bool) -> dict:
+    """A unit holding a BatchNorm (running statistics are buffers, not sharded): saved at one world
+    size, loaded at another; what the loaded model holds."""
+    from tg.distributed.fsdp import fully_shard
+    Tensor.manual_seed(0)
+    model = nn.Sequential(nn.Linear(5, 7), nn.BatchNorm1d(7), nn.Linear(7, 3))
+    fully_shard(model[1])
+    fully_shard(model)
+    opt = nn.optim.SGD(model.parameters(), lr=0.1)
+    if save:
+        rng = np.random.default_rng(rank)
+        for _ in range(2):
+            (model(Tensor(rng.normal(size=(6, 5)).astype(np.float32))) ** 2).mean().backward()
+            opt.step()
+            opt.zero_grad()
+        dist.save_checkpoint(path, 2, model, opt)
+    else:
+        dist.load_checkpoint(path, model, opt)
+    return {k: v.numpy().tolist() for k, v in model.state_dict().items() if "running" in k}
+
+
+def test_buffers_round_trip_across_world_sizes(tmp_path):
+    from tg.nn.state import safe_load
+    run_ranks(2, buffers_round_trip, str(tmp_path), True, backend="tcp")
+    saved = safe_load(dist.latest_checkpoint(str(tmp_path)) / "model.safetensors")
+    (loaded,) = run_ranks(1, buffers_round_trip, str(tmp_path), False, backend="tcp")
+    assert loaded and all(np.array_equal(v, saved[k].numpy()) for k, v in loaded.items())
+    assert not np.array_equal(loaded["1.running_mean"], np.zeros(7))

@@ -120,7 +120,7 @@ class _Resharded(Buffer):
             f"it from the module's forward, or fully_shard the unit with reshard_after_forward=False")
 
     def __del__(self) -> None:
-        pass
+        """Nothing to free: the memory is the real buffer's (Buffer.__del__ would free it)."""
 
 
 class _Stash(Function):
@@ -160,6 +160,19 @@ class _Param:
             if count <= 0:
                 return
             yield r, lo, count
+
+    def rows_of(self, rank: int) -> tuple[int, int]:
+        """(first row, rows) of the parameter that rank holds (rows past the end are padding)."""
+        first = min(rank * self.c, self.rows)
+        return first, min(self.rows, first + self.c) - first
+
+    def lay_out(self, blocks: np.ndarray, src: int, out: np.ndarray, at: int, narrow: bool = False) -> None:
+        """Every rank's rows of this parameter, from row r of blocks (one rank's shard each, this
+        parameter's at column src) into out from `at` on, where it lies whole (widened from wire words
+        when narrow)."""
+        for r, lo, count in self.pieces(blocks.shape[0]):
+            part = blocks[r, src:src + count * self.rest]
+            out[at + lo * self.rest:at + (lo + count) * self.rest] = from_wire(part) if narrow else part
 
     def register(self, t: Tensor) -> None:
         """t as the parameter, under each name it has (a tied parameter has several)."""
@@ -316,6 +329,21 @@ class _Unit:
     def __repr__(self) -> str:
         return f"unit {self.index} ({self.name})"
 
+    def cast_inputs(self, args: Any, kwargs: Any) -> tuple[Any, Any]:
+        """The forward's floating inputs in the policy's param_dtype (cast_forward_inputs)."""
+        mp = self.mp
+        if mp is None or mp.param_dtype is None or not mp.cast_forward_inputs:
+            return args, kwargs
+        return _each_tensor(args, lambda t: _cast(t, mp.param_dtype)), \
+            _each_tensor(kwargs, lambda t: _cast(t, mp.param_dtype))
+
+    def cast_output(self, out: Any) -> Any:
+        """The forward's floating outputs in the policy's output_dtype."""
+        mp = self.mp
+        if mp is None or mp.output_dtype is None:
+            return out
+        return _each_tensor(out, lambda t: _cast(t, mp.output_dtype))
+
     def number(self, index: int) -> None:
         """The unit's index in its root, written into the shard's header (what its gathers carry)."""
         self.index = index
@@ -353,22 +381,15 @@ class _Unit:
         import tg.distributed as dist
         self._log("gather")
         send = self.shard_host.read()            # header and shard: the memory itself on the CPU
+        if self.world == 1 and self.gather_wire is None:
+            self.work = (None, send, None)       # (nothing to gather: laid out from the shard itself)
+            return
         width = self.H + self.S
-        if self.gather_wire is not None:         # narrowed to param_dtype: half the bytes on the wire
-            block = staging.take(self.world * width)
-            mine = block[self.rank * width:(self.rank + 1) * width]
-            send = to_wire(send, mine)
-            if self.world == 1:
-                self.work = (None, block, staging)
-                return
-            self.work = (dist.all_gather_into_tensor(block, mine, group=self.group, async_op=True), block,
-                         staging)
-            return
-        if self.world == 1:
-            self.work = (None, send, None)
-            return
         block = staging.take(self.world * width)
-        work = dist.all_gather_into_tensor(block, send, group=self.group, async_op=True)
+        if self.gather_wire is not None:         # narrowed to param_dtype: half the bytes on the wire
+            send = to_wire(send, block[self.rank * width:(self.rank + 1) * width])
+        work = dist.all_gather_into_tensor(block, send, group=self.group, async_op=True) \
+            if self.world > 1 else None
         self.work = (work, block, staging)
 
     def finish_gather(self, slots: _Slots | None) -> None:
@@ -433,13 +454,8 @@ class _Unit:
                 f"{wrong} gather unit(s) {seen}: the ranks run the units in different orders, or some rank "
                 f"skipped one. Every rank must call the same FSDP units in the same order each step")
         out = view.read()
-        narrow = self.gather_wire is not None
         for q in self.params:          # each rank's rows of each parameter, where they lie whole
-            src = self.H + q.shard_off
-            for r, lo, count in q.pieces(self.world):
-                part = blocks[r, src:src + count * q.rest]
-                out[q.full_off + lo * q.rest:q.full_off + (lo + count) * q.rest] = \
-                    from_wire(part) if narrow else part
+            q.lay_out(blocks, self.H + q.shard_off, out, q.full_off, self.gather_wire is not None)
         view.write(out)
         if staging is not None:
             staging.give(block)
@@ -634,15 +650,12 @@ class _Root:
         for u in held:
             u.reshard(u.pool())
         self.recomputed = [u for u in self.recomputed if u not in held]
-        mp = unit.mp
-        if mp is not None and mp.param_dtype is not None and mp.cast_forward_inputs:
-            args, kwargs = _cast(args, mp.param_dtype), _cast(kwargs, mp.param_dtype)
+        args, kwargs = unit.cast_inputs(args, kwargs)
         self.recomputing += 1
         _ACTIVE.append(self)
         try:
             self._regather(unit)
-            out = super(FSDPModule, module).__call__(*args, **kwargs)     # type: ignore[misc]
-            return _cast(out, mp.output_dtype) if mp is not None and mp.output_dtype is not None else out
+            return unit.cast_output(super(FSDPModule, module).__call__(*args, **kwargs))   # type: ignore[misc]
         finally:
             _ACTIVE.pop()
             self.recomputing -= 1
@@ -791,8 +804,8 @@ class _Root:
             _Root._settle(works.pop(0))
 
     def _agree_used(self) -> dict[int, bool]:
-        """Which parameters got a gradient on some rank (one small all_reduce of bits), and a check that
-        every rank ran the same units this step."""
+        """Which parameters got a gradient on some rank, and a check that every rank ran the same units
+        this step: one small all-gather of each rank's bits and a checksum of its units' order."""
         import tg.distributed as dist
         params = [q for u in self.units for q in u.params]
         bits = np.array([q.full is not None and q.full.grad is not None or id(q) in u.held_set
@@ -818,37 +831,30 @@ class _Root:
         return {id(q): bool(b) for q, b in zip(params, anywhere)}
 
 
-def _tensors(value: Any) -> Iterator[Tensor]:
+def _each_tensor(value: Any, fn: Any) -> Any:
+    """value with fn applied to each Tensor in it (through lists, tuples and dicts); the rest as is."""
     if isinstance(value, Tensor):
-        yield value
-    elif isinstance(value, (list, tuple)):
-        for v in value:
-            yield from _tensors(v)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from _tensors(v)
-
-
-def _cast(value: Any, dtype: DType) -> Any:
-    """value's floating tensors (in lists, tuples and dicts too) cast to dtype."""
-    if isinstance(value, Tensor):
-        return value.cast(dtype) if value.dtype.is_float and value.dtype != dtype else value
+        return fn(value)
     if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, dtype) for v in value)
+        return type(value)(_each_tensor(v, fn) for v in value)
     if isinstance(value, dict):
-        return {k: _cast(v, dtype) for k, v in value.items()}
+        return {k: _each_tensor(v, fn) for k, v in value.items()}
     return value
 
 
-def _stash(value: Any, unit: _Unit) -> Any:
+def _tensors(value: Any) -> list[Tensor]:
+    found: list[Tensor] = []
+    _each_tensor(value, found.append)
+    return found
+
+
+def _cast(t: Tensor, dtype: DType) -> Tensor:
+    return t.cast(dtype) if t.dtype.is_float and t.dtype != dtype else t
+
+
+def _stash(t: Tensor, unit: _Unit) -> Tensor:
     from tg.core.mixin.base import apply
-    if isinstance(value, Tensor):
-        return apply(_Stash, value, unit=unit) if value.requires_grad else value
-    if isinstance(value, (list, tuple)):
-        return type(value)(_stash(v, unit) for v in value)
-    if isinstance(value, dict):
-        return {k: _stash(v, unit) for k, v in value.items()}
-    return value
+    return apply(_Stash, t, unit=unit) if t.requires_grad else t
 
 
 class FSDPModule:
@@ -870,17 +876,14 @@ class FSDPModule:
                 root = _Root(unit)
                 object.__setattr__(self, "_fsdp_root", root)
                 root.setup(self)        # type: ignore[arg-type]
-        mp = unit.mp
-        if mp is not None and mp.param_dtype is not None and mp.cast_forward_inputs:
-            args, kwargs = _cast(args, mp.param_dtype), _cast(kwargs, mp.param_dtype)
+        args, kwargs = unit.cast_inputs(args, kwargs)
         if unit is not root.unit:
-            args, kwargs = _stash(args, unit), _stash(kwargs, unit)
+            stash = partial(_stash, unit=unit)
+            args, kwargs = _each_tensor(args, stash), _each_tensor(kwargs, stash)
         _ACTIVE.append(root)
         try:
             root.before(unit)
-            out = super().__call__(*args, **kwargs)     # type: ignore[misc]
-            if mp is not None and mp.output_dtype is not None:
-                out = _cast(out, mp.output_dtype)
+            out = unit.cast_output(super().__call__(*args, **kwargs))     # type: ignore[misc]
             root.after(unit, out)
         finally:
             _ACTIVE.pop()
@@ -905,9 +908,7 @@ class FSDPModule:
         (and, with recurse, every unit's inside it) whole gradients into a buffer of its own (a unit's
         parameters' size each) and reduce-scatters nothing; the next backward with it True adds them in
         and reduce-scatters the sum. Every rank must set it alike."""
-        units = [m.__dict__["_fsdp_unit"] for _, m in self.named_modules()    # type: ignore[attr-defined]
-                 if "_fsdp_unit" in m.__dict__] if recurse else [self._fsdp_unit]
-        for unit in units:
+        for unit in units_of(self) if recurse else [self._fsdp_unit]:
             unit.sync = bool(requires_gradient_sync)
 
 
@@ -957,22 +958,26 @@ def _collect(module: Module) -> dict[int, tuple[list[tuple[Module, str]], Tensor
         for name, p in m._parameters.items():
             if p is None:
                 continue
-            if _SHARD_OF.get(id(p)) is p:
+            why = _taken_by_a_unit(p)
+            if why is not None:
                 where = f"{path}.{name}" if path else name
-                raise ValueError(
-                    f"[distributed] fully_shard({type(module).__name__}): parameter {where!r} is already a "
-                    f"shard of a unit made by fully_shard on a module enclosing this one. Fix: apply "
-                    f"fully_shard bottom-up: the sub-modules first (a transformer's blocks), then their "
-                    f"parents, the whole model last")
-            if _ORIGINALS.get(id(p)) is p:
-                where = f"{path}.{name}" if path else name
-                raise ValueError(
-                    f"[distributed] fully_shard({type(module).__name__}): parameter {where!r} is also a "
-                    f"parameter of a unit inside it (a parameter shared across units, e.g. tied weights "
-                    f"split between them). Fix: put every module that uses it in one unit (fully_shard "
-                    f"their common parent only)")
+                raise ValueError(f"[distributed] fully_shard({type(module).__name__}): parameter {where!r} "
+                                 f"{why}")
             params.setdefault(id(p), ([], p))[0].append((m, name))   # a tied parameter: one, named twice
     return params
+
+
+def _taken_by_a_unit(p: Tensor) -> str | None:
+    """Why p cannot join a new unit (None: it can): a shard of a unit above, or a parameter of one below."""
+    if _SHARD_OF.get(id(p)) is p:
+        return ("is already a shard of a unit made by fully_shard on a module enclosing this one. Fix: apply "
+                "fully_shard bottom-up: the sub-modules first (a transformer's blocks), then their parents, "
+                "the whole model last")
+    if _ORIGINALS.get(id(p)) is p:
+        return ("is also a parameter of a unit inside it (a parameter shared across units, e.g. tied weights "
+                "split between them). Fix: put every module that uses it in one unit (fully_shard their "
+                "common parent only)")
+    return None
 
 
 def _inside_unit(module: Module, path: str) -> bool:
@@ -1011,9 +1016,7 @@ def _unit_values(unit: _Unit) -> dict[int, np.ndarray]:
     out = {}
     for q in unit.params:
         whole = np.empty(q.numel, unit.np_dtype)
-        src = unit.H + q.shard_off
-        for r, lo, count in q.pieces(unit.world):
-            whole[lo * q.rest:(lo + count) * q.rest] = blocks[r, src:src + count * q.rest]
+        q.lay_out(blocks, unit.H + q.shard_off, whole, 0)
         out[id(q)] = whole.reshape(q.shape)
     return out
 
@@ -1095,17 +1098,17 @@ def load_full(model: Module, path: Any) -> None:
         if id(q) in done:
             continue
         done.add(id(q))
-        first = min(u.rank * q.c, q.rows)
-        count = min(q.rows, first + q.c) - first
+        first, count = q.rows_of(u.rank)
         rows = np.zeros((q.c, *q.shape[1:]), u.np_dtype)
         rows[:count] = safe_read_rows(path, name, first, count).reshape((count, *q.shape[1:]))
         flat = u.shard_host.read()
         flat[u.H + q.shard_off:u.H + q.shard_off + q.c * q.rest] = rows.reshape(-1)
         u.shard_host.write(flat)
+    # the buffers (running statistics) only, not the whole file: strict, so a buffer missing raises
+    values = {k: safe_read_rows(path, k, 0, saved[k][0] if saved[k] else 1).reshape(saved[k])
+              for k in rest if k in saved}
     if rest:
-        from tg.nn.state import safe_load
-        values = safe_load(path)
-        load_state_dict(rest, {k: values[k] for k in rest if k in values})   # strict: a buffer missing raises
+        load_state_dict(rest, values)
 
 
 def optimizer_shard(model: Module, optimizer: Any) -> tuple[dict[str, Any], dict[str, str]]:
@@ -1124,8 +1127,7 @@ def optimizer_shard(model: Module, optimizer: Any) -> tuple[dict[str, Any], dict
                              f"of the model; expected an optimizer made from model.parameters() after "
                              f"fully_shard")
         u, q = owner
-        first = min(u.rank * q.c, q.rows)
-        count = min(q.rows, first + q.c) - first
+        first, count = q.rows_of(u.rank)
         rows[names[id(p)]] = [first, count]
         for key, value in optimizer.state_of(i).items():
             out[f"state.{names[id(p)]}.{key}"] = value[:count] if count < q.c else value
@@ -1144,8 +1146,8 @@ def load_optimizer_shards(model: Module, optimizer: Any, paths: list[str]) -> No
     for i, p in enumerate(optimizer.params):
         u, q = shard_of[id(p)]
         name = names[id(p)]
-        lo = min(u.rank * q.c, q.rows)
-        hi = min(q.rows, lo + q.c)
+        lo, mine = q.rows_of(u.rank)
+        hi = lo + mine
         for key, now in optimizer.state_of(i).items():
             rows = np.zeros((q.c, *q.shape[1:]), host_dtype(now.dtype))
             for path, ranges in held:
