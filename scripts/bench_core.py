@@ -35,7 +35,6 @@ above table 2 says which kernel threadpoolctl reports. Nothing else (tests, CI) 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import os
 import subprocess
 import sys
@@ -51,6 +50,7 @@ import numpy as np  # noqa: E402
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from tg import Device, Tensor, TinyJit  # noqa: E402
 from tg.core.device import Buffer, split_device  # noqa: E402
+from tg.utils.flops import cpu_peak_gflops  # noqa: E402
 
 
 def best_of(fn, repeat: int = 7, warmup: int = 2) -> float:
@@ -241,129 +241,15 @@ def device_rows(device: str, quick: bool) -> list[tuple[str, ...]]:
 
 # ---------------------------------------------------------------------------- table 2: CPU vs libraries
 
-FMA_LOOP = """
-#include <omp.h>
-typedef float vf __attribute__((vector_size(BYTES)));
-double tg_fma_seconds(long iters, float mul, float add, float* out) {
-  double start = omp_get_wtime();
-  #pragma omp parallel
-  {
-    vf m = (vf){} + mul, c = (vf){} + add;
-    vf a0 = (vf){} + 1, a1 = a0 + 1, a2 = a1 + 1, a3 = a2 + 1, a4 = a3 + 1, a5 = a4 + 1, a6 = a5 + 1;
-    vf a7 = a6 + 1, a8 = a7 + 1, a9 = a8 + 1, a10 = a9 + 1, a11 = a10 + 1, a12 = a11 + 1, a13 = a12 + 1;
-    vf a14 = a13 + 1, a15 = a14 + 1;
-    for (long i = 0; i < iters; i++) {
-      a0 = a0 * m + c; a1 = a1 * m + c; a2 = a2 * m + c; a3 = a3 * m + c; a4 = a4 * m + c; a5 = a5 * m + c;
-      a6 = a6 * m + c; a7 = a7 * m + c; a8 = a8 * m + c; a9 = a9 * m + c; a10 = a10 * m + c;
-      a11 = a11 * m + c; a12 = a12 * m + c; a13 = a13 * m + c; a14 = a14 * m + c; a15 = a15 * m + c;
-    }
-    vf s = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11 + a12 + a13 + a14 + a15;
-    float all = 0;
-    for (int i = 0; i < BYTES / 4; i++) all += s[i];     /* every lane is used: none can be dropped */
-    out[omp_get_thread_num()] = all;
-  }
-  return omp_get_wtime() - start;
-}
-int tg_fma_threads(void) { return omp_get_max_threads(); }
-"""
-
-
 def fma_peak() -> float:
-    """GFLOPS of 16 independent chains of vector FMAs on every core: the most the CPU computes."""
-    from tg.core.runtime.ops_cpu import ClangCompiler, _vector_bytes
-    width = _vector_bytes()
-    lib = ctypes.CDLL(str(ClangCompiler().compile(FMA_LOOP.replace("BYTES", str(width)))))
-    lib.tg_fma_seconds.restype = ctypes.c_double
-    iters = 20_000_000
-    sums = np.zeros(lib.tg_fma_threads(), np.float32)
-    args = (ctypes.c_long(iters), ctypes.c_float(0.9999), ctypes.c_float(1e-6),   # unknown to the compiler
-            ctypes.c_void_p(sums.ctypes.data))
-    seconds = min(lib.tg_fma_seconds(*args) for _ in range(5))
-    return lib.tg_fma_threads() * iters * 16 * (width // 4) * 2 / seconds / 1e9
-
-
-# The bfloat16 units' peaks, like FMA_LOOP: independent accumulators so only throughput bounds them.
-# AMX: four 16x16 float32 tiles each += a 16x32 by 32x16 bfloat16 product (TDPBF16PS, 16384 flops).
-AMX_LOOP = """
-#include <immintrin.h>
-#include <omp.h>
-#include <string.h>
-typedef struct { unsigned char palette, start; unsigned char zero[14]; unsigned short colsb[16];
-                 unsigned char rows[16]; } tg_cfg;
-double tg_amx_seconds(long iters, float* out) {
-  double start = omp_get_wtime();
-  #pragma omp parallel
-  {
-    tg_cfg cfg; memset(&cfg, 0, sizeof cfg); cfg.palette = 1;
-    for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
-    _tile_loadconfig(&cfg);
-    unsigned short ones[512]; float c[256];
-    for (int i = 0; i < 512; i++) ones[i] = 0x3f80;
-    _tile_loadd(4, ones, 64); _tile_loadd(5, ones, 64); _tile_loadd(6, ones, 64); _tile_loadd(7, ones, 64);
-    _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
-    for (long i = 0; i < iters; i++) {
-      _tile_dpbf16ps(0, 4, 6); _tile_dpbf16ps(1, 4, 7); _tile_dpbf16ps(2, 5, 6); _tile_dpbf16ps(3, 5, 7);
-    }
-    _tile_stored(0, c, 64);
-    out[omp_get_thread_num()] = c[0];
-    _tile_release();
-  }
-  return omp_get_wtime() - start;
-}
-int tg_threads(void) { return omp_get_max_threads(); }
-"""
-# AVX512_BF16: 16 independent VDPBF16PS (a 16-lane float32 vector += 32 bfloat16 products, 64 flops).
-DPBF16_LOOP = """
-#include <immintrin.h>
-#include <omp.h>
-double tg_dpbf16_seconds(long iters, float seed, float* out) {
-  double start = omp_get_wtime();
-  #pragma omp parallel
-  {
-    __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
-    /* distinct values: equal chains would be merged into one by the compiler */
-    __m512 c0 = _mm512_set1_ps(seed), c1 = c0 + 1, c2 = c1 + 1, c3 = c2 + 1, c4 = c3 + 1, c5 = c4 + 1;
-    __m512 c6 = c5 + 1, c7 = c6 + 1, c8 = c7 + 1, c9 = c8 + 1, c10 = c9 + 1, c11 = c10 + 1, c12 = c11 + 1;
-    __m512 c13 = c12 + 1, c14 = c13 + 1, c15 = c14 + 1;
-    for (long i = 0; i < iters; i++) {
-      c0 = _mm512_dpbf16_ps(c0, a, b); c1 = _mm512_dpbf16_ps(c1, a, b); c2 = _mm512_dpbf16_ps(c2, a, b);
-      c3 = _mm512_dpbf16_ps(c3, a, b); c4 = _mm512_dpbf16_ps(c4, a, b); c5 = _mm512_dpbf16_ps(c5, a, b);
-      c6 = _mm512_dpbf16_ps(c6, a, b); c7 = _mm512_dpbf16_ps(c7, a, b); c8 = _mm512_dpbf16_ps(c8, a, b);
-      c9 = _mm512_dpbf16_ps(c9, a, b); c10 = _mm512_dpbf16_ps(c10, a, b); c11 = _mm512_dpbf16_ps(c11, a, b);
-      c12 = _mm512_dpbf16_ps(c12, a, b); c13 = _mm512_dpbf16_ps(c13, a, b);
-      c14 = _mm512_dpbf16_ps(c14, a, b); c15 = _mm512_dpbf16_ps(c15, a, b);
-    }
-    __m512 s = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11 + c12 + c13 + c14 + c15;
-    out[omp_get_thread_num()] = _mm512_reduce_add_ps(s);
-  }
-  return omp_get_wtime() - start;
-}
-int tg_threads(void) { return omp_get_max_threads(); }
-"""
+    """GFLOPS of 16 independent chains of vector FMAs on every core (tg.utils.flops), measured now."""
+    return cpu_peak_gflops("float32", fresh=True)[0]
 
 
 def bf16_peak() -> tuple[float, str]:
     """(GFLOPS, unit) of the CPU's bfloat16 unit on every core: AMX's tiles where the process may use
-    them, else AVX512_BF16's dot products, else the float32 FMA peak (the conversion path)."""
-    from tg.core.runtime.ops_cpu import ClangCompiler, features
-    have = features()
-    if {"amx_tile", "amx_bf16"} <= have:
-        lib = ctypes.CDLL(str(ClangCompiler().compile(AMX_LOOP)))
-        lib.tg_amx_seconds.restype = ctypes.c_double
-        out = np.zeros(lib.tg_threads(), np.float32)
-        iters = 2_000_000
-        seconds = min(lib.tg_amx_seconds(ctypes.c_long(iters), ctypes.c_void_p(out.ctypes.data))
-                      for _ in range(3))
-        return lib.tg_threads() * iters * 4 * 16384 / seconds / 1e9, "AMX TDPBF16PS"
-    if "avx512_bf16" in have:
-        lib = ctypes.CDLL(str(ClangCompiler().compile(DPBF16_LOOP)))
-        lib.tg_dpbf16_seconds.restype = ctypes.c_double
-        out = np.zeros(lib.tg_threads(), np.float32)
-        iters = 10_000_000
-        seconds = min(lib.tg_dpbf16_seconds(ctypes.c_long(iters), ctypes.c_float(1e-3),
-                                            ctypes.c_void_p(out.ctypes.data)) for _ in range(3))
-        return lib.tg_threads() * iters * 16 * 64 / seconds / 1e9, "VDPBF16PS"
-    return fma_peak(), "float32 FMA (no bfloat16 unit)"
+    them, else AVX512_BF16's dot products, else the float32 FMA peak (the conversion path); measured now."""
+    return cpu_peak_gflops("bfloat16", fresh=True)
 
 
 def cpu_model() -> str:

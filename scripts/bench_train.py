@@ -5,6 +5,7 @@ torch.compile on the CPU, in the same run, at 1 and 2 threads.
     python scripts/bench_train.py --models mlp --threads 1   # one model, one thread count
     python scripts/bench_train.py --quick                    # few steps (a smoke run, not a measurement)
     python scripts/bench_train.py --precision fp32,bf16      # a row each: bf16 autocast on both sides
+    python scripts/bench_train.py --profiler-cost            # tg.profiler's cost on a GPT step (below)
 
 Models: (a) mlp: MLP 784-512-512-10, batch 256, cross-entropy, Adam; (b) cnn: conv 1->32 3x3,
 conv 32->64 3x3, max-pool 2, linear -> 10 on 28x28, batch 128, Adam; (c) gpt: the GPT of
@@ -26,6 +27,12 @@ torch.compile, then again), so the machine's noise hits all of them alike; a col
 of the windows. Targets: tg eager within 1.2x of torch eager's step time for mlp and cnn
 (>= 0.83x its steps/s) and dcgan, within 1.5x for the GPTs and the LSTM (>= 0.67x); the JIT columns must
 not regress.
+
+--profiler-cost measures what tg.profiler costs a step of model (c), in one process at --threads' first
+count: windows of steps with no profile, then under `profile()` (every kernel waited for and recorded,
+every module call, allocation and phase), alternating, eager and under TinyJit; the medians' ratio
+against the target (< 5% of a step), and what the off state costs: the recording sites' counter
+(`tg.core.trace.recorded`) over the unprofiled windows, which must stay 0.
 """
 from __future__ import annotations
 
@@ -562,6 +569,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds any other worker answer may take")
     ap.add_argument("--precision", default="fp32",
                     help="comma-separated of fp32, bf16 (bfloat16 autocast on both sides), one row each")
+    ap.add_argument("--profiler-cost", action="store_true", help="the profiler's cost on a GPT step")
     ap.add_argument("--worker", choices=WORKER_KINDS, help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.window_steps = dict(WINDOW_STEPS)
@@ -577,8 +585,53 @@ def parse_args() -> argparse.Namespace:
     return args
 
 
+def profiler_cost(threads: int, windows: int, steps: int) -> None:
+    """The table of --profiler-cost (see the module docstring)."""
+    os.environ["TG_CPU_THREADS"] = str(threads)
+    from bench_core import cpu_model
+
+    from tg import profiler
+    from tg.core import trace
+    rows = []
+    for kind in ("tg", "tg-jit"):
+        step = make_step(kind, "gpt", threads)
+        for _ in range(WARMUP_STEPS + 2):
+            step()
+        times: dict[str, list[float]] = {"off": [], "on": []}
+        events, off_recorded = 0, 0
+        for _ in range(windows):
+            for mode in ("off", "on"):
+                before = trace.recorded
+                prof = profiler.profile() if mode == "on" else None
+                if prof is not None:
+                    prof.start()
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    step()
+                times[mode].append((time.perf_counter() - t0) / steps)
+                if prof is not None:
+                    prof.stop()
+                    events = (trace.recorded - before) // steps
+                else:
+                    off_recorded += trace.recorded - before
+        off, on = statistics.median(times["off"]), statistics.median(times["on"])
+        rows.append((kind, f"{off * 1e3:.2f}", f"{on * 1e3:.2f}", f"{100 * (on / off - 1):+.1f}%",
+                     "yes" if on / off - 1 < 0.05 else "NO", str(events), str(off_recorded)))
+    print(f"tg.profiler's cost on the GPT step of model (c), {threads} thread(s), {cpu_model()}; "
+          f"{windows} windows of {steps} steps each way, medians")
+    head = ("mode", "off ms/step", "on ms/step", "on cost", "< 5%", "events/step", "recorded while off")
+    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
+    print("  ".join("-" * w for w in widths))
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+
+
 def main() -> None:
     args = parse_args()
+    if args.profiler_cost:
+        profiler_cost(int(args.threads.split(",")[0]), args.windows, args.window_steps["gpt"])
+        return
     if args.worker:
         worker(args.worker, args.models, int(args.threads), args.warmup, args.precision)
         return

@@ -14,12 +14,21 @@ slice of each epoch (DistributedSampler); gradients are averaged by DistributedD
 (--strategy ddp), reduce-scattered by ZeroOptimizer (zero2, or --zero: each rank keeps 1/N of the
 optimizer state), or the parameters themselves are sharded, each block an FSDP unit (fsdp);
 --checkpoint-activations recomputes each block's activations in backward instead of keeping them.
-Rank 0 prints progress (loss averaged over ranks, tokens/s over all ranks, peak tensor memory of
+Rank 0 shows progress (loss averaged over ranks, tokens/s over all ranks, MFU, peak tensor memory of
 every rank), evaluates on a held-out split every --eval-every steps, writes a
 sharded checkpoint every --ckpt-every steps and at the end (`<out>/ckpt`, loadable at another
-number of ranks) and a loss-curve plot (`<out>/loss.svg`). `--resume` continues from the newest
+number of ranks), a loss-curve plot (`<out>/loss.svg`, train and eval; --log-y) and ends by printing a
+text sample the trained model writes. `--resume` continues from the newest
 checkpoint; under `tglaunch --max-restarts N` a restarted job resumes by itself, so a killed rank
 costs at most the steps since the last checkpoint.
+
+Every step is logged to `<out>/logs` (tg.utils.tensorboard: TensorBoard event files when the tensorboard
+package is installed, `pip install -e ".[metrics]"`, and metrics.jsonl always): loss, eval loss, learning
+rate, gradient norm (before clipping at --grad-clip), tokens/s, the step's time split (data,
+forward+backward, communication the main thread waited for, optimizer), TFLOPS and MFU (model FLOPs,
+6 N + 12 L T d a token, over the peak the machine really has: tg.utils.flops), the FLOPs tg's kernels
+counted, peak tensor memory over the ranks and bytes communicated. Profile a run with
+`tglaunch --profile DIR ...` (one merged Chrome/Perfetto trace of every rank in DIR/trace.json).
 """
 from __future__ import annotations
 
@@ -38,13 +47,18 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from tg.utils.progress import progress  # noqa: E402
+
 import tg  # noqa: E402
 import tg.distributed as dist  # noqa: E402
-from tg import GlobalCounters, Tensor, TinyJit, config, nn  # noqa: E402
+from tg import GlobalCounters, Tensor, TinyJit, config, nn, profiler  # noqa: E402
 from tg.distributed.fsdp import fully_shard  # noqa: E402
 from tg.nn import functional as F  # noqa: E402
 from tg.nn.checkpoint import checkpoint  # noqa: E402
 from tg.nn.state import get_parameters  # noqa: E402
+from tg.utils.flops import mfu, peak_gflops  # noqa: E402
+from tg.utils.plot import line_plot  # noqa: E402
+from tg.utils.tensorboard import SummaryWriter  # noqa: E402
 
 # ---------------------------------------------------------------------------- data
 
@@ -148,42 +162,42 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-# ---------------------------------------------------------------------------- plotting
+# ---------------------------------------------------------------------------- what it learned
 
-def write_svg_plot(path: Path, train: list[tuple[int, float]], val: list[tuple[int, float]]) -> None:
-    """A loss curve as a small standalone SVG (no plotting library needed)."""
-    w, h, pad = 640, 360, 48
-    pts = train + val
-    if not pts:
-        return
-    x_max = max(s for s, _ in pts) or 1
-    y_lo, y_hi = min(v for _, v in pts), max(v for _, v in pts)
-    y_hi = y_hi if y_hi > y_lo else y_lo + 1
+def model_flops_per_token(n_params: int, args: argparse.Namespace) -> float:
+    """Training FLOPs a token (forward and backward), as PaLM's appendix and nanoGPT count them: 6 per
+    parameter outside the position embedding, plus attention's 12 L T d."""
+    return 6 * (n_params - args.block * args.n_embd) + 12 * args.n_layer * args.block * args.n_embd
 
-    def xy(s: int, v: float) -> str:
-        x_px, y_px = pad + (w - 2 * pad) * s / x_max, h - pad - (h - 2 * pad) * (v - y_lo) / (y_hi - y_lo)
-        return f"{x_px:.1f},{y_px:.1f}"
 
-    lines = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" '
-             f'font-size="12"><rect width="100%" height="100%" fill="white"/>',
-             f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="black"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{h - pad}" stroke="black"/>',
-             f'<text x="{w / 2}" y="{h - 12}" text-anchor="middle">step (0..{x_max})</text>',
-             f'<text x="{pad - 6}" y="{pad}" text-anchor="end">{y_hi:.2f}</text>',
-             f'<text x="{pad - 6}" y="{h - pad}" text-anchor="end">{y_lo:.2f}</text>',
-             f'<text x="{w / 2}" y="20" text-anchor="middle">tg GPT loss (blue: train, red: eval)</text>']
-    for series, color in ((train, "#1f77b4"), (val, "#d62728")):
-        if len(series) > 1:
-            lines.append(f'<polyline fill="none" stroke="{color}" stroke-width="1.5" '
-                         f'points="{" ".join(xy(s, v) for s, v in series)}"/>')
-        for s, v in series if len(series) == 1 else []:
-            lines.append(
-                f'<circle cx="{xy(s, v).split(",")[0]}" cy="{xy(s, v).split(",")[1]}" r="3" fill="{color}"/>'
-            )
-    lines.append("</svg>")
-    tmp = path.with_suffix(".svg.tmp")
-    tmp.write_text("\n".join(lines))
-    os.replace(tmp, path)
+def sample(run: Run, n_tokens: int, temperature: float) -> bytes:
+    """n_tokens bytes the model writes after a prompt from the held-out text, sampled at temperature
+    (0: greedy) with a generator seeded by --seed. Every rank runs it (FSDP's forward gathers); the
+    window is always --block long, the text at its start (causal attention never looks past it), so one
+    set of kernels serves every token."""
+    args = run.args
+    val = run.tokens[int(len(run.tokens) * 0.9):]
+    text = [int(t) for t in val[:max(1, min(32, args.block // 2))]]
+    rng = np.random.default_rng(args.seed)
+    window = np.zeros((1, args.block), np.int64)
+    out: list[int] = []
+    Tensor.training = False
+    try:
+        with tg.no_grad(), run.autocast():
+            for _ in range(n_tokens):
+                ctx = text[-args.block:]
+                window[0, :len(ctx)] = ctx
+                logits = run.model(Tensor(window))[0, len(ctx) - 1].float().numpy().astype(np.float64)
+                if temperature <= 0:
+                    nxt = int(np.argmax(logits))
+                else:
+                    p = np.exp((logits - logits.max()) / temperature)
+                    nxt = int(rng.choice(len(p), p=p / p.sum()))
+                text.append(nxt)
+                out.append(nxt)
+    finally:
+        Tensor.training = None
+    return bytes(out)
 
 
 # ---------------------------------------------------------------------------- options
@@ -217,6 +231,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--precision", choices=PRECISIONS, default="auto",
                     help="fp32; bf16 or fp16 autocast (fp16 with a GradScaler); auto: bf16 where the device "
                          "computes it on its own units (AMX, AVX512_BF16, tensor cores), else fp32")
+    ap.add_argument("--grad-clip", type=float, default=1.0,
+                    help="clip the gradients' total norm to this (0: measure only); the norm is logged")
+    ap.add_argument("--log-dir", default="", help="TensorBoard events and metrics.jsonl (default <out>/logs)")
+    ap.add_argument("--log-y", action="store_true", help="the loss plot's y axis logarithmic")
+    ap.add_argument("--sample-tokens", type=int, default=200,
+                    help="bytes of text the trained model writes at the end (0: none)")
+    ap.add_argument("--temperature", type=float, default=0.8, help="the sample's temperature (0: greedy)")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument(
@@ -263,20 +284,6 @@ def read_config(path: str, ap: argparse.ArgumentParser) -> dict:
 
 # ---------------------------------------------------------------------------- training
 
-def progress(step: int, total: int, loss: float, tok_s: float, elapsed: float, start_step: int,
-             mem_mib: list[float]) -> str:
-    done = (step - start_step) / max(total - start_step, 1)
-    eta = elapsed / max(done, 1e-9) * (1 - done)
-    bar = "#" * int(24 * step / total) + "." * (24 - int(24 * step / total))
-    mem = (
-        " ".join(f"{m:.0f}" for m in mem_mib)
-        if len(mem_mib) <= 4
-        else f"{min(mem_mib):.0f}..{max(mem_mib):.0f}"
-    )
-    return (f"[{bar}] step {step}/{total}  loss {loss:.4f}  {tok_s:,.0f} tok/s  mem/rank {mem} MiB  "
-            f"ETA {eta:4.0f}s")
-
-
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     dist.init_process_group()
@@ -309,6 +316,7 @@ class Run:
         # float16's small gradients underflow unless the loss is scaled (bfloat16 has float32's range)
         self.scaler = tg.amp.GradScaler(device_kind()) if self.precision == "fp16" else None
         self.skipped: list[int] = []      # steps the scaler skipped (their gradients overflowed)
+        self.writer: SummaryWriter | None = None   # rank 0's metrics (loop opens it, report closes it)
 
     def autocast(self) -> tg.autocast:
         """The forward's mixed-precision region (off for fp32); the parameters stay float32 (the
@@ -460,14 +468,18 @@ def step_functions(run: Run) -> tuple[Callable[[Tensor, Tensor], Tensor], Callab
         return loss
 
     def train_step(x: Tensor, y: Tensor) -> Tensor:
+        """(loss, the gradients' total norm before clipping), one tensor: one read a step."""
         loss = forward_backward(x, y)
+        if scaler is not None:
+            scaler.unscale_(run.opt)          # the norm and the clipping see the true gradients
+        norm = nn.utils.clip_grad_norm_(run.model.parameters(), run.args.grad_clip or float("inf"))
         if scaler is not None:        # float16: skipped where the gradients overflowed
             scaler.step(run.opt)
             scaler.update()
         else:
             run.opt.step()
         Tensor.training = None
-        return loss.realize()
+        return Tensor.stack([loss.detach().float(), norm.float()]).realize()
 
     def eval_step(x: Tensor, y: Tensor) -> Tensor:
         Tensor.training = False
@@ -506,54 +518,101 @@ def save(run: Run, step: int) -> None:
     dist.save_checkpoint(run.ckpt_dir, step, run.model, run.opt, extra=extra)
 
 
+class Meter:
+    """One step's numbers: time by phase (profiler.phase_seconds), FLOPs tg counted, bytes moved."""
+
+    def __init__(self) -> None:
+        self.t, self.phases = time.perf_counter(), profiler.phase_seconds()
+        self.flops, self.moved = GlobalCounters.global_ops, dist.bytes_moved()
+
+    def since(self, before: Meter) -> dict[str, float]:
+        spent = {k: v - before.phases.get(k, 0.0) for k, v in self.phases.items()}
+        return {"step_s": self.t - before.t, "data_s": spent.get("data", 0.0),
+                "forward_backward_s": spent.get("forward+backward", 0.0),
+                "communication_s": spent.get("communication", 0.0),
+                "optimizer_s": spent.get("optimizer", 0.0), "counted_flops": float(self.flops - before.flops),
+                "bytes_moved": float(self.moved - before.moved)}
+
+
 def loop(run: Run) -> float:
     """The steps from start_step to --steps: train, log, evaluate, checkpoint. Returns the last loss."""
     args, rank, world = run.args, run.rank, run.world
     step_fn, eval_fn = step_functions(run)
     batches = iter_epochs(run.loader, run.epoch)
-    tty = rank == 0 and sys.stdout.isatty()
-    start = time.perf_counter()
     tokens_per_step = world * args.batch * args.block
+    flops_per_step = model_flops_per_token(run.n_params, args) * args.batch * args.block   # a rank's
+    peak, peak_unit = peak_gflops(dtype="bfloat16" if run.precision in ("bf16", "fp16") else "float32")
+    if rank == 0:
+        run.writer = SummaryWriter(args.log_dir or str(run.out / "logs"))
+        run.writer.add_text("config", json.dumps(vars(args)), run.start_step)
+        print(f"MFU against {peak / 1e3:.2f} TFLOPS a rank ({peak_unit}); metrics in {run.writer.log_dir}",
+              flush=True)
+    bar = progress(total=args.steps - run.start_step, desc="train", unit="step", disable=rank != 0,
+                   log_every=30.0)
     loss_v = float("nan")
     scale = run.scaler.get_scale() if run.scaler is not None else 0.0
+    before = Meter()
     for step in range(run.start_step + 1, args.steps + 1):
+        profiler.phase("data")
         x, y = next(batches)
+        xt, yt = Tensor(x), Tensor(y)
         if args.crash_at_step == step and config.TG_RESTART_COUNT == 0 and rank == world - 1:
             print(f"fault drill: rank {rank} kills itself at step {step}", flush=True)
             os.kill(os.getpid(), signal.SIGKILL)
-        loss_local = np.array([step_fn(Tensor(x), Tensor(y)).item()])
+        GlobalCounters.mem_peak = GlobalCounters.mem_used       # this step's peak from here
+        profiler.phase("forward+backward")
+        loss_local, norm = (float(v) for v in step_fn(xt, yt).numpy())
+        profiler.phase("other")
         if run.scaler is not None:        # backed off: this step's gradients overflowed, it was skipped
-            scale, before = run.scaler.get_scale(), scale
-            if scale < before:
+            scale, was = run.scaler.get_scale(), scale
+            if scale < was:
                 run.skipped.append(step)
-        dist.all_reduce(loss_local, op=dist.ReduceOp.AVG)
-        loss_v = float(loss_local[0])
+        m = Meter().since(before)
+        mine = np.array([loss_local, GlobalCounters.mem_peak / 2**20, m["communication_s"]], np.float64)
+        every = np.zeros(3 * world, np.float64)
+        dist.all_gather_into_tensor(every, mine)
+        every = every.reshape(world, 3)
+        loss_v = float(every[:, 0].mean())
+        lr = run.sched.get_last_lr()[0]
         run.sched.step()
         run.history["train"].append((step, loss_v))
+        if rank == 0:
+            log_step(run, step, m, {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": norm,
+                                    "perf/tokens_per_s": tokens_per_step / m["step_s"],
+                                    "perf/tflops": flops_per_step / m["step_s"] / 1e12,
+                                    "perf/mfu": mfu(flops_per_step, m["step_s"], peak),
+                                    "perf/model_flops": flops_per_step,
+                                    "memory/peak_mib": float(every[:, 1].max()),
+                                    "time/communication_max_ms": float(every[:, 2].max()) * 1e3})
+            bar.set_postfix_str(f"loss {loss_v:.4f}, {tokens_per_step / m['step_s']:,.0f} tok/s, "
+                                f"MFU {100 * mfu(flops_per_step, m['step_s'], peak):.1f}%, "
+                                f"mem/rank {every[:, 1].max():.0f} MiB")
+        bar.update()
         last = step == args.steps
-        if tty or step % args.log_every == 0 or last:
-            mem = [0.0] * world
-            dist.all_gather_object(mem, GlobalCounters.mem_peak / 2**20)
-            elapsed = time.perf_counter() - start
-            line = progress(
-                step,
-                args.steps,
-                loss_v,
-                tokens_per_step * (step - run.start_step) / elapsed,
-                elapsed,
-                run.start_step,
-                mem,
-            )
-            if rank == 0:
-                print("\r" + line if tty else line, end="" if tty else "\n", flush=True)
         if step % args.eval_every == 0 or last:
             val = evaluate(run, eval_fn)
             run.history["val"].append((step, val))
             if rank == 0:
-                print(f"{chr(10) if tty else ''}  eval loss {val:.4f} at step {step}", flush=True)
+                assert run.writer is not None
+                run.writer.add_scalar("eval/loss", val, step)
+                bar.write(f"  eval loss {val:.4f} at step {step}")
         if args.ckpt_every and step % args.ckpt_every == 0 and not last:
             save(run, step)
+        before = Meter()         # evaluation and checkpoints are not the next step's
+    bar.close()
     return loss_v
+
+
+def log_step(run: Run, step: int, m: dict[str, float], values: dict[str, float]) -> None:
+    """Rank 0: a step's scalars to TensorBoard and metrics.jsonl."""
+    w = run.writer
+    assert w is not None
+    for tag, v in values.items():
+        w.add_scalar(tag, v, step)
+    for key in ("step", "data", "forward_backward", "communication", "optimizer"):
+        w.add_scalar(f"time/{key}_ms", m[f"{key}_s"] * 1e3, step)
+    w.add_scalar("perf/counted_flops", m["counted_flops"], step)
+    w.add_scalar("comm/bytes_per_step", m["bytes_moved"], step)
 
 
 def report(run: Run, last_loss: float) -> dict:
@@ -561,14 +620,24 @@ def report(run: Run, last_loss: float) -> dict:
     save(run, run.args.steps)
     history = run.history
     first = history["train"][0][1] if history["train"] else float("nan")
+    text = sample(run, run.args.sample_tokens, run.args.temperature) if run.args.sample_tokens > 0 else b""
     if run.rank == 0:
-        write_svg_plot(run.out / "loss.svg", history["train"], history["val"])
+        line_plot(run.out / "loss.svg", {"train": history["train"], "eval": history["val"]},
+                  title=f"tg GPT ({run.n_params / 1e6:.2f}M params, {run.world} rank(s))", xlabel="step",
+                  ylabel="loss (cross-entropy, nats)", log_y=run.args.log_y)
         (run.out / "history.json").write_text(json.dumps(history))
         print(
             f"done: loss {first:.3f} -> {last_loss:.3f}; checkpoint {run.ckpt_dir}, "
             f"plot {run.out / 'loss.svg'}",
             flush=True,
         )
+        shown = text.decode("utf-8", errors="replace")
+        if text:
+            print(f"sample ({len(text)} bytes, temperature {run.args.temperature:g}, seed {run.args.seed}):\n"
+                  + "\n".join("  | " + ln for ln in shown.splitlines()), flush=True)
+        if run.writer is not None:
+            run.writer.add_text("sample", shown, run.args.steps)
+            run.writer.close()
         if run.scaler is not None:
             late = sum(s > 50 for s in run.skipped)
             print(f"fp16: {len(run.skipped)} steps skipped on overflow ({late} after step 50), "

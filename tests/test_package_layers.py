@@ -16,7 +16,8 @@ import pathlib
 import tg
 
 ORDER = [["tg.config"], ["tg.core"], ["tg.nn"],
-         ["tg.amp", "tg.optim", "tg.serialization", "tg.namespace", "tg.linalg"],     # torch's surface
+         ["tg.amp", "tg.optim", "tg.serialization", "tg.namespace", "tg.linalg",
+          "tg.profiler"],                                                              # torch's surface
          ["tg.cuda", "tg.accelerator", "tg.backends", "tg.multiprocessing"],          # torch's device modules
          ["tg.utils"], ["tg.distributed"], ["tg.launch"], ["tg"]]
 LAYER = {p: i for i, ps in enumerate(ORDER) for p in ps}

@@ -65,8 +65,8 @@ _NAMESPACE_NAMES = frozenset({"Generator", "abs", "absolute", "acos", "acosh", "
                               "var", "var_mean", "vdot", "vstack", "where", "xlogy", "zeros", "zeros_like"})
 
 # torch's subpackage paths: tg.nn, tg.optim, tg.utils (data, checkpoint), tg.distributed, tg.linalg
-_SUBPACKAGES = ("nn", "optim", "utils", "distributed", "linalg", "amp", "cuda", "accelerator", "backends",
-                "multiprocessing")
+_SUBPACKAGES = ("nn", "optim", "utils", "distributed", "linalg", "amp", "profiler", "cuda", "accelerator",
+                "backends", "multiprocessing")
 
 if TYPE_CHECKING:
     from tg import nn
@@ -89,6 +89,16 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'tg' has no attribute {name!r}")
     globals()[name] = value
     return value
+
+
+def _profile_if_asked() -> None:
+    """TG_PROFILE=DIR (tglaunch --profile): profile the whole process from its import of tg."""
+    from tg import config
+    if config.TG_PROFILE:
+        importlib.import_module("tg.profiler").profile_process(config.TG_PROFILE)
+
+
+_profile_if_asked()
 
 
 def no_grad() -> Any:

@@ -226,6 +226,14 @@ KNOBS: dict[str, Knob] = {
             "across hosts moves large payloads between ranks of one host through slot rings; "
             "2: slot rings only; 0: everything on TCP",
         ),
+        Knob("TG_FLIGHT_RECORDER", int, 512,
+             "collectives each rank's flight recorder keeps (the newest; 0 turns it off): what tglaunch "
+             "prints when a job fails, and tg.distributed.flight_recorder()"),
+        Knob("TG_FLIGHT_DIR", str, "",
+             "folder of the ranks' flight recorder files (set by tglaunch); empty: kept in memory"),
+        Knob("TG_PROFILE", str, "",
+             "folder: profile the whole process and write trace.rank<RANK>.json there at exit "
+             "(tglaunch --profile sets it and merges the ranks' traces into trace.json)"),
         Knob("TG_FSDP_PREFETCH", int, 1,
              "1: FSDP gathers the next unit while one computes (forward and backward); 0: each unit's "
              "gather starts when it is needed (to measure what the overlap saves)"),

@@ -8,6 +8,7 @@ import pathlib
 import tg
 
 LAYERS = [
+    ["tg.core.trace"],
     [
         "tg.core",
         "tg.core.codegen",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import selectors
 import shutil
 import signal
@@ -263,6 +264,9 @@ def test_killed_rank_resumes_training_from_checkpoint(tmp_path: Path) -> None:
                "--crash-at-step", "15", timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert "failed" in r.stderr and "SIGKILL" in r.stderr and "restarting the whole job" in r.stderr
+    # the flight recorder names the killed rank and its last collective, and what rank 0 waits in
+    assert re.search(r"flight recorder: rank 1 is behind in group default: its last was \w+ #\d+", r.stderr)
+    assert re.search(r"flight recorder: rank 0 (wait|failed) in \w+ #\d+", r.stderr)
     assert "[rank0]: resumed from" in r.stdout and "at step 10" in r.stdout
     history = json.loads((tmp_path / "a" / "history.json").read_text())
     assert [s for s, _ in history["train"]] == list(range(1, 31))

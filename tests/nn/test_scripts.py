@@ -79,7 +79,7 @@ def test_train_gpt_learns_checkpoints_and_resumes(tmp_path, mode):
     assert out["last_loss"] < out["first_loss"] - 1.0       # a repetitive text is learned quickly
     run = tmp_path / "run"
     assert (run / "ckpt" / "latest").read_text() == "step-00000030"
-    assert (run / "loss.svg").read_text().startswith("<svg")
+    assert "<svg" in (run / "loss.svg").read_text()
     # as if the job had died after step 20's checkpoint: resuming reproduces steps 21..30 exactly
     (run / "ckpt" / "latest").write_text("step-00000020")
     (run / "ckpt" / "step-00000030.partial").mkdir()          # a save cut short is ignored
@@ -156,3 +156,49 @@ def test_auto_precision_is_bf16_where_the_device_has_bf16_units():
     assert train.resolve_precision("fp16")[0] == "fp16"
     shipped = train.parse_args(["--config", str(SCRIPTS.parent / "configs" / "gpt_zero2.yaml")])
     assert shipped.precision == "auto"
+
+
+def test_train_gpt_logs_what_tensorboard_reads_and_ends_with_a_sample(tmp_path, capsys):
+    """Every step's scalars in TensorBoard's event files (read by the tensorboard package's own reader)
+    and in metrics.jsonl; MFU is the model FLOPs (6 N + 12 L T d a token) over the step time and the
+    measured peak, and those FLOPs agree with what tg's kernels counted within 10%; the run ends by
+    printing a sample of the trained model."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from tg.utils.flops import peak_gflops
+    from tg.utils.tensorboard import read_jsonl
+    train = load("train")
+    args = gpt_args(tmp_path, steps=4)
+    for flag, value in (("--block", "128"), ("--n-embd", "128"), ("--n-layer", "2"), ("--batch", "2"),
+                        ("--eval-every", "2")):
+        args[args.index(flag) + 1] = value
+    train.main(args + ["--precision", "fp32", "--sample-tokens", "24", "--temperature", "0"])
+    out = capsys.readouterr().out
+    assert "sample (24 bytes, temperature 0, seed 1337):" in out
+    logs = tmp_path / "run" / "logs"
+    acc = EventAccumulator(str(logs), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    per_step = ["train/loss", "train/lr", "train/grad_norm", "perf/tokens_per_s", "perf/tflops", "perf/mfu",
+                "perf/model_flops", "perf/counted_flops", "memory/peak_mib", "comm/bytes_per_step",
+                "time/step_ms", "time/data_ms", "time/forward_backward_ms", "time/communication_ms",
+                "time/optimizer_ms"]
+    got = {tag: {e.step: e.value for e in acc.Scalars(tag)} for tag in per_step + ["eval/loss"]}
+    for tag in per_step:
+        assert sorted(got[tag]) == [1, 2, 3, 4], tag
+    assert sorted(got["eval/loss"]) == [2, 4]
+    assert "sample" in acc.Tags()["tensors"]
+    peak, _ = peak_gflops(dtype="float32")
+    for step in range(1, 5):
+        model, counted = got["perf/model_flops"][step], got["perf/counted_flops"][step]
+        assert 0.9 <= counted / model <= 1.1, (step, counted, model)
+        step_s = got["time/step_ms"][step] / 1e3
+        assert got["perf/mfu"][step] == pytest.approx(model / step_s / (peak * 1e9), rel=1e-4)
+        parts = sum(got[f"time/{k}_ms"][step] for k in ("data", "forward_backward", "communication", "optimizer"))
+        assert 0 < parts <= got["time/step_ms"][step] * 1.001
+        assert got["time/optimizer_ms"][step] > 0 and got["memory/peak_mib"][step] > 0
+    jsonl = {(r["tag"], r["step"]): r["value"] for r in read_jsonl(logs / "metrics.jsonl")}
+    for tag in per_step:
+        for step, value in got[tag].items():
+            assert jsonl[(tag, step)] == pytest.approx(value, rel=1e-6)
+    lr = [got["train/lr"][s] for s in range(1, 5)]
+    assert lr == sorted(lr) and lr[0] < lr[-1]           # warming up

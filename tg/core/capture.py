@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Callable, Iterator
 
+from tg.core import trace
+
 
 @dataclass
 class CapturedCall:
@@ -139,7 +141,12 @@ def host_step(fn: Callable[[], None]) -> None:
         >>> host_step(lambda: calls.append(1)); calls
         [1]
     """
-    fn()
+    if trace.ON:
+        t0 = trace.now()
+        fn()
+        trace.span(getattr(fn, "__qualname__", "host step"), "host step", t0)
+    else:
+        fn()
     record(fn, [], "host")
 
 

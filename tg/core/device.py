@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tg import config
-from tg.core import lower_cache
+from tg.core import lower_cache, trace
 from tg.core.dtype import DType
 from tg.core.lazy import Readers
 
@@ -213,6 +213,8 @@ class Buffer:
         self._buf = self.allocator.alloc(self.nbytes)
         GlobalCounters.mem_used += self.nbytes
         GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
+        if trace.ON:
+            trace.counter("memory", {"MiB": GlobalCounters.mem_used / 2**20})
 
     def view(self, offset: int, size: int, dtype: DType | None = None) -> Buffer:
         """`size` elements of `dtype` (this buffer's by default) of this memory, from byte `offset` on
@@ -237,6 +239,8 @@ class Buffer:
         if hasattr(self, "_buf") and self.owner is None:
             GlobalCounters.mem_used -= self.nbytes
             self.allocator.free(self._buf, self.nbytes)
+            if trace.ON:
+                trace.counter("memory", {"MiB": GlobalCounters.mem_used / 2**20})
 
     def __repr__(self) -> str:
         return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
@@ -356,7 +360,14 @@ class Compiled:
             if k.key not in self._by_key:
                 todo.setdefault(k.key, k)
         if todo:
+            t0, lowered = trace.now(), GlobalCounters.kernels_lowered
+            recalled = GlobalCounters.kernels_recalled
             self._build(todo)
+            if trace.ON:
+                trace.span("compile", "lower", t0, None, {
+                    "device": self.name, "kernels": len(kernels), "cached": len(kernels) - len(todo),
+                    "lowered": GlobalCounters.kernels_lowered - lowered,
+                    "lower cache hits": GlobalCounters.kernels_recalled - recalled})
         progs = []
         for k in kernels:
             progs.append(self._by_key[k.key])
@@ -406,6 +417,11 @@ class Compiled:
         compiler, srcs = self.compiler, list(names)
         if compiler is None:
             return dict.fromkeys(srcs)
+        with trace.region("build", "lower", {"device": self.name, "sources": len(srcs)}):
+            return self._build_sources(compiler, names, srcs, pool)
+
+    def _build_sources(self, compiler: Any, names: dict[str, str], srcs: list[str],
+                       pool: Any) -> dict[str, Any]:
         if not getattr(compiler, "batches", False) or len(srcs) < 2:
             built = [pool.submit(compiler.compile, s) for s in srcs] if pool is not None else \
                 [compiler.compile(s) for s in srcs]

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, TypeVar
 
 from tg import config
+from tg.core import trace
 from tg.core.capture import Capture, CapturedCall, capturing, tracing_call
 from tg.core.device import Buffer, GlobalCounters
 from tg.core.realize import flush_assigns
@@ -48,6 +49,15 @@ class _Replay:
     input_slots: list[tuple[int, int, int]]   # (call index, buffer position, input index)
     ret: Any
     fast: list[tuple[Callable | None, list]] = field(default_factory=list)
+    kernels: int = 0      # per replay, for GlobalCounters: launches (copies too) and their own counts
+    flops: int = 0
+    mem_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        infos = [getattr(c.prog, "info", None) for c in self.calls if c.kind == "kernel"]
+        self.kernels = sum(c.kind != "host" for c in self.calls)
+        self.flops = sum(getattr(i, "flops", 0) for i in infos)
+        self.mem_bytes = sum(getattr(i, "mem_bytes", 0) for i in infos)
 
 
 def _input_tensors(args: tuple, kwargs: dict) -> list[Tensor]:
@@ -162,20 +172,44 @@ class TinyJit(Generic[ReturnType]):
             call = rep.calls[ci]
             if hasattr(call.prog, "replay_fn"):
                 rep.fast[ci] = (call.prog.replay_fn(call.bufs), call.bufs)
-        for (fast, bufs), call in zip(rep.fast, rep.calls):
-            if call.kind == "copy":
-                bufs[0].copyin(bufs[1].numpy())
-            elif call.kind == "host":
-                call.prog()
-            elif fast is not None:
-                fast()
-            else:
-                call.prog(bufs)
-        GlobalCounters.kernel_count += sum(call.kind != "host" for call in rep.calls)
+        if trace.ON:
+            _run_traced(rep, f"TinyJit replay {getattr(self.fn, '__name__', 'fn')}")
+        else:
+            _run(rep)
+        GlobalCounters.kernel_count += rep.kernels
+        GlobalCounters.global_ops += rep.flops
+        GlobalCounters.global_mem += rep.mem_bytes
         if config.DEBUG >= 1:
             print(f"[jit] replayed {len(rep.calls)} kernels of {getattr(self.fn, '__name__', 'fn')}")
         self._let_go(rep)
         return rep.ret
+
+
+def _run(rep: _Replay) -> None:
+    for (fast, bufs), call in zip(rep.fast, rep.calls):
+        if call.kind == "copy":
+            bufs[0].copyin(bufs[1].numpy())
+        elif call.kind == "host":
+            call.prog()
+        elif fast is not None:
+            fast()
+        else:
+            call.prog(bufs)
+
+
+def _run_traced(rep: _Replay, name: str) -> None:
+    """A replay while a profile records: each kernel waited for and recorded (trace.launch)."""
+    t0 = trace.now()
+    for call in rep.calls:
+        if call.kind == "copy":
+            call.bufs[0].copyin(call.bufs[1].numpy())
+        elif call.kind == "host":
+            call.prog()
+        else:
+            info = getattr(call.prog, "info", None)
+            trace.launch(call.prog, call.bufs, call.bufs[0].device, getattr(info, "flops", 0),
+                         getattr(info, "mem_bytes", 0))
+    trace.span(name, "jit", t0, None, {"launches": len(rep.calls)})
 
 
 def _share_memory(calls: list[CapturedCall]) -> int:

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from tg import config
-from tg.core import capture
+from tg.core import capture, trace
 from tg.core.device import Buffer, Device, GlobalCounters
 from tg.core.dtype import DType, bf16_to_f32, dtypes, value_key
 from tg.core.kernel import Kernel
@@ -132,6 +132,8 @@ def realize(outs: list[LazyBuffer], slices: bool = True) -> None:
     if s is not None and reuse is not None:
         _REUSE.move_to_end(s.key)
         GlobalCounters.schedules_reused += 1
+        if trace.ON:
+            trace.instant("schedule reused", "lower", {"outputs": len(todo)})
         if config.DEBUG == 0 and reuse.fast is not None and not capture.watching():
             # the common case, a training step's: no ScheduleItems. The list is the only holder of
             # the graph (s goes), so each buffer is let go after its last use.
@@ -219,7 +221,7 @@ class _Reuse:
         assert self.fast is not None
         for i in self.unused:
             graph[i] = None
-        recording = capture.active() is not None
+        recording, traced = capture.active() is not None, trace.ON
         launched = ops = mem = 0
         for out_index, inputs, prog, size, device, dtype, assign, flops, nbytes, drops in self.fast:
             out = graph[out_index]
@@ -231,7 +233,10 @@ class _Reuse:
             if size > 0 and prog is not None:      # no program: an allocation
                 bufs = [buf, *[graph[i]._realized for i in inputs]]
                 assert None not in bufs, "kernel input not realized"
-                prog(bufs)
+                if traced:
+                    trace.launch(prog, bufs, device, flops, nbytes)
+                else:
+                    prog(bufs)
                 if recording:
                     capture.record(prog, bufs)
                 del bufs
@@ -373,14 +378,17 @@ class Replay:
         bufs: list[Buffer | None] = [None] * self.size
         for i, at in self.bind:
             bufs[at] = inputs[i].base._realized
-        recording = capture.active() is not None
+        recording, traced = capture.active() is not None, trace.ON
         launched = ops = mem = 0
         for out, ins, prog, size, device, dtype, target, flops, nbytes, drops in self.steps:
             buf = bufs[target] if target >= 0 else Buffer(device, size, dtype)
             if size > 0 and prog is not None:      # no program: an allocation
                 args = [buf, *[bufs[i] for i in ins]]
                 assert None not in args, "kernel input not bound"
-                prog(args)
+                if traced:
+                    trace.launch(prog, args, device, flops, nbytes)
+                else:
+                    prog(args)
                 if recording:
                     capture.record(prog, args)
                 launched += 1
@@ -400,7 +408,10 @@ def _make_schedule(todo: list[LazyBuffer], s: Structure | None, limit: int,
     """A new schedule for todo, compiled, and kept by its structure s (when there is one) for the
     next graph of the same structure (a training step's second and later realizes)."""
     overwritten = Overwritten()
+    t0 = trace.now() if trace.ON else 0
     items = _fuse_rows(create_schedule(todo, None if s is None else s.bases, overwritten), todo)
+    if trace.ON:
+        trace.span("schedule", "lower", t0, None, {"items": len(items)})
     GlobalCounters.schedules_built += 1
     _compile(items)
     if s is not None and overwritten.kept:
@@ -480,13 +491,18 @@ def _run_item(it: ScheduleItem, debug: int) -> int:
         # schedule inputs are bases: their memory is _realized (the property costs a call each)
         bufs = [buf, *[b._realized for b in it.inputs]]
         assert None not in bufs, "kernel input not realized"
+        info = getattr(prog, "info", None)
         if size > 0:
-            elapsed = prog(bufs, wait=debug >= 2)
+            if trace.ON:
+                trace.launch(prog, bufs, out.device, info.flops if info is not None else 0,
+                             info.mem_bytes if info is not None else 0)
+                elapsed = None
+            else:
+                elapsed = prog(bufs, wait=debug >= 2)
             if capture.active() is not None:
                 capture.record(prog, bufs)
             launched = 1
             GlobalCounters.kernel_count += 1
-            info = getattr(prog, "info", None)
             if info is not None:
                 GlobalCounters.global_ops += info.flops
                 GlobalCounters.global_mem += info.mem_bytes

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable
 
 import numpy as np
 
-from tg.core import autograd, mixin, random
+from tg.core import autograd, mixin, random, trace
 from tg.core import function as F
 from tg.core.device import Device, split_device
 from tg.core.dtype import (
@@ -1038,9 +1038,12 @@ class Tensor(ElementwiseMixin, MathMixin, MovementMixin, IndexingMixin, ReduceMi
             [4.0, 8.0]
         """
         Tensor._last_root = weakref.ref(self)
+        t0 = trace.now() if trace.ON else 0
         for leaf, g in autograd.backprop(self, self._root_gradient(gradient, "backward"), None, retain_graph):
             new = Tensor(g, device=leaf.device)
             leaf.grad = new if leaf.grad is None else (leaf.grad + new)
+        if t0:
+            trace.span("backward (graph)", "autograd", t0)
         for hook in list(Tensor._post_backward_hooks):
             hook(self)
         return self

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tg.core import trace
+from tg.distributed import flight
 from tg.distributed.errors import CollectiveTimeout, DistributedError, ranks_phrase
 from tg.distributed.transport import algorithms as alg
 from tg.distributed.transport.algorithms import Arrays, ReduceOp, gather_pairs, reducer
@@ -57,7 +59,8 @@ class ProcessGroup:
         with self._lock:      # queued under the lock: threads' calls run in the order of their numbers
             self.seq += 1
             self.pending += 1
-            fut = self._executor.submit(self._run, self.seq, fn, args)
+            ticket = self._issue(self.seq, fn, args)
+            fut = self._executor.submit(self._run, self.seq, fn, args, ticket)
         fut.add_done_callback(self._done)
         return fut
 
@@ -69,23 +72,64 @@ class ProcessGroup:
         """A synchronous call: inline when no async call is queued (saves a thread hand-off). Calls from
         several threads run one at a time, each whole, in the order of their numbers: the peers see one
         stream of calls (which thread's comes first may differ between ranks, as under torch)."""
+        before = trace.phase("communication")
+        try:
+            self._run_now(fn, args)
+        finally:
+            trace.phase(before)
+
+    def _run_now(self, fn: Callable[..., None], args: tuple) -> None:
         with self._calling:
             with self._lock:
                 inline = self.pending == 0
                 if inline:
                     self.seq += 1
                     seq = self.seq
+                    ticket = self._issue(seq, fn, args)
             if inline:
-                self._call(seq, fn, args)
+                self._call(seq, fn, args, ticket)
                 return
         self.submit(fn, *args).result()
 
-    def _run(self, seq: int, fn: Callable[..., None], args: tuple) -> None:
+    def _run(self, seq: int, fn: Callable[..., None], args: tuple, ticket: tuple | None) -> None:
         """An async call, on the worker thread: after any inline call that took a lower number."""
         with self._calling:
-            self._call(seq, fn, args)
+            self._call(seq, fn, args, ticket)
 
-    def _call(self, seq: int, fn: Callable[..., None], args: tuple) -> None:
+    def _issue(self, seq: int, fn: Callable[..., None], args: tuple) -> tuple | None:
+        """Note a call in the flight recorder (and, while profiling, when it was issued): its ticket."""
+        rec = flight.recorder(self.ranks[self.rank])
+        if rec is None and not trace.ON:
+            return None
+        kind = getattr(fn, "__name__", "call")
+        first = args[0] if args else None     # the data: an array, or a list of them gathered as one
+        arrays = [first] if isinstance(first, np.ndarray) else \
+            [x for x in first if isinstance(x, np.ndarray)] if isinstance(first, list) else []
+        dtype = arrays[0].dtype.name if arrays else "-"
+        count, nbytes = sum(a.size for a in arrays), sum(a.nbytes for a in arrays)
+        ticket = -1 if rec is None else rec.issue(self.name, seq, kind, dtype, count, nbytes)
+        return (rec, ticket, kind, dtype, count, nbytes, trace.now())
+
+    def _call(self, seq: int, fn: Callable[..., None], args: tuple, ticket: tuple | None = None) -> None:
+        if ticket is None:
+            self._guarded(seq, fn, args)
+            return
+        rec, t, kind, dtype, count, nbytes, issued = ticket
+        if rec is not None:
+            rec.update(t, flight.TRANSFERRING)
+        start, state = trace.now(), flight.FAILED
+        try:
+            self._guarded(seq, fn, args)
+            state = flight.DONE
+        finally:
+            if rec is not None:
+                rec.update(t, state)
+            if trace.ON:
+                trace.span(f"{kind} #{seq}", "collective", start, None, {
+                    "group": self.name, "ranks": self.ranks, "seq": seq, "dtype": dtype, "count": count,
+                    "bytes": nbytes, "queued_us": (start - issued) // 1000, "ok": state == flight.DONE})
+
+    def _guarded(self, seq: int, fn: Callable[..., None], args: tuple) -> None:
         if self.failure is not None:
             raise self.failure
         try:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tg.core import trace
 from tg.core.host import HOST_DEVICES, HostView
 from tg.distributed.errors import DistributedError
 from tg.distributed.process_group import ProcessGroup
@@ -39,10 +40,17 @@ class Work:
 
     def wait(self, timeout: float | timedelta | None = None) -> bool:
         t = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+        blocked = not self._future.done()
+        t0, before = (trace.now(), trace.phase("communication")) if blocked else (0, "")
         try:
             self._future.result(timeout=t)
         except FutureTimeout:
             raise DistributedError(f"[distributed] Work.wait timed out after {t}s") from None
+        finally:
+            if blocked:
+                trace.phase(before)
+                if trace.ON:
+                    trace.span("wait", "collective wait", t0)
         if not self._done and self._after is not None:
             self._after()
         self._done = True

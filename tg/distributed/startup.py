@@ -13,6 +13,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from tg import config
+from tg.distributed import flight
 from tg.distributed.errors import DistributedError
 from tg.distributed.process_group import ProcessGroup
 from tg.distributed.store import TCPStore
@@ -375,6 +376,23 @@ def bytes_moved(group: Any = None) -> int:
     return _group(group).moved
 
 
+def flight_recorder() -> list[dict]:
+    """This rank's flight recorder, oldest first: its last TG_FLIGHT_RECORDER collectives of every group,
+    each a dict of ticket, seq (the call's number in its group), group, kind, dtype, count, bytes, state
+    (issued, transferring, done or failed) and the wall-clock times it was issued, started and ended.
+
+    >>> import numpy as np
+    >>> import tg.distributed as dist
+    >>> dist.init_process_group()
+    >>> dist.all_reduce(np.ones(4, np.float32)); last = dist.flight_recorder()[-1]
+    >>> last["kind"], last["dtype"], last["count"], last["state"]
+    ('all_reduce', 'float32', 4, 'done')
+    >>> dist.destroy_process_group()
+    """
+    rec = flight.recorder(get_rank())
+    return [] if rec is None else rec.entries()
+
+
 def get_local_rank() -> int:
     """This process's rank among the job's ranks on its host (what torch scripts read from LOCAL_RANK;
     here also from Open MPI, MPICH or Slurm): the index of the GPU a rank should use.
@@ -518,6 +536,7 @@ def _forked() -> None:
     them referenced until its end, as the destructors of UCX's objects would tear down the parent's."""
     import ctypes
     _State.forked = True
+    flight.detach()
     # a reference nothing drops, not even the interpreter's teardown of this module (a UCX worker
     # destroyed here would take its epoll registrations out of the parent's, which are the same)
     kept = (_State.default, _State.store, _State.p2p, list(ProcessGroup.live))

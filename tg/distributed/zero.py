@@ -51,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from tg.core import trace
 from tg.core.capture import host_step
 from tg.core.dtype import dtypes
 from tg.core.host import HostView, view_tensor
@@ -436,6 +437,7 @@ class ZeroOptimizer(Optimizer):
         root = Tensor.last_backward_root()
         if root is not None and root.lazydata.base.realized is None:
             root.realize()
+        host_step(trace.optimizer_phase)        # the step's time from here is the optimizer's
         realize_readers([p.lazydata for p in self.params])
         self._follow_writes()
         self.optimizer.apply(self._step_items())

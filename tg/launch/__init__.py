@@ -21,6 +21,11 @@ Flags (a flag given on the command line wins over the same key in --config):
   --log-dir DIR                   also write each rank's output to DIR/rank{R}.stdout / .stderr
   --run-id ID                     names the job in the store and in TG_RUN_ID (default random)
   --grace S                       seconds between SIGTERM and SIGKILL when stopping workers (5)
+  --profile DIR                   every rank profiles its whole run (TG_PROFILE, see tg.profiler) and
+                                  writes DIR/trace.rank{R}.json; the launcher merges them into
+                                  DIR/trace.json (one process row per rank; open it in Perfetto)
+  --flight-recorder N             collectives each rank's flight recorder keeps (512; 0: off); when
+                                  the job fails the launcher reads them and says who is behind
   -m MODULE                       run a module instead of a script
   script, args...                 everything after the script (or module) goes to it unchanged
 
@@ -57,6 +62,9 @@ Failure modes:
   whole group: the processes the worker started, and under --backend mpi the ranks, which are
   mpiexec's children. Open MPI's shared-memory files (/dev/shm/sm_segment.*) of a job killed so are
   removed, with a log line, when the next --backend mpi job starts, once no process uses them.
+- Whenever a job fails, the launcher also reads every local rank's flight recorder (a file each rank
+  maps, readable even from a rank killed or stopped) and prints which rank is behind, its last
+  collective and what the others wait in; with --log-dir the records go to DIR/flight_recorder.json.
 - A node fails (multi-node): every other node stops its workers, and every node prints the summary.
 - A node never joins: after TG_DIST_TIMEOUT seconds the agents fail, naming the missing nodes.
 - The master port is taken: a clear error naming host:port.
@@ -64,7 +72,8 @@ Failure modes:
 YAML schema (`--config`; an unknown key is an error with a did-you-mean, and errors name the file,
 line and key; every error is a usage error, exit code 2): nnodes, nproc_per_node, master_addr,
 master_port, backend, max_restarts, log_dir, run_id, env (a mapping of extra variables), script,
-module, args (a list), hosts (one address or name per node, node 0 first). See configs/.
+module, args (a list), hosts (one address or name per node, node 0 first), profile_dir,
+flight_recorder. See configs/.
 """
 from __future__ import annotations
 
@@ -97,6 +106,8 @@ def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
     ap.add_argument("--log-dir")
     ap.add_argument("--run-id")
     ap.add_argument("--grace", type=_ranged("grace", float), default=5.0)
+    ap.add_argument("--profile", dest="profile_dir")
+    ap.add_argument("--flight-recorder", type=_ranged("flight_recorder", int))
     ap.add_argument("-m", dest="module")
     ap.add_argument("script_and_args", nargs=argparse.REMAINDER)
     argv = sys.argv[1:] if argv is None else argv
@@ -119,6 +130,8 @@ def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
         "log_dir",
         "run_id",
         "module",
+        "profile_dir",
+        "flight_recorder",
     ):
         value = getattr(args, key)
         if value is not None:
@@ -133,6 +146,7 @@ def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
     if spec.script is None and spec.module is None:
         ap.error("give a script to run (tglaunch --nproc 2 train.py), -m module, or `script` in --config")
     from tg import config
+    spec.profile_dir = spec.profile_dir or config.TG_PROFILE or None     # TG_PROFILE=DIR is --profile DIR
     # every node's agent must name the same run: random on one node, else from the master's address
     spec.run_id = spec.run_id or config.TG_RUN_ID or (secrets.token_hex(4) if spec.nnodes == 1 else
                                                       f"{spec.master_addr}:{spec.master_port}")
@@ -177,6 +191,8 @@ _VALUED = {
     "--log-dir",
     "--run-id",
     "--grace",
+    "--profile",
+    "--flight-recorder",
 }
 
 
@@ -200,6 +216,10 @@ def _split_target(argv: list[str]) -> tuple[list[str], list[str]]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from tg import config
+    if config.TG_PROFILE:       # for the workers (import tg profiled this process)
+        from tg.profiler import cancel_process_profile
+        cancel_process_profile()
     launch = parse_args(argv)
     from tg.launch.agent import Agent
     try:

@@ -82,6 +82,8 @@ class Agent:
                 if failure is None:
                     return 0
                 print(failure.describe(), file=sys.stderr)
+                for line in failure.flight:
+                    print(line, file=sys.stderr)
                 if attempt < spec.max_restarts:
                     print(
                         f"[tglaunch] restarting the whole job (restart {attempt + 1} of {spec.max_restarts})",
@@ -107,9 +109,49 @@ class Agent:
             if self.store is not None:
                 self._all_nodes(f"a{attempt}/ready", "start the attempt")
             workers = self._start(attempt, self._worker_env(attempt, errors), errors)
-            return self._supervise(workers, attempt, errors)
+            failure = self._supervise(workers, attempt, errors)
+            if failure is not None and not self.stop_signal:
+                failure.flight = self._flight_summary(errors)
+            return failure
         finally:
+            self._merge_traces()
             shutil.rmtree(errors, ignore_errors=True)
+
+    def _flight_summary(self, errors: str) -> list[str]:
+        """What the local ranks' flight recorders say (who is behind, in which collective); with
+        --log-dir every record also goes to DIR/flight_recorder.json."""
+        from tg.distributed import flight
+        rings: dict[int, list[dict]] = {}
+        for name in sorted(os.listdir(errors)):
+            if name.endswith(".flight"):
+                try:
+                    rank, _, entries = flight.read_file(os.path.join(errors, name))
+                except (OSError, ValueError) as e:
+                    print(f"[tglaunch] flight recorder {name} unreadable: {e}", file=sys.stderr)
+                    continue
+                rings[rank] = entries
+        if not rings:
+            return []
+        if self.spec.log_dir:
+            os.makedirs(self.spec.log_dir, exist_ok=True)
+            path = os.path.join(self.spec.log_dir, "flight_recorder.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump({str(r): e for r, e in rings.items()}, f, indent=1)
+            os.replace(path + ".tmp", path)
+        return [f"[tglaunch] flight recorder: {line}" for line in flight.summary(rings)]
+
+    def _merge_traces(self) -> None:
+        """--profile: the ranks' traces (those in the folder) as one, DIR/trace.json."""
+        folder = self.spec.profile_dir
+        if not folder or not os.path.isdir(folder):
+            return
+        parts = sorted(os.path.join(folder, n) for n in os.listdir(folder)
+                       if n.startswith("trace.rank") and n.endswith(".json"))
+        if parts:
+            from tg.profiler import merge_traces
+            out = os.path.join(folder, "trace.json")
+            merge_traces(parts, out)
+            print(f"[tglaunch] merged the traces of {len(parts)} rank(s) into {out}", file=sys.stderr)
 
     def _worker_env(self, attempt: int, errors: str) -> dict[str, str]:
         spec = self.spec
@@ -138,7 +180,11 @@ class Agent:
             TG_ERROR_FILE=os.path.join(errors, "rank{rank}.json"),
             PYTHONUNBUFFERED="1",
             TG_LAUNCHER_PID=str(os.getpid()),
+            TG_FLIGHT_DIR=errors,
+            TG_FLIGHT_RECORDER=str(spec.flight_recorder),
         )
+        if spec.profile_dir:
+            env["TG_PROFILE"] = os.path.abspath(spec.profile_dir)
         # the node's cores shared among its ranks, unless the user chose (torchrun sets OMP_NUM_THREADS=1)
         if "TG_CPU_THREADS" not in env:
             env["TG_CPU_THREADS"] = str(max(1, (os.cpu_count() or 1) // spec.nproc_per_node))

@@ -28,6 +28,8 @@ class JobSpec:
     module: str | None = None
     args: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
+    profile_dir: str | None = None    # each rank profiles its run (TG_PROFILE); the traces merged here
+    flight_recorder: int = 512        # collectives each rank's flight recorder keeps (0: off)
 
     def resolve_node_rank(self, flag: int | None) -> int:
         """--node-rank, else SLURM_NODEID, else this host's index in `hosts`; 0 on a one-node job."""
@@ -84,7 +86,7 @@ _TYPES = {f.name: f.type for f in fields(JobSpec)}
 # Every numeric setting, given as a flag or as a YAML key, is checked here: (lowest, highest or None).
 RANGES: dict[str, tuple[int, int | None]] = {
     "nnodes": (1, None), "nproc_per_node": (1, None), "node_rank": (0, None), "master_port": (0, 65535),
-    "max_restarts": (0, None), "grace": (0, None)}
+    "max_restarts": (0, None), "grace": (0, None), "flight_recorder": (0, None)}
 
 
 def check_range(key: str, value: float) -> None:
@@ -98,7 +100,7 @@ def check_range(key: str, value: float) -> None:
 
 _CHECK = {"nnodes": int, "nproc_per_node": int, "master_addr": str, "master_port": int, "backend": str,
           "max_restarts": int, "log_dir": str, "run_id": str, "env": dict, "script": str, "module": str,
-          "args": list, "hosts": list}
+          "args": list, "hosts": list, "profile_dir": str, "flight_recorder": int}
 
 
 # Complexity: one check per YAML key, each naming the file, line and key.
@@ -135,7 +137,7 @@ def load_config(path: str) -> JobSpec:  # noqa: C901
             raise ValueError(f"[launch] {path}:{line}: unknown key {key!r}{hint}")
         value: Any = constructor.construct_object(value_node, deep=True)
         want = _CHECK[key]
-        if value is None and key in ("log_dir", "run_id", "script", "module"):
+        if value is None and key in ("log_dir", "run_id", "script", "module", "profile_dir"):
             continue
         if not isinstance(value, want) or (want is int and isinstance(value, bool)):
             raise ValueError(f"[launch] {path}:{line}: {key} must be {want.__name__}, got {value!r}")
@@ -168,6 +170,7 @@ class Failure:
     error: str = ""
     traceback: str = ""
     node: int = 0
+    flight: list[str] = field(default_factory=list)    # the flight recorder's summary lines
 
     def describe(self) -> str:
         how = (

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
+from tg.core import trace
 from tg.core.device import Device
 from tg.core.ops import UnaryOps
 from tg.core.tensor import Tensor
@@ -117,6 +118,9 @@ class Module:
                                   f"calling the module calls forward with the same arguments")
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if trace.ON:
+            with trace.region(type(self).__name__, "module"):
+                return self.forward(*args, **kwargs)
         return self.forward(*args, **kwargs)
 
     # ------------------------------------------------------------ registration

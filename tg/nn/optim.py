@@ -32,7 +32,9 @@ from typing import Any
 import numpy as np
 
 from tg import config
+from tg.core import trace
 from tg.core.capture import active as active_capture
+from tg.core.capture import host_step
 from tg.core.dtype import dtypes
 from tg.core.jit import TinyJit
 from tg.core.realize import flush_assigns, realize_readers
@@ -316,15 +318,18 @@ class Optimizer:
                 g.lazydata = g.lazydata.contiguous()
         unrealized = [t for t in [*held, *grads] if t.lazydata.base.realized is None]
         if unrealized or pending_root:
-            Tensor.realize(*unrealized, *pending_root)
+            with trace.region(f"{type(self).__name__}.step: gradients", "optimizer"):
+                Tensor.realize(*unrealized, *pending_root)
         if not with_grad:
             return
-        realize_readers([t.lazydata for t in held])
-        if self._capturable():
-            self._captured_update(with_grad, params, grads, states, held)
-            return
-        written = self.apply(list(zip(params, grads, states)))
-        written[0].realize(*written[1:])
+        host_step(trace.optimizer_phase)    # at this point of every TinyJit replay too
+        with trace.region(f"{type(self).__name__}.step: update", "optimizer"):
+            realize_readers([t.lazydata for t in held])
+            if self._capturable():
+                self._captured_update(with_grad, params, grads, states, held)
+                return
+            written = self.apply(list(zip(params, grads, states)))
+            written[0].realize(*written[1:])
 
     def _capturable(self) -> bool:
         """Whether step() may replay a captured update: one of tg's own optimizer classes (whose update

@@ -1,0 +1,267 @@
+"""`line_plot`: training curves (loss against step, one line per series) written to a .svg or .png file.
+
+matplotlib draws them when it is installed (the `plot` extra: `pip install -e ".[plot]"`); without it a
+built-in SVG writer draws the parts a reader looks for: ticks at 1/2/5 x 10^k (decades on a log axis)
+labelled compactly on both axes (0.25, 2.5k, 1e-05), axis labels, a light grid, a title, one colour per
+series and a legend beside the plot naming each. NaN and inf points are skipped (the line breaks there);
+a run of one point, or one that spans under 2 px, is drawn as a marker. The file is written beside its
+final path and renamed into place, so a reader never sees half a plot."""
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+import pathlib
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import NamedTuple
+from xml.sax.saxutils import escape, quoteattr
+
+Points = Sequence[tuple[float, float]]
+Runs = list[list[tuple[float, float]]]          # a series' finite stretches, split where a point is NaN/inf
+
+COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+          "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")          # matplotlib's tab10
+FONT, GRID = "DejaVu Sans, Helvetica, Arial, sans-serif", "#d8d8d8"
+PLOT_W, PLOT_H = 560, 340            # the data area; the figure grows around it to fit labels and legend
+TICK_FONT, LABEL_FONT, TITLE_FONT = 12, 13, 15
+CHAR_W = TICK_FONT * 0.62            # DejaVu Sans' average advance at TICK_FONT, a little generous
+BACKENDS = ("auto", "svg", "matplotlib")
+
+
+def line_plot(path: str | os.PathLike[str], series: Mapping[str, Points], *, title: str = "",
+              xlabel: str = "step", ylabel: str = "loss", log_y: bool = False, backend: str = "auto") -> None:
+    """Write a line plot of `series` (name -> (x, y) pairs) to `path` (.svg or .png, from its suffix).
+
+    backend "auto" uses matplotlib when it is importable, else the built-in SVG writer; "svg" forces
+    the built-in writer, "matplotlib" requires matplotlib.
+
+    >>> import os, tempfile
+    >>> out = os.path.join(tempfile.mkdtemp(), "loss.svg")
+    >>> line_plot(out, {"train": [(0, 2.3), (10, 1.1), (20, 0.7)], "eval": [(20, 0.9)]}, backend="svg")
+    >>> open(out).read().startswith("<svg")
+    True
+    """
+    target = pathlib.Path(path)
+    suffix = target.suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise ValueError(f"[plot] line_plot: expected a path ending in .svg or .png, got {str(target)!r}")
+    if backend not in BACKENDS:
+        raise ValueError(f"[plot] line_plot: backend must be one of {BACKENDS}, got {backend!r}")
+    runs = {name: _finite_runs(points) for name, points in series.items()}
+    if log_y:
+        _check_positive(runs)
+    has_mpl = importlib.util.find_spec("matplotlib") is not None
+    if backend == "matplotlib" and not has_mpl:
+        raise ImportError('[plot] line_plot: backend="matplotlib" needs matplotlib; install it with '
+                          'pip install -e ".[plot]", or pass backend="svg" for the built-in writer')
+    texts = (title, xlabel, ylabel)
+    if backend == "matplotlib" or (backend == "auto" and has_mpl):
+        _write_atomically(target, lambda tmp: _draw_matplotlib(tmp, suffix[1:], runs, texts, log_y))
+        return
+    if suffix == ".png":
+        raise ValueError(f"[plot] line_plot: the built-in writer draws .svg only, got {str(target)!r}; "
+                         'install matplotlib (pip install -e ".[plot]") for .png, or use a .svg path')
+    _write_atomically(target, lambda tmp: pathlib.Path(tmp).write_text(_svg(runs, texts, log_y)))
+
+
+def _finite_runs(points: Points) -> Runs:
+    runs: Runs = [[]]
+    for x, y in points:
+        if math.isfinite(x) and math.isfinite(y):
+            runs[-1].append((float(x), float(y)))
+        elif runs[-1]:
+            runs.append([])
+    return [run for run in runs if run]
+
+
+def _check_positive(runs: Mapping[str, Runs]) -> None:
+    for name, series_runs in runs.items():
+        for x, y in (p for run in series_runs for p in run):
+            if y <= 0:
+                raise ValueError(f"[plot] line_plot: log_y needs y > 0, got y={y:g} at x={x:g} in series "
+                                 f"{name!r}; plot it without log_y, or drop the points at or below 0")
+
+
+def _write_atomically(target: pathlib.Path, write: Callable[[str], object]) -> None:
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, target)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _draw_matplotlib(tmp: str, fmt: str, runs: Mapping[str, Runs], texts: tuple[str, str, str],
+                     log_y: bool) -> None:
+    # a Figure made without pyplot draws headless (Agg for .png) and leaves the caller's pyplot backend and
+    # figure list alone: matplotlib.use("Agg") would switch a notebook's backend under it
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(7.6, 4.5), dpi=100)
+    ax = fig.add_subplot()
+    for i, (name, series_runs) in enumerate(runs.items()):
+        gapped = [p for run in series_runs for p in run + [(math.nan, math.nan)]]   # matplotlib breaks at NaN
+        xs, ys = [p[0] for p in gapped], [p[1] for p in gapped]
+        lone = len(series_runs) > 0 and all(len(run) == 1 for run in series_runs)
+        ax.plot(xs, ys, color=COLORS[i % len(COLORS)], label=name, marker="o" if lone else None, markersize=4)
+    if log_y:
+        ax.set_yscale("log")
+    ax.set(title=texts[0], xlabel=texts[1], ylabel=texts[2])
+    ax.grid(True, alpha=0.3)
+    if runs:
+        ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True)
+    fig.tight_layout()
+    fig.savefig(tmp, format=fmt)
+
+
+class _Axis(NamedTuple):
+    lo: float                             # the axis' ends, in axis units (log10 of the data on a log axis)
+    hi: float
+    ticks: list[tuple[float, str]]        # (position in axis units, label)
+    minor: list[float]                    # unlabelled grid lines
+
+
+def _decimal(mantissa: int, exponent: int) -> float:
+    # mantissa x 10^exponent rounded once, so 3 x 10^-1 is 0.3 and not 0.30000000000000004
+    return mantissa * 10.0 ** exponent if exponent >= 0 else mantissa / 10.0 ** -exponent
+
+
+def _linear_axis(values: list[float], max_ticks: int) -> _Axis:
+    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    if lo == hi:
+        pad = abs(lo) * 0.1 or 1.0
+        lo, hi = lo - pad, hi + pad
+    exponent = math.floor(math.log10((hi - lo) / max_ticks)) - 1
+    while True:                                   # the smallest 1/2/5 x 10^k step that needs <= max_ticks
+        for m in (1, 2, 5):
+            step = _decimal(m, exponent)
+            first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+            if last - first <= max_ticks:
+                values = [_decimal(i * m, exponent) for i in range(first, last + 1)]
+                return _Axis(values[0], values[-1], list(zip(values, _labels(values, exponent))), [])
+        exponent += 1
+
+
+def _labels(values: list[float], exponent: int) -> list[str]:
+    """Labels for ticks a 1/2/5 x 10^exponent step apart, one style for the whole axis: 0.25, 2.5k, 1e-05."""
+    biggest = max(abs(v) for v in values)
+    if biggest < 1e-3 or biggest >= 1e15:
+        digits = max(0, math.floor(math.log10(biggest)) - exponent)
+        mantissas = [f"{v:.{digits}e}".split("e") for v in values]
+        return [f"{float(m):.15g}e{e}" if float(m) else "0" for m, e in mantissas]
+    if biggest >= 1e4:
+        power = min(4, math.floor(math.log10(biggest) / 3))
+        places = max(0, 3 * power - exponent)
+        return [f"{round(v / 1000.0 ** power, places):.15g}{'kMGT'[power - 1]}" if v else "0" for v in values]
+    return [f"{v:.{max(0, -exponent)}f}" for v in values]
+
+
+def _log_axis(values: list[float]) -> _Axis:
+    lo_d = math.floor(math.log10(min(values))) if values else 0
+    hi_d = max(math.ceil(math.log10(max(values))), lo_d + 1) if values else 1
+    stride = math.ceil((hi_d - lo_d) / 8)    # at most ~8 labelled decades; the others get grid lines
+    lo_d, hi_d = lo_d // stride * stride, -(-hi_d // stride) * stride       # both ends labelled
+    labelled: Sequence[int] = (1,)           # which m x 10^k are labelled; the axis ends snap to those
+    if values and max(values) < 4 * min(values):         # under 0.6 decades: 0.4, 0.5, 0.6, 0.7
+        labelled = range(1, 10)
+    elif values and hi_d - lo_d <= 2:
+        labelled = (1, 2, 5)
+    lo, hi = float(lo_d), float(hi_d)
+    if len(labelled) > 1:
+        marks = [math.log10(_decimal(m, d)) for d in range(lo_d - 1, hi_d + 2) for m in labelled]
+        below = max(i for i, t in enumerate(marks) if t <= math.log10(min(values)) + 1e-12)
+        above = min(i for i, t in enumerate(marks) if t >= math.log10(max(values)) - 1e-12)
+        below, above = (below - 1, above + 1) if below == above else (below, above)
+        lo, hi = marks[below], marks[above]
+    ticks: list[tuple[float, str]] = []
+    minor: list[float] = []
+    for d in range(lo_d - 1, hi_d + 1):
+        for m in range(1, 10) if stride == 1 else (1,):     # 2..9 lines too, unless they would pile up
+            t = float(d) if m == 1 else math.log10(_decimal(m, d))
+            if lo - 1e-9 <= t <= hi + 1e-9:
+                if m in labelled and d % stride == 0:
+                    ticks.append((t, _labels([_decimal(m, d)], d)[0]))
+                else:
+                    minor.append(t)
+    return _Axis(lo, hi, ticks, minor)
+
+
+def _el(tag: str, text: str = "", **attrs: object) -> str:
+    # keywords spell SVG's attribute names with _ for - (text_anchor, class_); floats go to 0.01 px
+    pairs = " ".join(f"{k.rstrip('_').replace('_', '-')}="
+                     + quoteattr(f"{v:.2f}" if isinstance(v, float) else str(v)) for k, v in attrs.items())
+    return f"<{tag} {pairs}>{escape(text)}</{tag}>" if text else f"<{tag} {pairs}/>"
+
+
+def _svg(runs: Mapping[str, Runs], texts: tuple[str, str, str], log_y: bool) -> str:
+    xs = [p[0] for r in runs.values() for run in r for p in run]
+    ys = [p[1] for r in runs.values() for run in r for p in run]
+    yaxis = _log_axis(ys) if log_y else _linear_axis(ys, 8)
+    if log_y:                                     # from here on y is in axis units
+        runs = {name: [[(x, math.log10(y)) for x, y in run] for run in r] for name, r in runs.items()}
+    for max_ticks in range(8, 1, -1):             # the most x ticks whose labels keep a gap between them
+        xaxis = _linear_axis(xs, max_ticks)
+        if max(len(s) for _, s in xaxis.ticks) * CHAR_W * 1.6 * len(xaxis.ticks) <= PLOT_W:
+            break
+    left = 14 + LABEL_FONT + 10 + max(len(s) for _, s in yaxis.ticks) * CHAR_W + 10
+    top = 24 + TITLE_FONT if texts[0] else 20
+    right, bottom = left + PLOT_W, top + PLOT_H
+    legend_w = 48 + max((len(name) for name in runs), default=0) * CHAR_W
+    width, height = round(right + 30 + legend_w), bottom + 60
+
+    def px(x: float) -> float:
+        return left + (x - xaxis.lo) / (xaxis.hi - xaxis.lo) * PLOT_W
+
+    def py(y: float) -> float:
+        return bottom - (y - yaxis.lo) / (yaxis.hi - yaxis.lo) * PLOT_H
+
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" font-family="{FONT}" font-size="{TICK_FONT}">',
+           _el("rect", width=width, height=height, fill="white")]
+    out += [_el("line", x1=left, x2=right, y1=py(t), y2=py(t), stroke="#eeeeee") for t in yaxis.minor]
+    for t, label in xaxis.ticks:                  # a tick's grid line runs 5 px past the frame as its mark
+        out.append('<g class="xtick">' + _el("line", x1=px(t), x2=px(t), y1=top, y2=bottom + 5, stroke=GRID)
+                   + _el("text", label, x=px(t), y=bottom + 19, text_anchor="middle", fill="#333") + "</g>")
+    for t, label in yaxis.ticks:
+        out.append('<g class="ytick">' + _el("line", x1=left - 5, x2=right, y1=py(t), y2=py(t), stroke=GRID)
+                   + _el("text", label, x=left - 8, y=py(t) + 4, text_anchor="end", fill="#333") + "</g>")
+    out.append(_el("rect", x=left, y=top, width=PLOT_W, height=PLOT_H, fill="none", stroke="#444"))
+    for i, (name, series_runs) in enumerate(runs.items()):
+        color = COLORS[i % len(COLORS)]
+        out.append(f'<g class="series" data-name={quoteattr(name)} stroke="{color}" fill="{color}">')
+        out += [_trace([(px(x), py(y)) for x, y in run]) for run in series_runs]
+        out.append("</g>")
+    return "\n".join(out + _svg_texts(texts, left, top, list(runs), legend_w) + ["</svg>"]) + "\n"
+
+
+def _trace(points: list[tuple[float, float]]) -> str:
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    if max(xs) - min(xs) < 2 and max(ys) - min(ys) < 2:      # one point, or a run that fits in one: a marker
+        return _el("circle", cx=points[0][0], cy=points[0][1], r=3.5)
+    return _el("polyline", points=" ".join(f"{x:.2f},{y:.2f}" for x, y in points), fill="none",
+               stroke_width=1.8, stroke_linejoin="round")
+
+
+def _svg_texts(texts: tuple[str, str, str], left: float, top: float, names: list[str],
+               legend_w: float) -> list[str]:
+    title, xlabel, ylabel = texts
+    right, mid_x = left + PLOT_W, left + PLOT_W / 2
+    out = [_el("text", xlabel, class_="xlabel", x=mid_x, y=top + PLOT_H + 44, text_anchor="middle",
+               font_size=LABEL_FONT),
+           _el("text", ylabel, class_="ylabel", transform=f"translate({12 + LABEL_FONT} {top + PLOT_H / 2})"
+               " rotate(-90)", text_anchor="middle", font_size=LABEL_FONT)]
+    if title:
+        out.append(_el("text", title, class_="title", x=mid_x, y=top - 14, text_anchor="middle",
+                       font_size=TITLE_FONT, font_weight="bold"))
+    if names:                                     # beside the plot, so it never hides a line
+        out += ['<g class="legend">', _el("rect", x=right + 16, y=top, width=legend_w,
+                                           height=10 + 20 * len(names), fill="white", stroke="#cccccc", rx=3)]
+        for i, name in enumerate(names):
+            out.append(_el("line", x1=right + 24, x2=right + 46, y1=top + 15 + 20 * i, y2=top + 15 + 20 * i,
+                           stroke=COLORS[i % len(COLORS)], stroke_width=2.5))
+            out.append(_el("text", name, x=right + 52, y=top + 19 + 20 * i))
+        out.append("</g>")
+    return out
