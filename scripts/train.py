@@ -47,8 +47,6 @@ from typing import Any, Callable
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from tg.utils.progress import progress  # noqa: E402
-
 import tg  # noqa: E402
 import tg.distributed as dist  # noqa: E402
 from tg import GlobalCounters, Tensor, TinyJit, config, nn, profiler  # noqa: E402
@@ -58,6 +56,7 @@ from tg.nn.checkpoint import checkpoint  # noqa: E402
 from tg.nn.state import get_parameters  # noqa: E402
 from tg.utils.flops import mfu, peak_gflops  # noqa: E402
 from tg.utils.plot import line_plot  # noqa: E402
+from tg.utils.progress import progress  # noqa: E402
 from tg.utils.tensorboard import SummaryWriter  # noqa: E402
 
 # ---------------------------------------------------------------------------- data
@@ -166,8 +165,22 @@ class GPT(nn.Module):
 
 def model_flops_per_token(n_params: int, args: argparse.Namespace) -> float:
     """Training FLOPs a token (forward and backward), as PaLM's appendix and nanoGPT count them: 6 per
-    parameter outside the position embedding, plus attention's 12 L T d."""
-    return 6 * (n_params - args.block * args.n_embd) + 12 * args.n_layer * args.block * args.n_embd
+    parameter a matmul uses (all but the embeddings', which are looked up: this GPT's head is not tied
+    to its token embedding), plus attention's 12 L T d."""
+    looked_up = (256 + args.block) * args.n_embd
+    return 6 * (n_params - looked_up) + 12 * args.n_layer * args.block * args.n_embd
+
+
+def machine_peak(run: Run) -> tuple[float, str]:
+    """(GFLOPS a rank, where it comes from) for MFU: --peak-tflops, else tg.utils.flops' (bfloat16 and
+    float16 on a GPU's tensor cores; the CPU computes float16 through float32); NaN when unknown."""
+    if run.args.peak_tflops > 0:
+        return run.args.peak_tflops * 1e3, "--peak-tflops"
+    low = run.precision == "bf16" or (run.precision == "fp16" and device_kind() == "cuda")
+    try:
+        return peak_gflops(dtype="bfloat16" if low else "float32")
+    except ValueError as e:
+        return float("nan"), f"unknown: {e}"
 
 
 def sample(run: Run, n_tokens: int, temperature: float) -> bytes:
@@ -188,6 +201,8 @@ def sample(run: Run, n_tokens: int, temperature: float) -> bytes:
                 ctx = text[-args.block:]
                 window[0, :len(ctx)] = ctx
                 logits = run.model(Tensor(window))[0, len(ctx) - 1].float().numpy().astype(np.float64)
+                if not np.isfinite(logits).all():      # a diverged model writes nothing more
+                    break
                 if temperature <= 0:
                     nxt = int(np.argmax(logits))
                 else:
@@ -238,6 +253,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--sample-tokens", type=int, default=200,
                     help="bytes of text the trained model writes at the end (0: none)")
     ap.add_argument("--temperature", type=float, default=0.8, help="the sample's temperature (0: greedy)")
+    ap.add_argument("--peak-tflops", type=float, default=0.0,
+                    help="a rank's peak for MFU (default: measured on a CPU, a GPU's datasheet)")
     ap.add_argument("--eval-every", type=int, default=200)
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument(
@@ -345,8 +362,12 @@ def train(args: argparse.Namespace) -> dict:
     run = setup(args)
     resume(run)
     announce(run)
-    last_loss = loop(run)
-    return report(run, last_loss)
+    try:
+        last_loss = loop(run)
+        return report(run, last_loss)
+    finally:
+        if run.writer is not None:
+            run.writer.close()
 
 
 def setup(args: argparse.Namespace) -> Run:
@@ -539,16 +560,7 @@ def loop(run: Run) -> float:
     args, rank, world = run.args, run.rank, run.world
     step_fn, eval_fn = step_functions(run)
     batches = iter_epochs(run.loader, run.epoch)
-    tokens_per_step = world * args.batch * args.block
-    flops_per_step = model_flops_per_token(run.n_params, args) * args.batch * args.block   # a rank's
-    peak, peak_unit = peak_gflops(dtype="bfloat16" if run.precision in ("bf16", "fp16") else "float32")
-    if rank == 0:
-        run.writer = SummaryWriter(args.log_dir or str(run.out / "logs"))
-        run.writer.add_text("config", json.dumps(vars(args)), run.start_step)
-        print(f"MFU against {peak / 1e3:.2f} TFLOPS a rank ({peak_unit}); metrics in {run.writer.log_dir}",
-              flush=True)
-    bar = progress(total=args.steps - run.start_step, desc="train", unit="step", disable=rank != 0,
-                   log_every=30.0)
+    log = StepLog(run)
     loss_v = float("nan")
     scale = run.scaler.get_scale() if run.scaler is not None else 0.0
     before = Meter()
@@ -576,43 +588,81 @@ def loop(run: Run) -> float:
         lr = run.sched.get_last_lr()[0]
         run.sched.step()
         run.history["train"].append((step, loss_v))
-        if rank == 0:
-            log_step(run, step, m, {"train/loss": loss_v, "train/lr": lr, "train/grad_norm": norm,
-                                    "perf/tokens_per_s": tokens_per_step / m["step_s"],
-                                    "perf/tflops": flops_per_step / m["step_s"] / 1e12,
-                                    "perf/mfu": mfu(flops_per_step, m["step_s"], peak),
-                                    "perf/model_flops": flops_per_step,
-                                    "memory/peak_mib": float(every[:, 1].max()),
-                                    "time/communication_max_ms": float(every[:, 2].max()) * 1e3})
-            bar.set_postfix_str(f"loss {loss_v:.4f}, {tokens_per_step / m['step_s']:,.0f} tok/s, "
-                                f"MFU {100 * mfu(flops_per_step, m['step_s'], peak):.1f}%, "
-                                f"mem/rank {every[:, 1].max():.0f} MiB")
-        bar.update()
+        log.step(step, m, every, lr, norm)
         last = step == args.steps
         if step % args.eval_every == 0 or last:
             val = evaluate(run, eval_fn)
             run.history["val"].append((step, val))
-            if rank == 0:
-                assert run.writer is not None
-                run.writer.add_scalar("eval/loss", val, step)
-                bar.write(f"  eval loss {val:.4f} at step {step}")
+            log.eval(step, val)
         if args.ckpt_every and step % args.ckpt_every == 0 and not last:
             save(run, step)
         before = Meter()         # evaluation and checkpoints are not the next step's
-    bar.close()
+    log.close()
     return loss_v
 
 
-def log_step(run: Run, step: int, m: dict[str, float], values: dict[str, float]) -> None:
-    """Rank 0: a step's scalars to TensorBoard and metrics.jsonl."""
-    w = run.writer
-    assert w is not None
-    for tag, v in values.items():
-        w.add_scalar(tag, v, step)
-    for key in ("step", "data", "forward_backward", "communication", "optimizer"):
-        w.add_scalar(f"time/{key}_ms", m[f"{key}_s"] * 1e3, step)
-    w.add_scalar("perf/counted_flops", m["counted_flops"], step)
-    w.add_scalar("comm/bytes_per_step", m["bytes_moved"], step)
+class StepLog:
+    """Rank 0's account of the steps: on a terminal a progress bar redrawn in place, in a log a line every
+    --log-every steps; every step's scalars to the metrics writer (TensorBoard and metrics.jsonl)."""
+
+    def __init__(self, run: Run):
+        self.run, args = run, run.args
+        self.tokens = run.world * args.batch * args.block
+        self.flops = model_flops_per_token(run.n_params, args) * args.batch * args.block   # a rank's
+        self.peak, unit = machine_peak(run)
+        profiler.synchronize_phases(True)     # the split is the devices' time on CUDA and OpenCL too
+        self.tty = run.rank == 0 and sys.stdout.isatty()
+        self.bar = progress(total=args.steps - run.start_step, desc="train", unit="step",
+                            disable=not self.tty, file=sys.stdout)
+        if run.rank == 0:
+            run.writer = open_writer(run)
+            run.writer.add_text("config", json.dumps(vars(args)), run.start_step)
+            print(f"MFU against {self.peak / 1e3:.2f} TFLOPS a rank ({unit}); "
+                  f"metrics in {run.writer.log_dir}", flush=True)
+
+    def step(self, step: int, m: dict[str, float], every: np.ndarray, lr: float, norm: float) -> None:
+        self.bar.update()
+        w, run = self.run.writer, self.run
+        if w is None:
+            return
+        loss, used = float(every[:, 0].mean()), mfu(self.flops, m["step_s"], self.peak)
+        values = {"train/loss": loss, "train/lr": lr, "train/grad_norm": norm,
+                  "perf/tokens_per_s": self.tokens / m["step_s"],
+                  "perf/tflops": self.flops / m["step_s"] / 1e12,
+                  "perf/mfu": used, "perf/hfu": mfu(m["counted_flops"], m["step_s"], self.peak),
+                  "perf/model_flops": self.flops, "perf/counted_flops": m["counted_flops"],
+                  "memory/peak_mib": float(every[:, 1].max()), "comm/bytes_per_step": m["bytes_moved"],
+                  "time/communication_max_ms": float(every[:, 2].max()) * 1e3}
+        values.update({f"time/{k}_ms": m[f"{k}_s"] * 1e3
+                       for k in ("step", "data", "forward_backward", "communication", "optimizer")})
+        for tag, v in values.items():
+            w.add_scalar(tag, v, step)
+        said = (f"loss {loss:.4f}, {self.tokens / m['step_s']:,.0f} tok/s, MFU {100 * used:.1f}%, "
+                f"mem/rank {every[:, 1].max():.0f} MiB")
+        self.bar.set_postfix_str(said)
+        if not self.tty and (step % run.args.log_every == 0 or step == run.args.steps):
+            print(f"step {step}/{run.args.steps}  {said}", flush=True)
+
+    def eval(self, step: int, val: float) -> None:
+        if self.run.writer is None:
+            return
+        self.run.writer.add_scalar("eval/loss", val, step)
+        line = f"  eval loss {val:.4f} at step {step}"
+        self.bar.write(line) if self.tty else print(line, flush=True)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def open_writer(run: Run) -> SummaryWriter:
+    """Rank 0's metrics: a resumed run continues its log (steps after the checkpoint purged: they run
+    again); a new run moves an earlier run's log aside, as its checkpoints."""
+    folder = Path(run.args.log_dir or run.out / "logs")
+    if run.start_step == 0 and folder.is_dir() and any(folder.iterdir()):
+        aside = folder.with_name(folder.name + ".previous")
+        shutil.rmtree(aside, ignore_errors=True)
+        os.replace(folder, aside)
+    return SummaryWriter(str(folder), purge_step=run.start_step + 1 if run.start_step else None)
 
 
 def report(run: Run, last_loss: float) -> dict:
@@ -620,7 +670,6 @@ def report(run: Run, last_loss: float) -> dict:
     save(run, run.args.steps)
     history = run.history
     first = history["train"][0][1] if history["train"] else float("nan")
-    text = sample(run, run.args.sample_tokens, run.args.temperature) if run.args.sample_tokens > 0 else b""
     if run.rank == 0:
         line_plot(run.out / "loss.svg", {"train": history["train"], "eval": history["val"]},
                   title=f"tg GPT ({run.n_params / 1e6:.2f}M params, {run.world} rank(s))", xlabel="step",
@@ -631,13 +680,14 @@ def report(run: Run, last_loss: float) -> dict:
             f"plot {run.out / 'loss.svg'}",
             flush=True,
         )
+    text = sample(run, run.args.sample_tokens, run.args.temperature) if run.args.sample_tokens > 0 else b""
+    if run.rank == 0:
         shown = text.decode("utf-8", errors="replace")
         if text:
             print(f"sample ({len(text)} bytes, temperature {run.args.temperature:g}, seed {run.args.seed}):\n"
                   + "\n".join("  | " + ln for ln in shown.splitlines()), flush=True)
         if run.writer is not None:
             run.writer.add_text("sample", shown, run.args.steps)
-            run.writer.close()
         if run.scaler is not None:
             late = sum(s > 50 for s in run.skipped)
             print(f"fp16: {len(run.skipped)} steps skipped on overflow ({late} after step 50), "

@@ -3,7 +3,10 @@
 value within a pixel; the legend names every series) and rasterised with resvg (the picture is not blank,
 each series' colour is inside the frame, every tick label and legend name has glyph pixels, no label
 touches another or runs off the canvas), over generated cases: random series of random lengths and
-magnitudes, and the edge cases (empty, one point, constant, NaN/inf, 1e-12..1e12, x not from 0).
+magnitudes, and the edge cases (empty, one point, constant, NaN/inf, 1e-12..1e12, x not from 0); and
+again at float64's ends: seeded series near its largest value (+-1.8e308), of denormals (5e-324), near
+its smallest normal, and of huge and tiny values mixed, on linear and log axes. Labels and points are
+compared exactly (as Fractions), since float() would round 4.5e-324 to a denormal and 2e+308 to inf.
 The matplotlib backend is checked for files that resvg and PIL accept."""
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import re
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
+from fractions import Fraction
 
 import pytest
 import resvg_py
@@ -25,8 +29,9 @@ from tg.utils import plot
 from tg.utils.plot import line_plot
 
 NS = "{http://www.w3.org/2000/svg}"
-SUFFIX = {"k": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+SUFFIX = {"k": 10 ** 3, "M": 10 ** 6, "G": 10 ** 9, "T": 10 ** 12}
 TICK_FONT = 12
+MAX, NORMAL_MIN, TINY = sys.float_info.max, sys.float_info.min, math.ulp(0.0)   # 1.8e308, 2.2e-308, 5e-324
 
 
 def find_font() -> str:
@@ -55,8 +60,25 @@ def render(svg: str) -> Image.Image:
     return Image.open(io.BytesIO(bytes(png))).convert("RGBA")
 
 
-def number(label: str) -> float:
-    return float(label[:-1]) * SUFFIX[label[-1]] if label[-1] in SUFFIX else float(label)
+def number(label: str) -> Fraction:
+    """A tick label's value, exactly: 0.25, 2.5k, 1e-05, 2e+308, 4.5e-324."""
+    return Fraction(label[:-1]) * SUFFIX[label[-1]] if label[-1] in SUFFIX else Fraction(label)
+
+
+def log10(v: float | Fraction) -> float:
+    """log10 of a positive number, also past float64's range (2e+308, 1e-330)."""
+    f = Fraction(v)
+    return math.log10(f.numerator) - math.log10(f.denominator)
+
+
+def mantissa(v: Fraction) -> Fraction:
+    """v / 10^k in [1, 10), for v > 0."""
+    k = math.floor(log10(v))
+    while v / Fraction(10) ** k >= 10:
+        k += 1
+    while v / Fraction(10) ** k < 1:
+        k -= 1
+    return v / Fraction(10) ** k
 
 
 def points_of(element: ET.Element) -> list[tuple[float, float]]:
@@ -144,7 +166,70 @@ EDGE = {
 }
 
 
-@pytest.fixture(params=generated_cases() + [pytest.param(c, id=n) for n, c in EDGE.items()])
+def extreme(rng: random.Random, kind: str) -> float:
+    """A positive value of one kind: near float64's largest, a denormal, near its smallest normal, or
+    anywhere from 1e-323 to 1e308 on a log scale."""
+    if kind == "huge":
+        return rng.choice([MAX, rng.uniform(0.5, 1.0) * MAX, 10 ** rng.uniform(300, 308)])
+    if kind == "denormal":
+        return rng.choice([TINY, rng.randint(1, 2 ** rng.randint(1, 52) - 1) * TINY])
+    if kind == "tiny":
+        return NORMAL_MIN * rng.uniform(1, 1e3)
+    return 10 ** rng.uniform(-323, 308)
+
+
+def extreme_cases():
+    """Seeded series at float64's ends: huge, denormal, tiny, mixed; y (and sometimes x) signed on a linear
+    axis, with zeros and NaN/inf gaps now and then."""
+    rng = random.Random(308)
+    mixes = [["huge"], ["denormal"], ["tiny"], ["huge", "denormal"], ["huge", "tiny", "denormal", "any"],
+             ["any"]]
+    cases = []
+    for k in range(36):
+        log_y, kinds = k % 2 == 1, mixes[k // 2 % len(mixes)]
+        series = {}
+        for name in ("train", "eval", "grad norm")[:rng.randint(1, 3)]:
+            n = rng.choice([1, 2, 3, rng.randint(4, 60)])
+            ys = [extreme(rng, rng.choice(kinds)) for _ in range(n)]
+            if not log_y and rng.random() < 0.6:                  # both signs, and 0
+                ys = [rng.choice([-1.0, 1.0, 1.0, 0.0]) * y for y in ys]
+            xs: list[float] = list(range(n))
+            if rng.random() < 0.4:                                # x at the ends too
+                xs = sorted(rng.choice([-1.0, 1.0]) * extreme(rng, rng.choice(kinds)) for _ in range(n))
+            points = list(zip(xs, ys))
+            if n > 3 and rng.random() < 0.3:
+                i = rng.randrange(n)
+                points[i] = (points[i][0], rng.choice([math.nan, math.inf, -math.inf]))
+            series[name] = points
+        name = f"extreme{k}-{'+'.join(kinds)}{'-log' if log_y else ''}"
+        cases.append(pytest.param((series, log_y), id=name))
+    return cases
+
+
+EXTREME = {
+    "max-both-signs": ({"train": [(0, MAX), (1, -MAX)]}, False),
+    "1e308-both-signs": ({"train": [(0, 1e308), (1, -1e308)]}, False),
+    "1.7e308-to-1e308": ({"train": [(0, 1.7e308), (1, 1e308)]}, False),
+    "constant-max": ({"train": [(i, MAX) for i in range(5)], "eval": [(2, -MAX)]}, False),
+    "constant-neg-max": ({"train": [(i, -MAX) for i in range(5)]}, False),
+    "x-max-both-signs": ({"train": [(-MAX, 1.0), (0.0, 3.0), (MAX, 2.0)]}, False),
+    "one-ulp-at-1e308": ({"train": [(0, 1e308), (1, math.nextafter(1e308, math.inf))]}, False),
+    "x-64-past-1e17": ({"train": [(1e17, 1.0), (1e17 + 64, 2.0)]}, False),
+    "denormals": ({"train": [(i, i * TINY) for i in range(10)]}, False),
+    "constant-denormal": ({"train": [(0, TINY), (1, TINY)]}, False),
+    "mixed-huge-tiny": ({"train": [(0, 1e308), (1, 1e-308), (2, TINY), (3, -1e-300), (4, 0.0)]}, False),
+    "log-denormal": ({"train": [(1, 5e-324), (2, 1.0)]}, True),
+    "log-denormals": ({"train": [(i, i * TINY) for i in range(1, 4)]}, True),
+    "log-one-denormal": ({"train": [(1, TINY)]}, True),
+    "log-full-range": ({"train": [(0, TINY), (1, MAX)], "eval": [(0, 1.0)]}, True),
+    "log-max": ({"train": [(0, MAX)]}, True),
+    "log-near-max": ({"train": [(0, 1e308), (1, MAX)]}, True),
+    "log-mixed-huge-tiny": ({"train": [(0, 1e308), (1, 1e-308), (2, TINY), (3, 1.0)]}, True),
+}
+
+
+@pytest.fixture(params=generated_cases() + [pytest.param(c, id=n) for n, c in EDGE.items()] + extreme_cases()
+                + [pytest.param(c, id=n) for n, c in EXTREME.items()])
 def drawn(request, tmp_path):
     series, log_y = request.param
     path = tmp_path / "plot.svg"
@@ -159,35 +244,36 @@ def check_axis(ticks: list[tuple[float, str]], data: list[float], log: bool, inc
     assert values == sorted(values) and len(set(values)) == len(values), f"tick labels out of order: {ticks}"
     pixels = [p for p, _ in ticks]
     assert pixels == sorted(pixels, reverse=not increasing_px), f"tick positions not monotonic: {ticks}"
+    assert len(set(pixels)) == len(pixels), f"ticks drawn on one another: {ticks}"
     if data:
-        tol = (values[-1] - values[0]) * 1e-9
-        assert values[0] <= min(data) + tol and values[-1] >= max(data) - tol, (values, min(data), max(data))
+        lo, hi = Fraction(min(data)), Fraction(max(data))
+        tol = (values[-1] - values[0]) / 10 ** 9
+        assert values[0] <= lo + tol and values[-1] >= hi - tol, (ticks, min(data), max(data))
     if log:                               # decades; 2s and 5s too under ~2 decades, every 1..9 under one
-        within_decade = bool(data) and max(data) < 10 * min(data)
+        within_decade = bool(data) and hi < 10 * lo
         for v in values:
-            mantissa = v / 10 ** math.floor(math.log10(v) + 1e-9)
             allowed = range(1, 10) if within_decade else (1, 2, 5)
-            assert min(abs(mantissa - m) for m in allowed) < 1e-9, f"log tick {v} is not {allowed} x 10^k"
-        if data and math.log10(max(data) / min(data)) > 2:
-            assert all(math.log10(v) == round(math.log10(v)) for v in values), f"not all decades: {values}"
+            assert mantissa(v) in allowed, f"log tick {v} is not {allowed} x 10^k"
+        if data and log10(hi / lo) > 2:
+            assert all(mantissa(v) == 1 for v in values), f"not all decades: {ticks}"
         return
     steps = [b - a for a, b in zip(values, values[1:])]
     step = steps[0]
-    assert all(abs(s - step) <= 1e-9 * step for s in steps), f"uneven ticks {values}"
-    mantissa = step / 10 ** math.floor(math.log10(step) + 1e-9)
-    assert min(abs(mantissa - m) for m in (1, 2, 5)) < 1e-9, f"tick step {step} is not 1, 2 or 5 x 10^k"
-    assert all(abs(v / step - round(v / step)) < 1e-6 for v in values), f"ticks off the step grid: {values}"
+    assert all(s == step for s in steps), f"uneven ticks {ticks}"
+    assert mantissa(step) in (1, 2, 5), f"tick step {step} is not 1, 2 or 5 x 10^k: {ticks}"
+    assert all((v / step).denominator == 1 for v in values), f"ticks off the step grid: {ticks}"
 
 
 def pixel_map(ticks: list[tuple[float, str]], log: bool):
-    """The data -> pixel map the ticks define (first and last), checked against every tick in between."""
-    units = [math.log10(number(s)) if log else number(s) for _, s in ticks]
+    """The data -> pixel map the ticks define (first and last), checked against every tick in between.
+    Worked in Fractions (log10s of them on a log axis), so it holds at float64's ends too."""
+    units = [log10(number(s)) if log else number(s) for _, s in ticks]
     (p0, u0), (p1, u1) = (ticks[0][0], units[0]), (ticks[-1][0], units[-1])
 
     def to_px(v: float) -> float:
-        return p0 + ((math.log10(v) if log else v) - u0) / (u1 - u0) * (p1 - p0)
-    for (p, _), u in zip(ticks, units):
-        assert abs(p0 + (u - u0) / (u1 - u0) * (p1 - p0) - p) < 0.5, f"tick {u} at {p}, off the axis' map"
+        return p0 + float(((log10(v) if log else Fraction(v)) - u0) / (u1 - u0)) * (p1 - p0)
+    for (p, label), u in zip(ticks, units):
+        assert abs(p0 + float((u - u0) / (u1 - u0)) * (p1 - p0) - p) < 0.5, f"tick {label} at {p}: off"
     return to_px
 
 
@@ -338,11 +424,13 @@ def test_import_loads_no_plotting_library():
     assert subprocess.run([sys.executable, "-c", code], cwd=root).returncode == 0, "plot imported matplotlib"
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in exp:RuntimeWarning")    # matplotlib's, at 1e308
 @pytest.mark.parametrize("suffix", [".svg", ".png"])
-@pytest.mark.parametrize("case", ["nan-inf", "single-point", "log-narrow", "huge", "empty"])
+@pytest.mark.parametrize("case", ["nan-inf", "single-point", "log-narrow", "huge", "empty", "max-both-signs",
+                                  "1.7e308-to-1e308", "x-max-both-signs", "denormals", "log-full-range"])
 def test_matplotlib_backend_writes_a_valid_file(tmp_path, suffix, case):
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
-    series, log_y = EDGE[case]
+    series, log_y = {**EDGE, **EXTREME}[case]
     path = tmp_path / f"p{suffix}"
     line_plot(path, series, title="loss", log_y=log_y)                       # auto picks matplotlib
     if suffix == ".svg":

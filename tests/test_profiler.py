@@ -125,9 +125,33 @@ def test_bad_schedule_and_sort_key_are_refused():
         pass
     with pytest.raises(ValueError, match="sort_by one of"):
         prof.key_averages().table(sort_by="bogus")
-    with profiler.profile():
-        with pytest.raises(RuntimeError, match="another profile"):
-            profiler.profile().start()
+    with profiler.profile() as prof:
+        with pytest.raises(RuntimeError, match="already recording"):
+            prof.start()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_profiles_nest_each_with_its_own_window(seed):
+    """A script's profile inside a whole-run one (TG_PROFILE's): each sees what ran while it recorded;
+    the outer one keeps recording after the inner stops."""
+    r = random.Random(seed)
+    names = [f"r{i}" for i in range(r.randint(3, 8))]
+    a, b = sorted(r.sample(range(len(names) + 1), 2))
+    outer = profiler.profile()
+    outer.start()
+    inner = profiler.profile()
+    for i, name in enumerate(names):
+        if i == a:
+            inner.start()
+        if i == b:
+            inner.stop()
+        with profiler.record_function(name):
+            pass
+    inner.stop()
+    outer.stop()
+    assert [e.name for e in outer.events()] == names
+    assert [e.name for e in inner.events()] == names[a:b]
+    assert not trace.ON
 
 
 @pytest.mark.parametrize("seed", range(5))
@@ -147,12 +171,9 @@ def test_self_time_is_total_less_direct_children(seed):
         made.append(node)
         return node
     grow("root", 1000, 1000 + r.randint(100, 10000), 0)
-    trace.start()
-    for name, a, b, _ in made:
-        trace.span(name, "user", a * 1000, b * 1000)
-    trace.stop()
-    prof = profiler.profile()
-    prof._keep()
+    with profiler.profile() as prof:
+        for name, a, b, _ in made:
+            trace.span(name, "user", a * 1000, b * 1000)
     got = {e.name: e.self_us for e in prof.events()}
     for name, a, b, kids in made:
         assert got[name] == pytest.approx((b - a) - sum(k[2] - k[1] for k in kids))

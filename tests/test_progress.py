@@ -1,11 +1,13 @@
 """tg.utils.progress against a fake terminal (a StringIO whose isatty() is True, its output replayed
 through a small screen model that honours "\\r" and "\\n"), a plain log stream and a fake clock: the
 rate, ETA, percent and bar of generated update sequences, one redrawn line on a terminal and no "\\r" in
-a log, messages that never mix into the bar, iteration that yields every element once, and a bar that
-is closed by an exception in the loop."""
+a log, messages that never mix into the bar, iteration that yields every element once, a bar that is
+closed by an exception in the loop, and totals as tqdm takes them (inf or NaN: unknown; negative: an
+error)."""
 from __future__ import annotations
 
 import io
+import math
 import os
 import random
 import re
@@ -294,3 +296,34 @@ def test_a_real_terminal_line_is_cut_to_its_width():
 def test_no_iterable_says_what_to_do():
     with pytest.raises(TypeError, match=r"wraps no iterable: pass one .* or drive it with update\(\)"):
         list(progress(total=3, file=io.StringIO()))
+
+
+@pytest.mark.parametrize("total", [math.inf, math.nan, np.float64("inf"), np.float32("nan")],
+                         ids=["inf", "nan", "np.inf", "np.nan32"])
+def test_inf_or_nan_total_is_unknown_as_in_tqdm(total):
+    clock, out = Clock(), FakeTTY()
+    bar = progress(total=total, desc="train", file=out, clock=clock, mininterval=0)
+    assert bar.total is None
+    for _ in range(3):
+        clock.now += 2
+        bar.update(5)
+        check_status(screen(out.getvalue())[0].removeprefix("train: "), bar.n, None, clock.now - 1000, "it")
+    bar.close()
+    assert screen(out.getvalue()) == ["train: 15it [00:06, 2.50it/s]", ""]      # no percent, bar or ETA
+
+    log, clock = io.StringIO(), Clock()                   # a total given beats the iterable's len(), as tqdm
+    for _ in progress(range(4), total=total, desc="train", file=log, clock=clock, log_every=3):
+        clock.now += 2
+    assert log.getvalue().splitlines()[-1] == "train: 4 it in 00:08 (2.00s/it)"
+    for line in log.getvalue().splitlines()[:-1]:
+        assert parse(line.removeprefix("train: "))["pct"] is None, line
+
+
+@pytest.mark.parametrize("total", [-1, -0.5, -math.inf, np.int64(-3)])
+def test_negative_total_says_what_to_do(total):
+    with pytest.raises(ValueError, match=r"total must be >= 0 \(the number of tok expected\), got -.*; "
+                                         r"pass total=None \(or float\('inf'\)\) when it is not known"):
+        progress(total=total, unit="tok", file=io.StringIO())
+    out = io.StringIO()
+    progress(total=0, file=out, clock=Clock()).close()       # 0 is a total: nothing to do
+    assert out.getvalue() == "0/0 it in 00:00 (?it/s)\n"

@@ -234,6 +234,9 @@ KNOBS: dict[str, Knob] = {
         Knob("TG_PROFILE", str, "",
              "folder: profile the whole process and write trace.rank<RANK>.json there at exit "
              "(tglaunch --profile sets it and merges the ranks' traces into trace.json)"),
+        Knob("TG_PROFILE_EVENTS", int, 1 << 20,
+             "events a TG_PROFILE profile keeps, the newest (about 0.3 KiB each; a kernel launch is one, its "
+             "output's allocation and free two more)"),
         Knob("TG_FSDP_PREFETCH", int, 1,
              "1: FSDP gathers the next unit while one computes (forward and backward); 0: each unit's "
              "gather starts when it is needed (to measure what the overlap saves)"),

@@ -38,7 +38,7 @@ from tg import config
 from tg.core import trace
 
 __all__ = ["profile", "record_function", "schedule", "ProfilerAction", "ProfilerActivity", "Event",
-           "merge_traces", "tensorboard_trace_handler", "phase", "phase_seconds"]
+           "merge_traces", "tensorboard_trace_handler", "phase", "phase_seconds", "synchronize_phases"]
 
 
 def phase(name: str) -> str:
@@ -134,8 +134,8 @@ class Event:
 
 class profile:
     """Records while active (between start and stop; with a `schedule`, only in its RECORD steps, and
-    `step()` marks a step's end). One profile records at a time."""
-    _active: profile | None = None
+    `step()` marks a step's end). Profiles may nest or overlap: each reads its own window of the one log."""
+    _active: list[profile] = []
 
     def __init__(self, *, activities: Any = None, schedule: Callable[[int], ProfilerAction] | None = None,
                  on_trace_ready: Callable[[profile], None] | None = None, record_shapes: bool = False,
@@ -144,6 +144,7 @@ class profile:
         self.schedule, self.on_trace_ready, self.max_events = schedule, on_trace_ready, max_events
         self.step_num = 0
         self._action = ProfilerAction.NONE
+        self._mark: int | None = None        # trace count where this window starts, while recording
         self._events: list[tuple] = []
         self._threads: dict[int, str] = {}
 
@@ -155,53 +156,57 @@ class profile:
         self.stop()
 
     def start(self) -> None:
-        if profile._active is not None:
-            raise RuntimeError("[profiler] another profile is recording; stop it first (one at a time)")
-        profile._active = self
+        if self in profile._active:
+            raise RuntimeError("[profiler] this profile is already recording; stop() it before start()")
+        profile._active.append(self)
         self.step_num = 0
         self._action = ProfilerAction.RECORD if self.schedule is None else self.schedule(0)
         if self._action is not ProfilerAction.NONE:
-            trace.start(self.max_events)
+            self._mark = trace.start(self.max_events)
 
     def stop(self) -> None:
-        if profile._active is not self:
+        if self not in profile._active:
             return
         if self._action in (ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE):
             self._keep()
             if self.on_trace_ready is not None:
                 self.on_trace_ready(self)
-        trace.stop()
-        profile._active = None
+        self._pause()
+        profile._active.remove(self)
+
+    def _pause(self) -> None:
+        if self._mark is not None:
+            trace.stop()
+            self._mark = None
 
     def step(self) -> None:
         """The end of a training step: move along the schedule."""
-        if self.schedule is None:
-            self.step_num += 1
-            return
-        before = self._action
         self.step_num += 1
-        self._action = self.schedule(self.step_num)
-        if before is ProfilerAction.RECORD_AND_SAVE or (before is ProfilerAction.RECORD
-                                                        and self._action in (ProfilerAction.NONE,
-                                                                             ProfilerAction.WARMUP)):
+        if self.schedule is None:
+            return
+        before, self._action = self._action, self.schedule(self.step_num)
+        RECORD, SAVE, WARMUP = ProfilerAction.RECORD, ProfilerAction.RECORD_AND_SAVE, ProfilerAction.WARMUP
+        if before is SAVE or (before is RECORD and self._action in (ProfilerAction.NONE, WARMUP)):
             self._keep()
             if self.on_trace_ready is not None:
                 self.on_trace_ready(self)
         if self._action is ProfilerAction.NONE:
-            trace.stop()
-        elif before in (ProfilerAction.NONE, ProfilerAction.RECORD_AND_SAVE) or \
-                (before is ProfilerAction.WARMUP and self._action is not ProfilerAction.WARMUP):
-            trace.start(self.max_events)      # a fresh log: what warmup recorded is thrown away
+            self._pause()
+        elif self._mark is None:
+            self._mark = trace.start(self.max_events)
+        elif before is SAVE or (before is WARMUP and self._action is not WARMUP):
+            self._mark = trace.recorded           # a new window: what warmup recorded is left out
 
     def _keep(self) -> None:
-        self._events, self._threads = trace.events(), trace.threads()
+        if self._mark is not None:
+            self._events, self._threads = trace.since(self._mark), trace.threads()
 
     # ------------------------------------------------------------------ reading what was recorded
     def events(self) -> list[Event]:
         """What the last recorded span of steps holds (while recording without a schedule: so far)."""
-        if profile._active is self and self.schedule is None:
+        if self in profile._active and self.schedule is None:
             self._keep()
-        return _with_self_times([Event(name, cat, ph, t / 1000, d / 1000, tid, args or {})
+        return _with_self_times([Event(name, cat, ph, t / 1000, d / 1000, tid, _args(args))
                                  for ph, name, cat, t, d, tid, args in self._events])
 
     def key_averages(self) -> Averages:
@@ -210,6 +215,12 @@ class profile:
     def export_chrome_trace(self, path: str) -> None:
         """The events as a Chrome trace (Perfetto, chrome://tracing), written atomically."""
         _write_json(path, chrome_trace(self.events(), self._threads))
+
+
+def _args(args: dict | tuple | None) -> dict:
+    if isinstance(args, tuple):          # a kernel launch's (trace.KERNEL_ARGS)
+        return dict(zip(trace.KERNEL_ARGS, args))
+    return args or {}
 
 
 def _with_self_times(events: list[Event]) -> list[Event]:
@@ -355,12 +366,13 @@ def _write_json(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-_process: list[Callable[[], None]] = []     # profile_process's writer, while it is pending
+_process: list[tuple[profile, Callable[[], None]]] = []     # profile_process's, while its writer is pending
 
 
 def profile_process(folder: str) -> profile:
-    """Profile this whole process (TG_PROFILE): the trace goes to folder/trace.rank<R>.json at exit."""
-    prof = profile()
+    """Profile this whole process (TG_PROFILE): its newest TG_PROFILE_EVENTS events go to
+    folder/trace.rank<R>.json at exit (a process killed by a signal writes nothing)."""
+    prof = profile(max_events=config.TG_PROFILE_EVENTS)
     prof.start()
     rank = max(config.RANK, 0)
 
@@ -369,7 +381,7 @@ def profile_process(folder: str) -> profile:
         os.makedirs(folder, exist_ok=True)
         prof.export_chrome_trace(os.path.join(folder, f"trace.rank{rank}.json"))
     atexit.register(write)
-    _process.append(write)
+    _process.append((prof, write))
     return prof
 
 
@@ -377,7 +389,16 @@ def cancel_process_profile() -> None:
     """Stop profile_process's profile and write nothing (tglaunch's own process: TG_PROFILE in its
     environment is for its workers, whose rank 0 writes trace.rank0.json)."""
     while _process:
-        write = _process.pop()
+        prof, write = _process.pop()
         atexit.unregister(write)
-        if profile._active is not None:
-            profile._active.stop()
+        prof.stop()
+
+
+def synchronize_phases(on: bool = True) -> None:
+    """Wait for every opened device at the optimizer's phase mark (see phase), so that on an asynchronous
+    device (CUDA, OpenCL) a step's forward+backward and optimizer times are the devices', not only the
+    host's launching; it costs the overlap of the two (nothing on the CPU, whose kernels are synchronous)."""
+    trace.phase_sync.clear()
+    if on:
+        from tg.core.device import Device
+        trace.phase_sync.append(Device.synchronize_all)

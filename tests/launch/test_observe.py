@@ -85,6 +85,40 @@ def test_summary_names_the_ranks_behind_and_what_the_others_wait_in(seed):
                and all(str(w) in ln.split(" wait")[0] for w in waiting) for ln in lines)
 
 
+def test_summary_names_diverged_calls_and_ranks_without_a_ring():
+    rings = {0: ring(6, "transferring"), 1: ring(5, "done") + ring(6, "transferring", kind="leave")[-1:]}
+    lines = flight.summary(rings, now=3.0, expected=[0, 1, 2])
+    assert lines[0].startswith("rank 2 left no flight record")
+    assert "the calls diverged at #6 in group default: rank 0 all_reduce #6 (float32[8]), rank 1 leave #6" \
+        in "\n".join(lines)
+
+
+def test_a_busy_group_does_not_push_another_groups_last_call_out(tmp_path):
+    rec = flight.Recorder(rank=0, slots=4, path=str(tmp_path / "r.flight"))
+    t = rec.issue("default", 7, "all_reduce", "float32", 3, 12)
+    rec.update(t, flight.TRANSFERRING)
+    for i in range(20):
+        rec.update(rec.issue("sub", i + 1, "broadcast", "int64", 1, 8), flight.DONE)
+    entries = flight.read_file(str(tmp_path / "r.flight"))[2]
+    default = [e for e in entries if e["group"] == "default"]
+    assert [(e["seq"], e["state"]) for e in default] == [(7, "transferring")]
+    assert [e["seq"] for e in entries if e["group"] == "sub"] == [17, 18, 19, 20]
+    rec.update(t, flight.DONE)
+    assert [e["state"] for e in flight.read_file(str(tmp_path / "r.flight"))[2] if e["group"] == "default"] \
+        == ["done"]
+
+
+def test_an_unmakeable_ring_file_falls_back_to_memory(tmp_path, monkeypatch):
+    monkeypatch.setenv("TG_FLIGHT_DIR", str(tmp_path / "missing"))
+    monkeypatch.setattr(flight, "_made", False)
+    monkeypatch.setattr(flight, "_recorder", None)
+    with pytest.warns(UserWarning, match="could not be made"):
+        rec = flight.recorder(3)
+    assert rec is not None and rec.path is None
+    rec.update(rec.issue("default", 1, "barrier", "-", 0, 0), flight.DONE)
+    assert rec.entries()[0]["kind"] == "barrier"
+
+
 def test_summary_when_every_rank_is_in_the_same_call():
     lines = flight.summary({0: ring(5, "transferring"), 1: ring(5, "transferring")}, now=3.0)
     assert lines[0] == "every rank of group default reached all_reduce #5 (float32[8])"
@@ -138,9 +172,9 @@ def test_profile_merges_every_ranks_trace_with_collectives_lined_up(tmp_path):
     text = tmp_path / "corpus.txt"
     text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
     script = str(REPO / "scripts" / "train.py")
-    args = ["--data", str(text), "--steps", "3", "--batch", "2", "--block", "16", "--n-layer", "1", "--n-embd",
-            "32", "--n-head", "2", "--eval-every", "3", "--eval-batches", "1", "--warmup", "1", "--precision",
-            "fp32", "--sample-tokens", "2", "--out", str(tmp_path / "run")]
+    args = ["--data", str(text), "--steps", "3", "--batch", "2", "--block", "16", "--n-layer", "1",
+            "--n-embd", "32", "--n-head", "2", "--eval-every", "3", "--eval-batches", "1", "--warmup", "1",
+            "--precision", "fp32", "--sample-tokens", "2", "--out", str(tmp_path / "run")]
     r = launch("--nproc", "2", "--profile", str(tmp_path / "prof"), script, *args)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "merged the traces of 2 rank(s)" in r.stderr
@@ -180,3 +214,53 @@ def test_profile_from_the_environment_is_the_workers(tmp_path):
     for rank in (0, 1):
         events = json.loads((tmp_path / "prof" / f"trace.rank{rank}.json").read_text())["traceEvents"]
         assert any(e.get("cat") == "collective" for e in events), rank
+
+
+def test_the_environment_sets_the_ring_and_zero_turns_it_off(tmp_path):
+    script = tmp_path / "w.py"
+    script.write_text(textwrap.dedent(LOOP))
+    r = launch("--nproc", "2", "--grace", "1", str(script), "kill", "4", env={"TG_FLIGHT_RECORDER": "0"})
+    assert r.returncode != 0 and "flight recorder:" not in r.stderr
+    r = launch("--nproc", "2", "--grace", "1", "--log-dir", str(tmp_path / "logs"), str(script), "kill", "9",
+               env={"TG_FLIGHT_RECORDER": "3"})
+    dump = json.loads((tmp_path / "logs" / "flight_recorder.json").read_text())
+    assert 1 <= len([e for e in dump["1"] if e["group"] == "default"]) <= 3
+
+
+def test_mpi_jobs_get_the_summary_too(tmp_path):
+    import shutil
+    if shutil.which("mpiexec") is None:
+        from tg.launch.agent import mpiexec_command
+        assert mpiexec_command(2) is not None, "the dev extra installs Open MPI (mpiexec)"
+    script = tmp_path / "w.py"
+    script.write_text(textwrap.dedent(LOOP))
+    r = launch("--nproc", "2", "--backend", "mpi", "--log-dir", str(tmp_path / "logs"), str(script), "kill",
+               "5", env={"TG_DIST_TIMEOUT": "5"})
+    assert r.returncode != 0
+    assert re.search(r"flight recorder: rank 1 is behind in group default: its last was \w+ #7 ", r.stderr), \
+        r.stderr[-3000:]
+
+
+def test_a_forked_child_records_in_its_own_ring(tmp_path, monkeypatch):
+    """A DataLoader worker forked after init must neither write the parent's ring file nor carry its
+    records: its own ring, in memory."""
+    import os
+
+    import tg.distributed.startup  # noqa: F401  (registers the fork hook)
+    monkeypatch.setenv("TG_FLIGHT_DIR", str(tmp_path))
+    monkeypatch.setattr(flight, "_made", False)
+    monkeypatch.setattr(flight, "_recorder", None)
+    monkeypatch.setattr(flight, "_in_memory", False)
+    parent = flight.recorder(0)
+    assert parent is not None and parent.path == str(tmp_path / "rank0.flight")
+    parent.issue("default", 1, "all_reduce", "float32", 1, 4)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        child = flight.recorder(0)
+        ok = child is not None and child is not parent and child.path is None and child.entries() == []
+        os.write(write, b"1" if ok else b"0")
+        os._exit(0)
+    os.waitpid(pid, 0)
+    assert os.read(read, 1) == b"1"
+    assert [e["seq"] for e in flight.read_file(parent.path)[2]] == [1]

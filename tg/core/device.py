@@ -538,6 +538,11 @@ class _Registry:
             self._opened[name] = found
         return found
 
+    def synchronize_all(self) -> None:
+        """Wait for every device opened so far to finish what it was given."""
+        for dev in {id(d): d for d in self._opened.values()}.values():
+            dev.synchronize()
+
     @property
     def DEFAULT(self) -> str:
         """TG_DEVICE if set, else the most preferred usable kind (CUDA when a GPU is usable, else

@@ -494,9 +494,8 @@ def _run_item(it: ScheduleItem, debug: int) -> int:
         info = getattr(prog, "info", None)
         if size > 0:
             if trace.ON:
-                trace.launch(prog, bufs, out.device, info.flops if info is not None else 0,
-                             info.mem_bytes if info is not None else 0)
-                elapsed = None
+                elapsed = trace.launch(prog, bufs, out.device, info.flops if info is not None else 0,
+                                       info.mem_bytes if info is not None else 0)
             else:
                 elapsed = prog(bufs, wait=debug >= 2)
             if capture.active() is not None:

@@ -1,15 +1,18 @@
 """The profiler's event log (tg.profiler reads it). Every recording site in tg is written
-`if trace.ON: trace.<record>(...)`, so while no profiler runs a site costs one module attribute read and
+`if trace.ON: trace.<record>(...)`, so while no profile records a site costs one module attribute read and
 records nothing (`recorded` stays put: tests pin that, not a timer).
 
-Events are tuples kept in a bounded deque, oldest dropped first:
+One log for the process, a bounded deque (the newest kept); each profile that records is a reader of it
+from the count it started at (`start` returns it, `since` reads from it), so profiles may nest (a
+script's own inside TG_PROFILE's whole-run one). Events are tuples:
     ("X", name, category, start ns, duration ns, thread id, args)   a span (Chrome's complete event)
     ("C", name, category, time ns, 0, thread id, {series: value})   a counter sample
     ("i", name, category, time ns, 0, thread id, args)              an instant
-Times are time.perf_counter_ns() (CLOCK_MONOTONIC on Linux: one clock for every process of a host);
-tg.profiler maps them onto the wall clock to merge the traces of a job's ranks.
+args is a dict, None, or for a kernel launch the tuple KERNEL_ARGS names (smaller: a kernel's is the
+commonest event). Times are time.perf_counter_ns() (CLOCK_MONOTONIC on Linux: one clock for every
+process of a host); tg.profiler maps them onto the wall clock to merge the traces of a job's ranks.
 
-    >>> start(); span("work", "user", now()); stop(); [e[1] for e in events()]
+    >>> mark = start(); span("work", "user", now()); stop(); [e[1] for e in since(mark)]
     ['work']
     >>> _ = phase("data"); phase("other"), phase_ns["data"] > 0
     ('data', True)
@@ -19,12 +22,14 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import Any, Callable
 
-ON = False          # read at every recording site
+ON = False          # read at every recording site: some profile records
 recorded = 0        # events recorded since the process started (profiled or not)
 _events: deque[tuple] = deque(maxlen=1 << 20)
 _threads: dict[int, str] = {}    # thread id -> name, of every thread that recorded
+_readers = 0                     # profiles recording now
+KERNEL_ARGS = ("device", "flops", "bytes", "device_us")
 
 now = time.perf_counter_ns
 
@@ -50,30 +55,42 @@ def phase(name: str) -> str:
     return before
 
 
+# called before a phase mark when set (tg.profiler.synchronize_phases): waits for the devices, so that a
+# step's split is the devices' time and not only the host's launching on an asynchronous device
+phase_sync: list[Callable[[], None]] = []
+
+
 def optimizer_phase() -> None:
     """The optimizer's part of a step starts (an optimizer's host step, in replays too)."""
+    for wait in phase_sync:
+        wait()
     phase("optimizer")
 
 
-def start(max_events: int = 1 << 20) -> None:
-    """Record from now on (into an empty log of at most max_events, the newest kept)."""
-    global ON, _events
-    _events = deque(maxlen=max_events)
-    _threads.clear()
+def start(max_events: int = 1 << 20) -> int:
+    """A profile starts recording; returns the count to read its events from (`since`). The log keeps
+    the newest max_events (the largest any recording profile asked for)."""
+    global ON, _events, _readers
+    if _readers == 0:
+        _events.clear()
+    if max_events != _events.maxlen and (_readers == 0 or max_events > (_events.maxlen or 0)):
+        _events = deque(_events, maxlen=max_events)
+    _readers += 1
     ON = True
+    return recorded
 
 
 def stop() -> None:
-    global ON
-    ON = False
+    """A profile stops recording (the log records while any other still does)."""
+    global ON, _readers
+    _readers = max(0, _readers - 1)
+    ON = _readers > 0
 
 
-def clear() -> None:
-    _events.clear()
-
-
-def events() -> list[tuple]:
-    return list(_events)
+def since(mark: int) -> list[tuple]:
+    """The events recorded from count `mark` on that the log still holds."""
+    n = min(recorded - mark, len(_events))
+    return list(_events)[len(_events) - n:] if n > 0 else []
 
 
 def threads() -> dict[int, str]:
@@ -87,7 +104,8 @@ def _tid() -> int:
     return tid
 
 
-def span(name: str, cat: str, start_ns: int, end_ns: int | None = None, args: dict | None = None) -> None:
+def span(name: str, cat: str, start_ns: int, end_ns: int | None = None,
+         args: dict | tuple | None = None) -> None:
     """A span from start_ns to end_ns (now when None) on this thread."""
     global recorded
     recorded += 1
@@ -106,13 +124,13 @@ def instant(name: str, cat: str, args: dict | None = None) -> None:
     _events.append(("i", name, cat, now(), 0, _tid(), args))
 
 
-def launch(prog: Any, bufs: list, device: str, flops: int, nbytes: int) -> None:
+def launch(prog: Any, bufs: list, device: str, flops: int, nbytes: int) -> float | None:
     """Run a kernel launch waiting for it, as a span named as DEBUG=2 prints it, with the kernel's own
-    FLOP and byte counts and the device's time for it."""
+    FLOP and byte counts and the device's time for it (returned, as the program returns it)."""
     t0 = now()
     took = prog(bufs, wait=True)
-    span(prog.name, "kernel", t0, None, {"device": device, "flops": flops, "bytes": nbytes,
-                                         "device_us": round((took or 0.0) * 1e6, 3)})
+    span(prog.name, "kernel", t0, None, (device, flops, nbytes, round((took or 0.0) * 1e6, 3)))
+    return took
 
 
 class region:

@@ -1,11 +1,13 @@
 """The flight recorder: every rank's last collectives (TG_FLIGHT_RECORDER of them; NCCL's flight
 recorder in torch), each with its group, number, kind, dtype, count, bytes, state (issued ->
-transferring -> done | failed) and wall-clock times.
+transferring -> done | failed) and wall-clock times, plus the newest record of each group (so a busy
+group cannot push another's last call out of the ring).
 
-The ring is a file under TG_FLIGHT_DIR when the launcher gives one (tglaunch does, per attempt),
-written in place through a memory map: a rank killed by SIGKILL or stopped by SIGSTOP leaves it readable,
-so the launcher reads every rank's ring when a job fails and prints who is behind (`summary`). Without
-the folder the ring is in memory (`entries()`, tg.distributed.flight_recorder()).
+The ring is a file under TG_FLIGHT_DIR when the launcher gives one (tglaunch does, per attempt), its
+blocks allocated when it is made (a full disk later cannot fault a write) and written in place through a
+memory map: a rank killed by SIGKILL or stopped by SIGSTOP leaves it readable, so the launcher reads every
+rank's ring when a job fails and prints who is behind (`summary`). Without the folder, or when the file
+cannot be made, the ring is in memory (`entries()`, tg.distributed.flight_recorder()).
 
     >>> r = Recorder(rank=0, slots=4)
     >>> t = r.issue("default", 1, "all_reduce", "float32", 8, 32)
@@ -15,93 +17,124 @@ the folder the ring is in memory (`entries()`, tg.distributed.flight_recorder())
 """
 from __future__ import annotations
 
+import mmap
 import os
 import threading
 import time
+import warnings
+from typing import Any, Iterable
 
 import numpy as np
 
 from tg import config
 
-HEADER = np.dtype([("magic", "S8"), ("rank", "<i8"), ("pid", "<i8"), ("slots", "<i8"), ("next", "<i8")])
+HEADER = np.dtype([("magic", "S8"), ("rank", "<i8"), ("pid", "<i8"), ("slots", "<i8"), ("next", "<i8"),
+                   ("groups", "<i8")])
 RECORD = np.dtype([("ticket", "<i8"), ("seq", "<i8"), ("group", "S24"), ("kind", "S16"), ("dtype", "S12"),
                    ("count", "<i8"), ("bytes", "<i8"), ("state", "u1"), ("issued", "<f8"), ("started", "<f8"),
                    ("ended", "<f8")])
 STATES = ("empty", "issued", "transferring", "done", "failed")
 ISSUED, TRANSFERRING, DONE, FAILED = 1, 2, 3, 4
 MAGIC = b"TGFLIGHT"
+GROUPS = 16          # groups whose newest record is also kept apart from the ring
 
 
 class Recorder:
-    """A ring of `slots` records; `path`: the file it lives in (made here), else memory."""
+    """A ring of `slots` records and the newest of each group's; `path`: the file they live in (made
+    here, its blocks allocated), else memory."""
 
     def __init__(self, rank: int, slots: int, path: str | None = None):
         self.path, self.slots = path, slots
+        size = HEADER.itemsize + (GROUPS + slots) * RECORD.itemsize
+        buf: Any
         if path is None:
-            self.head = np.zeros(1, HEADER)
-            self.ring = np.zeros(slots, RECORD)
+            buf = bytearray(size)
         else:
-            size = HEADER.itemsize + slots * RECORD.itemsize
-            with open(path, "wb") as f:
-                f.truncate(size)
-            self.head = np.memmap(path, HEADER, "r+", 0, (1,))
-            self.ring = np.memmap(path, RECORD, "r+", HEADER.itemsize, (slots,))
-        self.head[0] = (MAGIC, rank, os.getpid(), slots, 0)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, size)
+                buf = self._map = mmap.mmap(fd, size)
+            finally:
+                os.close(fd)
+        self.head = np.frombuffer(buf, HEADER, 1, 0)
+        self.last = np.frombuffer(buf, RECORD, GROUPS, HEADER.itemsize)
+        self.ring = np.frombuffer(buf, RECORD, slots, HEADER.itemsize + GROUPS * RECORD.itemsize)
+        self.head[0] = (MAGIC, rank, os.getpid(), slots, 0, GROUPS)
         self._lock = threading.Lock()
         self._next = 0
+        self._group_at: dict[str, int] = {}
+        self._live: dict[int, int] = {}       # ticket -> its group's row in `last`, until it ends
+        # the fields update writes, as views (a field of one element is a fraction of a slice's cost)
+        self._fields = [{f: table[f] for f in ("ticket", "state", "started", "ended")}
+                        for table in (self.ring, self.last)]
 
     def issue(self, group: str, seq: int, kind: str, dtype: str, count: int, nbytes: int) -> int:
         """Record a collective as issued; returns its ticket (for update)."""
         with self._lock:
             ticket = self._next
             self._next += 1
-            self.ring[ticket % self.slots] = (ticket, seq, group.encode()[:24], kind.encode()[:16],
-                                              dtype.encode()[:12], count, nbytes, ISSUED, time.time(),
-                                              0.0, 0.0)
+            rec = (ticket, seq, group.encode()[:24], kind.encode()[:16], dtype.encode()[:12], count, nbytes,
+                   ISSUED, time.time(), 0.0, 0.0)
+            self.ring[ticket % self.slots] = rec
+            g = self._group_at.get(group)
+            if g is None and len(self._group_at) < GROUPS:
+                g = self._group_at[group] = len(self._group_at)
+            if g is not None:
+                self.last[g] = rec
+                self._live[ticket] = g
             self.head["next"][0] = self._next
         return ticket
 
     def update(self, ticket: int, state: int) -> None:
-        """The collective's new state (TRANSFERRING stamps its start, DONE or FAILED its end); nothing
-        when its slot was taken by a newer one meanwhile."""
-        i = ticket % self.slots
+        """The collective's new state (TRANSFERRING stamps its start, DONE or FAILED its end), in the ring
+        unless a newer record took its slot, and in its group's newest record if it still is that."""
+        field = "started" if state == TRANSFERRING else "ended"
+        t = time.time()
         with self._lock:
-            rec = self.ring[i:i + 1]
-            if rec["ticket"][0] != ticket:
-                return
-            rec["state"] = state
-            rec["started" if state == TRANSFERRING else "ended"] = time.time()
+            g = self._live.get(ticket) if state == TRANSFERRING else self._live.pop(ticket, None)
+            for fields, i in zip(self._fields, (ticket % self.slots, g)):
+                if i is not None and fields["ticket"][i] == ticket and fields["state"][i] != 0:
+                    fields["state"][i] = state
+                    fields[field][i] = t
 
     def entries(self) -> list[dict]:
-        return read_ring(self.head, self.ring)
+        return read_records(self.head, self.ring, self.last)
 
 
-def read_ring(head: np.ndarray, ring: np.ndarray) -> list[dict]:
-    """The records of a ring, oldest first, as dicts (state by name; times 0.0 when not reached)."""
+def _as_dict(r: Any, ticket: int) -> dict:
+    return {"ticket": ticket, "seq": int(r["seq"]), "group": r["group"].decode(errors="replace"),
+            "kind": r["kind"].decode(errors="replace"), "dtype": r["dtype"].decode(errors="replace"),
+            "count": int(r["count"]), "bytes": int(r["bytes"]), "state": STATES[min(int(r["state"]), 4)],
+            "issued": float(r["issued"]), "started": float(r["started"]), "ended": float(r["ended"])}
+
+
+def read_records(head: np.ndarray, ring: np.ndarray, last: np.ndarray) -> list[dict]:
+    """The ring's records, oldest first, and each group's newest that the ring no longer holds (first), as
+    dicts (state by name; times 0.0 when not reached)."""
     n, slots = int(head["next"][0]), len(ring)
     out = []
     for ticket in range(max(0, n - slots), n):
         r = ring[ticket % slots]
-        if int(r["ticket"]) != ticket or r["state"] == 0:
-            continue
-        out.append({"ticket": ticket, "seq": int(r["seq"]), "group": r["group"].decode(errors="replace"),
-                    "kind": r["kind"].decode(errors="replace"), "dtype": r["dtype"].decode(errors="replace"),
-                    "count": int(r["count"]), "bytes": int(r["bytes"]), "state": STATES[int(r["state"])],
-                    "issued": float(r["issued"]), "started": float(r["started"]), "ended": float(r["ended"])})
-    return out
+        if int(r["ticket"]) == ticket and r["state"] != 0:
+            out.append(_as_dict(r, ticket))
+    held = {e["ticket"] for e in out}
+    older = [_as_dict(r, int(r["ticket"])) for r in last if r["state"] != 0 and int(r["ticket"]) not in held]
+    return sorted(older, key=lambda e: e["ticket"]) + out
 
 
 def read_file(path: str) -> tuple[int, int, list[dict]]:
-    """(rank, pid, entries) of a ring file a process wrote (alive, stopped or dead)."""
+    """(rank, pid, records) of a ring file a process wrote (alive, stopped or dead)."""
     raw = np.fromfile(path, np.uint8)
     if raw.size < HEADER.itemsize or bytes(raw[:8]) != MAGIC:
         raise ValueError(f"[distributed] {path} is not a flight recorder file (no {MAGIC!r} header)")
     head = raw[:HEADER.itemsize].view(HEADER)
-    slots = int(head["slots"][0])
-    ring = raw[HEADER.itemsize:HEADER.itemsize + slots * RECORD.itemsize].view(RECORD)
-    if len(ring) != slots:
-        raise ValueError(f"[distributed] {path}: header says {slots} slots, the file holds {len(ring)}")
-    return int(head["rank"][0]), int(head["pid"][0]), read_ring(head, ring)
+    slots, groups = int(head["slots"][0]), int(head["groups"][0])
+    body = raw[HEADER.itemsize:]
+    if body.size != (groups + slots) * RECORD.itemsize:
+        raise ValueError(f"[distributed] {path}: the header says {groups} + {slots} records, the file holds "
+                         f"{body.size} bytes of them")
+    records = body.view(RECORD)
+    return int(head["rank"][0]), int(head["pid"][0]), read_records(head, records[groups:], records[:groups])
 
 
 _recorder: Recorder | None = None
@@ -111,7 +144,8 @@ _made_lock = threading.Lock()
 
 
 def recorder(rank: int) -> Recorder | None:
-    """This process's recorder (made at its first collective), None when TG_FLIGHT_RECORDER is 0."""
+    """This process's recorder (made at its first collective), None when TG_FLIGHT_RECORDER is 0. A ring
+    file that cannot be made (no folder, no space) leaves the ring in memory, with a warning."""
     global _recorder, _made
     if _made:
         return _recorder
@@ -120,25 +154,32 @@ def recorder(rank: int) -> Recorder | None:
             slots, folder = config.TG_FLIGHT_RECORDER, "" if _in_memory else config.TG_FLIGHT_DIR
             if slots > 0:
                 path = os.path.join(folder, f"rank{rank}.flight") if folder else None
-                _recorder = Recorder(rank, slots, path)
+                try:
+                    _recorder = Recorder(rank, slots, path)
+                except OSError as e:
+                    warnings.warn(f"[distributed] the flight recorder's file {path} could not be made ({e}); "
+                                  f"it keeps rank {rank}'s collectives in memory, where tglaunch cannot read "
+                                  f"them. Fix: a writable TG_FLIGHT_DIR with space", stacklevel=2)
+                    _recorder = Recorder(rank, slots)
             _made = True
     return _recorder
 
 
 def detach() -> None:
-    """In a child forked after the ring file was made: record in memory from now on (the file is the
-    parent's ring, which the child must neither write nor remake)."""
-    global _recorder, _in_memory
-    _in_memory = True
-    if _recorder is not None and _recorder.path is not None:
-        _recorder = Recorder(int(_recorder.head["rank"][0]), _recorder.slots)
+    """In a child forked after init: its own ring, in memory, made at its first collective (the file and
+    the records are the parent's)."""
+    global _recorder, _made, _in_memory
+    _recorder, _made, _in_memory = None, False, True
 
 
-def summary(rings: dict[int, list[dict]], now: float | None = None) -> list[str]:
+def summary(rings: dict[int, list[dict]], now: float | None = None,
+            expected: Iterable[int] | None = None) -> list[str]:
     """Lines saying, per group, who is behind: the ranks whose last collective is older than the
-    newest any rank issued, what that was, and what the others wait in."""
+    newest any rank issued, what that was, and what the others wait in; calls that differ at the newest
+    number (the ranks diverged); and `expected` ranks that left no ring at all."""
     now = time.time() if now is None else now
-    lines: list[str] = []
+    lines = [f"rank {r} left no flight record (it never reached a collective, or its recorder was off)"
+             for r in sorted(set(expected or ()) - set(rings))]
     groups = sorted({e["group"] for ring in rings.values() for e in ring})
     for group in groups:
         last = {r: max((e for e in ring if e["group"] == group), key=lambda e: e["seq"], default=None)
@@ -149,25 +190,25 @@ def summary(rings: dict[int, list[dict]], now: float | None = None) -> list[str]
         newest = max(e["seq"] for e in seen.values())
         ahead = sorted(r for r, e in seen.items() if e["seq"] == newest)
         behind = sorted(r for r in last if r not in ahead)
+        calls = {r: _name(seen[r]) for r in ahead}
         top = seen[ahead[0]]
-        waiting = [r for r in ahead if seen[r]["state"] in ("issued", "transferring")]
-        if behind:
-            for r in behind:
-                e = last[r]
-                what = "no collective in it" if e is None else \
-                    f"its last was {_name(e)} ({e['state']}{_ago(e, now)})"
-                lines.append(f"rank {r} is behind in group {group}: {what}")
-        else:
+        for r in behind:
+            e = last[r]
+            what = "no collective in it" if e is None else \
+                f"its last was {_name(e)} ({e['state']}{_ago(e, now)})"
+            lines.append(f"rank {r} is behind in group {group}: {what}")
+        if len(set(calls.values())) > 1:
+            lines.append(f"the calls diverged at #{newest} in group {group}: "
+                         + ", ".join(f"rank {r} {c}" for r, c in calls.items()))
+        elif not behind:
             lines.append(f"every rank of group {group} reached {_name(top)}")
-        if waiting:
-            lines.append(f"{_ranks(waiting)} wait in {_name(top)} (issued "
-                         f"{now - min(seen[r]['issued'] for r in waiting):.1f}s ago)")
-        failed = [r for r in ahead if seen[r]["state"] == "failed"]
-        if failed:
-            lines.append(f"{_ranks(failed)} failed in {_name(top)}")
-        done = [r for r in ahead if seen[r]["state"] == "done"]
-        if done and behind:
-            lines.append(f"{_ranks(done)} finished {_name(top)}")
+        for states, verb in ((("issued", "transferring"), "wait in"), (("failed",), "failed in"),
+                             (("done",), "finished")):
+            rs = [r for r in ahead if seen[r]["state"] in states]
+            if rs and (verb != "finished" or behind):
+                first = min(seen[r]["issued"] for r in rs)
+                since = f" (issued {now - first:.1f}s ago)" if verb == "wait in" else ""
+                lines.append(f"{_ranks(rs)} {verb} {_name(seen[rs[0]])}{since}")
     return lines
 
 

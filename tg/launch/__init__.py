@@ -23,9 +23,12 @@ Flags (a flag given on the command line wins over the same key in --config):
   --grace S                       seconds between SIGTERM and SIGKILL when stopping workers (5)
   --profile DIR                   every rank profiles its whole run (TG_PROFILE, see tg.profiler) and
                                   writes DIR/trace.rank{R}.json; the launcher merges them into
-                                  DIR/trace.json (one process row per rank; open it in Perfetto)
-  --flight-recorder N             collectives each rank's flight recorder keeps (512; 0: off); when
-                                  the job fails the launcher reads them and says who is behind
+                                  DIR/trace.json (one process row per rank; open it in Perfetto;
+                                  on several nodes each node's ranks into DIR/trace.node{K}.json);
+                                  TG_PROFILE=DIR in the launcher's environment does the same
+  --flight-recorder N             collectives each rank's flight recorder keeps (TG_FLIGHT_RECORDER,
+                                  512; 0: off); when the job fails the launcher reads its node's rings
+                                  and says who is behind, which calls diverged, which rank left none
   -m MODULE                       run a module instead of a script
   script, args...                 everything after the script (or module) goes to it unchanged
 

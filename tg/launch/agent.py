@@ -104,12 +104,14 @@ class Agent:
     def _attempt(self, attempt: int) -> Failure | None:
         errors = tempfile.mkdtemp(prefix="tglaunch-")
         try:
+            self._clear_traces()
             if self.spec.backend == "mpi":
-                return self._attempt_mpi(attempt, errors)
-            if self.store is not None:
-                self._all_nodes(f"a{attempt}/ready", "start the attempt")
-            workers = self._start(attempt, self._worker_env(attempt, errors), errors)
-            failure = self._supervise(workers, attempt, errors)
+                failure = self._attempt_mpi(attempt, errors)
+            else:
+                if self.store is not None:
+                    self._all_nodes(f"a{attempt}/ready", "start the attempt")
+                workers = self._start(attempt, self._worker_env(attempt, errors), errors)
+                failure = self._supervise(workers, attempt, errors)
             if failure is not None and not self.stop_signal:
                 failure.flight = self._flight_summary(errors)
             return failure
@@ -132,26 +134,42 @@ class Agent:
                 rings[rank] = entries
         if not rings:
             return []
+        local = range(self.base_rank, self.base_rank + self.spec.nproc_per_node)
         if self.spec.log_dir:
             os.makedirs(self.spec.log_dir, exist_ok=True)
             path = os.path.join(self.spec.log_dir, "flight_recorder.json")
             with open(path + ".tmp", "w") as f:
                 json.dump({str(r): e for r, e in rings.items()}, f, indent=1)
             os.replace(path + ".tmp", path)
-        return [f"[tglaunch] flight recorder: {line}" for line in flight.summary(rings)]
+        return [f"[tglaunch] flight recorder: {line}" for line in flight.summary(rings, expected=local)]
+
+    def _trace_parts(self) -> list[str]:
+        """This node's ranks' trace files in the --profile folder."""
+        folder = self.spec.profile_dir or ""
+        ranks = range(self.base_rank, self.base_rank + self.spec.nproc_per_node)
+        names = [f"trace.rank{r}.json" for r in ranks]
+        return [os.path.join(folder, n) for n in names if folder and os.path.exists(os.path.join(folder, n))]
+
+    def _clear_traces(self) -> None:
+        """An attempt's traces are its own: an earlier run's (or attempt's) are removed first."""
+        for path in self._trace_parts():
+            os.remove(path)
 
     def _merge_traces(self) -> None:
-        """--profile: the ranks' traces (those in the folder) as one, DIR/trace.json."""
-        folder = self.spec.profile_dir
-        if not folder or not os.path.isdir(folder):
+        """--profile: this node's ranks' traces (the ranks that exited normally wrote one) as one,
+        DIR/trace.json; a merge that fails is reported, not raised (the job's own result stands)."""
+        parts = self._trace_parts()
+        if not parts:
             return
-        parts = sorted(os.path.join(folder, n) for n in os.listdir(folder)
-                       if n.startswith("trace.rank") and n.endswith(".json"))
-        if parts:
-            from tg.profiler import merge_traces
-            out = os.path.join(folder, "trace.json")
+        from tg.profiler import merge_traces
+        name = "trace.json" if self.spec.nnodes == 1 else f"trace.node{self.node}.json"   # a node's ranks
+        out = os.path.join(self.spec.profile_dir or "", name)
+        try:
             merge_traces(parts, out)
-            print(f"[tglaunch] merged the traces of {len(parts)} rank(s) into {out}", file=sys.stderr)
+        except (OSError, ValueError) as e:
+            print(f"[tglaunch] could not merge the ranks' traces into {out}: {e}", file=sys.stderr)
+            return
+        print(f"[tglaunch] merged the traces of {len(parts)} rank(s) into {out}", file=sys.stderr)
 
     def _worker_env(self, attempt: int, errors: str) -> dict[str, str]:
         spec = self.spec
@@ -181,8 +199,9 @@ class Agent:
             PYTHONUNBUFFERED="1",
             TG_LAUNCHER_PID=str(os.getpid()),
             TG_FLIGHT_DIR=errors,
-            TG_FLIGHT_RECORDER=str(spec.flight_recorder),
         )
+        if spec.flight_recorder is not None:       # else the environment's TG_FLIGHT_RECORDER (or 512)
+            env["TG_FLIGHT_RECORDER"] = str(spec.flight_recorder)
         if spec.profile_dir:
             env["TG_PROFILE"] = os.path.abspath(spec.profile_dir)
         # the node's cores shared among its ranks, unless the user chose (torchrun sets OMP_NUM_THREADS=1)

@@ -29,7 +29,7 @@ class JobSpec:
     args: list[str] = field(default_factory=list)
     hosts: list[str] = field(default_factory=list)
     profile_dir: str | None = None    # each rank profiles its run (TG_PROFILE); the traces merged here
-    flight_recorder: int = 512        # collectives each rank's flight recorder keeps (0: off)
+    flight_recorder: int | None = None    # collectives each rank's flight recorder keeps (0: off; None: env)
 
     def resolve_node_rank(self, flag: int | None) -> int:
         """--node-rank, else SLURM_NODEID, else this host's index in `hosts`; 0 on a one-node job."""

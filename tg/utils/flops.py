@@ -12,6 +12,7 @@ import ctypes
 import fcntl
 import json
 import os
+from typing import Any
 
 import numpy as np
 
@@ -22,11 +23,14 @@ __all__ = ["peak_gflops", "cpu_peak_gflops", "gpu_peak_gflops", "mfu"]
 # 16 independent chains of vector FMAs on every core (num_threads): only throughput bounds them
 FMA_LOOP = """
 #include <omp.h>
+#include <time.h>
 typedef float vf __attribute__((vector_size(BYTES)));
-double tg_fma_seconds(long iters, float mul, float add, float* out, int threads) {
+CPU_CLOCK
+double tg_fma_seconds(long iters, float mul, float add, float* out, int threads, double* cpu) {
   double start = omp_get_wtime();
   #pragma omp parallel num_threads(threads)
   {
+    double t0 = tg_cpu_seconds();
     vf m = (vf){} + mul, c = (vf){} + add;
     vf a0 = (vf){} + 1, a1 = a0 + 1, a2 = a1 + 1, a3 = a2 + 1, a4 = a3 + 1, a5 = a4 + 1, a6 = a5 + 1;
     vf a7 = a6 + 1, a8 = a7 + 1, a9 = a8 + 1, a10 = a9 + 1, a11 = a10 + 1, a12 = a11 + 1, a13 = a12 + 1;
@@ -40,6 +44,7 @@ double tg_fma_seconds(long iters, float mul, float add, float* out, int threads)
     float all = 0;
     for (int i = 0; i < BYTES / 4; i++) all += s[i];     /* every lane is used: none can be dropped */
     out[omp_get_thread_num()] = all;
+    cpu[omp_get_thread_num()] = tg_cpu_seconds() - t0;
   }
   return omp_get_wtime() - start;
 }
@@ -49,12 +54,15 @@ AMX_LOOP = """
 #include <immintrin.h>
 #include <omp.h>
 #include <string.h>
+#include <time.h>
 typedef struct { unsigned char palette, start; unsigned char zero[14]; unsigned short colsb[16];
                  unsigned char rows[16]; } tg_cfg;
-double tg_amx_seconds(long iters, float* out, int threads) {
+CPU_CLOCK
+double tg_amx_seconds(long iters, float* out, int threads, double* cpu) {
   double start = omp_get_wtime();
   #pragma omp parallel num_threads(threads)
   {
+    double t0 = tg_cpu_seconds();
     tg_cfg cfg; memset(&cfg, 0, sizeof cfg); cfg.palette = 1;
     for (int t = 0; t < 8; t++) { cfg.rows[t] = 16; cfg.colsb[t] = 64; }
     _tile_loadconfig(&cfg);
@@ -68,6 +76,7 @@ double tg_amx_seconds(long iters, float* out, int threads) {
     _tile_stored(0, c, 64);
     out[omp_get_thread_num()] = c[0];
     _tile_release();
+    cpu[omp_get_thread_num()] = tg_cpu_seconds() - t0;
   }
   return omp_get_wtime() - start;
 }
@@ -76,10 +85,13 @@ double tg_amx_seconds(long iters, float* out, int threads) {
 DPBF16_LOOP = """
 #include <immintrin.h>
 #include <omp.h>
-double tg_dpbf16_seconds(long iters, float seed, float* out, int threads) {
+#include <time.h>
+CPU_CLOCK
+double tg_dpbf16_seconds(long iters, float seed, float* out, int threads, double* cpu) {
   double start = omp_get_wtime();
   #pragma omp parallel num_threads(threads)
   {
+    double t0 = tg_cpu_seconds();
     __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = (__m512bh)_mm512_set1_epi16(0x3c00);
     /* distinct values: equal chains would be merged into one by the compiler */
     __m512 c0 = _mm512_set1_ps(seed), c1 = c0 + 1, c2 = c1 + 1, c3 = c2 + 1, c4 = c3 + 1, c5 = c4 + 1;
@@ -95,6 +107,7 @@ double tg_dpbf16_seconds(long iters, float seed, float* out, int threads) {
     }
     __m512 s = c0 + c1 + c2 + c3 + c4 + c5 + c6 + c7 + c8 + c9 + c10 + c11 + c12 + c13 + c14 + c15;
     out[omp_get_thread_num()] = _mm512_reduce_add_ps(s);
+    cpu[omp_get_thread_num()] = tg_cpu_seconds() - t0;
   }
   return omp_get_wtime() - start;
 }
@@ -106,34 +119,47 @@ GPU_PEAKS = {"H200": (66.9, 989.4), "H100 SXM": (66.9, 989.4), "H100 NVL": (60.0
              "L4": (30.3, 121.0)}
 
 
+# each thread's own CPU time: a loop time-sliced with another process's still measures its core's rate
+CPU_CLOCK = """static double tg_cpu_seconds(void) {
+  struct timespec t; clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t); return t.tv_sec + t.tv_nsec * 1e-9;
+}"""
+
+
 def _loop(src: str, name: str) -> ctypes.CDLL:
     from tg.core.runtime.ops_cpu import ClangCompiler
-    lib = ctypes.CDLL(str(ClangCompiler().compile(src)))
+    lib = ctypes.CDLL(str(ClangCompiler().compile(src.replace("CPU_CLOCK", CPU_CLOCK))))
     getattr(lib, name).restype = ctypes.c_double
     return lib
 
 
 def _measure(kind: str, threads: int) -> tuple[float, str]:
-    """(GFLOPS of `threads` threads, the unit measured): the best of a few runs."""
+    """(GFLOPS of `threads` threads, the unit measured): each thread's FLOPs over its own CPU time (so
+    another process sharing the cores does not lower it), summed; the best of a few runs."""
     from tg.core.runtime.ops_cpu import features
     have = features()
-    out = np.zeros(threads, np.float32)
-    ptr, n = ctypes.c_void_p(out.ctypes.data), ctypes.c_int(threads)
+    out, cpu = np.zeros(threads, np.float32), np.zeros(threads, np.float64)
+    args = (ctypes.c_void_p(out.ctypes.data), ctypes.c_int(threads), ctypes.c_void_p(cpu.ctypes.data))
+
+    def best(run: Any, flops_per_thread: float, reps: int) -> float:
+        rates = []
+        for _ in range(reps):
+            run()
+            rates.append(sum(flops_per_thread / max(float(c), 1e-9) for c in cpu))
+        return max(rates) / 1e9
     if kind == "bfloat16" and {"amx_tile", "amx_bf16"} <= have:
         lib, iters = _loop(AMX_LOOP, "tg_amx_seconds"), 2_000_000
-        seconds = min(lib.tg_amx_seconds(ctypes.c_long(iters), ptr, n) for _ in range(3))
-        return threads * iters * 4 * 16384 / seconds / 1e9, "AMX TDPBF16PS"
+        return best(lambda: lib.tg_amx_seconds(ctypes.c_long(iters), *args), iters * 4 * 16384, 3), \
+            "AMX TDPBF16PS"
     if kind == "bfloat16" and "avx512_bf16" in have:
         lib, iters = _loop(DPBF16_LOOP, "tg_dpbf16_seconds"), 10_000_000
-        seconds = min(lib.tg_dpbf16_seconds(ctypes.c_long(iters), ctypes.c_float(1e-3), ptr, n)
-                      for _ in range(3))
-        return threads * iters * 16 * 64 / seconds / 1e9, "VDPBF16PS"
+        return best(lambda: lib.tg_dpbf16_seconds(ctypes.c_long(iters), ctypes.c_float(1e-3), *args),
+                    iters * 16 * 64, 3), "VDPBF16PS"
     width = 64 if "avx512f" in have else 32
     lib, iters = _loop(FMA_LOOP.replace("BYTES", str(width)), "tg_fma_seconds"), 20_000_000
     mul, add = ctypes.c_float(0.9999), ctypes.c_float(1e-6)       # unknown to the compiler
-    seconds = min(lib.tg_fma_seconds(ctypes.c_long(iters), mul, add, ptr, n) for _ in range(5))
     unit = f"float32 FMA ({width * 8}-bit vectors)" + (" (no bfloat16 unit)" if kind == "bfloat16" else "")
-    return threads * iters * 16 * (width // 4) * 2 / seconds / 1e9, unit
+    return best(lambda: lib.tg_fma_seconds(ctypes.c_long(iters), mul, add, *args),
+                iters * 16 * (width // 4) * 2, 5), unit
 
 
 def _cpu_key(kind: str, threads: int) -> str:
@@ -144,7 +170,7 @@ def _cpu_key(kind: str, threads: int) -> str:
             model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), "?")
     except OSError:
         pass
-    return f"{model}|{os.cpu_count()}|{threads}|{kind}|{','.join(sorted(features()))}"
+    return f"{model}|{os.cpu_count()}|{threads}|{kind}|{','.join(sorted(features()))}|cpu-time"
 
 
 def cpu_peak_gflops(kind: str = "float32", threads: int | None = None,
@@ -203,9 +229,9 @@ def gpu_peak_gflops(name: str, kind: str = "float32") -> tuple[float, str]:
 
 
 def mfu(flops: float, seconds: float, peak_gflops: float) -> float:
-    """Model FLOPs utilisation: flops done in seconds over the peak's worth.
+    """Model FLOPs utilisation: flops done in seconds over the peak's worth (NaN when either is unknown).
 
         >>> mfu(2e9, 1.0, 4.0)
         0.5
     """
-    return flops / seconds / (peak_gflops * 1e9) if seconds > 0 and peak_gflops > 0 else 0.0
+    return flops / seconds / (peak_gflops * 1e9) if seconds > 0 and peak_gflops > 0 else float("nan")

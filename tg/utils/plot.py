@@ -5,7 +5,10 @@ built-in SVG writer draws the parts a reader looks for: ticks at 1/2/5 x 10^k (d
 labelled compactly on both axes (0.25, 2.5k, 1e-05), axis labels, a light grid, a title, one colour per
 series and a legend beside the plot naming each. NaN and inf points are skipped (the line breaks there);
 a run of one point, or one that spans under 2 px, is drawn as a marker. The file is written beside its
-final path and renamed into place, so a reader never sees half a plot."""
+final path and renamed into place, so a reader never sees half a plot. Every finite value plots, up to
+float64's ends: ticks are worked out exactly (a span of -1e308..1e308, a tick at 2e308, a step of 1e-325
+between denormals), and matplotlib, whose linear axes overflow past ~1e307, is given such data scaled by
+a power of ten that its axis label names ("loss (x1e308)")."""
 from __future__ import annotations
 
 import importlib.util
@@ -14,6 +17,7 @@ import os
 import pathlib
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from fractions import Fraction
 from typing import NamedTuple
 from xml.sax.saxutils import escape, quoteattr
 
@@ -102,13 +106,17 @@ def _draw_matplotlib(tmp: str, fmt: str, runs: Mapping[str, Runs], texts: tuple[
 
     fig = Figure(figsize=(7.6, 4.5), dpi=100)
     ax = fig.add_subplot()
+    points = [p for r in runs.values() for run in r for p in run]
+    xpower = _mpl_power([x for x, _ in points])
+    ypower = 0 if log_y else _mpl_power([y for _, y in points])
     for i, (name, series_runs) in enumerate(runs.items()):
         gapped = [p for run in series_runs for p in run + [(math.nan, math.nan)]]   # matplotlib breaks at NaN
-        xs, ys = [p[0] for p in gapped], [p[1] for p in gapped]
+        xs, ys = [_shifted(p[0], xpower) for p in gapped], [_shifted(p[1], ypower) for p in gapped]
         lone = len(series_runs) > 0 and all(len(run) == 1 for run in series_runs)
         ax.plot(xs, ys, color=COLORS[i % len(COLORS)], label=name, marker="o" if lone else None, markersize=4)
     if log_y:
         ax.set_yscale("log")
+    texts = (texts[0], _scaled_label(texts[1], xpower), _scaled_label(texts[2], ypower))
     ax.set(title=texts[0], xlabel=texts[1], ylabel=texts[2])
     ax.grid(True, alpha=0.3)
     if runs:
@@ -117,49 +125,105 @@ def _draw_matplotlib(tmp: str, fmt: str, runs: Mapping[str, Runs], texts: tuple[
     fig.savefig(tmp, format=fmt)
 
 
+MPL_LIMIT = 1e300       # matplotlib's linear axes overflow (arange: cannot compute length) from ~1.8e307
+
+
+def _mpl_power(values: list[float]) -> int:
+    """The power of ten to divide an axis' data by for matplotlib: 0 unless it reaches MPL_LIMIT."""
+    biggest = max((abs(v) for v in values), default=0.0)
+    return math.floor(math.log10(biggest)) if biggest >= MPL_LIMIT else 0
+
+
+def _shifted(value: float, power: int) -> float:
+    return value if power == 0 or math.isnan(value) else float(Fraction(value) / 10 ** power)
+
+
+def _scaled_label(label: str, power: int) -> str:
+    return label if power == 0 else f"{label} (\u00d71e{power})".strip()
+
+
 class _Axis(NamedTuple):
-    lo: float                             # the axis' ends, in axis units (log10 of the data on a log axis)
+    lo: float                             # the axis' ends, in axis units (see `unit`)
     hi: float
     ticks: list[tuple[float, str]]        # (position in axis units, label)
     minor: list[float]                    # unlabelled grid lines
-
-
-def _decimal(mantissa: int, exponent: int) -> float:
-    # mantissa x 10^exponent rounded once, so 3 x 10^-1 is 0.3 and not 0.30000000000000004
-    return mantissa * 10.0 ** exponent if exponent >= 0 else mantissa / 10.0 ** -exponent
+    unit: Callable[[float], float]        # data -> axis units: log10 on a log axis, else from (about) the
+    #                                       first tick in a power of two near the span, so both stay near 1
 
 
 def _linear_axis(values: list[float], max_ticks: int) -> _Axis:
-    lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
+    """Ticks q x 10^exponent at the smallest 1/2/5 x 10^k step that needs <= max_ticks. The arithmetic is
+    exact (Fractions: no overflow past 1.8e308, no step that rounds to 0 between denormals, no ticks that
+    round together at 1e17 + 50), and axis units count from (about) the first tick in a power of two near
+    the span, so ticks and points are each rounded to a float once, near 1, wherever the data sits."""
+    lo, hi = (Fraction(min(values)), Fraction(max(values))) if values else (Fraction(0), Fraction(1))
     if lo == hi:
-        pad = abs(lo) * 0.1 or 1.0
+        pad = abs(lo) / 10 or Fraction(1)
         lo, hi = lo - pad, hi + pad
-    exponent = math.floor(math.log10((hi - lo) / max_ticks)) - 1
-    while True:                                   # the smallest 1/2/5 x 10^k step that needs <= max_ticks
+    span = (hi - lo) / max_ticks              # its log10 from its parts: no float overflow
+    exponent = math.floor(math.log10(span.numerator) - math.log10(span.denominator)) - 1
+    slack = Fraction(1, 10 ** 9)              # a bound a hair past a tick (0.30000000000000004) is on it
+    while True:
         for m in (1, 2, 5):
-            step = _decimal(m, exponent)
-            first, last = math.floor(lo / step + 1e-9), math.ceil(hi / step - 1e-9)
+            step = m * Fraction(10) ** exponent
+            first, last = math.floor(lo / step + slack), math.ceil(hi / step - slack)
             if last - first <= max_ticks:
-                values = [_decimal(i * m, exponent) for i in range(first, last + 1)]
-                return _Axis(values[0], values[-1], list(zip(values, _labels(values, exponent))), [])
+                qs = [i * m for i in range(first, last + 1)]
+                origin, width = qs[0] * Fraction(10) ** exponent, (qs[-1] - qs[0]) * Fraction(10) ** exponent
+                if abs(origin) < 2 ** 1000:       # the float nearest the first tick: data - origin in floats
+                    origin = Fraction(float(origin))
+                scale = Fraction(2) ** (width.denominator.bit_length() - width.numerator.bit_length())
+                at = [float((q * Fraction(10) ** exponent - origin) * scale) for q in qs]
+                unit = _unit(origin, scale, max(abs(lo), abs(hi)))
+                return _Axis(at[0], at[-1], list(zip(at, _labels(qs, exponent))), [], unit)
         exponent += 1
 
 
-def _labels(values: list[float], exponent: int) -> list[str]:
-    """Labels for ticks a 1/2/5 x 10^exponent step apart, one style for the whole axis: 0.25, 2.5k, 1e-05."""
-    biggest = max(abs(v) for v in values)
-    if biggest < 1e-3 or biggest >= 1e15:
-        digits = max(0, math.floor(math.log10(biggest)) - exponent)
-        mantissas = [f"{v:.{digits}e}".split("e") for v in values]
-        return [f"{float(m):.15g}e{e}" if float(m) else "0" for m, e in mantissas]
-    if biggest >= 1e4:
-        power = min(4, math.floor(math.log10(biggest) / 3))
-        places = max(0, 3 * power - exponent)
-        return [f"{round(v / 1000.0 ** power, places):.15g}{'kMGT'[power - 1]}" if v else "0" for v in values]
-    return [f"{v:.{max(0, -exponent)}f}" for v in values]
+def _unit(origin: Fraction, scale: Fraction, reach: Fraction) -> Callable[[float], float]:
+    # data (|v| <= reach) -> axis units: (v - origin) x scale, rounded once. In floats where that is the
+    # same (origin a float, scale a power of two, nothing past 2^1000: v - origin rounds once and the
+    # scaling is exact); else in Fractions, ~10x slower
+    if reach < 2 ** 1000 and abs(origin) < 2 ** 1000 and Fraction(float(origin)) == origin \
+            and Fraction(1, 2 ** 1000) < scale < 2 ** 1000:
+        o, s = float(origin), float(scale)
+        return lambda v: (v - o) * s
+    return lambda v: float((Fraction(v) - origin) * scale)
+
+
+def _labels(qs: list[int], exponent: int) -> list[str]:
+    """Labels for ticks at q x 10^exponent (q whole), one style for the whole axis: 0.25, 2.5k, 1e-05.
+    Written from the integers, so each is exact however big or small (2e+308, 4.5e-324)."""
+    biggest = max(abs(q) for q in qs)
+    magnitude = len(str(biggest)) - 1 + exponent          # floor(log10) of the biggest |tick|
+    if magnitude < -3 or magnitude >= 15:
+        return [_scientific(q, exponent) for q in qs]
+    if magnitude >= 4:
+        power = min(4, magnitude // 3)
+        return [_fixed(q, exponent - 3 * power, strip=True) + "kMGT"[power - 1] if q else "0" for q in qs]
+    return [_fixed(q, exponent) for q in qs]
+
+
+def _fixed(q: int, exponent: int, strip: bool = False) -> str:
+    # q x 10^exponent with max(0, -exponent) decimals (no trailing zeros with strip): 0.25, -3.0, 2500
+    if exponent >= 0:
+        return str(q * 10 ** exponent)
+    digits = str(abs(q)).rjust(1 - exponent, "0")
+    text = f"{'-' if q < 0 else ''}{digits[:exponent]}.{digits[exponent:]}"
+    return text.rstrip("0").rstrip(".") if strip else text
+
+
+def _scientific(q: int, exponent: int) -> str:
+    # q x 10^exponent as Python prints a float in e notation, no trailing zeros: 2.5e-05, 1e+20, -4e-324
+    if q == 0:
+        return "0"
+    digits = str(abs(q))
+    power = exponent + len(digits) - 1
+    mantissa = digits[0] + ("." + digits[1:].rstrip("0") if digits[1:].rstrip("0") else "")
+    return f"{'-' if q < 0 else ''}{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}"
 
 
 def _log_axis(values: list[float]) -> _Axis:
+    # positions are log10(m) + d, never 10^d itself: the decades run past float64's (1e-330, 1e+310)
     lo_d = math.floor(math.log10(min(values))) if values else 0
     hi_d = max(math.ceil(math.log10(max(values))), lo_d + 1) if values else 1
     stride = math.ceil((hi_d - lo_d) / 8)    # at most ~8 labelled decades; the others get grid lines
@@ -171,7 +235,7 @@ def _log_axis(values: list[float]) -> _Axis:
         labelled = (1, 2, 5)
     lo, hi = float(lo_d), float(hi_d)
     if len(labelled) > 1:
-        marks = [math.log10(_decimal(m, d)) for d in range(lo_d - 1, hi_d + 2) for m in labelled]
+        marks = [math.log10(m) + d for d in range(lo_d - 1, hi_d + 2) for m in labelled]
         below = max(i for i, t in enumerate(marks) if t <= math.log10(min(values)) + 1e-12)
         above = min(i for i, t in enumerate(marks) if t >= math.log10(max(values)) - 1e-12)
         below, above = (below - 1, above + 1) if below == above else (below, above)
@@ -180,13 +244,13 @@ def _log_axis(values: list[float]) -> _Axis:
     minor: list[float] = []
     for d in range(lo_d - 1, hi_d + 1):
         for m in range(1, 10) if stride == 1 else (1,):     # 2..9 lines too, unless they would pile up
-            t = float(d) if m == 1 else math.log10(_decimal(m, d))
+            t = math.log10(m) + d
             if lo - 1e-9 <= t <= hi + 1e-9:
                 if m in labelled and d % stride == 0:
-                    ticks.append((t, _labels([_decimal(m, d)], d)[0]))
+                    ticks.append((t, _labels([m], d)[0]))
                 else:
                     minor.append(t)
-    return _Axis(lo, hi, ticks, minor)
+    return _Axis(lo, hi, ticks, minor, math.log10)
 
 
 def _el(tag: str, text: str = "", **attrs: object) -> str:
@@ -200,12 +264,12 @@ def _svg(runs: Mapping[str, Runs], texts: tuple[str, str, str], log_y: bool) -> 
     xs = [p[0] for r in runs.values() for run in r for p in run]
     ys = [p[1] for r in runs.values() for run in r for p in run]
     yaxis = _log_axis(ys) if log_y else _linear_axis(ys, 8)
-    if log_y:                                     # from here on y is in axis units
-        runs = {name: [[(x, math.log10(y)) for x, y in run] for run in r] for name, r in runs.items()}
     for max_ticks in range(8, 1, -1):             # the most x ticks whose labels keep a gap between them
         xaxis = _linear_axis(xs, max_ticks)
         if max(len(s) for _, s in xaxis.ticks) * CHAR_W * 1.6 * len(xaxis.ticks) <= PLOT_W:
             break
+    # from here on x and y are in axis units
+    runs = {name: [[(xaxis.unit(x), yaxis.unit(y)) for x, y in run] for run in r] for name, r in runs.items()}
     left = 14 + LABEL_FONT + 10 + max(len(s) for _, s in yaxis.ticks) * CHAR_W + 10
     top = 24 + TITLE_FONT if texts[0] else 20
     right, bottom = left + PLOT_W, top + PLOT_H

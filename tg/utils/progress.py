@@ -1,11 +1,13 @@
 """`progress`: tqdm's progress bar for loops, without the dependency. On a terminal it redraws one line
 in place every `mininterval` seconds, `train:  45%|███████▎     | 450/1000 [00:12<00:15, 36.21it/s, loss=0.1]`
-(a slow loop's rate reads 2.50s/it; with no known total there is no percent, bar or ETA). To a file or
-pipe (a job's log) it writes no "\\r": a plain status line every `log_every` seconds and a summary at
-close, `train: 1000/1000 it in 00:27 (36.90it/s)`. It is silent with `disable=True` and, by default, on
-the ranks other than 0 of a distributed job (the `RANK` knob), so a multi-process run draws one bar."""
+(a slow loop's rate reads 2.50s/it; with no known total, None or, as in tqdm, inf or NaN, there is no
+percent, bar or ETA; a negative total is a ValueError). To a file or pipe (a job's log) it writes no
+"\\r": a plain status line every `log_every` seconds and a summary at close, `train: 1000/1000 it in
+00:27 (36.90it/s)`. It is silent with `disable=True` and, by default, on the ranks other than 0 of a
+distributed job (the `RANK` knob), so a multi-process run draws one bar."""
 from __future__ import annotations
 
+import math
 import numbers
 import os
 import sys
@@ -40,6 +42,11 @@ class Progress(Generic[T]):
                  clock: Callable[[], float] = time.monotonic) -> None:
         if total is None and hasattr(iterable, "__len__"):
             total = len(iterable)  # type: ignore[arg-type]
+        if total is not None and (math.isnan(total) or total == math.inf):
+            total = None                  # as tqdm: an endless or unknown total shows no percent, bar or ETA
+        elif total is not None and total < 0:
+            raise ValueError(f"[progress] total must be >= 0 (the number of {unit} expected), got {total}; "
+                             "pass total=None (or float('inf')) when it is not known")
         self.iterable, self.total, self.unit = iterable, total, unit
         self.file = sys.stderr if file is None else file
         self.disable = config.RANK > 0 if disable is None else disable
