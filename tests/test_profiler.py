@@ -266,3 +266,27 @@ def test_table_lists_kernels_with_gflops():
         print(prof.key_averages())
     row = next(ln for ln in out.getvalue().splitlines() if " kernel " in ln and ln.startswith("r_"))
     assert float(row.split()[-1]) > 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_replays_record_every_launch_with_its_counts(seed):
+    """Under TinyJit, each replay's kernels are recorded in launch order, named and counted as the
+    capture's programs, their FLOPs what GlobalCounters adds; the profile changes no value."""
+    def losses(profiled: bool) -> tuple[list[float], list, int]:
+        Tensor.manual_seed(seed)
+        prof = profiler.profile()
+        if profiled:
+            prof.start()
+        GlobalCounters.reset()
+        out = small_training(seed, 5, jit=True)
+        counted = GlobalCounters.global_ops
+        prof.stop()
+        return out, prof.events(), counted
+    plain, _, _ = losses(False)
+    traced, events, counted = losses(True)
+    assert traced == plain
+    kernels = [e for e in events if e.cat == "kernel"]
+    replays = [e for e in events if e.cat == "jit"]
+    assert len(replays) == 3 and sum(e.args["flops"] for e in kernels) == counted
+    inside = [[k.name for k in kernels if r.ts_us <= k.ts_us <= r.ts_us + r.dur_us] for r in replays]
+    assert inside[0] == inside[1] == inside[2] and inside[0]

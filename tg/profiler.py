@@ -206,7 +206,7 @@ class profile:
         """What the last recorded span of steps holds (while recording without a schedule: so far)."""
         if self in profile._active and self.schedule is None:
             self._keep()
-        return _with_self_times([Event(name, cat, ph, t / 1000, d / 1000, tid, _args(args))
+        return _with_self_times([Event(name, cat, ph, t / 1000, d / 1000, tid, _args(ph, args))
                                  for ph, name, cat, t, d, tid, args in self._events])
 
     def key_averages(self) -> Averages:
@@ -217,9 +217,9 @@ class profile:
         _write_json(path, chrome_trace(self.events(), self._threads))
 
 
-def _args(args: dict | tuple | None) -> dict:
-    if isinstance(args, tuple):          # a kernel launch's (trace.KERNEL_ARGS)
-        return dict(zip(trace.KERNEL_ARGS, args))
+def _args(ph: str, args: dict | tuple | None) -> dict:
+    if isinstance(args, tuple):          # a counter's (series, value); a kernel launch's (trace.KERNEL_ARGS)
+        return {args[0]: args[1]} if ph == "C" else dict(zip(trace.KERNEL_ARGS, args))
     return args or {}
 
 

@@ -214,7 +214,7 @@ class Buffer:
         GlobalCounters.mem_used += self.nbytes
         GlobalCounters.mem_peak = max(GlobalCounters.mem_peak, GlobalCounters.mem_used)
         if trace.ON:
-            trace.counter("memory", {"MiB": GlobalCounters.mem_used / 2**20})
+            trace.counter("memory", "MiB", GlobalCounters.mem_used / 2**20)
 
     def view(self, offset: int, size: int, dtype: DType | None = None) -> Buffer:
         """`size` elements of `dtype` (this buffer's by default) of this memory, from byte `offset` on
@@ -240,7 +240,7 @@ class Buffer:
             GlobalCounters.mem_used -= self.nbytes
             self.allocator.free(self._buf, self.nbytes)
             if trace.ON:
-                trace.counter("memory", {"MiB": GlobalCounters.mem_used / 2**20})
+                trace.counter("memory", "MiB", GlobalCounters.mem_used / 2**20)
 
     def __repr__(self) -> str:
         return f"<Buffer {self.device} {self.dtype.name}[{self.size}]>"
@@ -285,8 +285,10 @@ class Buffer:
 
 class Program:
     """A compiled kernel. Called with buffers; returns seconds taken when wait=True. A device's
-    program class is built as `program(device, name, binary, src, info)` (see Compiled)."""
+    program class is built as `program(device, name, binary, src, info)` (see Compiled). `synchronous`:
+    a call returns once the kernel has run (so a call timed on the host is the kernel's time)."""
     name: str
+    synchronous = False
 
     def __call__(self, bufs: list[Buffer], wait: bool = False) -> float | None:
         raise NotImplementedError

@@ -198,17 +198,27 @@ def _run(rep: _Replay) -> None:
 
 
 def _run_traced(rep: _Replay, name: str) -> None:
-    """A replay while a profile records: each kernel waited for and recorded (trace.launch)."""
-    t0 = trace.now()
-    for call in rep.calls:
+    """A replay while a profile records: each kernel recorded, waited for (trace.launch), or where the
+    device's calls return once the kernel ran (the CPU's), its bound call timed as it is."""
+    t0, now = trace.now(), trace.now
+    timed: list[tuple[str, int, int, str, int, int]] = []
+    for (fast, bufs), call in zip(rep.fast, rep.calls):
         if call.kind == "copy":
-            call.bufs[0].copyin(call.bufs[1].numpy())
+            bufs[0].copyin(bufs[1].numpy())
         elif call.kind == "host":
+            trace.kernels(timed)        # in order: a host step may record too
+            timed = []
             call.prog()
         else:
             info = getattr(call.prog, "info", None)
-            trace.launch(call.prog, call.bufs, call.bufs[0].device, getattr(info, "flops", 0),
-                         getattr(info, "mem_bytes", 0))
+            flops, nbytes = getattr(info, "flops", 0), getattr(info, "mem_bytes", 0)
+            if fast is not None and call.prog.synchronous:
+                start = now()
+                fast()
+                timed.append((call.prog.name, start, now() - start, bufs[0].device, flops, nbytes))
+            else:
+                trace.launch(call.prog, bufs, bufs[0].device, flops, nbytes)
+    trace.kernels(timed)
     trace.span(name, "jit", t0, None, {"launches": len(rep.calls)})
 
 

@@ -6,7 +6,7 @@ One log for the process, a bounded deque (the newest kept); each profile that re
 from the count it started at (`start` returns it, `since` reads from it), so profiles may nest (a
 script's own inside TG_PROFILE's whole-run one). Events are tuples:
     ("X", name, category, start ns, duration ns, thread id, args)   a span (Chrome's complete event)
-    ("C", name, category, time ns, 0, thread id, {series: value})   a counter sample
+    ("C", name, category, time ns, 0, thread id, (series, value))   a counter sample
     ("i", name, category, time ns, 0, thread id, args)              an instant
 args is a dict, None, or for a kernel launch the tuple KERNEL_ARGS names (smaller: a kernel's is the
 commonest event). Times are time.perf_counter_ns() (CLOCK_MONOTONIC on Linux: one clock for every
@@ -112,10 +112,21 @@ def span(name: str, cat: str, start_ns: int, end_ns: int | None = None,
     _events.append(("X", name, cat, start_ns, (now() if end_ns is None else end_ns) - start_ns, _tid(), args))
 
 
-def counter(name: str, values: dict[str, float]) -> None:
+def kernels(runs: list[tuple[str, int, int, str, int, int]]) -> None:
+    """Kernel launches timed by the caller, added at once: (name, start ns, duration ns, device, flops,
+    bytes) each (a TinyJit replay's, which keeps the per-launch cost to two clock reads)."""
+    global recorded
+    recorded += len(runs)
+    tid = _tid()
+    _events.extend(("X", name, "kernel", t, d, tid, (dev, flops, nbytes, round(d / 1000, 3)))
+                   for name, t, d, dev, flops, nbytes in runs)
+
+
+def counter(name: str, series: str, value: float) -> None:
+    """A sample of a counter track (name; one series, value)."""
     global recorded
     recorded += 1
-    _events.append(("C", name, "memory", now(), 0, _tid(), values))
+    _events.append(("C", name, "memory", now(), 0, _tid(), (series, value)))
 
 
 def instant(name: str, cat: str, args: dict | None = None) -> None:

@@ -27,6 +27,16 @@ from tg.distributed.transport.wire import describe, encode_desc
 __all__ = ["ProcessGroup", "ReduceOp", "reducer", "gather_pairs", "Arrays"]
 
 
+_DTYPE_NAMES: dict[np.dtype, str] = {}      # numpy's dtype.name is slow to ask every collective
+
+
+def _dtype_name(dtype: np.dtype) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype.name
+    return name
+
+
 class ProcessGroup:
     """rank/size within the group, and `ranks`, the global rank of each group rank."""
     live: weakref.WeakSet[ProcessGroup] = weakref.WeakSet()    # for a process forked after init to keep
@@ -85,7 +95,7 @@ class ProcessGroup:
                 if inline:
                     self.seq += 1
                     seq = self.seq
-                    ticket = self._issue(seq, fn, args)
+                    ticket = self._issue(seq, fn, args, inline=True)
             if inline:
                 self._call(seq, fn, args, ticket)
                 return
@@ -96,26 +106,29 @@ class ProcessGroup:
         with self._calling:
             self._call(seq, fn, args, ticket)
 
-    def _issue(self, seq: int, fn: Callable[..., None], args: tuple) -> tuple | None:
-        """Note a call in the flight recorder (and, while profiling, when it was issued): its ticket."""
+    def _issue(self, seq: int, fn: Callable[..., None], args: tuple, inline: bool = False) -> tuple | None:
+        """Note a call in the flight recorder (and, while profiling, when it was issued): its ticket.
+        `inline`: it runs now, on this thread (issued and transferring at once)."""
         rec = flight.recorder(self.ranks[self.rank])
         if rec is None and not trace.ON:
             return None
         kind = getattr(fn, "__name__", "call")
         first = args[0] if args else None     # the data: an array, or a list of them gathered as one
-        arrays = [first] if isinstance(first, np.ndarray) else \
-            [x for x in first if isinstance(x, np.ndarray)] if isinstance(first, list) else []
-        dtype = arrays[0].dtype.name if arrays else "-"
-        count, nbytes = sum(a.size for a in arrays), sum(a.nbytes for a in arrays)
-        ticket = -1 if rec is None else rec.issue(self.name, seq, kind, dtype, count, nbytes)
-        return (rec, ticket, kind, dtype, count, nbytes, trace.now())
+        if isinstance(first, np.ndarray):
+            dtype, count, nbytes = _dtype_name(first.dtype), first.size, first.nbytes
+        else:
+            arrays = [x for x in first if isinstance(x, np.ndarray)] if isinstance(first, list) else []
+            dtype = _dtype_name(arrays[0].dtype) if arrays else "-"
+            count, nbytes = sum(a.size for a in arrays), sum(a.nbytes for a in arrays)
+        ticket = -1 if rec is None else rec.issue(self.name, seq, kind, dtype, count, nbytes, inline)
+        return (rec, ticket, kind, dtype, count, nbytes, trace.now(), inline)
 
     def _call(self, seq: int, fn: Callable[..., None], args: tuple, ticket: tuple | None = None) -> None:
         if ticket is None:
             self._guarded(seq, fn, args)
             return
-        rec, t, kind, dtype, count, nbytes, issued = ticket
-        if rec is not None:
+        rec, t, kind, dtype, count, nbytes, issued, inline = ticket
+        if rec is not None and not inline:
             rec.update(t, flight.TRANSFERRING)
         start, state = trace.now(), flight.FAILED
         try:

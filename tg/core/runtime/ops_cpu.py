@@ -213,6 +213,8 @@ def release_scratch() -> int:
 
 
 class CPUProgram(Program):
+    synchronous = True
+
     def __init__(self, dev: CPUDevice, name: str, lib_path: Path, src: str, info):
         self.name, self.src, self.info = name, src, info
         scratch_library()
