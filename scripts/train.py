@@ -26,8 +26,9 @@ Every step is logged to `<out>/logs` (tg.utils.tensorboard: TensorBoard event fi
 package is installed, `pip install -e ".[metrics]"`, and metrics.jsonl always): loss, eval loss, learning
 rate, gradient norm (before clipping at --grad-clip), tokens/s, the step's time split (data,
 forward+backward, communication the main thread waited for, optimizer), TFLOPS and MFU (model FLOPs,
-6 N + 12 L T d a token, over the peak the machine really has: tg.utils.flops), the FLOPs tg's kernels
-counted, peak tensor memory over the ranks and bytes communicated. Profile a run with
+6 N + 12 L T d a token with N the parameters outside the looked-up embeddings, over the peak the machine
+really has: tg.utils.flops, or --peak-tflops), HFU (the FLOPs tg's kernels counted, over the same peak),
+peak tensor memory over the ranks and bytes communicated. Profile a run with
 `tglaunch --profile DIR ...` (one merged Chrome/Perfetto trace of every rank in DIR/trace.json).
 """
 from __future__ import annotations
