@@ -588,7 +588,7 @@ def parse_args() -> argparse.Namespace:
 def profiler_cost(threads: int, windows: int, steps: int) -> None:
     """The table of --profiler-cost (see the module docstring)."""
     os.environ["TG_CPU_THREADS"] = str(threads)
-    from bench_core import cpu_model
+    from bench_core import cpu_model, print_table
 
     from tg import profiler
     from tg.core import trace
@@ -619,12 +619,8 @@ def profiler_cost(threads: int, windows: int, steps: int) -> None:
                      "yes" if on / off - 1 < 0.05 else "NO", str(events), str(off_recorded)))
     print(f"tg.profiler's cost on the GPT step of model (c), {threads} thread(s), {cpu_model()}; "
           f"{windows} windows of {steps} steps each way, medians")
-    head = ("mode", "off ms/step", "on ms/step", "on cost", "< 5%", "events/step", "recorded while off")
-    widths = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
-    print("  ".join(h.ljust(w) for h, w in zip(head, widths)))
-    print("  ".join("-" * w for w in widths))
-    for r in rows:
-        print("  ".join(c.ljust(w) for c, w in zip(r, widths)))
+    print_table(("mode", "off ms/step", "on ms/step", "on cost", "< 5%", "events/step", "recorded while off"),
+                rows)
 
 
 def main() -> None:

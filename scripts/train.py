@@ -62,6 +62,9 @@ from tg.utils.tensorboard import SummaryWriter  # noqa: E402
 
 # ---------------------------------------------------------------------------- data
 
+VOCAB = 256     # the tokens are bytes
+
+
 def default_corpus(max_bytes: int = 4 << 20) -> bytes:
     """Text of the standard library's own .py files, in a fixed order (the same on every run)."""
     root = Path(sysconfig.get_paths()["stdlib"])
@@ -168,7 +171,7 @@ def model_flops_per_token(n_params: int, args: argparse.Namespace) -> float:
     """Training FLOPs a token (forward and backward), as PaLM's appendix and nanoGPT count them: 6 per
     parameter a matmul uses (all but the embeddings', which are looked up: this GPT's head is not tied
     to its token embedding), plus attention's 12 L T d."""
-    looked_up = (256 + args.block) * args.n_embd
+    looked_up = (VOCAB + args.block) * args.n_embd
     return 6 * (n_params - looked_up) + 12 * args.n_layer * args.block * args.n_embd
 
 
@@ -393,7 +396,7 @@ def setup(args: argparse.Namespace) -> Run:
     )
     val_loader = dist.DataLoader(val_set, args.batch, drop_last=True,
                                  sampler=dist.DistributedSampler(val_set, shuffle=False, pad=False))
-    model = GPT(256, args.block, args.n_layer, args.n_head, args.n_embd, args.checkpoint_activations)
+    model = GPT(VOCAB, args.block, args.n_layer, args.n_head, args.n_embd, args.checkpoint_activations)
     params = get_parameters(model)
     n_params = sum(p.numel() for p in params)
     net: Any

@@ -36,6 +36,7 @@ from typing import Any, Callable
 
 from tg import config
 from tg.core import trace
+from tg.nn.state import write_atomic
 
 __all__ = ["profile", "record_function", "schedule", "ProfilerAction", "ProfilerActivity", "Event",
            "merge_traces", "tensorboard_trace_handler", "phase", "phase_seconds", "synchronize_phases"]
@@ -103,19 +104,11 @@ def schedule(*, wait: int, warmup: int, active: int, repeat: int = 0,
     return action
 
 
-class record_function(ContextDecorator):
+class record_function(trace.region, ContextDecorator):
     """A named span of the trace around a block or a decorated function (while a profile records)."""
 
     def __init__(self, name: str, args: dict | None = None):
-        self.name, self.args, self._t0 = name, args, 0
-
-    def __enter__(self) -> record_function:
-        self._t0 = trace.now() if trace.ON else 0
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._t0 and trace.ON:
-            trace.span(self.name, "user", self._t0, None, self.args)
+        super().__init__(name, "user", args)
 
 
 @dataclass
@@ -360,10 +353,7 @@ def tensorboard_trace_handler(dir_name: str, worker_name: str | None = None) -> 
 
 
 def _write_json(path: str, data: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, separators=(",", ":"))
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data, separators=(",", ":")).encode())
 
 
 _process: list[tuple[profile, Callable[[], None]]] = []     # profile_process's, while its writer is pending

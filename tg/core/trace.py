@@ -155,8 +155,7 @@ class region:
         self.name, self.cat, self.args, self.t0 = name, cat, args, 0
 
     def __enter__(self) -> region:
-        if ON:
-            self.t0 = now()
+        self.t0 = now() if ON else 0
         return self
 
     def __exit__(self, *exc: Any) -> None:

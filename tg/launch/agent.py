@@ -137,10 +137,9 @@ class Agent:
         local = range(self.base_rank, self.base_rank + self.spec.nproc_per_node)
         if self.spec.log_dir:
             os.makedirs(self.spec.log_dir, exist_ok=True)
-            path = os.path.join(self.spec.log_dir, "flight_recorder.json")
-            with open(path + ".tmp", "w") as f:
-                json.dump({str(r): e for r, e in rings.items()}, f, indent=1)
-            os.replace(path + ".tmp", path)
+            from tg.nn.state import write_atomic
+            write_atomic(os.path.join(self.spec.log_dir, "flight_recorder.json"),
+                         json.dumps({str(r): e for r, e in rings.items()}, indent=1).encode())
         return [f"[tglaunch] flight recorder: {line}" for line in flight.summary(rings, expected=local)]
 
     def _trace_parts(self) -> list[str]:

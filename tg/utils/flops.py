@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from tg import config
+from tg.nn.state import write_atomic
 
 __all__ = ["peak_gflops", "cpu_peak_gflops", "gpu_peak_gflops", "mfu"]
 
@@ -193,9 +194,7 @@ def cpu_peak_gflops(kind: str = "float32", threads: int | None = None,
             known = {}
         if fresh or key not in known:
             known[key] = list(_measure(kind, threads))
-            with open(path + ".tmp", "w") as f:
-                json.dump(known, f, indent=1)
-            os.replace(path + ".tmp", path)
+            write_atomic(path, json.dumps(known, indent=1).encode())
     gflops, unit = known[key]
     return float(gflops), str(unit)
 

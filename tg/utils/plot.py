@@ -12,10 +12,10 @@ a power of ten that its axis label names ("loss (x1e308)")."""
 from __future__ import annotations
 
 import importlib.util
+import io
 import math
 import os
 import pathlib
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 from typing import NamedTuple
@@ -60,13 +60,14 @@ def line_plot(path: str | os.PathLike[str], series: Mapping[str, Points], *, tit
         raise ImportError('[plot] line_plot: backend="matplotlib" needs matplotlib; install it with '
                           'pip install -e ".[plot]", or pass backend="svg" for the built-in writer')
     texts = (title, xlabel, ylabel)
+    from tg.nn.state import write_atomic
     if backend == "matplotlib" or (backend == "auto" and has_mpl):
-        _write_atomically(target, lambda tmp: _draw_matplotlib(tmp, suffix[1:], runs, texts, log_y))
+        write_atomic(target, _draw_matplotlib(suffix[1:], runs, texts, log_y))
         return
     if suffix == ".png":
         raise ValueError(f"[plot] line_plot: the built-in writer draws .svg only, got {str(target)!r}; "
                          'install matplotlib (pip install -e ".[plot]") for .png, or use a .svg path')
-    _write_atomically(target, lambda tmp: pathlib.Path(tmp).write_text(_svg(runs, texts, log_y)))
+    write_atomic(target, _svg(runs, texts, log_y).encode())
 
 
 def _finite_runs(points: Points) -> Runs:
@@ -87,19 +88,7 @@ def _check_positive(runs: Mapping[str, Runs]) -> None:
                                  f"{name!r}; plot it without log_y, or drop the points at or below 0")
 
 
-def _write_atomically(target: pathlib.Path, write: Callable[[str], object]) -> None:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
-    os.close(fd)
-    try:
-        write(tmp)
-        os.replace(tmp, target)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
-def _draw_matplotlib(tmp: str, fmt: str, runs: Mapping[str, Runs], texts: tuple[str, str, str],
-                     log_y: bool) -> None:
+def _draw_matplotlib(fmt: str, runs: Mapping[str, Runs], texts: tuple[str, str, str], log_y: bool) -> bytes:
     # a Figure made without pyplot draws headless (Agg for .png) and leaves the caller's pyplot backend and
     # figure list alone: matplotlib.use("Agg") would switch a notebook's backend under it
     from matplotlib.figure import Figure
@@ -122,7 +111,9 @@ def _draw_matplotlib(tmp: str, fmt: str, runs: Mapping[str, Runs], texts: tuple[
     if runs:
         ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=True)
     fig.tight_layout()
-    fig.savefig(tmp, format=fmt)
+    out = io.BytesIO()
+    fig.savefig(out, format=fmt)
+    return out.getvalue()
 
 
 MPL_LIMIT = 1e300       # matplotlib's linear axes overflow (arange: cannot compute length) from ~1.8e307

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from tg.core.tensor import Tensor
+from tg.nn.state import write_atomic
 from tg.utils.warn import warn_once
 
 JSONL_NAME = "metrics.jsonl"
@@ -179,12 +180,8 @@ class SummaryWriter:
             return
         records = [r for r in read_jsonl(self._jsonl_path)
                    if purge_step is None or r["step"] is None or r["step"] < purge_step]
-        tmp = f"{self._jsonl_path}.tmp{os.getpid()}"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps(r, allow_nan=False) + "\n" for r in records)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._jsonl_path)
+        kept = "".join(json.dumps(r, allow_nan=False) + "\n" for r in records)
+        write_atomic(self._jsonl_path, kept.encode())
 
     def _events(self, run_dir: str) -> Any:
         """The event file writer of one run directory (the log_dir, or one of add_scalars' sub-runs)."""
