@@ -392,7 +392,8 @@ def setup(args: argparse.Namespace) -> Run:
             f"Fix: a smaller --batch or --block, or more --data"
         )
     loader = dist.DataLoader(
-        train_set, args.batch, sampler=dist.DistributedSampler(train_set, seed=args.seed), drop_last=True
+        train_set, args.batch, sampler=dist.DistributedSampler(train_set, seed=args.seed, drop_last=True),
+        drop_last=True
     )
     val_loader = dist.DataLoader(val_set, args.batch, drop_last=True,
                                  sampler=dist.DistributedSampler(val_set, shuffle=False, pad=False))
@@ -446,9 +447,9 @@ def resume(run: Run) -> None:
     if run.scaler is not None and "scaler" in extra:
         run.scaler.load_state_dict(extra["scaler"])
     run.history, run.epoch = extra["history"], extra["loader"]["epoch"]
-    # the position in the epoch, in sequences over all ranks: the same at another number of ranks
-    seen = extra["sequences_in_epoch"] // (run.world * args.batch)
-    run.loader.load_state_dict({"epoch": run.epoch, "batches": min(seen, len(run.loader))})
+    # the loader's state holds how much of the epoch's shuffled order all ranks took together: at any
+    # number of ranks the rest of the epoch is dealt out among them, every window once
+    run.loader.load_state_dict(extra["loader"])
     for _ in range(run.start_step):
         run.sched.step()
     if run.rank == 0:
@@ -536,10 +537,11 @@ def evaluate(run: Run, eval_fn: Callable[[Tensor, Tensor], Tensor]) -> float:
 
 def save(run: Run, step: int) -> None:
     state = run.loader.state_dict()
-    extra = {"loader": state, "sequences_in_epoch": state["batches"] * run.world * run.args.batch,
-             "history": run.history, "config": vars(run.args)}
+    extra = {"loader": state, "history": run.history, "config": vars(run.args)}
     if run.scaler is not None:
         extra["scaler"] = run.scaler.state_dict()
+    if run.writer is not None:
+        run.writer.flush()      # every step the checkpoint holds is in the log (a resume purges only later)
     dist.save_checkpoint(run.ckpt_dir, step, run.model, run.opt, extra=extra)
 
 
@@ -636,7 +638,8 @@ class StepLog:
                   "perf/mfu": used, "perf/hfu": mfu(m["counted_flops"], m["step_s"], self.peak),
                   "perf/model_flops": self.flops, "perf/counted_flops": m["counted_flops"],
                   "memory/peak_mib": float(every[:, 1].max()), "comm/bytes_per_step": m["bytes_moved"],
-                  "time/communication_max_ms": float(every[:, 2].max()) * 1e3}
+                  "time/communication_max_ms": float(every[:, 2].max()) * 1e3, "job/world_size": run.world,
+                  "job/restart_count": config.TG_RESTART_COUNT}
         values.update({f"time/{k}_ms": m[f"{k}_s"] * 1e3
                        for k in ("step", "data", "forward_backward", "communication", "optimizer")})
         for tag, v in values.items():

@@ -145,7 +145,14 @@ KNOBS: dict[str, Knob] = {
         Knob("SLURM_NODEID", int, -1, "this node's index in a Slurm allocation (tglaunch's node rank)"),
         Knob("LOCAL_WORLD_SIZE", int, -1, "ranks on this node (set by tglaunch)"),
         Knob("NODE_RANK", int, -1, "this node's rank in the job (set by tglaunch; GROUP_RANK is the same)"),
-        Knob("TG_RESTART_COUNT", int, 0, "which attempt this is, 0 first (set by tglaunch)"),
+        Knob("TG_RESTART_COUNT", int, 0, "how many times tglaunch restarted the job's workers before this "
+             "start, for a failure or a change of nodes (0 first): above 0, resume from a checkpoint"),
+        Knob("TG_FAILURE_RESTARTS", int, 0, "of those restarts, how many a failure caused: the part of "
+             "TG_MAX_RESTARTS used (set by tglaunch on a job of several nodes)"),
+        Knob("TG_MEMBERSHIP_CHANGES", int, 0, "of those restarts, how many a node lost or joined caused (set "
+             "by tglaunch on a job of several nodes)"),
+        Knob("TG_ELASTIC_TIMEOUT", duration, 10.0, "seconds a tglaunch agent's heartbeat may stand still, or "
+             "the store take to answer it, before the others count that node lost (a stopped node)"),
         Knob("TG_MAX_RESTARTS", int, 0, "restarts tglaunch allows the job"),
         Knob("TG_RUN_ID", str, "", "the job's id in the store and in logs (set by tglaunch)"),
         Knob(

@@ -88,7 +88,7 @@ def test_empty_dataset():
             DistributedSampler([], 1, 0, **kwargs),
         ):
             assert list(s) == [] and len(s) == 0 and s.indices().dtype == np.int64
-            assert s.state_dict() == {"epoch": 0, "position": 0}
+            assert s.state_dict() == {"epoch": 0, "position": 0, "consumed": 0}
 
 
 # --- shuffling ----------------------------------------------------------------------------------------------
@@ -213,13 +213,16 @@ def test_resume_gives_exactly_the_remaining_indices(n, replicas, pad):
             it = iter(s)
             seen = [next(it) for _ in range(stop)]
             state = s.state_dict()
-            assert state == {"epoch": 2, "position": stop}
+            assert state == {"epoch": 2, "position": stop, "consumed": min(stop * replicas, n)}
             fresh = DistributedSampler(n, num_replicas=replicas, rank=rank, seed=9, pad=pad)
             fresh.load_state_dict(state)
-            assert fresh.state_dict() == state  # saving right after loading round-trips
+            # saving right after loading round-trips (the position now counts from where it resumed)
+            assert fresh.state_dict() == {**state, "position": 0}
+            assert seen + list(fresh) == full
+            assert fresh.state_dict()["consumed"] == min(len(full) * replicas, n)
+            fresh.load_state_dict({"epoch": 2, "position": stop})    # the same ranks, by position
             assert seen + list(fresh) == full
             assert list(fresh) == full  # the skip applies once
-            assert fresh.state_dict() == {"epoch": 2, "position": len(full)}
 
 
 def test_resume_survives_set_epoch_of_the_same_epoch_only():
@@ -229,7 +232,7 @@ def test_resume_survives_set_epoch_of_the_same_epoch_only():
     assert len(list(s)) == 2
     s.load_state_dict({"epoch": 3, "position": 4})
     s.set_epoch(4)  # another epoch: the loaded position belonged to epoch 3
-    assert s.state_dict() == {"epoch": 4, "position": 0} and len(list(s)) == 6
+    assert s.state_dict() == {"epoch": 4, "position": 0, "consumed": 0} and len(list(s)) == 6
 
 
 def test_position_counts_what_was_yielded():
@@ -238,11 +241,11 @@ def test_position_counts_what_was_yielded():
     assert s.state_dict()["position"] == 0
     next(it)
     next(it)
-    assert s.state_dict() == {"epoch": 0, "position": 2}
+    assert s.state_dict() == {"epoch": 0, "position": 2, "consumed": 2}
     list(it)
-    assert s.state_dict() == {"epoch": 0, "position": 9}
+    assert s.state_dict() == {"epoch": 0, "position": 9, "consumed": 9}
     s.set_epoch(1)
-    assert s.state_dict() == {"epoch": 1, "position": 0}
+    assert s.state_dict() == {"epoch": 1, "position": 0, "consumed": 0}
 
 
 @pytest.mark.parametrize("state,match", [
@@ -357,10 +360,10 @@ def test_loader_resume_skips_exactly_the_yielded_batches(shuffle):
         it = iter(loader)
         seen = [next(it).tolist() for _ in range(stop)]
         state = loader.state_dict()
-        assert state == {"epoch": 5, "batches": stop}
+        assert state == {"epoch": 5, "batches": stop, "samples": min(3 * stop, 11)}
         fresh = DataLoader(x, 3, shuffle=shuffle, seed=7)
         fresh.load_state_dict(state)
-        assert fresh.state_dict() == state
+        assert fresh.state_dict() == {**state, "batches": 0}     # batches count from where it resumed
         assert seen + [b.tolist() for b in fresh] == full
         assert [b.tolist() for b in fresh] == full  # once only
 
@@ -405,3 +408,74 @@ def test_loader_errors():
         loader.load_state_dict({"epoch": 0, "position": 1})
     with pytest.raises(ValueError, match=r"batches in 0..3"):
         loader.load_state_dict({"epoch": 0, "batches": 4})
+
+
+# --- an elastic job: the world size changes in the middle of an epoch ---------------------------------------
+
+
+def _lockstep(its, batches):
+    """`batches` steps of every rank's loader iterator in step (or until one runs dry); the indices taken."""
+    taken = []
+    for _ in range(batches):
+        step = [next(it, None) for it in its]
+        if any(b is None for b in step):
+            break
+        taken += [int(i) for b in step for i in b]
+    return taken
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_every_index_once_across_world_size_changes(seed):
+    """Generated: a dataset, a batch size, world sizes changing two or three times at random steps (as an
+    elastic job's checkpoints see them): across the changes no index is taken twice in the epoch, and
+    what is left untaken is only the tail the last world size could not fill a step with."""
+    rng = np.random.default_rng(seed)
+    n, batch = int(rng.integers(20, 400)), int(rng.integers(1, 6))
+    x = np.arange(n)
+    state, taken, world = None, [], 1
+    for _ in range(int(rng.integers(2, 5))):
+        world = int(rng.integers(1, 6))
+        if n < world * batch:
+            break
+        loaders = []
+        for rank in range(world):
+            sampler = DistributedSampler(n, num_replicas=world, rank=rank, seed=seed, drop_last=True)
+            loader = DataLoader(x, batch, sampler=sampler, drop_last=True)
+            if state is not None:
+                loader.load_state_dict(state)
+            loader.set_epoch(0)
+            loaders.append(loader)
+        its = [iter(loader) for loader in loaders]
+        taken += _lockstep(its, int(rng.integers(0, len(loaders[0]) + 1)))
+        states = [loader.state_dict() for loader in loaders]
+        assert all(s == states[0] for s in states), states      # ranks in step agree on where they are
+        state = states[0]
+        assert state["samples"] == len(taken)
+    if n >= world * batch:
+        taken += _lockstep(its, n)
+    assert len(taken) == len(set(taken)), "an index was taken twice in the epoch"
+    assert n - len(taken) < world * batch + world, (n, len(taken), world, batch)
+
+
+def test_resume_at_another_world_size_continues_the_same_order():
+    """The rest of the epoch is the rest of the one shuffled order, dealt out among the new ranks."""
+    n = 50
+    order = DistributedSampler(n, num_replicas=1, rank=0, seed=4).indices().tolist()
+    three = [DistributedSampler(n, num_replicas=3, rank=r, seed=4, drop_last=True) for r in range(3)]
+    its = [iter(s) for s in three]
+    first = [next(it) for _ in range(4) for it in its]
+    assert sorted(first) == sorted(order[:12])
+    state = three[0].state_dict()
+    assert state["consumed"] == 12
+    two = [DistributedSampler(n, num_replicas=2, rank=r, seed=4, drop_last=True) for r in range(2)]
+    for s in two:
+        s.load_state_dict(state)
+    assert [list(s) for s in two] == [order[12::2][:19], order[13::2][:19]]
+    assert [list(s) for s in two][0] == order[:50:2][:25], "a second pass is the whole epoch again"
+
+
+def test_consumed_is_validated():
+    s = DistributedSampler(10, num_replicas=2, rank=0)
+    for bad in (-1, 11, 2.5, "3"):
+        with pytest.raises(ValueError, match="consumed in 0..10"):
+            s.load_state_dict({"epoch": 0, "consumed": bad})

@@ -59,6 +59,7 @@ OP_SET, OP_GET, OP_ADD, OP_WAIT, OP_CAS, OP_DELETE, OP_NUM_KEYS, OP_PING = range
 OP_NAMES = {OP_SET: "set", OP_GET: "get", OP_ADD: "add", OP_WAIT: "wait", OP_CAS: "compare_set",
             OP_DELETE: "delete", OP_NUM_KEYS: "num_keys", OP_PING: "ping"}
 OK, TIMEOUT, ERROR = 0, 1, 2
+EPHEMERAL = 1                      # set's flag: the key goes when the connection that set it closes
 
 
 class StoreError(DistributedError):
@@ -107,6 +108,10 @@ def too_large(what: str, n: int, limit: int) -> str:
     return (f"the value is {n} bytes, more than the store accepts ({limit} bytes, TG_STORE_MAX_VALUE); "
             f"keep store values small (addresses, counters, short JSON), or raise TG_STORE_MAX_VALUE on "
             f"every rank")
+
+
+class _Missing(Exception):
+    """peek's key is not set."""
 
 
 class _Refused(Exception):
@@ -276,8 +281,16 @@ class _Server:
         self.rejects = RejectLog(log, "[store]")
         self.data: dict[str, bytes] = {}
         self.cond = threading.Condition()
+        self.closed = False
+        self.conns: set[socket.socket] = set()
+        self.doors: list[Doorman] = []
+        self.sock = self._listen(host, port)
+        self.port = self.sock.getsockname()[1]
+
+    def _listen(self, host: str, port: int) -> socket.socket:
+        """Listen on host:port too, for the same data (each listening socket its own accept loop)."""
         try:
-            self.sock = socket.create_server((host, port), backlog=128, reuse_port=False)
+            sock = socket.create_server((host, port), backlog=128, reuse_port=False)
         except OSError as e:
             if e.errno == errno.EADDRINUSE:
                 fix = ("another process (another job?) holds it: pick another port (MASTER_PORT, or tglaunch "
@@ -287,24 +300,25 @@ class _Server:
             why = os.strerror(e.errno) if e.errno else str(e)
             raise StoreError(f"[store] cannot listen on {host}:{port} for the rendezvous store ({why}); "
                              f"{fix}") from None
-        self.port = self.sock.getsockname()[1]
-        self.closed = False
-        self.conns: set[socket.socket] = set()
-        self.door = Doorman(self.sock, self._serve, "[store]", lambda: self.closed, "tg-store-conn")
-        threading.Thread(target=self.door.run, daemon=True, name="tg-store-accept").start()
+        door = Doorman(sock, lambda conn, addr: self._serve(conn, addr, door), "[store]", lambda: self.closed,
+                       "tg-store-conn")
+        self.doors.append(door)
+        threading.Thread(target=door.run, daemon=True, name="tg-store-accept").start()
+        return sock
 
-    def _serve(self, conn: socket.socket, addr: tuple) -> None:
+    def _serve(self, conn: socket.socket, addr: tuple, door: Doorman) -> None:
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if not verify(conn, self.secret, b"tg-store", admit=lambda: self.door.admitted(conn),
+        if not verify(conn, self.secret, b"tg-store", admit=lambda: door.admitted(conn),
                       rejected=lambda: self.rejects.rejected(addr)):
-            self.door.drop(conn)      # a wrong answer, none in time, or closed by the cap
+            door.drop(conn)      # a wrong answer, none in time, or closed by the cap
             conn.close()
             return
         self.conns.add(conn)
+        owned: set[str] = set()       # the ephemeral keys this connection set
         try:
             while True:
                 head = _recv_exact(conn, REQ.size)
-                magic, version, op, _flags, klen, vlen = REQ.unpack(head)
+                magic, version, op, flags, klen, vlen = REQ.unpack(head)
                 if magic != MAGIC or version != VERSION or not OP_SET <= op <= OP_PING or klen > MAX_KEY:
                     log.warning("[store] malformed frame from %s:%s (magic %r, version %d, op %d, key of %d "
                                 "bytes); closing it", addr[0], addr[1], magic, version, op, klen)
@@ -317,6 +331,8 @@ class _Server:
                     _discard(conn, vlen)
                     continue
                 value = _recv_exact(conn, vlen)
+                if op == OP_SET and flags & EPHEMERAL:
+                    owned.add(key)
                 try:
                     status, out = self._handle(op, key, value)
                 except _Refused as e:
@@ -329,6 +345,14 @@ class _Server:
         finally:
             self.conns.discard(conn)
             conn.close()
+            self._forget(owned)
+
+    def _forget(self, owned: set[str]) -> None:
+        """A connection closed (its owner's process ended, or hung up): its ephemeral keys go with it."""
+        with self.cond:
+            for key in owned:
+                self.data.pop(key, None)
+            self.cond.notify_all()
 
     @staticmethod
     def _reply(conn: socket.socket, status: int, out: bytes) -> None:
@@ -396,16 +420,17 @@ class _Server:
         return OK, b""   # PING
 
     def stop_accepting(self) -> None:
-        """Close the listening socket (its port is free for the next store); connections made are still
-        served."""
-        try:
-            self.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept() thread; close alone does not
-        except OSError:
-            pass
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        """Close the listening sockets (their ports are free for the next store); connections made are
+        still served."""
+        for door in self.doors:
+            try:
+                door.sock.shutdown(socket.SHUT_RDWR)   # wakes the accept() thread; close alone does not
+            except OSError:
+                pass
+            try:
+                door.sock.close()
+            except OSError:
+                pass
 
     def close(self, grace: float = 0.0) -> None:
         """Stop serving; with grace, first wait (that long at most) for the other clients to hang up,
@@ -428,11 +453,14 @@ class _Server:
 class TCPStore:
     """Client (and, with is_server=True, the server too) of the rendezvous store.
 
-    timeout (seconds) bounds connecting and every blocking call."""
+    timeout (seconds) bounds connecting and every blocking call; reply_timeout, when given, bounds how
+    long any answer may take beyond the wait asked for (else 5s after a wait, the store's timeout but
+    10s at least otherwise): the launcher's agents use it to notice a stopped store host within seconds."""
 
     def __init__(self, host: str, port: int, is_server: bool = False, secret: bytes = b"",
-                 timeout: float = 300.0):
+                 timeout: float = 300.0, reply_timeout: float | None = None):
         self.host, self.timeout, self.secret = host, timeout, secret
+        self.reply_timeout = reply_timeout
         self._server = _Server(host, port, secret) if is_server else None
         self.port = self._server.port if self._server else port
         self._lock = threading.Lock()
@@ -463,7 +491,7 @@ class TCPStore:
                 delay = min(delay * 2, 0.5)
 
     def _call(self, op: int, key: str, value: bytes = b"", wait: float | None = None,
-              limit: float | None = None) -> bytes:
+              limit: float | None = None, flags: int = 0, missing_ok: bool = False) -> bytes:
         """One request and its reply. The reply is waited for `wait` seconds (a blocking get or wait) plus
         `limit` (default 5s after a wait, else the store's timeout, 10s at least): a store whose host is
         stopped makes the call raise, never hang. A reply that did not come in time leaves the connection
@@ -476,6 +504,8 @@ class TCPStore:
             raise StoreRequestError(f"[store] {OP_NAMES[op]} {key[:80]!r}: {why}")
         # (no wait: the store's timeout, but 10s at least: a short TG_DIST_TIMEOUT must not fail set-up
         # on a loaded machine, where the store's thread may be late by seconds)
+        if limit is None and self.reply_timeout is not None:
+            limit = self.reply_timeout
         bound = (wait or 0.0) + (limit if limit is not None else 5.0 if wait is not None else
                                  max(self.timeout, 10.0))
         finite = math.isfinite(bound)         # TG_DIST_TIMEOUT=inf: wait as long as it takes
@@ -489,7 +519,7 @@ class TCPStore:
                                  f"unanswered ({self._broken})")
             self._sock.settimeout(bound if finite else None)
             try:
-                self._sock.sendall(REQ.pack(MAGIC, VERSION, op, 0, len(kb), len(value)) + kb + value)
+                self._sock.sendall(REQ.pack(MAGIC, VERSION, op, flags, len(kb), len(value)) + kb + value)
                 magic, version, status, _flags, vlen = REP.unpack(_recv_exact(self._sock, REP.size))
                 out = _recv_exact(self._sock, vlen)
             except TimeoutError:
@@ -507,8 +537,15 @@ class TCPStore:
                 ) from None
         finally:
             self._lock.release()
+        return self._result(op, key, wait, missing_ok, magic, version, status, out)
+
+    def _result(self, op: int, key: str, wait: float | None, missing_ok: bool, magic: bytes, version: int,
+                status: int, out: bytes) -> bytes:
+        """A reply's value, or the error it stands for."""
         if magic != MAGIC or version != VERSION:
             raise StoreError(f"[store] malformed reply from {self.host}:{self.port}")
+        if status == TIMEOUT and missing_ok:
+            raise _Missing
         if status == TIMEOUT:
             raise StoreTimeout(f"[store] timed out after {wait:.1f}s waiting for key {key!r}")
         if status == ERROR:
@@ -516,14 +553,24 @@ class TCPStore:
                                     f"{self.host}:{self.port}: {out.decode('utf-8', 'replace')}")
         return out
 
-    def set(self, key: str, value: bytes | str, timeout: float | None = None) -> None:
-        """Set key; timeout bounds the wait for the store's answer (default: the store's timeout)."""
-        self._call(OP_SET, key, value.encode() if isinstance(value, str) else value, limit=timeout)
+    def set(self, key: str, value: bytes | str, timeout: float | None = None,
+            ephemeral: bool = False) -> None:
+        """Set key; timeout bounds the wait for the store's answer (default: the store's timeout). An
+        ephemeral key is deleted when this client's connection closes, as when its process dies."""
+        self._call(OP_SET, key, value.encode() if isinstance(value, str) else value, limit=timeout,
+                   flags=EPHEMERAL if ephemeral else 0)
 
     def get(self, key: str, timeout: float | None = None) -> bytes:
         """The value of key, waiting up to timeout seconds for it to be set."""
         t = self.timeout if timeout is None else timeout
         return self._call(OP_GET, key, struct.pack("<Q", int(t * 1000)), wait=t)
+
+    def peek(self, key: str) -> bytes | None:
+        """The value of key now, or None when it is not set (no waiting)."""
+        try:
+            return self._call(OP_GET, key, struct.pack("<Q", 0), wait=0.0, missing_ok=True)
+        except _Missing:
+            return None
 
     def add(self, key: str, delta: int) -> int:
         return struct.unpack("<q", self._call(OP_ADD, key, struct.pack("<q", delta)))[0]
@@ -545,6 +592,21 @@ class TCPStore:
 
     def num_keys(self) -> int:
         return struct.unpack("<Q", self._call(OP_NUM_KEYS, ""))[0]
+
+    def listen_also(self, host: str, port: int) -> bool:
+        """The server's side: serve the same data on host:port too (the launcher's agent that took the
+        store over answers at the job's first address as well); False when it cannot bind it."""
+        assert self._server is not None
+        try:
+            self._server._listen(host, port)
+            return True
+        except StoreError:
+            return False
+
+    @property
+    def local_address(self) -> str:
+        """This end's address of the connection to the store: the address of this host that reaches it."""
+        return self._sock.getsockname()[0]
 
     def stop_accepting(self) -> None:
         """The server's side: take no new connection (the port is free for the next store); the clients

@@ -85,7 +85,7 @@ import secrets
 import sys
 from typing import Callable
 
-from tg.launch.job import Failure, JobSpec, Launch, LaunchError, check_range, load_config
+from tg.launch.job import Failure, JobSpec, Launch, LaunchError, check_range, load_config, parse_nnodes
 
 __all__ = ["main", "JobSpec", "Failure", "Launch", "LaunchError"]
 
@@ -99,7 +99,8 @@ def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
         allow_abbrev=False,
     )
     ap.add_argument("--nproc", "--nproc-per-node", dest="nproc_per_node", type=_ranged("nproc_per_node", int))
-    ap.add_argument("--nnodes", type=_ranged("nnodes", int))
+    ap.add_argument("--nnodes", type=_nnodes)
+    ap.add_argument("--join-timeout", type=_ranged("join_timeout", float))
     ap.add_argument("--node-rank", type=_ranged("node_rank", int))
     ap.add_argument("--master-addr")
     ap.add_argument("--master-port", type=_ranged("master_port", int))
@@ -126,6 +127,7 @@ def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
     for key in (
         "nproc_per_node",
         "nnodes",
+        "join_timeout",
         "master_addr",
         "master_port",
         "backend",
@@ -137,6 +139,8 @@ def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
         "flight_recorder",
     ):
         value = getattr(args, key)
+        if key == "nnodes" and value is not None:
+            spec.min_nodes, value = value
         if value is not None:
             setattr(spec, key, value)
     rest = list(args.script_and_args)
@@ -148,6 +152,10 @@ def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
         spec.script, spec.args, spec.module = rest[0], rest[1:], None
     if spec.script is None and spec.module is None:
         ap.error("give a script to run (tglaunch --nproc 2 train.py), -m module, or `script` in --config")
+    try:
+        spec.fix_nodes()
+    except ValueError as e:
+        ap.error(str(e))
     from tg import config
     spec.profile_dir = spec.profile_dir or config.TG_PROFILE or None     # TG_PROFILE=DIR is --profile DIR
     # every node's agent must name the same run: random on one node, else from the master's address
@@ -165,6 +173,14 @@ def parse_args(argv: list[str] | None) -> Launch:  # noqa: C901
                      f"print(secrets.token_hex(16))') and export it on every node before starting tglaunch")
         secret = secrets.token_hex(16)
     return Launch(spec, node_rank, args.grace, secret)
+
+
+def _nnodes(text: str) -> tuple[int, int]:
+    """--nnodes N or MIN:MAX, as (MIN or 0, MAX); a bad value is a usage error."""
+    try:
+        return parse_nnodes(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _ranged(key: str, kind: Callable[[str], float]) -> Callable[[str], float]:
@@ -185,6 +201,7 @@ _VALUED = {
     "--nproc",
     "--nproc-per-node",
     "--nnodes",
+    "--join-timeout",
     "--node-rank",
     "--master-addr",
     "--master-port",

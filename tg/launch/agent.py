@@ -19,6 +19,7 @@ from typing import IO, Any
 
 from tg import config
 from tg.launch.job import Failure, Launch, LaunchError, check_port, free_port
+from tg.launch.rendezvous import Rendezvous
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
 POLL = 0.02          # seconds between checks of the workers while no output arrives
@@ -56,47 +57,83 @@ class _Worker:
 
 class Agent:
     def __init__(self, launch: Launch):
-        self.launch, self.spec, self.node = launch, launch.spec, launch.node_rank
+        self.launch, self.spec = launch, launch.spec
+        self.node = launch.node_rank or 0
         self.stop_signal = 0
-        self.store: Any = None
-        self.key = f"tglaunch/{self.spec.run_id}"
+        self.rdzv: Rendezvous | None = None
         self.base_rank, self.world = 0, self.spec.nproc_per_node
         self.host = socket.gethostname()
 
     # ------------------------------------------------------------------ the job
     def run(self) -> int:
-        spec = self.spec
         previous = {s: signal.signal(s, self._on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
-            if spec.nnodes > 1:
-                self._rendezvous()
-            for attempt in range(spec.max_restarts + 1):
+            if self.spec.nnodes > 1:
+                self.rdzv = Rendezvous(self.spec, self.launch.secret, self.host, self.launch.node_rank,
+                                       stop_asked=lambda: bool(self.stop_signal))
+                return self._rounds()
+            for attempt in range(self.spec.max_restarts + 1):
                 failure = self._attempt(attempt)
-                if self.stop_signal:
-                    print(
-                        f"[tglaunch] stopped by {signal.Signals(self.stop_signal).name}; "
-                        "every worker is gone",
-                        file=sys.stderr,
-                    )
-                    return 128 + self.stop_signal
-                if failure is None:
-                    return 0
-                print(failure.describe(), file=sys.stderr)
-                for line in failure.flight:
-                    print(line, file=sys.stderr)
-                if attempt < spec.max_restarts:
-                    print(
-                        f"[tglaunch] restarting the whole job (restart {attempt + 1} of {spec.max_restarts})",
-                        file=sys.stderr,
-                    )
+                if self.stop_signal or failure is None:
+                    return self._stopped() if self.stop_signal else 0
+                self._report(failure)
+                if attempt < self.spec.max_restarts:
+                    print(f"[tglaunch] restarting the whole job (restart {attempt + 1} of "
+                          f"{self.spec.max_restarts})", file=sys.stderr)
                     continue
                 return failure.exit_code
             return 1
         finally:
             for s, handler in previous.items():
                 signal.signal(s, handler)
-            if self.store is not None:
-                self._leave()
+            if self.rdzv is not None:
+                self.rdzv.leave()
+
+    def _rounds(self) -> int:
+        """A job of several nodes: a rendezvous round, the workers, and again while the job goes on (the
+        rounds are in tg.launch.rendezvous)."""
+        assert self.rdzv is not None
+        last_failure: Failure | None = None
+        while True:
+            rnd = self.rdzv.join()
+            if rnd.give_up:
+                given = Failure(**rnd.give_up)
+                ended = last_failure if given.rank < 0 and last_failure is not None else given
+                if rnd.why.startswith("lost"):
+                    print(f"[tglaunch] the job {rnd.why} and cannot go on with fewer than {self.spec.nnodes} "
+                          f"nodes", file=sys.stderr)
+                else:
+                    print(f"[tglaunch] the job used its {self.spec.max_restarts} restart(s); it ends",
+                          file=sys.stderr)
+                return ended.exit_code
+            self.node, self.base_rank, self.world = rnd.node, rnd.base_rank, rnd.world
+            addr, port = self.rdzv.store_address
+            why = f"{rnd.why}; " if rnd.number else ""
+            print(f"[tglaunch] round {rnd.number}: {why}{len(rnd.members)} node(s), {rnd.world} ranks "
+                  f"(restarts used {rnd.restarts} of {self.spec.max_restarts}, membership changes "
+                  f"{rnd.changes}); this is node {rnd.node}; the store is at {addr}:{port}"
+                  f"{' (here)' if self.rdzv.hosting else ''}", file=sys.stderr)
+            outcome = self._attempt(rnd.number)
+            if self.stop_signal:
+                return self._stopped()
+            if outcome is None and not self.rdzv.why:
+                self.rdzv.finish()
+                return 0
+            if outcome is not None:
+                self._report(outcome)
+                last_failure = outcome
+            self.rdzv.after_stop(outcome)
+
+    def _stopped(self) -> int:
+        print(f"[tglaunch] stopped by {signal.Signals(self.stop_signal).name}; every worker is gone",
+              file=sys.stderr)
+        return 128 + self.stop_signal
+
+    @staticmethod
+    def _report(failure: Failure) -> None:
+        print(failure.describe(), file=sys.stderr)
+        for line in failure.flight:
+            print(line, file=sys.stderr)
 
     def _on_signal(self, signum: int, _frame: Any) -> None:
         self.stop_signal = signum
@@ -108,8 +145,6 @@ class Agent:
             if self.spec.backend == "mpi":
                 failure = self._attempt_mpi(attempt, errors)
             else:
-                if self.store is not None:
-                    self._all_nodes(f"a{attempt}/ready", "start the attempt")
                 workers = self._start(attempt, self._worker_env(attempt, errors), errors)
                 failure = self._supervise(workers, attempt, errors)
             if failure is not None and not self.stop_signal:
@@ -174,9 +209,13 @@ class Agent:
         spec = self.spec
         env = config.environment()
         env.update(spec.env)
-        if self.store is not None:
-            port = spec.master_port
-            env.update(TG_STORE_EXTERNAL="1", TG_STORE_PREFIX=f"{self.key}/a{attempt}/")
+        master = spec.master_addr
+        if self.rdzv is not None:
+            master, port = self.rdzv.store_address
+            env.update(TG_STORE_EXTERNAL="1", TG_STORE_PREFIX=f"{self.rdzv.key}/r{attempt}/w/")
+            assert self.rdzv.last is not None
+            env.update(TG_MEMBERSHIP_CHANGES=str(self.rdzv.last.changes),
+                       TG_FAILURE_RESTARTS=str(self.rdzv.last.restarts))
         elif spec.master_port:
             check_port(spec.master_addr, spec.master_port)
             port = spec.master_port
@@ -187,7 +226,7 @@ class Agent:
             LOCAL_WORLD_SIZE=str(spec.nproc_per_node),
             NODE_RANK=str(self.node),
             GROUP_RANK=str(self.node),
-            MASTER_ADDR=spec.master_addr,
+            MASTER_ADDR=master,
             MASTER_PORT=str(port),
             TG_RESTART_COUNT=str(attempt),
             TG_MAX_RESTARTS=str(spec.max_restarts),
@@ -260,9 +299,13 @@ class Agent:
                         failed[w.rank] = self._failure(w, errors)
                 found = list(failed.values())
                 local = bool(found)
-                if not found and self.store is not None and time.monotonic() >= next_store_check:
+                if not found and self.rdzv is not None and time.monotonic() >= next_store_check:
                     next_store_check = time.monotonic() + 0.1
-                    found = self._recorded_failures(attempt)
+                    found, ended = self._watch_round()
+                    if ended:
+                        print(f"[tglaunch] node {self.node}: the round ends ({ended}); stopping this node's "
+                              f"workers", file=sys.stderr)
+                        break
                 if found:
                     failure = blame(found)
                     if _is_echo(failure) and len(exited) < len(workers):
@@ -271,8 +314,8 @@ class Agent:
                         echo_since = echo_since or time.monotonic()
                         if time.monotonic() - echo_since < ECHO_WAIT:
                             continue
-                    if local and self.store is not None:
-                        failure = self._publish(attempt, failure)
+                    if local and self.rdzv is not None:
+                        failure = self._publish(failure)
                     break
                 if len(exited) == len(workers):
                     break
@@ -285,8 +328,8 @@ class Agent:
             for w in workers:
                 for f in w.logs.values():
                     f.close()
-        if failure is None and not self.stop_signal and self.store is not None:
-            return self._finish_together(attempt)
+        if failure is None and not self.stop_signal and self.rdzv is not None and not self.rdzv.why:
+            return self._finish_together()
         return failure
 
     def _relay(self, sel: selectors.BaseSelector, key: selectors.SelectorKey) -> None:
@@ -391,98 +434,61 @@ class Agent:
         return Failure(-1, proc.returncode, self.host, time.time(), error="mpiexec ended the job (see above)")
 
     # ------------------------------------------------------------------ several nodes
-    def _rendezvous(self) -> None:
-        """Node 0 hosts the store at master_addr:master_port; every agent says how many ranks it runs and
-        waits for all the others."""
-        from tg.distributed.store import StoreError, TCPStore
-        spec = self.spec
-        if not spec.master_port:
-            raise LaunchError(f"a {spec.nnodes}-node job needs a fixed --master-port (0 picks a port only "
-                              f"on one node)")
-        if self.node == 0:
-            check_port(spec.master_addr, spec.master_port)
-        try:
-            self.store = TCPStore(spec.master_addr, spec.master_port, is_server=self.node == 0,
-                                  secret=self.launch.secret.encode(), timeout=config.TG_DIST_TIMEOUT)
-        except (StoreError, OSError) as e:
-            raise LaunchError(f"node {self.node} could not reach the rendezvous store at "
-                              f"{spec.master_addr}:{spec.master_port}: {e}") from None
-        self.store.set(f"{self.key}/node/{self.node}", json.dumps({"host": self.host,
-                                                                    "nproc": spec.nproc_per_node}))
-        self._all_nodes("joined", "join the job")
-        counts = [json.loads(self.store.get(f"{self.key}/node/{n}"))["nproc"] for n in range(spec.nnodes)]
-        self.base_rank, self.world = sum(counts[:self.node]), sum(counts)
-
-    def _all_nodes(self, name: str, what: str) -> None:
-        """A barrier of the agents on counter `name`; a timeout names the nodes that never came."""
-        key = f"{self.key}/{name}"
-        self.store.add(key, 1)
-        self.store.set(f"{key}/{self.node}", "1")
-        deadline = time.monotonic() + config.TG_DIST_TIMEOUT
-        while self.store.add(key, 0) < self.spec.nnodes:
-            if time.monotonic() > deadline:
-                missing = [n for n in range(self.spec.nnodes) if not self._has(f"{key}/{n}")]
-                raise LaunchError(f"nodes {missing} did not {what} within {config.TG_DIST_TIMEOUT:.0f}s "
-                                  f"(store {self.spec.master_addr}:{self.spec.master_port})")
-            if self.stop_signal:
-                raise KeyboardInterrupt
-            time.sleep(0.01)
-
-    def _has(self, key: str) -> bool:
+    def _watch_round(self) -> tuple[list[Failure], str | None]:
+        """The failures other nodes recorded for this round, and why the round ended if it did (a member
+        lost, a newcomer waiting, this agent stopped too long, the store lost)."""
         from tg.distributed.store import StoreError
+        assert self.rdzv is not None
+        ended = self.rdzv.check()
+        if ended:
+            return [], ended
         try:
-            self.store.get(key, timeout=0.01)
-            return True
+            return self.rdzv.failures(), None
         except StoreError:
-            return False
+            self.rdzv.why = "store lost"
+            return [], "lost the rendezvous store"
 
-    def _publish(self, attempt: int, failure: Failure) -> Failure:
+    def _publish(self, failure: Failure) -> Failure:
         """Record this node's failure, let the other nodes' land (a rank on another node often fails
-        second, having noticed the first through the transport), and return the earliest: the root cause."""
-        self.store.set(f"{self.key}/a{attempt}/failure/{self.node}", json.dumps(failure.__dict__))
-        self.store.add(f"{self.key}/a{attempt}/failed", 1)
+        second, having noticed the first through the transport), and return the earliest: the root cause.
+        A member lost meanwhile (its agent died: its failure never lands) ends the wait."""
+        from tg.distributed.store import StoreError
+        assert self.rdzv is not None
+        try:
+            self.rdzv.publish(failure)
+        except StoreError:
+            self.rdzv.why = "store lost"
+            return failure
         start = time.monotonic()
         while True:
             time.sleep(0.05)
-            found = self._recorded_failures(attempt)
+            found, ended = self._watch_round()
             cause = blame(found) if found else failure
             waited = time.monotonic() - start
-            settled = len(found) == self.spec.nnodes or (waited >= 0.25 and not _is_echo(cause))
-            if settled or waited >= ECHO_WAIT:
+            settled = len(found) == len(self.rdzv.known) or (waited >= 0.25 and not _is_echo(cause))
+            if settled or ended or waited >= ECHO_WAIT:
                 return cause
 
-    def _recorded_failures(self, attempt: int) -> list[Failure]:
-        """The failures the nodes have recorded in the store for this attempt (one a node at most)."""
-        if self.store.add(f"{self.key}/a{attempt}/failed", 0) == 0:
-            return []
-        keys = (f"{self.key}/a{attempt}/failure/{node}" for node in range(self.spec.nnodes))
-        return [Failure(**json.loads(self.store.get(key))) for key in keys if self._has(key)]
-
-    def _finish_together(self, attempt: int) -> Failure | None:
-        """This node's workers succeeded: wait until every node's did, or one failed."""
-        done = f"{self.key}/a{attempt}/done"
-        self.store.add(done, 1)
-        while self.store.add(done, 0) < self.spec.nnodes:
-            if self.stop_signal:
-                return None
-            if self._recorded_failures(attempt):
-                time.sleep(0.25)       # the first record to land need not be the cause: let the rest land
-                return blame(self._recorded_failures(attempt))
-            time.sleep(0.05)
-        return None
-
-    def _leave(self) -> None:
-        """Node 0 keeps the store up until every agent has read the outcome."""
-        left = f"{self.key}/left"
+    def _finish_together(self) -> Failure | None:
+        """This node's workers succeeded: wait until every node's did, or one failed, or the round ended
+        (a member lost before it finished: the job goes on without it, from the last checkpoint)."""
+        from tg.distributed.store import StoreError
+        assert self.rdzv is not None
         try:
-            self.store.add(left, 1)
-            if self.node == 0:
-                deadline = time.monotonic() + 10
-                while self.store.add(left, 0) < self.spec.nnodes and time.monotonic() < deadline:
-                    time.sleep(0.02)
-        except Exception:  # noqa: BLE001 - the store host may be gone already
-            pass
-        self.store.close(grace=0)
+            self.rdzv.done()
+            while self.rdzv.done_count() < len(self.rdzv.known):
+                if self.stop_signal:
+                    return None
+                found, ended = self._watch_round()
+                if ended:
+                    return None
+                if found:
+                    time.sleep(0.25)   # the first record to land need not be the cause: let the rest land
+                    return blame(self._watch_round()[0] or found)
+                time.sleep(0.05)
+        except StoreError:
+            self.rdzv.why = "store lost"
+        return None
 
 
 def mpiexec_command(nproc: int) -> list[str] | None:

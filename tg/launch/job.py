@@ -15,7 +15,9 @@ from typing import Any, cast
 
 @dataclass
 class JobSpec:
-    nnodes: int = 1
+    nnodes: int = 1                   # the most nodes (MAX of --nnodes MIN:MAX)
+    min_nodes: int = 0                # the fewest an elastic job runs with (MIN); 0: nnodes (a fixed size)
+    join_timeout: float = 30.0        # seconds an elastic job's first round waits for MAX once MIN joined
     nproc_per_node: int = 1
     master_addr: str = "127.0.0.1"
     master_port: int = 0
@@ -31,9 +33,25 @@ class JobSpec:
     profile_dir: str | None = None    # each rank profiles its run (TG_PROFILE); the traces merged here
     flight_recorder: int | None = None    # collectives each rank's flight recorder keeps (0: off; None: env)
 
-    def resolve_node_rank(self, flag: int | None) -> int:
-        """--node-rank, else SLURM_NODEID, else this host's index in `hosts`; 0 on a one-node job."""
+    @property
+    def elastic(self) -> bool:
+        return 0 < self.min_nodes < self.nnodes
+
+    def fix_nodes(self) -> None:
+        """min_nodes 0 means a fixed size; MIN above MAX is a mistake."""
+        self.min_nodes = self.min_nodes or self.nnodes
+        if self.min_nodes > self.nnodes:
+            raise ValueError(f"[launch] nnodes {self.min_nodes}:{self.nnodes}: MIN is above MAX; "
+                             f"write nnodes as MIN:MAX with MIN <= MAX")
+
+    def resolve_node_rank(self, flag: int | None) -> int | None:
+        """--node-rank, else SLURM_NODEID, else this host's index in `hosts`; 0 on a one-node job; in an
+        elastic job None when none is given (the rendezvous assigns node ranks)."""
         from tg import config
+        if self.elastic and flag is None and config.SLURM_NODEID < 0 and not self.hosts:
+            if self.backend == "mpi":
+                raise ValueError("[launch] --backend mpi runs on one node; an elastic job uses tcp or ucx")
+            return None
         if flag is not None:
             rank = flag
         elif config.SLURM_NODEID >= 0:
@@ -86,7 +104,7 @@ _TYPES = {f.name: f.type for f in fields(JobSpec)}
 # Every numeric setting, given as a flag or as a YAML key, is checked here: (lowest, highest or None).
 RANGES: dict[str, tuple[int, int | None]] = {
     "nnodes": (1, None), "nproc_per_node": (1, None), "node_rank": (0, None), "master_port": (0, 65535),
-    "max_restarts": (0, None), "grace": (0, None), "flight_recorder": (0, None)}
+    "max_restarts": (0, None), "grace": (0, None), "flight_recorder": (0, None), "join_timeout": (0, None)}
 
 
 def check_range(key: str, value: float) -> None:
@@ -98,9 +116,10 @@ def check_range(key: str, value: float) -> None:
         raise ValueError(f"must be {want}, got {value}")
 
 
-_CHECK = {"nnodes": int, "nproc_per_node": int, "master_addr": str, "master_port": int, "backend": str,
-          "max_restarts": int, "log_dir": str, "run_id": str, "env": dict, "script": str, "module": str,
-          "args": list, "hosts": list, "profile_dir": str, "flight_recorder": int}
+_CHECK: dict[str, Any] = {
+    "nnodes": (int, str), "nproc_per_node": int, "join_timeout": (int, float), "master_addr": str,
+    "master_port": int, "backend": str, "max_restarts": int, "log_dir": str, "run_id": str, "env": dict,
+    "script": str, "module": str, "args": list, "hosts": list, "profile_dir": str, "flight_recorder": int}
 
 
 # Complexity: one check per YAML key, each naming the file, line and key.
@@ -139,26 +158,52 @@ def load_config(path: str) -> JobSpec:  # noqa: C901
         want = _CHECK[key]
         if value is None and key in ("log_dir", "run_id", "script", "module", "profile_dir"):
             continue
-        if not isinstance(value, want) or (want is int and isinstance(value, bool)):
-            raise ValueError(f"[launch] {path}:{line}: {key} must be {want.__name__}, got {value!r}")
+        if not isinstance(value, want) or isinstance(value, bool):
+            kind = " or ".join(w.__name__ for w in want) if isinstance(want, tuple) else want.__name__
+            if key == "nnodes":
+                kind = "an int or 'MIN:MAX'"
+            raise ValueError(f"[launch] {path}:{line}: {key} must be {kind}, got {value!r}")
+        if key == "nnodes":
+            try:
+                spec.min_nodes, value = parse_nnodes(str(value))
+            except ValueError as e:
+                raise ValueError(f"[launch] {path}:{line}: nnodes {e}") from None
         if key == "env":
             value = {str(k): str(v) for k, v in cast(dict, value).items()}
         elif key in ("args", "hosts"):
             value = [str(v) for v in cast(list, value)]
         if key == "backend" and value not in ("tcp", "mpi", "ucx"):
             raise ValueError(f"[launch] {path}:{line}: backend must be tcp, mpi or ucx, got {value!r}")
-        if key in RANGES:
+        if key in RANGES and key != "nnodes":
             try:
                 check_range(key, value)
             except ValueError as e:
                 raise ValueError(f"[launch] {path}:{line}: {key} {e}") from None
         setattr(spec, key, value)
-    if spec.hosts and len(spec.hosts) != spec.nnodes:
+    if spec.hosts and len(spec.hosts) != spec.nnodes and not spec.elastic:
         raise ValueError(f"[launch] {path}: hosts lists {len(spec.hosts)} nodes but nnodes is {spec.nnodes}")
     if spec.script and not os.path.isabs(spec.script):
         spec.script = os.path.join(os.path.dirname(os.path.abspath(path)), spec.script) \
             if not os.path.exists(spec.script) else spec.script
     return spec
+
+
+def parse_nnodes(text: str) -> tuple[int, int]:
+    """`N` (a fixed size: (0, N)) or `MIN:MAX` (an elastic job), each at least 1 and MIN <= MAX."""
+    parts = text.split(":")
+    try:
+        if len(parts) > 2:
+            raise ValueError
+        numbers = [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"must be a number of nodes or MIN:MAX (like 1:4), got {text!r}") from None
+    for n in numbers:
+        check_range("nnodes", n)
+    if len(numbers) == 1:
+        return 0, numbers[0]
+    if numbers[0] > numbers[1]:
+        raise ValueError(f"must be MIN:MAX with MIN <= MAX, got {text!r}")
+    return numbers[0], numbers[1]
 
 
 @dataclass
@@ -203,7 +248,7 @@ def _signal_name(num: int) -> str:
 class Launch:
     """What one agent runs, resolved from the flags and the config."""
     spec: JobSpec
-    node_rank: int
+    node_rank: int | None        # None: an elastic job assigns it at each rendezvous
     grace: float
     secret: str
     extra_env: dict[str, str] = field(default_factory=dict)

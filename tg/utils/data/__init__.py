@@ -744,6 +744,32 @@ class DataLoader(_EpochPosition):
             if callable(set_epoch):
                 set_epoch(self.epoch)
 
+    def _dealt(self) -> Any:
+        """The sampler when it deals a shared order out among ranks from any point (DistributedSampler),
+        else None."""
+        sampler = self.sampler if self.batch_sampler is None and self.batch_size is not None else None
+        return sampler if callable(getattr(sampler, "consumed", None)) else None
+
+    def state_dict(self) -> dict[str, int]:
+        """The epoch and the batches yielded in it; over a DistributedSampler also ``samples``, how much
+        of the epoch's order every rank's loader took together, which resumes at any world size."""
+        state = super().state_dict()
+        sampler = self._dealt()
+        if sampler is not None:
+            state["samples"] = sampler.consumed(self._done * self.batch_size)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where ``state`` says: skip the batches yielded, or over a DistributedSampler, deal out
+        the rest of the epoch from ``samples`` among this loader's ranks (as many as saved, or not)."""
+        sampler = self._dealt()
+        if sampler is None or not isinstance(state, dict) or "samples" not in state:
+            super().load_state_dict(state)
+            return
+        super().load_state_dict({k: (0 if k == self._COUNT_KEY else v) for k, v in state.items()
+                                 if k != "samples"})
+        sampler.load_state_dict({"epoch": self.epoch, "consumed": state["samples"]})
+
     def _index_batches(self, start: int) -> Iterator[np.ndarray]:
         """The epoch's batches of indices from batch ``start`` on (skipped ones are never read)."""
         if self.batch_sampler is not None:
@@ -794,6 +820,8 @@ class DataLoader(_EpochPosition):
     def __iter__(self) -> Iterator[Any]:
         if self._iterable:
             return self._stream(self._begin())
+        if (sampler := self._dealt()) is not None:
+            sampler.begin_pass()
         batches = self._index_batches(self._begin())
         return self._serial(batches) if self.num_workers == 0 else self._parallel(batches)
 
