@@ -20,7 +20,13 @@ sharded checkpoint every --ckpt-every steps and at the end (`<out>/ckpt`, loadab
 number of ranks), a loss-curve plot (`<out>/loss.svg`, train and eval; --log-y) and ends by printing a
 text sample the trained model writes. `--resume` continues from the newest
 checkpoint; under `tglaunch --max-restarts N` a restarted job resumes by itself, so a killed rank
-costs at most the steps since the last checkpoint.
+costs at most the steps since the last checkpoint. The same holds in an elastic job (`tglaunch --config
+configs/elastic.yaml`, `--nnodes MIN:MAX`): on every start with TG_RESTART_COUNT > 0 the script loads the
+newest complete checkpoint at whatever WORLD_SIZE the job now has (the model and optimizer load at any
+world size), the loader deals out the rest of the epoch's shuffled order among the ranks there are (every
+window once in the epoch: its state holds how much of the order all ranks took), and the step count and
+learning-rate schedule go on from the checkpoint's step. The global batch is WORLD_SIZE x --batch, so it
+follows the job's size.
 
 Every step is logged to `<out>/logs` (tg.utils.tensorboard: TensorBoard event files when the tensorboard
 package is installed, `pip install -e ".[metrics]"`, and metrics.jsonl always): loss, eval loss, learning
@@ -449,7 +455,10 @@ def resume(run: Run) -> None:
     run.history, run.epoch = extra["history"], extra["loader"]["epoch"]
     # the loader's state holds how much of the epoch's shuffled order all ranks took together: at any
     # number of ranks the rest of the epoch is dealt out among them, every window once
-    run.loader.load_state_dict(extra["loader"])
+    state = extra["loader"]
+    if "samples" not in state and "sequences_in_epoch" in extra:     # a checkpoint from before "samples"
+        state = {**state, "samples": extra["sequences_in_epoch"]}
+    run.loader.load_state_dict(state)
     for _ in range(run.start_step):
         run.sched.step()
     if run.rank == 0:

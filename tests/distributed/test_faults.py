@@ -495,3 +495,30 @@ def two_threads(rank: int, world: int, calls: int) -> list:
 def test_two_threads_on_one_group_are_serialized(backend):
     results = run_ranks(3, two_threads, 30, backend=backend, timeout=120, dist_timeout=20)
     assert results == [[[], 180, True]] * 3, results
+
+
+def test_a_listener_without_the_secret_gets_no_client() -> None:
+    """The handshake is mutual: a process that took over a port (a dead store's, a dead rank's) and answers
+    challenges without the secret is refused by the client before anything is sent to it."""
+    from tg.distributed.store import CHALLENGE, ServerNotProven, prove
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    answers = []
+
+    def impostor() -> None:
+        conn, _ = listener.accept()
+        conn.sendall(os.urandom(CHALLENGE))
+        answers.append(conn.recv(64))
+        conn.sendall(b"OK" + os.urandom(32))      # says yes, but cannot answer the client's challenge
+        answers.append(conn.recv(100))            # the client hangs up: nothing more arrives
+        conn.close()
+
+    thread = threading.Thread(target=impostor)
+    thread.start()
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    with pytest.raises(ServerNotProven, match="did not prove"):
+        prove(sock, b"the-job-secret", b"tg-store")
+    sock.close()
+    thread.join(5)
+    listener.close()
+    assert len(answers[0]) == 64 and answers[1] == b""

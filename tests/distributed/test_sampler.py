@@ -479,3 +479,23 @@ def test_consumed_is_validated():
     for bad in (-1, 11, 2.5, "3"):
         with pytest.raises(ValueError, match="consumed in 0..10"):
             s.load_state_dict({"epoch": 0, "consumed": bad})
+
+
+def test_loader_state_follows_the_samplers_epoch_in_torchs_idiom():
+    """torch's loop calls sampler.set_epoch(e) (never the loader's): the loader's state still resumes that
+    epoch where it was, and a later sampler.set_epoch(e) keeps the place."""
+    x = np.arange(48)
+    sampler = DistributedSampler(48, num_replicas=2, rank=0, seed=5)
+    loader = DataLoader(x, 4, sampler=sampler)
+    sampler.set_epoch(3)
+    it = iter(loader)
+    first = [next(it).tolist() for _ in range(2)]
+    state = loader.state_dict()
+    assert state["epoch"] == 3 and state["samples"] == 16
+    again = DistributedSampler(48, num_replicas=2, rank=0, seed=5)
+    resumed = DataLoader(x, 4, sampler=again)
+    resumed.load_state_dict(state)
+    again.set_epoch(3)
+    rest = [b.tolist() for b in resumed]
+    assert first + rest == [b.tolist() for b in DataLoader(x, 4, sampler=sampler)]
+    assert len(sum(first + rest, [])) == 24

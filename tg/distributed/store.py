@@ -1,15 +1,20 @@
 """The rendezvous store: a small TCP key-value server (set, get, add, wait, compare_set, delete)
 hosted by rank 0 or by the launcher.
 
-Security and framing: the server binds only to the address it is given. On every new connection
-it first sends a random challenge; the client must answer with HMAC-SHA256(secret, challenge)
-before the server reads anything else. Requests and replies are fixed binary frames (magic,
-version, op, lengths), never pickle; a malformed frame closes that connection and is logged, and
+Security and framing: the server binds only to the address it is given. On every new connection it first
+sends a random challenge; the client must answer with HMAC-SHA256(secret, challenge) before the server
+reads anything else, and sends a challenge of its own that the server answers the same way (so a process
+that took over a dead server's port gets no client). Requests and replies are fixed binary frames
+(magic, version, op, lengths), never pickle; a malformed frame closes that connection and is logged, and
 the server carries on. Connections that fail the handshake are logged at most once every
-REJECT_LOG_EVERY seconds, with a count, so nobody who can reach the port can flood the job's log.
-At most TG_STORE_MAX_UNPROVEN connections wait to prove the secret (a new one closes the oldest), and
-an accept() that fails for want of descriptors or memory is retried after a pause: a flood of
-connections neither uses up the store's descriptors nor stops it serving.
+REJECT_LOG_EVERY seconds, with a count, so nobody who can reach the port can flood the job's log. At
+most TG_STORE_MAX_UNPROVEN connections wait to prove the secret (a new one closes the oldest), and an
+accept() that fails for want of descriptors or memory is retried after a pause: a flood of connections
+neither uses up the store's descriptors nor stops it serving.
+
+Ephemeral keys: `set(key, value, ephemeral=True)` makes a key that lives as long as the connection that
+set it; when that connection closes (its process died or left) the store deletes it. The launcher's
+agents announce themselves so, which tells the others at once that a node's agent is gone.
 
 Sizes: keys are at most 64 KiB and values at most TG_STORE_MAX_VALUE bytes (4 MiB; the store holds
 addresses, counters and short JSON records). Values are read in pieces as they arrive, so a frame
@@ -72,6 +77,11 @@ class StoreTimeout(StoreError, TimeoutError):
 
 class SecretRejected(StoreError):
     """The store hung up on this process's answer to its challenge: another secret than the job's."""
+
+
+class ServerNotProven(ConnectionError):
+    """The process listening did not prove the job's secret (one that took over a dead server's port);
+    nothing was sent to it. Callers treat it as a failed connection and try again."""
 
 
 class StoreRequestError(StoreError, ValueError):
@@ -160,9 +170,12 @@ def _mac(secret: bytes, challenge: bytes, purpose: bytes) -> bytes:
 
 
 def prove(sock: socket.socket, secret: bytes, purpose: bytes) -> None:
-    """Client side of the handshake: answer the server's challenge."""
+    """Client side of the handshake: answer the server's challenge with a challenge of its own, which the
+    server must answer too: a process that took over a port a job's server had (it died, its port was
+    free) learns nothing and gets no client."""
     challenge = _recv_exact(sock, CHALLENGE)
-    sock.sendall(_mac(secret, challenge, purpose))
+    ours = os.urandom(CHALLENGE)
+    sock.sendall(_mac(secret, challenge, purpose) + ours)
     try:
         ok = _recv_exact(sock, 2)
     except (OSError, ConnectionError):
@@ -171,12 +184,15 @@ def prove(sock: socket.socket, secret: bytes, purpose: bytes) -> None:
         raise SecretRejected("handshake rejected")
     if ok != b"OK":    # closed without a verdict (a server full of unproven connections): try again
         raise ConnectionError("the server closed the connection during the handshake")
+    if not hmac.compare_digest(_recv_exact(sock, 32), _mac(secret, ours, purpose + b"/server")):
+        raise ServerNotProven("the server did not prove the job's secret: another process listens there")
 
 
 def verify(sock: socket.socket, secret: bytes, purpose: bytes, timeout: float = 10.0,
            admit: Callable[[], bool] | None = None, rejected: Callable[[], None] | None = None) -> bool:
     """Server side: send a challenge, check the answer in constant time. Nothing else is read first.
-    A wrong answer gets "NO" (the client then knows its secret is wrong); a right one "OK", unless
+    A wrong answer gets "NO" (the client then knows its secret is wrong); a right one "OK" and the answer
+    to the client's own challenge, unless
     `admit` says the connection was dropped meanwhile (it is then closed without a verdict).
     `rejected()` runs for every connection that fails, before a wrong one hears "NO" (so whoever counts
     rejections has counted it by the time the client knows)."""
@@ -190,11 +206,12 @@ def verify(sock: socket.socket, secret: bytes, purpose: bytes, timeout: float = 
                 rejected()
             sock.sendall(b"NO")
             return False
+        theirs = _recv_exact(sock, CHALLENGE)      # the client's challenge: this side proves the secret too
         if admit is not None and not admit():
             if rejected is not None:
                 rejected()
             return False
-        sock.sendall(b"OK")
+        sock.sendall(b"OK" + _mac(secret, theirs, purpose + b"/server"))
     except (OSError, ConnectionError):
         if rejected is not None:
             rejected()

@@ -3,14 +3,18 @@
     tglaunch --nproc 4 train.py --lr 3e-4          # 4 ranks on this machine
     tglaunch --nproc 2 -m mypkg.train               # a module, like python -m
     tglaunch --config configs/two_nodes.yaml --node-rank 1      # one node of a multi-node job
+    tglaunch --config configs/elastic.yaml                      # a node of an elastic job (1 to 3 nodes)
     tglaunch --backend mpi --nproc 4 train.py       # mpiexec starts the processes
     python -m tg.launch ...                         # the same as tglaunch
 
 Flags (a flag given on the command line wins over the same key in --config):
   --nproc N, --nproc-per-node N   processes on this node (default 1)
-  --nnodes N                      nodes in the job (default 1)
+  --nnodes N | MIN:MAX            nodes in the job (default 1); MIN:MAX makes it elastic (below)
+  --join-timeout S                an elastic job's first round waits this long for MAX nodes once
+                                  MIN joined (30)
   --node-rank K                   this node's rank; else SLURM_NODEID, else this host's place in
-                                  the config's `hosts` (matched by name or by a local address)
+                                  the config's `hosts` (matched by name or by a local address); in an
+                                  elastic job optional (node ranks are assigned at each round)
   --master-addr HOST              where the rendezvous store listens (default 127.0.0.1); node 0
                                   binds exactly this address, never all interfaces
   --master-port P                 its port; 0 (the default on one node) picks a free one
@@ -44,7 +48,8 @@ TG_LAUNCHER_PID (the agent's pid, for the worker's watchdog) and PYTHONUNBUFFERE
 `dist.init_process_group()` needs no arguments and torchrun scripts run as they are. Unless it is
 already set, TG_CPU_THREADS shares the node's cores among its ranks (cores // nproc_per_node, at
 least 1). On several nodes the agents host the store: workers also get TG_STORE_EXTERNAL=1 and
-TG_STORE_PREFIX (one per attempt).
+TG_STORE_PREFIX (one per round), MASTER_ADDR/MASTER_PORT of wherever the store is now, and
+TG_FAILURE_RESTARTS and TG_MEMBERSHIP_CHANGES (TG_RESTART_COUNT is their sum: every restart).
 
 Devices: with LOCAL_RANK set, a worker's default device is device LOCAL_RANK mod count of its kind
 (`CUDA:1` for local rank 1 on a GPU node, the kind from TG_DEVICE or, unset, CUDA when a GPU is
@@ -70,10 +75,34 @@ Failure modes:
   collective and what the others wait in; with --log-dir the records go to DIR/flight_recorder.json.
 - A node fails (multi-node): every other node stops its workers, and every node prints the summary.
 - A node never joins: after TG_DIST_TIMEOUT seconds the agents fail, naming the missing nodes.
+
+Several nodes run in rounds (tg/launch/rendezvous.py has the whole protocol): each round every agent
+registers, the round closes with its members in node-rank order, the workers run; a failure ends the
+round and the next one restarts every worker. Elastic jobs (`--nnodes MIN:MAX`, or `nnodes: '1:4'`):
+- The first round starts once MIN nodes joined and --join-timeout passed (at once at MAX).
+- A node lost (its agent died: at once; its agent stopped, SIGSTOP or a hang: its heartbeat stands
+  still for TG_ELASTIC_TIMEOUT, 10s) ends the round; the others re-form without it, at the new
+  WORLD_SIZE, as long as MIN remain (else they wait for nodes to join, up to TG_DIST_TIMEOUT).
+- A node that joins a running job ends the round (if the job has fewer than MAX nodes) and the
+  next round takes it in: no restart is used. A node beyond MAX waits as a spare for a later round.
+- Failure restarts and membership changes are counted apart, agreed by all agents: a round ended
+  by a node lost or joining uses no restart; a worker failure with every node back uses one, and
+  past --max-restarts every node stops with that failure.
+- The store moves: every agent runs a store server (the first one to bind --master-addr:
+  --master-port hosts the job's; the others a standby on the address they reach it from). When
+  its host is lost, every agent continues with the server of the live previous member of lowest
+  node rank, which also answers at --master-addr:--master-port when it can bind it (on one host,
+  or a machine that owns that address), so that later nodes find the job there. A stopped host
+  that wakes up closes its stale store and joins again as a new node.
+- Workers resume: TG_RESTART_COUNT > 0 means load the latest checkpoint, at whatever WORLD_SIZE
+  the job has now; DataLoader(..., sampler=DistributedSampler(...)).state_dict() resumes its epoch
+  at any world size, every sample once (scripts/train.py does this).
+A fixed-size job (`--nnodes N`) runs the same rounds; a node lost ends it.
 - The master port is taken: a clear error naming host:port.
 
 YAML schema (`--config`; an unknown key is an error with a did-you-mean, and errors name the file,
-line and key; every error is a usage error, exit code 2): nnodes, nproc_per_node, master_addr,
+line and key; every error is a usage error, exit code 2): nnodes (N or 'MIN:MAX'), join_timeout,
+nproc_per_node, master_addr,
 master_port, backend, max_restarts, log_dir, run_id, env (a mapping of extra variables), script,
 module, args (a list), hosts (one address or name per node, node 0 first), profile_dir,
 flight_recorder. See configs/.

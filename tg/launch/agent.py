@@ -18,8 +18,8 @@ import time
 from typing import IO, Any
 
 from tg import config
-from tg.launch.job import Failure, Launch, LaunchError, check_port, free_port
-from tg.launch.rendezvous import Rendezvous
+from tg.launch.job import Failure, Launch, LaunchError, blame, check_port, free_port, is_echo
+from tg.launch.rendezvous import JobFinished, Rendezvous, Round
 
 BOOTSTRAP = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bootstrap.py")
 POLL = 0.02          # seconds between checks of the workers while no output arrives
@@ -37,17 +37,6 @@ def _die_with_launcher() -> None:
 # its own still on its way out, or another node's record (that node notices its rank's exit within a poll).
 ECHO_WAIT = 3.0
 
-
-def _is_echo(failure: Failure) -> bool:
-    """A rank that raised because a peer died or left: the cause is another rank."""
-    return failure.error.startswith("DistributedError")
-
-
-def blame(failures: list[Failure]) -> Failure:
-    """The failure to report when several ranks failed before the launcher looked: the cause, not
-    its echoes. Ranks that raised because a peer died (a DistributedError) come last, then the
-    earliest failure, then the lowest rank."""
-    return min(failures, key=lambda f: (_is_echo(f), f.when, f.rank))
 
 class _Worker:
     def __init__(self, rank: int, proc: subprocess.Popen, logs: dict[str, IO[bytes]]):
@@ -95,17 +84,17 @@ class Agent:
         assert self.rdzv is not None
         last_failure: Failure | None = None
         while True:
-            rnd = self.rdzv.join()
+            try:
+                rnd = self.rdzv.join()
+            except JobFinished as e:
+                print(f"[tglaunch] {e}", file=sys.stderr)
+                return 0
+            except KeyboardInterrupt:
+                if self.stop_signal:
+                    return self._stopped()
+                raise
             if rnd.give_up:
-                given = Failure(**rnd.give_up)
-                ended = last_failure if given.rank < 0 and last_failure is not None else given
-                if rnd.why.startswith("lost"):
-                    print(f"[tglaunch] the job {rnd.why} and cannot go on with fewer than {self.spec.nnodes} "
-                          f"nodes", file=sys.stderr)
-                else:
-                    print(f"[tglaunch] the job used its {self.spec.max_restarts} restart(s); it ends",
-                          file=sys.stderr)
-                return ended.exit_code
+                return self._ended(rnd, last_failure)
             self.node, self.base_rank, self.world = rnd.node, rnd.base_rank, rnd.world
             addr, port = self.rdzv.store_address
             why = f"{rnd.why}; " if rnd.number else ""
@@ -123,6 +112,20 @@ class Agent:
                 self._report(outcome)
                 last_failure = outcome
             self.rdzv.after_stop(outcome)
+
+    def _ended(self, rnd: Round, last_failure: Failure | None) -> int:
+        """The job cannot go on (a fixed-size job lost a node, or the restarts are used up): report why,
+        and exit with the failure's code."""
+        given = Failure(**rnd.give_up)
+        ended = last_failure if given.rank < 0 and last_failure is not None else given
+        if rnd.why == "failure":
+            print(f"[tglaunch] the job used its {self.spec.max_restarts} restart(s); it ends",
+                  file=sys.stderr)
+        else:
+            print(f"[tglaunch] the job cannot go on: {rnd.why}", file=sys.stderr)
+        if given.rank < 0:
+            print(f"[tglaunch]   {given.error}", file=sys.stderr)
+        return ended.exit_code
 
     def _stopped(self) -> int:
         print(f"[tglaunch] stopped by {signal.Signals(self.stop_signal).name}; every worker is gone",
@@ -306,9 +309,15 @@ class Agent:
                         print(f"[tglaunch] node {self.node}: the round ends ({ended}); stopping this node's "
                               f"workers", file=sys.stderr)
                         break
+                if found and local and self.rdzv is not None and (ended := self.rdzv.check()):
+                    # the round had ended already (a node lost or joining, the store lost): these ranks
+                    # failed because the job was being stopped, which is no failure of theirs
+                    print(f"[tglaunch] node {self.node}: the round ends ({ended}); stopping this node's "
+                          f"workers", file=sys.stderr)
+                    break
                 if found:
                     failure = blame(found)
-                    if _is_echo(failure) and len(exited) < len(workers):
+                    if is_echo(failure) and len(exited) < len(workers):
                         # A rank raised because a peer left; the peer itself may be a rank of
                         # this node still on its way out: give it a moment to be the one named.
                         echo_since = echo_since or time.monotonic()
@@ -465,7 +474,7 @@ class Agent:
             found, ended = self._watch_round()
             cause = blame(found) if found else failure
             waited = time.monotonic() - start
-            settled = len(found) == len(self.rdzv.known) or (waited >= 0.25 and not _is_echo(cause))
+            settled = len(found) == len(self.rdzv.known) or (waited >= 0.25 and not is_echo(cause))
             if settled or ended or waited >= ECHO_WAIT:
                 return cause
 
@@ -476,7 +485,7 @@ class Agent:
         assert self.rdzv is not None
         try:
             self.rdzv.done()
-            while self.rdzv.done_count() < len(self.rdzv.known):
+            while not self.rdzv.all_done():
                 if self.stop_signal:
                     return None
                 found, ended = self._watch_round()

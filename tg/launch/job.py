@@ -237,6 +237,18 @@ class Failure:
         return 128 - self.code if self.code < 0 else self.code
 
 
+def is_echo(failure: Failure) -> bool:
+    """A rank that raised because a peer died or left: the cause is another rank."""
+    return failure.error.startswith("DistributedError")
+
+
+def blame(failures: list[Failure]) -> Failure:
+    """The failure to report when several ranks failed before the launcher looked: the cause, not
+    its echoes. Ranks that raised because a peer died (a DistributedError) come last, then the
+    earliest failure, then the lowest rank."""
+    return min(failures, key=lambda f: (is_echo(f), f.when, f.rank))
+
+
 def _signal_name(num: int) -> str:
     try:
         return signal.Signals(num).name

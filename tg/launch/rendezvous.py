@@ -8,30 +8,45 @@ membership changes). A node's rank and its first global rank come from its place
 
 A round is complete when MAX nodes joined; or, after the first round, when every member of the
 previous round either joined or is lost and at least MIN joined; or, in the first round, once MIN
-nodes joined and --join-timeout seconds passed without reaching MAX. A member is lost when its
-agent's ephemeral `alive/{id}` key is gone (its process died: the store drops the keys of a closed
-connection at once), or its heartbeat counter `hb/{id}` stood still for TG_ELASTIC_TIMEOUT seconds
-(a stopped node), or it never came to a store that replaced a lost one within that time.
+nodes joined and --join-timeout seconds passed without reaching MAX. Only a member of the previous
+round closes a later round (the first close sets `started`, which every member carries into a new
+store): a node that found the job running, or full, never forms a round of its own. A member is lost
+when its agent's ephemeral `alive/{id}` key is gone (its process died: the store drops the keys of a
+closed connection at once), or its heartbeat counter `hb/{id}` stood still for TG_ELASTIC_TIMEOUT
+seconds (a stopped node), or it hosted the store that was lost, or it never came to a store that
+replaced a lost one within that time. A member whose workers finished (`r{n}/done/{id}`) is never lost.
 
-While a round runs, each agent bumps its heartbeat and watches the next member's (a ring: each
-counter has one watcher), and ends the round (compare_set on `r{n}/ended`) when that member is lost
-or a newcomer waits and the round has room; a worker failure ends it through the failure records
-(`r{n}/failure/{node}`). An agent that finds it was stopped for longer than TG_ELASTIC_TIMEOUT
-(a gap in its own loop) takes itself for lost: it stops its workers and joins again as a newcomer.
+Every agent bumps its heartbeat from a thread for its whole life (also while it stops its workers or
+waits to join). While a round runs, each agent watches the next member's heartbeat (a ring: each
+counter has one watcher) and ends the round (compare_set on `r{n}/ended`) when that member is lost;
+a newcomer ends it when the job has room (a node beyond MAX waits as a spare); a worker failure ends
+it through the failure records (`r{n}/failure/{node}`), unless the round had ended already: failures
+while a change of nodes stops the workers are its echoes. An agent whose heartbeat thread finds it
+was stopped for longer than TG_ELASTIC_TIMEOUT takes itself for lost: it stops its workers and joins
+again as a newcomer under a new id.
 
 The store moves with the job. Every agent of an elastic job runs a store server from the start: the
-one that bound --master-addr:--master-port hosts the job's store, the others a standby on the address
-they reach it from. When the store's host is lost (its connection drops, or it stops answering within
-TG_ELASTIC_TIMEOUT), every agent tries the previous round's members' servers in node-rank order,
-skipping the lost host, and continues with the first that answers: the live member of lowest node
-rank, the same for everyone. That server starts empty; the round numbers and counts the agents carry
-seed it. A stopped store host that wakes up closes its own server, so nobody keeps a stale store.
+one that bound --master-addr:--master-port hosts the job's store (marked `active`), the others a
+standby on the address they reach it from. When an agent's store stops answering (its connection
+drops, or a reply takes longer than TG_ELASTIC_TIMEOUT) it tries the same store again first (a fault
+of its own connection), then the previous round's members' servers in node-rank order, skipping
+the lost host, and continues with the first that answers and is `active`, waiting for a live member's
+agent to take its server over; when every member before it is gone, its own server becomes the store.
+So every agent ends at the live member of lowest node rank. That server starts empty: the round
+numbers and counts the agents carry seed it, and it also answers at --master-addr:--master-port when
+its host can bind that (on one machine, or the machine that owns the address), where later nodes look
+for the job. A stopped store host that wakes up closes its stale store and joins again. The store's
+handshake is mutual, so a process that took over a dead server's port gets no agent. Limits: on
+several machines, a node started while the master address answers nobody (its machine lost, the store
+moved elsewhere) starts a new job there; start replacement nodes with --master-addr/--master-port of
+the store's new place, which every agent prints.
 
 Failure restarts and membership changes are counted apart and agreed by all agents (they are in the
 closed record): a round that ended because a member was lost, or to admit a newcomer, uses no restart;
 one that ended in a worker failure with every member back uses one, and past --max-restarts every
-agent stops with that failure. A fixed-size job (MIN = MAX) runs the same rounds, but a lost node
-ends it.
+agent stops with that failure. A fixed-size job (MIN = MAX) runs the same rounds without standby
+servers; it allows a stall of up to TG_DIST_TIMEOUT (as a collective does) rather than
+TG_ELASTIC_TIMEOUT, and a node lost, or a node rank given twice, ends it.
 """
 from __future__ import annotations
 
@@ -39,12 +54,13 @@ import json
 import os
 import secrets
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Callable
 
 from tg import config
-from tg.launch.job import Failure, JobSpec, LaunchError, check_port
+from tg.launch.job import Failure, JobSpec, LaunchError, blame, check_port
 
 if TYPE_CHECKING:
     from tg.distributed.store import TCPStore
@@ -83,6 +99,18 @@ class Round:
         return [m.id for m in self.members]
 
 
+class JobFinished(Exception):
+    """The job ended (finished, or gave up) while this agent waited to join it."""
+
+
+class _Moved(Exception):
+    """A newcomer waits in a round the members passed by (they opened a later one): it registers again."""
+
+
+class _Paused(Exception):
+    """This agent was stopped longer than TG_ELASTIC_TIMEOUT: the others count it lost."""
+
+
 class Rendezvous:
     """One agent's side of the rounds (see the module docstring)."""
 
@@ -91,11 +119,13 @@ class Rendezvous:
         self.stop_asked = stop_asked
         self.spec, self.secret, self.host = spec, secret.encode(), host
         self.key = f"tglaunch/{spec.run_id}"
-        self.min, self.max = spec.min_nodes, spec.nnodes
+        self.min, self.max = spec.min_nodes or spec.nnodes, spec.nnodes
         self.elastic = self.min < self.max
         self.want = -1 if node_rank is None else node_rank
-        self.id = f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
-        self.timeout = config.TG_ELASTIC_TIMEOUT
+        self.id = self._new_id()
+        # an elastic job notices a stopped node (or store) in seconds; a fixed-size one, which cannot go
+        # on without the node anyway, allows any stall up to TG_DIST_TIMEOUT, as a collective does
+        self.timeout = config.TG_ELASTIC_TIMEOUT if self.elastic else config.TG_DIST_TIMEOUT
         self.server: TCPStore | None = None      # this agent's own store server
         self.store: Any = None                   # the client of the job's store
         self.address = (spec.master_addr, spec.master_port)
@@ -103,17 +133,23 @@ class Rendezvous:
         self.known: list[Member] = []            # the last membership it saw: the stores to fail over to
         self.why = ""                            # why the running round ended, as this agent saw it
         self.failure: Failure | None = None      # the failure that ended it, if one did
-        self._beat_at = self._tick_at = time.monotonic()
         self._beats: dict[str, tuple[int, float]] = {}    # id -> (its heartbeat counter, when it moved)
         self._gone: set[str] = set()  # members whose server was the store that was lost: their agent is gone
         self._on_master = False      # this agent's server answers at --master-addr:--master-port
         self._master_tried = 0.0
+        self.paused = False          # set by the heartbeat thread: this process was stopped too long
+        self._quit = threading.Event()
         self._connect_first()
+        threading.Thread(target=self._heartbeat, daemon=True, name="tglaunch-heartbeat").start()
+
+    def _new_id(self) -> str:
+        return f"{self.host}-{os.getpid()}-{secrets.token_hex(3)}"
 
     # ------------------------------------------------------------------ reaching the store
     def _client(self, addr: str, port: int, timeout: float) -> Any:
         from tg.distributed.store import TCPStore
-        return TCPStore(addr, port, secret=self.secret, timeout=timeout, reply_timeout=self.timeout)
+        return TCPStore(addr, port, secret=self.secret, timeout=timeout,
+                        reply_timeout=self.timeout if self.elastic else None)
 
     def _connect_first(self) -> None:
         from tg.distributed.store import StoreError, TCPStore
@@ -121,14 +157,15 @@ class Rendezvous:
         if not port:
             raise LaunchError(f"a job of {self.min}:{self.max} nodes needs a fixed --master-port (0 picks a "
                               f"port only on one node)")
-        hosting = self.want == 0 if not self.elastic else True
-        if hosting:
+        if self.elastic or self.want == 0:     # an elastic job's store: whoever binds the address first
             if not self.elastic:
                 check_port(addr, port)
             try:
                 self.server = TCPStore(addr, port, is_server=True, secret=self.secret,
-                                       timeout=config.TG_DIST_TIMEOUT, reply_timeout=self.timeout)
+                                       timeout=config.TG_DIST_TIMEOUT,
+                                       reply_timeout=self.timeout if self.elastic else None)
                 self.store, self._on_master = self.server, True
+                self.store.set(f"{self.key}/active", "1")
             except StoreError:
                 if not self.elastic:
                     raise
@@ -143,50 +180,126 @@ class Rendezvous:
         self._announce()
 
     def _announce(self) -> None:
+        """Say this agent is here (its ephemeral alive key goes with its connection); a member also
+        carries into a new store that the job started."""
         self.store.set(f"{self.key}/alive/{self.id}", "1", ephemeral=True)
         self.store.set(f"{self.key}/seen/{self.id}", "1")
+        if self.last is not None:       # into a new store: the job started, and its next round's number
+            self.store.compare_set(f"{self.key}/started", b"", b"1")
+            self.store.compare_set(f"{self.key}/round", b"", str(self.last.number + 1).encode())
+
+    def _heartbeat(self) -> None:
+        """Bump this agent's counter every TG_ELASTIC_TIMEOUT / 5 for its whole life (also while it stops
+        workers or waits to join), and notice when the process itself was stopped for longer than
+        TG_ELASTIC_TIMEOUT (a SIGSTOP, a frozen VM): the others count it lost by then."""
+        from tg.distributed.store import StoreError
+        every = min(self.timeout / 5, 2.0)
+        while True:
+            slept = time.monotonic()
+            if self._quit.wait(every):
+                return
+            beat = time.monotonic()
+            try:
+                self.store.add(f"{self.key}/hb/{self.id}", 1)
+            except (StoreError, OSError, AttributeError):
+                pass            # the main thread handles a lost store
+            # a wait far longer than asked, or a call far longer than the store may take to answer
+            # (TG_ELASTIC_TIMEOUT): the process was stopped meanwhile
+            if self.elastic and (beat - slept - every > self.timeout
+                                 or time.monotonic() - beat > 2 * self.timeout + PROBE):
+                self.paused = True
 
     def me(self) -> Member:
         server = f"{self.server.host}:{self.server.port}" if self.server is not None else ""
         return Member(self.id, self.host, self.spec.nproc_per_node, self.want, server)
 
     def _fail_over(self, lost: str) -> None:
-        """The store's host is gone: continue with the first previous member whose server answers."""
-        from tg.distributed.store import StoreError
-        candidates = [m for m in self.known if m.server and m.server != lost]
+        """The job's store stopped answering: continue with the store again if the fault was this agent's
+        connection alone, else with the live previous member of lowest node rank, once its agent has
+        taken the store over (its server says `active`); this agent's own server when every member
+        before it is gone. A newcomer also tries --master-addr:--master-port, where a store that moved
+        answers when its new host can bind it."""
         self._gone |= {m.id for m in self.known if m.server == lost}
-        print(f"[tglaunch] lost the rendezvous store at {lost}; looking for the next one among "
-              f"{[m.server for m in candidates]}", file=sys.stderr)
-        for m in candidates:
-            if m.id == self.id:
-                assert self.server is not None
-                self.store = self.server
-                self._take_master()
-                break
-            addr, _, port = m.server.rpartition(":")
-            try:
-                self.store = self._client(addr, int(port), PROBE)
-                break
-            except (StoreError, OSError):
-                continue
-        else:
-            raise LaunchError(f"the rendezvous store at {lost} is gone and no other member's server "
-                              f"answers; the job cannot go on")
-        self.address = (self.store.host, self.store.port)
-        print(f"[tglaunch] the job's store is now at {self.store.host}:{self.store.port}", file=sys.stderr)
+        servers = [m.server for m in self.known if m.server and m.server != lost and m.id not in self._gone]
+        master = f"{self.spec.master_addr}:{self.spec.master_port}"
+        print(f"[tglaunch] lost the rendezvous store at {lost}; looking for the job's store among "
+              f"{servers or [master]}", file=sys.stderr)
+        deadline = time.monotonic() + config.TG_DIST_TIMEOUT
+        while time.monotonic() < deadline:
+            if self.stop_asked():
+                raise KeyboardInterrupt
+            for server in [lost, *servers, master]:
+                mine = self.server is not None and server == f"{self.server.host}:{self.server.port}"
+                if mine and server != lost:
+                    self._activate()
+                    return
+                client = self._probe(server)
+                if client is None:
+                    continue        # gone (or stopped): the next one
+                if self._wait_active(client, server == lost):
+                    self._use(client)
+                    return
+                client.close(grace=0)
+                break               # alive but not the store (yet): look again from the start
+            time.sleep(0.2)
+        raise LaunchError(f"the rendezvous store at {lost} is gone and no member's server took over within "
+                          f"{config.TG_DIST_TIMEOUT:.0f}s; the job cannot go on")
+
+    def _probe(self, server: str) -> Any:
+        from tg.distributed.store import StoreError
+        addr, _, port = server.rpartition(":")
+        try:
+            return self._client(addr, int(port), PROBE)
+        except (StoreError, OSError, ValueError):
+            return None
+
+    def _wait_active(self, client: Any, at_once: bool) -> bool:
+        """Whether the server behind client is the job's store, waiting for its agent to take it over
+        (it notices the lost store within TG_ELASTIC_TIMEOUT) unless at_once."""
+        from tg.distributed.store import StoreError
+        until = time.monotonic() + (0 if at_once else 2 * self.timeout)
+        try:
+            while client.peek(f"{self.key}/active") is None:
+                if time.monotonic() >= until:
+                    return False
+                time.sleep(0.05)
+        except StoreError:
+            return False
+        return True
+
+    def _use(self, client: Any) -> None:
+        if self.store is not None and self.store is not self.server:
+            self.store.close(grace=0)
+        self.store, self.address = client, (client.host, client.port)
+        print(f"[tglaunch] the job's store is at {client.host}:{client.port}", file=sys.stderr)
         self._announce()
+
+    def _activate(self) -> None:
+        """This agent's own server becomes the job's store."""
+        assert self.server is not None
+        if self.store is not None and self.store is not self.server:
+            self.store.close(grace=0)
+        self.store, self.address = self.server, (self.server.host, self.server.port)
+        self._announce()
+        self.store.set(f"{self.key}/active", "1")
+        print(f"[tglaunch] the job's store is now here, at {self.server.host}:{self.server.port}",
+              file=sys.stderr)
+        self._take_master()
 
     def _rejoin_as_new(self) -> None:
         """This agent was stopped long enough to be counted lost: it comes back as a newcomer under a new
         id. A store it hosted is stale (the others moved to another), so it stops serving it and looks
         for the job's store among the others."""
         from tg.distributed.store import StoreError
-        old, self.last = self.id, None
-        self.id = f"{self.host}-{os.getpid()}-{secrets.token_hex(3)}"
-        if self.server is not None and self.store is self.server:
+        self.paused, self.last, self.why, self.failure = False, None, "", None
+        old, self.id = self.id, self._new_id()
+        print("[tglaunch] this agent was stopped for longer than TG_ELASTIC_TIMEOUT; it joins again as a "
+              "new node", file=sys.stderr)
+        if self.hosting:
+            assert self.server is not None
             lost = f"{self.address[0]}:{self.address[1]}"
             self.server.close(grace=0)
-            self.server = None
+            self.server, self.store, self._on_master = None, None, False
             self._fail_over(lost)
             return
         try:
@@ -200,8 +313,9 @@ class Rendezvous:
         old host is gone from this machine), so a node that joins later, knowing only that address,
         finds this job rather than starting a new one there. Tried again while it is taken (by a stopped
         old host, until it wakes and lets go)."""
-        if self._on_master or self.server is None or time.monotonic() - self._master_tried < 1.0:
+        if self._on_master or not self.hosting or time.monotonic() - self._master_tried < 1.0:
             return
+        assert self.server is not None
         self._master_tried = time.monotonic()
         self._on_master = self.server.listen_also(self.spec.master_addr, self.spec.master_port)
 
@@ -216,70 +330,96 @@ class Rendezvous:
 
     # ------------------------------------------------------------------ the rounds
     def join(self) -> Round:
-        """Register for the next round and wait until it closes with this agent in it."""
+        """Register for the next round and wait until it closes with this agent in it (a Round with
+        give_up set when the job ends instead; JobFinished when it finished without this agent)."""
         from tg.distributed.store import StoreError
         while True:
             try:
+                if self.paused:
+                    raise _Paused
                 got = self._join()
             except StoreError:
                 self._fail_over(f"{self.address[0]}:{self.address[1]}")
                 continue
+            except _Paused:
+                self._rejoin_as_new()
+                continue
+            except _Moved:
+                continue
             self.last, self.known, self.why, self.failure = got, got.members, "", None
-            self._beat_at = self._tick_at = time.monotonic()
             self._beats.clear()
             return got
 
     def _target(self) -> int:
-        """The round to register for: after this agent's last one; a newcomer (or a spare) the open
-        round, or the one after a running one, which it asks to end when there is room."""
+        """The round to register for: after this agent's last one; a newcomer the open round, or the one
+        after a running one, which it asks to end when the job has room."""
         store, k = self.store, self.key
         floor = self.last.number + 1 if self.last else 0
-        held = store.compare_set(f"{k}/round", b"", str(floor).encode())
-        current = int(held)
-        if self.last is not None:
-            target = max(floor, current)
-        elif (closed := self._get(f"{k}/r{current}/closed")) is not None:
+        current = int(store.compare_set(f"{k}/round", b"", str(floor).encode()))
+        target = max(floor, current) if self.last is not None else current
+        if self.last is None and (closed := self._get(f"{k}/r{current}/closed")) is not None:
             target = current + 1
-            running = json.loads(closed)
-            if len(running["members"]) < self.max and not running.get("give_up"):
-                store.compare_set(f"{k}/r{current}/ended", b"", b"joined")
-        else:
-            target = current
+            self._ask_in(current, json.loads(closed))
         while current < target:    # raise the open round number to ours, for newcomers to find
             current = int(store.compare_set(f"{k}/round", str(current).encode(), str(target).encode()))
         return target
 
-    # Complexity: the rendezvous loop: registering, waiting, deciding the close, spares; one place.
-    def _join(self) -> Round:  # noqa: C901
-        store, k = self.store, self.key
-        n = self._target()
+    def _ask_in(self, n: int, running: dict) -> None:
+        """A newcomer (or a spare) found round n running: it learns the members (whose servers it would
+        fail over to) and, when the job has room, asks the round to end so that the next takes it in."""
+        self.known = [Member(**m) for m in running["members"]]
+        if running.get("give_up"):
+            return
+        if self._has(f"{self.key}/finished"):
+            raise JobFinished("the job finished before this node could join it")
+        if len(running["members"]) < self.max:
+            self.store.compare_set(f"{self.key}/r{n}/ended", b"", b"joined")
+
+    def _register(self, n: int) -> None:
         record = {**asdict(self.me()), "why": self.why, "prev": self.last.number if self.last else -1,
                   "restarts": self.last.restarts if self.last else 0,
                   "changes": self.last.changes if self.last else 0,
                   "failure": self.failure.__dict__ if self.failure else None}
-        index = store.add(f"{k}/r{n}/join", 1) - 1
-        store.set(f"{k}/r{n}/m/{index}", json.dumps(record))
+        index = self.store.add(f"{self.key}/r{n}/join", 1) - 1
+        self.store.set(f"{self.key}/r{n}/m/{index}", json.dumps(record))
+
+    # Complexity: the rendezvous loop: registering, waiting, deciding the close, spares; one place.
+    def _join(self) -> Round:  # noqa: C901
+        k = self.key
+        n = self._target()
+        ended = self._get(f"{k}/r{n - 1}/closed") if self.last is None and n > 0 else None
+        if ended is not None and (result := json.loads(ended)).get("give_up"):
+            return self._round(n - 1, result)       # the job ended before this node could join it
+        self._register(n)
         start = time.monotonic()
         full_at: float | None = None       # when this agent saw MIN nodes in the first round
         seen: dict[int, dict] = {}
-        deadline = start + config.TG_DIST_TIMEOUT
+        deadline: float | None = start + config.TG_DIST_TIMEOUT
         while True:
+            if self.paused:
+                raise _Paused
+            if self.stop_asked():
+                raise KeyboardInterrupt
             closed = self._get(f"{k}/r{n}/closed")
             if closed is not None:
                 result = json.loads(closed)
                 ids = [m["id"] for m in result["members"]]
-                if self.id in ids:
-                    members = [Member(**m) for m in result["members"]]
-                    return Round(n, members, ids.index(self.id), result["restarts"], result["changes"],
-                                 result["why"], result.get("give_up") or {})
-                if self._has(f"{k}/finished"):
-                    raise LaunchError("the job finished before this node could join it")
-                n += 1             # a spare: the round filled up without us; wait for the next
-                index = store.add(f"{k}/r{n}/join", 1) - 1
-                store.set(f"{k}/r{n}/m/{index}", json.dumps(record))
+                if self.id in ids or result.get("give_up"):
+                    return self._round(n, result)
+                if deadline is not None:    # once: a spare waits for a place as long as the job runs
+                    print(f"[tglaunch] round {n} has no place for this node (the job has {len(ids)} of at "
+                          f"most {self.max}); it waits as a spare", file=sys.stderr)
+                deadline = None
+                self._ask_in(n, result)
+                n += 1
+                self._register(n)
                 start, full_at, seen = time.monotonic(), None, {}
                 continue
-            count = store.add(f"{k}/r{n}/join", 0)
+            if self._has(f"{k}/finished"):
+                raise JobFinished("the job finished while this node waited to join it")
+            if self.last is None and int(self._get(f"{k}/round") or b"0") > n:
+                raise _Moved        # the members opened a later round than this newcomer waits in
+            count = self.store.add(f"{k}/r{n}/join", 0)
             for i in range(len(seen), count):
                 got = self._get(f"{k}/r{n}/m/{i}")
                 if got is None:
@@ -290,19 +430,25 @@ class Rendezvous:
             if decision == "wait-full":
                 full_at = full_at or time.monotonic()
             elif decision is not None:
-                store.compare_set(f"{k}/r{n}/closed", b"", decision.encode())
+                if self.store.compare_set(f"{k}/r{n}/closed", b"", decision.encode()) == decision.encode():
+                    self.store.compare_set(f"{k}/started", b"", b"1")
                 continue
-            if time.monotonic() > deadline:
+            if deadline is not None and time.monotonic() > deadline:
                 raise LaunchError(self._short_of(joined))
-            if self.stop_asked():
-                raise KeyboardInterrupt
             time.sleep(0.02)
 
+    def _round(self, n: int, result: dict) -> Round:
+        """Round n as its closed record has it (node -1: this agent is not a member, the job gave up)."""
+        members = [Member(**m) for m in result["members"]]
+        ids = [m.id for m in members]
+        node = ids.index(self.id) if self.id in ids else -1
+        return Round(n, members, node, result["restarts"], result["changes"], result["why"],
+                     result.get("give_up") or {})
+
     def _short_of(self, joined: list[dict]) -> str:
-        want = [m.want for m in self.last.members] if self.last else []
         names = [m["want"] for m in joined]
         missing = [w for w in range(self.max) if w not in names] if not self.elastic else []
-        if missing and not want:
+        if missing and self.last is None:
             return (f"nodes {missing} did not join the job within {config.TG_DIST_TIMEOUT:.0f}s "
                     f"(store {self.address[0]}:{self.address[1]})")
         return (f"only {len(joined)} node(s) joined round {self.last.number + 1 if self.last else 0} within "
@@ -312,12 +458,17 @@ class Rendezvous:
     def _lost(self, member_id: str, waited: float) -> bool:
         """A previous member that did not join this round is lost: it hosted the store that was lost, or
         its agent's connection closed (it died or left), or its heartbeat stood still, or it never reached
-        this store and TG_ELASTIC_TIMEOUT passed."""
+        this store and TG_ELASTIC_TIMEOUT passed. A member whose workers finished is never lost: it left
+        because the job is done."""
         k = self.key
         if member_id in self._gone:
             return True
+        if self._has(f"{k}/finished"):
+            return False
+        if self.last is not None and self._has(f"{k}/r{self.last.number}/done/{member_id}"):
+            return False
         if self._has(f"{k}/alive/{member_id}"):
-            return False if not self._stale(member_id) else True
+            return self._stale(member_id)
         return self._has(f"{k}/seen/{member_id}") or waited > self.timeout
 
     def _stale(self, member_id: str) -> bool:
@@ -335,7 +486,7 @@ class Rendezvous:
         """The closed record for round n when it is complete (see the module docstring), "wait-full"
         when the first round has MIN nodes and waits for more, else None."""
         previous = self.last
-        if previous is None and any(j["prev"] >= 0 for j in joined):
+        if previous is None and (self._has(f"{self.key}/started") or any(j["prev"] >= 0 for j in joined)):
             return None            # a newcomer never closes a later round: the members that know it do
         ids = {j["id"] for j in joined}
         lost: list[str] = []
@@ -346,9 +497,16 @@ class Rendezvous:
                     if not self._lost(m.id, waited):
                         return None          # still on its way
                     lost.append(m.id)
+        if not self.elastic:
+            wants = [j["want"] for j in joined]
+            twice = sorted({w for w in wants if wants.count(w) > 1})
+            if twice:
+                hosts = [j["host"] for j in joined if j["want"] == twice[0]]
+                return self._give_up(joined, f"node rank {twice[0]} was given to {len(hosts)} agents (hosts "
+                                             f"{', '.join(hosts)}); give each node its own --node-rank")
+            if lost:
+                return self._give_up(joined, f"lost {', '.join(self._name(i) for i in lost)}")
         if len(joined) < self.min:
-            if previous is not None and lost and not self.elastic:
-                return self._give_up(n, joined, lost)
             return None
         if previous is None and len(joined) < self.max:
             if full_at is None:
@@ -361,74 +519,64 @@ class Rendezvous:
             (1, joined[i]["want"] if joined[i]["want"] >= 0 else self.max, i)))
         chosen = [joined[i] for i in order][:self.max]
         if not self.elastic and sorted(j["want"] for j in chosen) != list(range(self.max)):
-            return None    # a fixed-size job: every node rank once (a duplicate waits for the timeout)
+            return None    # a fixed-size job: every node rank once
         restarts = max(j["restarts"] for j in joined)
         changes = max(j["changes"] for j in joined)
         whys = [j["why"] for j in joined if j["why"]]
         new = [j for j in chosen if j["id"] not in old]
         if previous is None:
             why = ""
-        elif lost:
-            why, changes = f"lost {', '.join(self._name(i) for i in lost)}", changes + 1
-            if not self.elastic:
-                return self._give_up(n, joined, lost)
+        elif lost or new:     # a membership change; failures in that round were its echoes
+            named = [f"lost {', '.join(self._name(i) for i in lost)}"] if lost else []
+            why, changes = "; ".join(named + (["joined"] if new else [])), changes + 1
         elif "failure" in whys:
             why, restarts = "failure", restarts + 1
-        elif new:
-            why, changes = "joined", changes + 1
         else:
             why = whys[0] if whys else "restart"
-        record: dict[str, Any] = {"members": [{f: j[f] for f in ("id", "host", "nproc", "want", "server")}
-                                              for j in chosen],
+        record: dict[str, Any] = {"members": [self._public(j) for j in chosen],
                                   "restarts": restarts, "changes": changes, "why": why}
         if why == "failure" and restarts > self.spec.max_restarts:
             record["give_up"] = self._blamed(joined)
         return json.dumps(record)
 
-    def _give_up(self, n: int, joined: list[dict], lost: list[str]) -> str:
-        """A fixed-size job lost a node: it ends, every agent reporting the failure."""
-        blamed = self._blamed(joined) or {"rank": -1, "code": 1, "host": "?", "when": time.time(),
-                                           "error": f"node {self._name(lost[0])} was lost"}
-        members = [{f: j[f] for f in ("id", "host", "nproc", "want", "server")} for j in joined]
-        return json.dumps({"members": members, "restarts": 0, "changes": 0,
-                           "why": f"lost {', '.join(self._name(i) for i in lost)}", "give_up": blamed})
+    @staticmethod
+    def _public(record: dict) -> dict:
+        return {f: record[f] for f in ("id", "host", "nproc", "want", "server")}
+
+    def _give_up(self, joined: list[dict], why: str) -> str:
+        """A fixed-size job cannot go on (a node lost, a node rank given twice): every agent reports it."""
+        blamed = self._blamed(joined) or {"rank": -1, "code": 1, "host": self.host, "when": time.time(),
+                                          "error": f"LaunchError: {why}"}
+        return json.dumps({"members": [self._public(j) for j in joined], "restarts": 0, "changes": 0,
+                           "why": why, "give_up": blamed})
 
     def _blamed(self, joined: list[dict]) -> dict:
-        from tg.launch.agent import blame
         failures = [Failure(**j["failure"]) for j in joined if j.get("failure")]
         return blame(failures).__dict__ if failures else {}
 
     def _name(self, member_id: str) -> str:
-        if self.last is not None:
-            for i, m in enumerate(self.last.members):
-                if m.id == member_id:
-                    return f"node {i} ({m.host})"
+        for i, m in enumerate(self.last.members if self.last else self.known):
+            if m.id == member_id:
+                return f"node {i} ({m.host})"
         return member_id
 
     # ------------------------------------------------------------------ while a round runs
     def check(self) -> str | None:
-        """Called often while the workers run: beat, watch the next member, and say why the round
-        ended if it did (a member lost, a newcomer waiting, this agent stopped too long, the store
-        lost), else None."""
+        """Called often while the workers run: watch the next member, and say why the round ended if it
+        did (a member lost, a newcomer waiting, this agent stopped too long, the store lost), else None."""
         from tg.distributed.store import StoreError
         assert self.last is not None
-        now = time.monotonic()
-        gap, self._tick_at = now - self._tick_at, now
-        if gap > self.timeout:
+        if self.paused:
             self.why = "stopped"
-            return f"this agent was stopped for {gap:.0f}s (more than TG_ELASTIC_TIMEOUT)"
+            return "this agent was stopped for longer than TG_ELASTIC_TIMEOUT"
         k, n = self.key, self.last.number
-        if self.hosting:
-            self._take_master()
+        self._take_master()
         try:
-            if now - self._beat_at >= self.timeout / 5:
-                self._beat_at = now
-                self.store.add(f"{k}/hb/{self.id}", 1)
-                if self.elastic and len(self.last.members) > 1:
-                    watched = self.last.members[(self.last.node + 1) % len(self.last.members)]
-                    if self._lost(watched.id, 0.0):
-                        why = f"lost {self._name(watched.id)}"
-                        self.store.compare_set(f"{k}/r{n}/ended", b"", why.encode())
+            if len(self.last.members) > 1:
+                watched = self.last.members[(self.last.node + 1) % len(self.last.members)]
+                if self._lost(watched.id, 0.0):
+                    why = f"lost {self._name(watched.id)}"
+                    self.store.compare_set(f"{k}/r{n}/ended", b"", why.encode())
             ended = self._get(f"{k}/r{n}/ended")
         except StoreError:
             self.why = "store lost"
@@ -438,20 +586,13 @@ class Rendezvous:
         self.why = ended.decode()
         return self.why
 
-    def end(self, why: str) -> None:
-        from tg.distributed.store import StoreError
-        assert self.last is not None
-        try:
-            self.store.compare_set(f"{self.key}/r{self.last.number}/ended", b"", why.encode())
-        except StoreError:
-            pass
-
     def after_stop(self, failure: Failure | None) -> None:
-        """The round's workers are stopped: get ready for the next join (a failure is carried there)."""
+        """The round's workers are stopped: get ready for the next join (a failure is carried there,
+        unless the round had ended for a change of nodes already: then the failures were its echoes)."""
         from tg.distributed.store import StoreError
-        if failure is not None:
+        if failure is not None and not self.why:
             self.why, self.failure = "failure", failure
-        if self.why == "stopped":
+        if self.why == "stopped" or self.paused:
             self._rejoin_as_new()
         elif self.why == "store lost":
             self._fail_over(f"{self.address[0]}:{self.address[1]}")
@@ -463,9 +604,9 @@ class Rendezvous:
 
     # ------------------------------------------------------------------ failures and the end
     def publish(self, failure: Failure) -> None:
-        n = self.last.number if self.last else 0
-        self.store.set(f"{self.key}/r{n}/failure/{self.last.node if self.last else 0}",
-                       json.dumps(failure.__dict__))
+        assert self.last is not None
+        n = self.last.number
+        self.store.set(f"{self.key}/r{n}/failure/{self.last.node}", json.dumps(failure.__dict__))
         self.store.add(f"{self.key}/r{n}/failed", 1)
 
     def failures(self) -> list[Failure]:
@@ -477,14 +618,15 @@ class Rendezvous:
         keys = (f"{self.key}/r{n}/failure/{node}" for node in range(len(self.last.members)))
         return [Failure(**json.loads(v)) for v in (self._get(key) for key in keys) if v is not None]
 
-    def done(self) -> int:
-        """Count this node's workers done; returns how many nodes are."""
+    def done(self) -> None:
+        """This node's workers all finished."""
         assert self.last is not None
-        return self.store.add(f"{self.key}/r{self.last.number}/done", 1)
+        self.store.set(f"{self.key}/r{self.last.number}/done/{self.id}", "1")
 
-    def done_count(self) -> int:
+    def all_done(self) -> bool:
         assert self.last is not None
-        return self.store.add(f"{self.key}/r{self.last.number}/done", 0)
+        n = self.last.number
+        return all(self._has(f"{self.key}/r{n}/done/{m.id}") for m in self.last.members)
 
     def finish(self) -> None:
         from tg.distributed.store import StoreError
@@ -494,14 +636,16 @@ class Rendezvous:
             pass
 
     def leave(self) -> None:
-        """The store's host keeps it up until every member has read the outcome (10s at most)."""
-        left = f"{self.key}/left"
-        members = len(self.last.members) if self.last else 1
+        """The store's host keeps it up until every member of the last round has read the outcome (10s at
+        most); then the heartbeat, the connection and this agent's server end."""
+        self._quit.set()
+        members = self.last.members if self.last else []
         try:
-            self.store.add(left, 1)
-            if self.server is not None and self.store is self.server:
+            self.store.set(f"{self.key}/left/{self.id}", "1")
+            if self.hosting:
                 deadline = time.monotonic() + 10
-                while self.store.add(left, 0) < members and time.monotonic() < deadline:
+                while time.monotonic() < deadline and \
+                        not all(self._has(f"{self.key}/left/{m.id}") for m in members):
                     time.sleep(0.02)
         except Exception:  # noqa: BLE001 - the store host may be gone already
             pass

@@ -755,8 +755,8 @@ class DataLoader(_EpochPosition):
         of the epoch's order every rank's loader took together, which resumes at any world size."""
         state = super().state_dict()
         sampler = self._dealt()
-        if sampler is not None:
-            state["samples"] = sampler.consumed(self._done * self.batch_size)
+        if sampler is not None:     # the sampler's epoch: torch's idiom calls sampler.set_epoch, not ours
+            state.update(epoch=sampler.epoch, samples=sampler.consumed(self._done * self.batch_size))
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
