@@ -14,6 +14,11 @@ time, over the wall time: (committed steps x median step time) / (time from the 
 checkpoint), the steps read from the job's own metrics.jsonl (a resumed run purges the steps it redoes).
 The target is >= 80% with a node lost every 5 minutes in a 15-minute run. The step time counts the step
 at whatever size the job had (fewer ranks take fewer samples a step: goodput here is time, not samples).
+
+Measured (AMD EPYC Zen 4, 2 cores, 2026-12-01, the defaults): losses at minutes 5 (a node) and 10 (the
+store's host), the job training again 2.7 s and 3.0 s after the SIGKILL, 46 and 32 steps redone (of a
+100-step interval), each loss and each replacement's join one restart; 4,200 committed steps at a median
+201.7 ms, goodput 95.0% over 892 s.
 """
 from __future__ import annotations
 

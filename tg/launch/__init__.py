@@ -49,7 +49,8 @@ TG_LAUNCHER_PID (the agent's pid, for the worker's watchdog) and PYTHONUNBUFFERE
 already set, TG_CPU_THREADS shares the node's cores among its ranks (cores // nproc_per_node, at
 least 1). On several nodes the agents host the store: workers also get TG_STORE_EXTERNAL=1 and
 TG_STORE_PREFIX (one per round), MASTER_ADDR/MASTER_PORT of wherever the store is now, and
-TG_FAILURE_RESTARTS and TG_MEMBERSHIP_CHANGES (TG_RESTART_COUNT is their sum: every restart).
+TG_FAILURE_RESTARTS and TG_MEMBERSHIP_CHANGES, the job's agreed counts of the restarts a failure caused
+and of the changes of nodes (TG_RESTART_COUNT is the round number: every restart, for either).
 
 Devices: with LOCAL_RANK set, a worker's default device is device LOCAL_RANK mod count of its kind
 (`CUDA:1` for local rank 1 on a GPU node, the kind from TG_DEVICE or, unset, CUDA when a GPU is
