@@ -297,6 +297,7 @@ class _Server:
         self.max_value = config.TG_STORE_MAX_VALUE
         self.rejects = RejectLog(log, "[store]")
         self.data: dict[str, bytes] = {}
+        self.owner: dict[str, socket.socket] = {}     # ephemeral key -> the connection that set it
         self.cond = threading.Condition()
         self.closed = False
         self.conns: set[socket.socket] = set()
@@ -348,8 +349,13 @@ class _Server:
                     _discard(conn, vlen)
                     continue
                 value = _recv_exact(conn, vlen)
-                if op == OP_SET and flags & EPHEMERAL:
-                    owned.add(key)
+                if op == OP_SET:
+                    with self.cond:     # the newest setter owns a key: an older connection's end spares it
+                        if flags & EPHEMERAL:
+                            self.owner[key] = conn
+                            owned.add(key)
+                        else:
+                            self.owner.pop(key, None)
                 try:
                     status, out = self._handle(op, key, value)
                 except _Refused as e:
@@ -362,13 +368,16 @@ class _Server:
         finally:
             self.conns.discard(conn)
             conn.close()
-            self._forget(owned)
+            self._forget(conn, owned)
 
-    def _forget(self, owned: set[str]) -> None:
-        """A connection closed (its owner's process ended, or hung up): its ephemeral keys go with it."""
+    def _forget(self, conn: socket.socket, owned: set[str]) -> None:
+        """A connection closed (its owner's process ended, or hung up): the ephemeral keys it still owns
+        go with it."""
         with self.cond:
             for key in owned:
-                self.data.pop(key, None)
+                if self.owner.get(key) is conn:
+                    del self.owner[key]
+                    self.data.pop(key, None)
             self.cond.notify_all()
 
     @staticmethod
@@ -630,6 +639,13 @@ class TCPStore:
         connected are still served."""
         if self._server is not None:
             self._server.stop_accepting()
+
+    def reconnect(self) -> None:
+        """A new connection to the store when a call left this one unanswered (closed); else nothing."""
+        with self._lock:
+            if self._broken:
+                self._sock.close()
+                self._sock, self._broken = self._connect(), ""
 
     def close(self, grace: float = 5.0) -> None:
         try:

@@ -80,19 +80,22 @@ class Agent:
 
     def _rounds(self) -> int:
         """A job of several nodes: a rendezvous round, the workers, and again while the job goes on (the
-        rounds are in tg.launch.rendezvous)."""
+        rounds are in tg.launch.rendezvous). A signal while it waits for the store is a stop, as ever."""
+        try:
+            return self._each_round()
+        except JobFinished as e:
+            print(f"[tglaunch] {e}", file=sys.stderr)
+            return 0
+        except KeyboardInterrupt:
+            if self.stop_signal:
+                return self._stopped()
+            raise
+
+    def _each_round(self) -> int:
         assert self.rdzv is not None
         last_failure: Failure | None = None
         while True:
-            try:
-                rnd = self.rdzv.join()
-            except JobFinished as e:
-                print(f"[tglaunch] {e}", file=sys.stderr)
-                return 0
-            except KeyboardInterrupt:
-                if self.stop_signal:
-                    return self._stopped()
-                raise
+            rnd = self.rdzv.join()
             if rnd.give_up:
                 return self._ended(rnd, last_failure)
             self.node, self.base_rank, self.world = rnd.node, rnd.base_rank, rnd.world

@@ -138,6 +138,7 @@ class Rendezvous:
         self._on_master = False      # this agent's server answers at --master-addr:--master-port
         self._master_tried = 0.0
         self.paused = False          # set by the heartbeat thread: this process was stopped too long
+        self.floor = 0               # the lowest round this agent may register for (a member that came back)
         self._quit = threading.Event()
         self._connect_first()
         threading.Thread(target=self._heartbeat, daemon=True, name="tglaunch-heartbeat").start()
@@ -199,14 +200,15 @@ class Rendezvous:
             if self._quit.wait(every):
                 return
             beat = time.monotonic()
+            # a wait far longer than asked, or a call far longer than the store may take to answer
+            # (TG_ELASTIC_TIMEOUT): the process was stopped meanwhile (said before the next call)
+            if self.elastic and beat - slept - every > self.timeout:
+                self.paused = True
             try:
                 self.store.add(f"{self.key}/hb/{self.id}", 1)
             except (StoreError, OSError, AttributeError):
                 pass            # the main thread handles a lost store
-            # a wait far longer than asked, or a call far longer than the store may take to answer
-            # (TG_ELASTIC_TIMEOUT): the process was stopped meanwhile
-            if self.elastic and (beat - slept - every > self.timeout
-                                 or time.monotonic() - beat > 2 * self.timeout + PROBE):
+            if self.elastic and time.monotonic() - beat > 2 * self.timeout + PROBE:
                 self.paused = True
 
     def me(self) -> Member:
@@ -218,8 +220,14 @@ class Rendezvous:
         connection alone, else with the live previous member of lowest node rank, once its agent has
         taken the store over (its server says `active`); this agent's own server when every member
         before it is gone. A newcomer also tries --master-addr:--master-port, where a store that moved
-        answers when its new host can bind it."""
-        self._gone |= {m.id for m in self.known if m.server == lost}
+        answers when its new host can bind it. Only a member (whose round number and counts seed it) ever
+        takes the store over; a newcomer looks for one that is `active`."""
+        from tg.distributed.store import StoreError
+        own = f"{self.server.host}:{self.server.port}" if self.server is not None else ""
+        if lost in (own, f"{self.spec.master_addr}:{self.spec.master_port}") and self.hosting:
+            self._activate()        # this agent's own connection to its own server failed: it is still here
+            return
+        host_ids = {m.id for m in self.known if m.server == lost}
         servers = [m.server for m in self.known if m.server and m.server != lost and m.id not in self._gone]
         master = f"{self.spec.master_addr}:{self.spec.master_port}"
         print(f"[tglaunch] lost the rendezvous store at {lost}; looking for the job's store among "
@@ -229,16 +237,20 @@ class Rendezvous:
             if self.stop_asked():
                 raise KeyboardInterrupt
             for server in [lost, *servers, master]:
-                mine = self.server is not None and server == f"{self.server.host}:{self.server.port}"
-                if mine and server != lost:
+                if server == own and server != lost and self.last is not None:
                     self._activate()
                     return
-                client = self._probe(server)
+                client = self._probe(server) if server != own else None
                 if client is None:
-                    continue        # gone (or stopped): the next one
-                if self._wait_active(client, server == lost):
-                    self._use(client)
-                    return
+                    if server == lost:
+                        self._gone |= host_ids      # its host is gone (or stopped): so is that member
+                    continue        # the next one
+                if self._wait_active(client, server in (lost, master)):
+                    try:
+                        self._use(client)
+                        return
+                    except StoreError:
+                        continue    # it went away as this agent arrived
                 client.close(grace=0)
                 break               # alive but not the store (yet): look again from the start
             time.sleep(0.2)
@@ -275,10 +287,11 @@ class Rendezvous:
         self._announce()
 
     def _activate(self) -> None:
-        """This agent's own server becomes the job's store."""
+        """This agent's own server becomes (or stays) the job's store."""
         assert self.server is not None
         if self.store is not None and self.store is not self.server:
             self.store.close(grace=0)
+        self.server.reconnect()      # its own client connection, new if the old one broke
         self.store, self.address = self.server, (self.server.host, self.server.port)
         self._announce()
         self.store.set(f"{self.key}/active", "1")
@@ -286,20 +299,49 @@ class Rendezvous:
               file=sys.stderr)
         self._take_master()
 
+    def _still_counted(self) -> bool:
+        """This agent was stopped longer than TG_ELASTIC_TIMEOUT: does the job still count it? Alone, yes;
+        hosting the store, if another member's heartbeat still moves there; else if its round did not end
+        naming it. (A store that stopped answering meanwhile is handled as a lost store.)"""
+        from tg.distributed.store import StoreError
+        self.paused = False
+        if self.last is None or len(self.last.members) == 1:
+            return True
+        others = [m.id for m in self.last.members if m.id != self.id]
+        try:
+            if self.hosting:
+                before = {i: self.store.add(f"{self.key}/hb/{i}", 0) for i in others}
+                until = time.monotonic() + 2 * min(self.timeout / 5, 2.0) + 0.5
+                while time.monotonic() < until:
+                    time.sleep(0.1)
+                    if any(self.store.add(f"{self.key}/hb/{i}", 0) != before[i] for i in others):
+                        return True
+                return False
+            ended = self._get(f"{self.key}/r{self.last.number}/ended")
+            me = f"node {self.last.node} ({self.host})"
+            return self._has(f"{self.key}/alive/{self.id}") and (ended is None or me not in ended.decode())
+        except StoreError:
+            return True
+
     def _rejoin_as_new(self) -> None:
         """This agent was stopped long enough to be counted lost: it comes back as a newcomer under a new
-        id. A store it hosted is stale (the others moved to another), so it stops serving it and looks
-        for the job's store among the others."""
-        from tg.distributed.store import StoreError
+        id, keeping the round number (its workers resume). A store it hosted is stale (the others moved to
+        another), so it stops serving it, opens a new standby, and looks for the job's store among the
+        others."""
+        from tg.distributed.store import StoreError, TCPStore
+        if self.last is not None:
+            self.floor = self.last.number + 1
         self.paused, self.last, self.why, self.failure = False, None, "", None
         old, self.id = self.id, self._new_id()
         print("[tglaunch] this agent was stopped for longer than TG_ELASTIC_TIMEOUT; it joins again as a "
               "new node", file=sys.stderr)
         if self.hosting:
             assert self.server is not None
-            lost = f"{self.address[0]}:{self.address[1]}"
+            lost, where = f"{self.address[0]}:{self.address[1]}", self.server.host
             self.server.close(grace=0)
             self.server, self.store, self._on_master = None, None, False
+            self.server = TCPStore(where, 0, is_server=True, secret=self.secret,
+                                   timeout=config.TG_DIST_TIMEOUT, reply_timeout=self.timeout)
             self._fail_over(lost)
             return
         try:
@@ -335,7 +377,7 @@ class Rendezvous:
         from tg.distributed.store import StoreError
         while True:
             try:
-                if self.paused:
+                if self.paused and not self._still_counted():
                     raise _Paused
                 got = self._join()
             except StoreError:
@@ -354,12 +396,13 @@ class Rendezvous:
         """The round to register for: after this agent's last one; a newcomer the open round, or the one
         after a running one, which it asks to end when the job has room."""
         store, k = self.store, self.key
-        floor = self.last.number + 1 if self.last else 0
+        floor = self.last.number + 1 if self.last else self.floor
         current = int(store.compare_set(f"{k}/round", b"", str(floor).encode()))
         target = max(floor, current) if self.last is not None else current
         if self.last is None and (closed := self._get(f"{k}/r{current}/closed")) is not None:
             target = current + 1
             self._ask_in(current, json.loads(closed))
+        target = max(target, floor)
         while current < target:    # raise the open round number to ours, for newcomers to find
             current = int(store.compare_set(f"{k}/round", str(current).encode(), str(target).encode()))
         return target
@@ -396,7 +439,7 @@ class Rendezvous:
         seen: dict[int, dict] = {}
         deadline: float | None = start + config.TG_DIST_TIMEOUT
         while True:
-            if self.paused:
+            if self.paused and not self._still_counted():
                 raise _Paused
             if self.stop_asked():
                 raise KeyboardInterrupt
@@ -406,6 +449,11 @@ class Rendezvous:
                 ids = [m["id"] for m in result["members"]]
                 if self.id in ids or result.get("give_up"):
                     return self._round(n, result)
+                if not self.elastic:
+                    taken = [m["host"] for m in result["members"] if m["want"] == self.want]
+                    raise LaunchError(f"node rank {self.want} was given to another agent too (host "
+                                      f"{', '.join(taken) or '?'}), which joined first; give each node its "
+                                      f"own --node-rank")
                 if deadline is not None:    # once: a spare waits for a place as long as the job runs
                     print(f"[tglaunch] round {n} has no place for this node (the job has {len(ids)} of at "
                           f"most {self.max}); it waits as a spare", file=sys.stderr)
@@ -425,7 +473,8 @@ class Rendezvous:
                 if got is None:
                     break          # registered, record on its way
                 seen[i] = json.loads(got)
-            joined = [seen[i] for i in sorted(seen)]
+            latest = {seen[i]["id"]: seen[i] for i in sorted(seen)}   # an agent that registered twice: once
+            joined = list(latest.values())
             decision = self._decide(n, joined, start, full_at)
             if decision == "wait-full":
                 full_at = full_at or time.monotonic()
@@ -455,7 +504,7 @@ class Rendezvous:
                 f"{config.TG_DIST_TIMEOUT:.0f}s, fewer than the {self.min} the job needs (store "
                 f"{self.address[0]}:{self.address[1]})")
 
-    def _lost(self, member_id: str, waited: float) -> bool:
+    def _lost(self, member_id: str, waited: float, running: bool = False) -> bool:
         """A previous member that did not join this round is lost: it hosted the store that was lost, or
         its agent's connection closed (it died or left), or its heartbeat stood still, or it never reached
         this store and TG_ELASTIC_TIMEOUT passed. A member whose workers finished is never lost: it left
@@ -465,7 +514,7 @@ class Rendezvous:
             return True
         if self._has(f"{k}/finished"):
             return False
-        if self.last is not None and self._has(f"{k}/r{self.last.number}/done/{member_id}"):
+        if running and self.last is not None and self._has(f"{k}/r{self.last.number}/done/{member_id}"):
             return False
         if self._has(f"{k}/alive/{member_id}"):
             return self._stale(member_id)
@@ -488,6 +537,12 @@ class Rendezvous:
         previous = self.last
         if previous is None and (self._has(f"{self.key}/started") or any(j["prev"] >= 0 for j in joined)):
             return None            # a newcomer never closes a later round: the members that know it do
+        if previous is not None and previous.number != n - 1:
+            return None            # a former member, left out since: it does not know round n - 1
+        old_ids = {m.id for m in previous.members} if previous else set()
+        # a newcomer's record whose agent is gone (died, or came back under a new id) counts for nothing
+        joined = [j for j in joined if j["id"] in old_ids or j["id"] == self.id or
+                  self._has(f"{self.key}/alive/{j['id']}")]
         ids = {j["id"] for j in joined}
         lost: list[str] = []
         if previous is not None:
@@ -566,7 +621,7 @@ class Rendezvous:
         did (a member lost, a newcomer waiting, this agent stopped too long, the store lost), else None."""
         from tg.distributed.store import StoreError
         assert self.last is not None
-        if self.paused:
+        if self.paused and not self._still_counted():
             self.why = "stopped"
             return "this agent was stopped for longer than TG_ELASTIC_TIMEOUT"
         k, n = self.key, self.last.number
@@ -574,7 +629,7 @@ class Rendezvous:
         try:
             if len(self.last.members) > 1:
                 watched = self.last.members[(self.last.node + 1) % len(self.last.members)]
-                if self._lost(watched.id, 0.0):
+                if self._lost(watched.id, 0.0, running=True):
                     why = f"lost {self._name(watched.id)}"
                     self.store.compare_set(f"{k}/r{n}/ended", b"", why.encode())
             ended = self._get(f"{k}/r{n}/ended")
@@ -592,7 +647,7 @@ class Rendezvous:
         from tg.distributed.store import StoreError
         if failure is not None and not self.why:
             self.why, self.failure = "failure", failure
-        if self.why == "stopped" or self.paused:
+        if self.why == "stopped" or (self.paused and not self._still_counted()):
             self._rejoin_as_new()
         elif self.why == "store lost":
             self._fail_over(f"{self.address[0]}:{self.address[1]}")
@@ -639,13 +694,16 @@ class Rendezvous:
         """The store's host keeps it up until every member of the last round has read the outcome (10s at
         most); then the heartbeat, the connection and this agent's server end."""
         self._quit.set()
-        members = self.last.members if self.last else []
         try:
             self.store.set(f"{self.key}/left/{self.id}", "1")
-            if self.hosting:
+            if self.hosting:      # the members, and whoever waits to join the next round (spares)
+                ids = [m.id for m in self.last.members] if self.last else []
+                if self.last is not None:
+                    nxt = f"{self.key}/r{self.last.number + 1}"
+                    records = (self._get(f"{nxt}/m/{i}") for i in range(self.store.add(f"{nxt}/join", 0)))
+                    ids += [json.loads(r)["id"] for r in records if r is not None]
                 deadline = time.monotonic() + 10
-                while time.monotonic() < deadline and \
-                        not all(self._has(f"{self.key}/left/{m.id}") for m in members):
+                while time.monotonic() < deadline and not all(self._has(f"{self.key}/left/{i}") for i in ids):
                     time.sleep(0.02)
         except Exception:  # noqa: BLE001 - the store host may be gone already
             pass
