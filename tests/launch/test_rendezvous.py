@@ -250,3 +250,39 @@ def test_too_few_nodes_is_named(monkeypatch) -> None:
     with pytest.raises(LaunchError, match=r"nodes \[1\] did not join"):
         a.join()
     leave([a])
+
+
+def test_a_replacement_at_the_lost_hosts_address_takes_the_job_in(monkeypatch) -> None:
+    """The store's host dies and a replacement node binds the freed master address first (a fresh store):
+    the survivors continue there, take the old host for gone at once (not after TG_ELASTIC_TIMEOUT), and
+    the replacement asks in: the job is one again, of three."""
+    monkeypatch.setenv("TG_ELASTIC_TIMEOUT", "6")
+    job = spec("1:3", join_timeout=0.2)
+    rdzvs = agents(job, 3)
+    join_all(rdzvs)
+    host = next(r for r in rdzvs if r.hosting)
+    host._quit.set()
+    host.server.close(grace=0)
+    rest = [r for r in rdzvs if r is not host]
+    replacement = agents(job, 1)[0]               # binds the master address: a store of its own
+    assert replacement.hosting
+    for r in rest:
+        while r.check() is None:
+            time.sleep(0.02)
+    start = time.monotonic()
+    for r in rest:
+        r.after_stop(None)
+    rounds = join_all(rest)
+    assert time.monotonic() - start < 4, "the lost host was waited for"
+    assert all(isinstance(r, Round) and r.world == 2 and r.why.startswith("lost node") for r in rounds)
+    got: list = []
+    newcomer = threading.Thread(target=lambda: got.append(join_all([replacement])[0]), daemon=True)
+    newcomer.start()
+    for r in rest:                                 # the replacement asks in: the round ends for it
+        while r.check() is None:
+            time.sleep(0.02)
+        r.after_stop(None)
+    rounds = join_all(rest)
+    newcomer.join(15)
+    assert all(isinstance(r, Round) and r.world == 3 and r.why == "joined" for r in [*rounds, *got]), got
+    leave([*rest, replacement])

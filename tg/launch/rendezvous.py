@@ -26,7 +26,7 @@ was stopped for longer than TG_ELASTIC_TIMEOUT takes itself for lost: it stops i
 again as a newcomer under a new id.
 
 The store moves with the job. Every agent of an elastic job runs a store server from the start: the
-one that bound --master-addr:--master-port hosts the job's store (marked `active`), the others a
+one that bound --master-addr:--master-port hosts the job's store (`active` holds its id), the others a
 standby on the address they reach it from. When an agent's store stops answering (its connection
 drops, or a reply takes longer than TG_ELASTIC_TIMEOUT) it tries the same store again first (a fault
 of its own connection), then the previous round's members' servers in node-rank order, skipping
@@ -166,7 +166,7 @@ class Rendezvous:
                                        timeout=config.TG_DIST_TIMEOUT,
                                        reply_timeout=self.timeout if self.elastic else None)
                 self.store, self._on_master = self.server, True
-                self.store.set(f"{self.key}/active", "1")
+                self.store.set(f"{self.key}/active", self.id)
             except StoreError:
                 if not self.elastic:
                     raise
@@ -247,7 +247,7 @@ class Rendezvous:
                     continue        # the next one
                 if self._wait_active(client, server in (lost, master)):
                     try:
-                        self._use(client)
+                        self._use(client, host_ids)
                         return
                     except StoreError:
                         continue    # it went away as this agent arrived
@@ -279,7 +279,10 @@ class Rendezvous:
             return False
         return True
 
-    def _use(self, client: Any) -> None:
+    def _use(self, client: Any, lost_hosts: set[str]) -> None:
+        """Continue with the store behind client; the lost store's host is gone unless that store is its."""
+        if client.peek(f"{self.key}/active") not in {i.encode() for i in lost_hosts}:
+            self._gone |= lost_hosts     # (another agent's store may answer at the lost address now)
         if self.store is not None and self.store is not self.server:
             self.store.close(grace=0)
         self.store, self.address = client, (client.host, client.port)
@@ -294,7 +297,7 @@ class Rendezvous:
         self.server.reconnect()      # its own client connection, new if the old one broke
         self.store, self.address = self.server, (self.server.host, self.server.port)
         self._announce()
-        self.store.set(f"{self.key}/active", "1")
+        self.store.set(f"{self.key}/active", self.id)
         print(f"[tglaunch] the job's store is now here, at {self.server.host}:{self.server.port}",
               file=sys.stderr)
         self._take_master()
