@@ -558,7 +558,7 @@ def test_two_hosts_network_namespaces(tmp_path: Path) -> None:
 
 def test_the_cause_is_blamed_not_the_ranks_that_noticed_it() -> None:
     from tg.launch import Failure
-    from tg.launch.agent import blame
+    from tg.launch.job import blame
     echo = Failure(2, 1, "h", 10.0, error="DistributedError: [distributed] rank 3 died or aborted")
     cause = Failure(3, 1, "h", 10.5, error="RuntimeError: rank 3 gives up")
     killed = Failure(1, -9, "h", 11.0)                        # no error record: killed by a signal
