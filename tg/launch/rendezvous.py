@@ -418,6 +418,11 @@ class Rendezvous:
             return
         if self._has(f"{self.key}/finished"):
             raise JobFinished("the job finished before this node could join it")
+        if not self.elastic:      # a fixed-size job formed without this node: its node rank is taken
+            taken = [m["host"] for m in running["members"] if m["want"] == self.want]
+            raise LaunchError(f"node rank {self.want} was given to another agent too (host "
+                              f"{', '.join(taken) or '?'}), which joined first; give each node its own "
+                              f"--node-rank")
         if len(running["members"]) < self.max:
             self.store.compare_set(f"{self.key}/r{n}/ended", b"", b"joined")
 
@@ -452,16 +457,11 @@ class Rendezvous:
                 ids = [m["id"] for m in result["members"]]
                 if self.id in ids or result.get("give_up"):
                     return self._round(n, result)
-                if not self.elastic:
-                    taken = [m["host"] for m in result["members"] if m["want"] == self.want]
-                    raise LaunchError(f"node rank {self.want} was given to another agent too (host "
-                                      f"{', '.join(taken) or '?'}), which joined first; give each node its "
-                                      f"own --node-rank")
+                self._ask_in(n, result)     # (a fixed-size job refuses this node here)
                 if deadline is not None:    # once: a spare waits for a place as long as the job runs
                     print(f"[tglaunch] round {n} has no place for this node (the job has {len(ids)} of at "
                           f"most {self.max}); it waits as a spare", file=sys.stderr)
                 deadline = None
-                self._ask_in(n, result)
                 n += 1
                 self._register(n)
                 start, full_at, seen = time.monotonic(), None, {}
