@@ -1,11 +1,13 @@
 """tglaunch against bad input and hard deaths: every bad flag or YAML value is a usage error (exit code 2,
 argparse's message), and a SIGKILLed launcher leaves nothing of its job behind (the workers' children,
-mpiexec's ranks, Open MPI's shared-memory files)."""
+mpiexec's ranks) or nothing a later job trips over (Open MPI's shared-memory files and session folders)."""
 from __future__ import annotations
 
 import json
 import mmap
 import os
+import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_launch import alive, launch, start_sleepers, wait_dead, write
 
-from tg.launch.agent import SHM_DIR, mpiexec_command
+from tg.launch.agent import SHM_DIR, mpiexec_command, remove_dead_mpi_sessions
 
 # A worker that starts a grandchild, writes its own pid and the grandchild's, and sleeps.
 GRANDPARENT = """
@@ -119,3 +121,76 @@ def test_dead_jobs_mpi_segments_removed_at_start(tmp_path: Path) -> None:
     finally:
         for path in (dead, used, young):
             path.unlink(missing_ok=True)
+
+
+# ---------------------------------------------------------------------------- a dead mpiexec's session folder
+def _dead_mpiexec_session(tmp: Path) -> Path:
+    """The session folder `<tmp>/ompi.<pid>` that an mpiexec killed with SIGKILL leaves behind."""
+    cmd = mpiexec_command(1)
+    assert cmd is not None
+    proc = subprocess.Popen([*cmd, "sleep", "60"], env={**os.environ, "TMPDIR": str(tmp)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
+    folder = tmp / f"ompi.{proc.pid}"
+    deadline = time.monotonic() + 30
+    while not any(folder.glob("pmix.*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert folder.is_dir(), f"mpiexec {proc.pid} left no session folder in {tmp}: {os.listdir(tmp)}"
+    return folder
+
+
+def _copy_session(src: Path, pid: int) -> Path:
+    """src as the folder a dead launcher of pid would have left (its files carry the pid in their names)."""
+    old = src.name.split(".")[1]
+    dst = src.parent / f"ompi.{pid}"
+    shutil.copytree(src, dst)
+    for f in list(dst.iterdir()):
+        if old in f.name:
+            f.rename(dst / f.name.replace(old, str(pid)))
+    return dst
+
+
+@needs_mpiexec
+@pytest.mark.parametrize("seed", range(3))
+def test_a_dead_mpiexecs_session_folder_does_not_stop_the_next(tmp_path: Path, monkeypatch,
+                                                               seed: int) -> None:
+    """An mpiexec killed with SIGKILL leaves `<tmp>/ompi.<pid>`; the next mpiexec that gets the same pid
+    (pids wrap at pid_max, often 32768, within one test suite) failed with "The PMIx server's listener
+    thread failed to start". The launcher removes the dead ones first: here every pid the next mpiexec
+    can get has such a folder, and folders of live pids, of other names and plain files stay."""
+    rng = random.Random(seed)
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))        # this test's own; other tests' launchers clean /tmp
+    dead = _dead_mpiexec_session(tmp)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+    upcoming = [p for p in range(last + 1, last + 200) if p < pid_max and not alive(p)]
+    never = [pid_max + rng.randrange(1, 10**6) for _ in range(rng.randrange(1, 6))]   # no process has these
+    for pid in {*upcoming, *never}:
+        _copy_session(dead, pid)
+    try:
+        kept = [_copy_session(dead, sleeper.pid), _copy_session(dead, os.getpid())]
+        kept += [tmp / "ompi.notapid", tmp / f"ompi.{never[0]}x", tmp / "ompi"]
+        for path in kept[2:]:
+            path.mkdir()
+        plain = tmp / f"ompi.{pid_max + 10**7}"
+        plain.write_text("a file, not a session folder")
+        kept.append(plain)
+        cmd = mpiexec_command(2)                     # removes the dead ones, as every caller's launch does
+        assert cmd is not None
+        r = subprocess.run([*cmd, sys.executable, "-c", "print('ran')"], capture_output=True, text=True,
+                           timeout=120)
+        assert r.returncode == 0 and r.stdout.count("ran") == 2, (r.returncode, r.stdout, r.stderr)
+        for pid in never:
+            assert not (tmp / f"ompi.{pid}").exists()
+        assert not dead.exists() or Path(f"/proc/{dead.name[5:]}").exists()    # unless its pid is taken again
+        assert all(path.exists() for path in kept), sorted(os.listdir(tmp))
+        again = remove_dead_mpi_sessions()
+        assert all(Path(p).parent == tmp and Path(p) not in kept for p in again), again
+        assert all(path.exists() for path in kept) and not [p for p in tmp.iterdir() if ".dead-" in p.name]
+    finally:
+        sleeper.kill()
+        sleeper.wait()

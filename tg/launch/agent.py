@@ -505,7 +505,9 @@ class Agent:
 
 def mpiexec_command(nproc: int) -> list[str] | None:
     """`mpiexec [flags] -n nproc` (the one beside this Python first), or None without one. Open MPI refuses
-    root and more ranks than cores unless told; MPICH's hydra needs neither flag."""
+    root and more ranks than cores unless told; MPICH's hydra needs neither flag. For Open MPI it also
+    removes the session folders dead launchers left (remove_dead_mpi_sessions), which the mpiexec about
+    to start would otherwise trip over."""
     exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     exe = exe if os.path.exists(exe) else shutil.which("mpiexec") or ""
     if not exe:
@@ -515,7 +517,43 @@ def mpiexec_command(nproc: int) -> list[str] | None:
     if "Open MPI" in version or "OpenRTE" in version:
         flags += ["--allow-run-as-root"] if os.geteuid() == 0 else []
         flags += ["--oversubscribe"] if nproc > (os.cpu_count() or 1) else []
+        remove_dead_mpi_sessions()
     return [exe, *flags, "-n", str(nproc)]
+
+
+def mpi_tmpdir() -> str:
+    """Where Open MPI puts its session folders: the first of TMPDIR, TEMP, TMP that is set, else /tmp."""
+    return next((v for v in (os.environ.get(n) for n in ("TMPDIR", "TEMP", "TMP")) if v), "/tmp")
+
+
+def remove_dead_mpi_sessions() -> list[str]:
+    """Remove this user's Open MPI 5 session folders `<tmp>/ompi.<pid>` whose launcher process is gone.
+    mpiexec removes its own on a clean exit, but one killed with SIGKILL (a timeout, a killed agent)
+    leaves it, and the next mpiexec that the kernel gives the same pid (pids wrap at pid_max) then
+    fails to start with "The PMIx server's listener thread failed to start". A folder whose pid is
+    alive (a zombie too) is kept: that is its launcher, or a process whose pid no new mpiexec can get
+    while it lives. Each folder is renamed away in one step before it is removed, so a launcher that
+    gets its pid after that step starts on a clean place. Returns the folders removed."""
+    base = mpi_tmpdir()
+    try:
+        names = [n for n in os.listdir(base) if n.startswith("ompi.") and n[5:].isdigit()]
+    except OSError:
+        return []
+    removed = []
+    for name in names:
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+            launcher_alive = os.path.exists(f"/proc/{name[5:]}")
+            if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode) or launcher_alive:
+                continue
+            doomed = os.path.join(base, f".{name}.dead-{os.getpid()}-{time.monotonic_ns()}")
+            os.rename(path, doomed)          # atomic: another cleaner or a new launcher sees it or not
+        except OSError:
+            continue                         # gone meanwhile (another launcher removed it)
+        shutil.rmtree(doomed, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 SHM_DIR = "/dev/shm"
