@@ -279,6 +279,12 @@ def environment() -> dict[str, str]:
     return dict(os.environ)
 
 
+def temp_dir() -> str:
+    """Where Open MPI's launcher, started from here, keeps its session folders: the first of TMPDIR,
+    TEMP, TMP that is set, else /tmp (Open MPI's own order)."""
+    return next((v for v in (os.environ.get(n) for n in ("TMPDIR", "TEMP", "TMP")) if v), "/tmp")
+
+
 def export(name: str, value: str) -> None:
     """Set a variable in this process's environment (for code that reads it later, or for children)."""
     os.environ[name] = value

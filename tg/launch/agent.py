@@ -521,11 +521,6 @@ def mpiexec_command(nproc: int) -> list[str] | None:
     return [exe, *flags, "-n", str(nproc)]
 
 
-def mpi_tmpdir() -> str:
-    """Where Open MPI puts its session folders: the first of TMPDIR, TEMP, TMP that is set, else /tmp."""
-    return next((v for v in (os.environ.get(n) for n in ("TMPDIR", "TEMP", "TMP")) if v), "/tmp")
-
-
 def remove_dead_mpi_sessions() -> list[str]:
     """Remove this user's Open MPI 5 session folders `<tmp>/ompi.<pid>` whose launcher process is gone.
     mpiexec removes its own on a clean exit, but one killed with SIGKILL (a timeout, a killed agent)
@@ -534,7 +529,7 @@ def remove_dead_mpi_sessions() -> list[str]:
     alive (a zombie too) is kept: that is its launcher, or a process whose pid no new mpiexec can get
     while it lives. Each folder is renamed away in one step before it is removed, so a launcher that
     gets its pid after that step starts on a clean place. Returns the folders removed."""
-    base = mpi_tmpdir()
+    base = config.temp_dir()
     try:
         names = [n for n in os.listdir(base) if n.startswith("ompi.") and n[5:].isdigit()]
     except OSError:
