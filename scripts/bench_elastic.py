@@ -15,12 +15,13 @@ checkpoint), the steps read from the job's own metrics.jsonl (a resumed run purg
 The target is >= 80% with a node lost every 5 minutes in a 15-minute run. The step time counts the step
 at whatever size the job had (fewer ranks take fewer samples a step: goodput here is time, not samples).
 
-Measured (AMD EPYC Zen 4, 2 cores, 2026-12-01, the defaults), two runs: losses at minutes 5 (a node) and
-10 (the store's host); training again 2.7 s / 3.0 s after the SIGKILL, then 2.7 s / 13.2 s; 46 / 32, then
-22 / 84 steps redone (of a 100-step interval); goodput 95.0% (4,200 committed steps at a median 201.7 ms
-over 892 s), then 93.0% (4,000 at 207.3 ms). The 13.2 s: the replacement bound the freed master address
+Measured (AMD EPYC Zen 4, 2 cores, 2026-12-01, the defaults), three runs: losses at minutes 5 (a node)
+and 10 (the store's host); training again 2.7 s / 3.0 s after the SIGKILL, then 2.7 s / 13.2 s, then
+3.0 s / 3.3 s; 46 / 32, 22 / 84, then 94 / 9 steps redone (of a 100-step interval); goodput 95.0% (4,200
+committed steps at a median 201.7 ms over 892 s), 93.0% (4,000 at 207.3 ms), then 93.9% (4,100 at
+205.2 ms over 896 s). The 13.2 s of the second run: the replacement bound the freed master address
 before the survivors moved the store, they joined its store, and waited TG_ELASTIC_TIMEOUT for the old
-host; they now take it for gone at once (tests/launch/test_rendezvous.py pins it).
+host; since 90c3aa1 they take it for gone at once (the third run; tests/launch/test_rendezvous.py).
 """
 from __future__ import annotations
 
