@@ -212,7 +212,8 @@ def child(args: argparse.Namespace) -> None:  # noqa: C901
 def mpiexec(world: int) -> list[str] | None:
     if importlib.util.find_spec("mpi4py") is None:
         return None
-    from tg.launch.agent import mpiexec_command
+    from tg.launch.agent import mpiexec_command, remove_dead_mpi_sessions
+    remove_dead_mpi_sessions()
     return mpiexec_command(world)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -279,10 +279,13 @@ def environment() -> dict[str, str]:
     return dict(os.environ)
 
 
-def temp_dir() -> str:
-    """Where Open MPI's launcher, started from here, keeps its session folders: the first of TMPDIR,
-    TEMP, TMP that is set, else /tmp (Open MPI's own order)."""
-    return next((v for v in (os.environ.get(n) for n in ("TMPDIR", "TEMP", "TMP")) if v), "/tmp")
+def mpi_session_base(env: Mapping[str, str] | None = None) -> str:
+    """Where an Open MPI 5 launcher started with env (this process's environment when None) keeps its
+    session folders: PRTE_MCA_prte_tmpdir_base when set, else the first of TMPDIR, TEMP, TMP that is
+    set, else /tmp (Open MPI's own order)."""
+    env = os.environ if env is None else env
+    names = ("PRTE_MCA_prte_tmpdir_base", "TMPDIR", "TEMP", "TMP")
+    return next((v for v in (env.get(n) for n in names) if v), "/tmp")
 
 
 def export(name: str, value: str) -> None:

@@ -50,8 +50,10 @@ def require(backend: str) -> None:
 
 
 def mpiexec(world: int) -> list[str]:
-    """The mpiexec command line for `world` ranks (tglaunch's, with the flags Open MPI needs here)."""
-    from tg.launch.agent import mpiexec_command
+    """The mpiexec command line for `world` ranks (tglaunch's, with the flags Open MPI needs here), after
+    removing the session folders that killed mpiexecs left (one at the pid it gets stops it)."""
+    from tg.launch.agent import mpiexec_command, remove_dead_mpi_sessions
+    remove_dead_mpi_sessions()
     cmd = mpiexec_command(world)
     assert cmd is not None
     return cmd

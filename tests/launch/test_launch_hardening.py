@@ -9,13 +9,14 @@ import os
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from test_launch import alive, launch, start_sleepers, wait_dead, write
+from test_launch import ALL_REDUCE, alive, launch, start_sleepers, wait_dead, write
 
 from tg.launch.agent import SHM_DIR, mpiexec_command, remove_dead_mpi_sessions
 
@@ -30,6 +31,7 @@ print("ready", flush=True)
 time.sleep(60)
 """
 
+ALL_REDUCE_MPI = ALL_REDUCE.format(fail_rank=-1, fail_before=-1)
 needs_mpiexec = pytest.mark.skipif(mpiexec_command(1) is None, reason="needs mpiexec (pip install 'tg[mpi]')")
 
 
@@ -128,8 +130,8 @@ def _dead_mpiexec_session(tmp: Path) -> Path:
     """The session folder `<tmp>/ompi.<pid>` that an mpiexec killed with SIGKILL leaves behind."""
     cmd = mpiexec_command(1)
     assert cmd is not None
-    proc = subprocess.Popen([*cmd, "sleep", "60"], env={**os.environ, "TMPDIR": str(tmp)},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0)
+    proc = subprocess.Popen([*cmd, "sleep", "60"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            process_group=0)
     folder = tmp / f"ompi.{proc.pid}"
     deadline = time.monotonic() + 30
     while not any(folder.glob("pmix.*")) and time.monotonic() < deadline:
@@ -140,57 +142,91 @@ def _dead_mpiexec_session(tmp: Path) -> Path:
     return folder
 
 
-def _copy_session(src: Path, pid: int) -> Path:
-    """src as the folder a dead launcher of pid would have left (its files carry the pid in their names)."""
-    old = src.name.split(".")[1]
+def _copy_session(src: Path, pid: int | str, host: str | None = None) -> Path:
+    """src as the folder a dead launcher of pid (on host) would have left: its files carry both names."""
+    old_pid, old_host = src.name.split(".")[1], socket.gethostname().split(".")[0]
     dst = src.parent / f"ompi.{pid}"
     shutil.copytree(src, dst)
     for f in list(dst.iterdir()):
-        if old in f.name:
-            f.rename(dst / f.name.replace(old, str(pid)))
+        new = f.name.replace(old_pid, str(pid))
+        new = new.replace(f"pmix.{old_host}.", f"pmix.{host}.") if host else new
+        f.rename(dst / new)
     return dst
 
 
-@needs_mpiexec
-@pytest.mark.parametrize("seed", range(3))
-def test_a_dead_mpiexecs_session_folder_does_not_stop_the_next(tmp_path: Path, monkeypatch,
-                                                               seed: int) -> None:
-    """An mpiexec killed with SIGKILL leaves `<tmp>/ompi.<pid>`; the next mpiexec that gets the same pid
-    (pids wrap at pid_max, often 32768, within one test suite) failed with "The PMIx server's listener
-    thread failed to start". The launcher removes the dead ones first: here every pid the next mpiexec
-    can get has such a folder, and folders of live pids, of other names and plain files stay."""
-    rng = random.Random(seed)
-    tmp = tmp_path / "tmp"
-    tmp.mkdir()
-    monkeypatch.setenv("TMPDIR", str(tmp))        # this test's own; other tests' launchers clean /tmp
-    dead = _dead_mpiexec_session(tmp)
-    sleeper = subprocess.Popen(["sleep", "60"])
+def _upcoming_pids(n: int) -> list[int]:
+    """The next n pids the kernel can hand out (after the last one given, wrapping past pid_max)."""
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
     last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
-    upcoming = [p for p in range(last + 1, last + 200) if p < pid_max and not alive(p)]
-    never = [pid_max + rng.randrange(1, 10**6) for _ in range(rng.randrange(1, 6))]   # no process has these
-    for pid in {*upcoming, *never}:
+    pids, pid = [], last
+    while len(pids) < n:
+        pid = pid + 1 if pid + 1 < pid_max else 301          # the kernel wraps to 300 and up
+        if not Path(f"/proc/{pid}").exists():
+            pids.append(pid)
+    return pids
+
+
+@needs_mpiexec
+def test_a_dead_mpiexecs_session_folder_does_not_stop_the_next_job(tmp_path: Path, monkeypatch) -> None:
+    """An mpiexec killed with SIGKILL leaves `<tmp>/ompi.<pid>`; the next mpiexec that got the same pid
+    (pids wrap at pid_max, often 32768, within one test suite) failed with "The PMIx server's listener
+    thread failed to start". Here every pid the job's mpiexec can get holds such a folder: tglaunch
+    removes them first and says so."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))        # this test's own: other tests' launchers clean /tmp
+    dead = _dead_mpiexec_session(tmp)
+    for pid in _upcoming_pids(1000):              # far more than the machine starts during this test
         _copy_session(dead, pid)
+    script = write(tmp_path / "mpi.py", ALL_REDUCE_MPI)
+    r = launch("--backend", "mpi", "--nproc", "2", str(script), timeout=120)
+    assert r.returncode == 0, r.stderr
+    for rank in range(2):
+        assert f"[rank{rank}]: backend mpi sum 3.0" in r.stdout.splitlines(), r.stdout
+    assert f"Open MPI session folder(s) that a dead mpiexec left in {tmp}: " in r.stderr, r.stderr
+    assert not [p for p in tmp.iterdir() if p.name.startswith(".ompi.")]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_only_dead_launchers_session_folders_of_this_host_are_removed(tmp_path: Path, seed: int) -> None:
+    """Generated folders and files: removed are `ompi.<pid>` folders of this user and host whose pid no
+    process has, and the leftovers of a cleaner that died mid-way; everything else stays."""
+    rng = random.Random(seed)
+    host = socket.gethostname().split(".")[0]
+    template = tmp_path / "ompi.1"
+    template.mkdir()
+    for name in (f"pmix.{host}.tool", f"pmix.{host}.tool.1", "hwloc.sm"):
+        (template / name).write_text("x")
+    (template / "0").mkdir()
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    never = rng.sample(range(pid_max + 1, pid_max + 10**6), rng.randrange(1, 8))     # no process has these
+    sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        kept = [_copy_session(dead, sleeper.pid), _copy_session(dead, os.getpid())]
-        kept += [tmp / "ompi.notapid", tmp / f"ompi.{never[0]}x", tmp / "ompi"]
-        for path in kept[2:]:
+        gone = [_copy_session(template, pid) for pid in never]
+        gone += [tmp_path / f".ompi.{never[0]}.dead-{never[-1]}-{rng.randrange(10**9)}"]   # its cleaner died
+        gone[-1].mkdir()
+        kept = [_copy_session(template, pid) for pid in (sleeper.pid, os.getpid())]     # pids that are taken
+        kept += [_copy_session(template, pid_max + 10**6 + 1, host="another-host")]     # another host's
+        kept += [tmp_path / f".ompi.{never[0]}.dead-{os.getpid()}-1"]                   # a live cleaner's
+        kept += [tmp_path / name for name in ("ompi.notapid", f"ompi.{never[0]}x", "ompi", "ompi.\u00b2",
+                                              f"ompi.{never[0]}.1", f"xompi.{never[0]}")]
+        for path in kept[3:]:
             path.mkdir()
-        plain = tmp / f"ompi.{pid_max + 10**7}"
+        empty = tmp_path / f"ompi.{pid_max + 10**6 + 2}"         # no host files: not known to be this host's
+        empty.mkdir()
+        plain = tmp_path / f"ompi.{pid_max + 10**6 + 3}"
         plain.write_text("a file, not a session folder")
-        kept.append(plain)
-        cmd = mpiexec_command(2)                     # removes the dead ones, as every caller's launch does
-        assert cmd is not None
-        r = subprocess.run([*cmd, sys.executable, "-c", "print('ran')"], capture_output=True, text=True,
-                           timeout=120)
-        assert r.returncode == 0 and r.stdout.count("ran") == 2, (r.returncode, r.stdout, r.stderr)
-        for pid in never:
-            assert not (tmp / f"ompi.{pid}").exists()
-        assert not dead.exists() or Path(f"/proc/{dead.name[5:]}").exists()    # unless its pid is taken again
-        assert all(path.exists() for path in kept), sorted(os.listdir(tmp))
-        again = remove_dead_mpi_sessions()
-        assert all(Path(p).parent == tmp and Path(p) not in kept for p in again), again
-        assert all(path.exists() for path in kept) and not [p for p in tmp.iterdir() if ".dead-" in p.name]
+        kept += [empty, plain]
+        shutil.rmtree(template)
+        removed = remove_dead_mpi_sessions({"TMPDIR": str(tmp_path)})
+        assert sorted(removed) == sorted(str(p) for p in gone[:-1])
+        left = sorted(os.listdir(tmp_path))
+        assert not any(p.exists() for p in gone) and all(p.exists() for p in kept), left
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".ompi.") and p not in kept]
+        assert remove_dead_mpi_sessions({"PRTE_MCA_prte_tmpdir_base": str(tmp_path), "TMPDIR": "/"}) == []
+        stale = _copy_session(kept[0], never[0])          # the base Open MPI itself would take comes first
+        assert remove_dead_mpi_sessions({"PRTE_MCA_prte_tmpdir_base": str(tmp_path), "TMPDIR": "/"}) == [
+            str(stale)]
     finally:
         sleeper.kill()
         sleeper.wait()

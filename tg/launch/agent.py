@@ -415,6 +415,11 @@ class Agent:
         if removed:
             print(f"[tglaunch] removed {len(removed)} Open MPI shared-memory segment(s) that a dead job left "
                   f"in {SHM_DIR}: {', '.join(os.path.basename(p) for p in removed)}", file=sys.stderr)
+        removed = remove_dead_mpi_sessions(env)
+        if removed:
+            print(f"[tglaunch] removed {len(removed)} Open MPI session folder(s) that a dead mpiexec left in "
+                  f"{os.path.dirname(removed[0])}: {', '.join(os.path.basename(p) for p in removed)}",
+                  file=sys.stderr)
         proc = subprocess.Popen([*mpiexec, *self._command()], env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
                                 process_group=0, preexec_fn=_die_with_launcher)
@@ -505,9 +510,8 @@ class Agent:
 
 def mpiexec_command(nproc: int) -> list[str] | None:
     """`mpiexec [flags] -n nproc` (the one beside this Python first), or None without one. Open MPI refuses
-    root and more ranks than cores unless told; MPICH's hydra needs neither flag. For Open MPI it also
-    removes the session folders dead launchers left (remove_dead_mpi_sessions), which the mpiexec about
-    to start would otherwise trip over."""
+    root and more ranks than cores unless told; MPICH's hydra needs neither flag. Whoever starts it
+    calls remove_dead_mpi_sessions (and remove_dead_mpi_segments) first."""
     exe = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     exe = exe if os.path.exists(exe) else shutil.which("mpiexec") or ""
     if not exe:
@@ -517,38 +521,60 @@ def mpiexec_command(nproc: int) -> list[str] | None:
     if "Open MPI" in version or "OpenRTE" in version:
         flags += ["--allow-run-as-root"] if os.geteuid() == 0 else []
         flags += ["--oversubscribe"] if nproc > (os.cpu_count() or 1) else []
-        remove_dead_mpi_sessions()
     return [exe, *flags, "-n", str(nproc)]
 
 
-def remove_dead_mpi_sessions() -> list[str]:
-    """Remove this user's Open MPI 5 session folders `<tmp>/ompi.<pid>` whose launcher process is gone.
-    mpiexec removes its own on a clean exit, but one killed with SIGKILL (a timeout, a killed agent)
-    leaves it, and the next mpiexec that the kernel gives the same pid (pids wrap at pid_max) then
-    fails to start with "The PMIx server's listener thread failed to start". A folder whose pid is
-    alive (a zombie too) is kept: that is its launcher, or a process whose pid no new mpiexec can get
-    while it lives. Each folder is renamed away in one step before it is removed, so a launcher that
-    gets its pid after that step starts on a clean place. Returns the folders removed."""
-    base = config.temp_dir()
+def remove_dead_mpi_sessions(env: dict[str, str] | None = None) -> list[str]:
+    """Remove this user's Open MPI 5 session folders `<base>/ompi.<pid>` of this host whose launcher is
+    gone, base being where an mpiexec started with env puts them (config.mpi_session_base). mpiexec
+    removes its own on a clean exit, but one killed with SIGKILL (a timeout, a killed agent) leaves it,
+    and the next mpiexec that the kernel gives the same pid (pids wrap at pid_max) fails to start:
+    "The PMIx server's listener thread failed to start". Kept: a folder whose pid is taken (its
+    launcher, or a process whose pid no new mpiexec can get while it lives; a zombie too) and one
+    without this host's `pmix.<host>.*` files (another host or container sharing the folder, whose
+    pids this /proc does not show). A folder is renamed away in one step and its pid looked at again
+    before it is removed, so a launcher that took the pid meanwhile keeps it. Returns the folders
+    removed; also removes what a cleaner that died mid-way left (`.ompi.<pid>.dead-<its pid>-*`)."""
+    base = config.mpi_session_base(env)
     try:
-        names = [n for n in os.listdir(base) if n.startswith("ompi.") and n[5:].isdigit()]
+        names = os.listdir(base)
     except OSError:
         return []
+    host = socket.gethostname()
+    hosts = (f"pmix.{host}.", f"pmix.{host.split('.')[0]}.")
     removed = []
     for name in names:
         path = os.path.join(base, name)
+        parts = name.split(".")
+        if name.startswith(".ompi.") and ".dead-" in name and len(parts) == 4:
+            cleaner = parts[3].removeprefix("dead-").split("-")[0]
+            if _pid_number(cleaner) and not os.path.exists(f"/proc/{cleaner}"):
+                shutil.rmtree(path, ignore_errors=True)
+            continue
+        if len(parts) != 2 or parts[0] != "ompi" or not _pid_number(parts[1]):
+            continue
         try:
             st = os.lstat(path)
-            launcher_alive = os.path.exists(f"/proc/{name[5:]}")
-            if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode) or launcher_alive:
+            taken = os.path.exists(f"/proc/{parts[1]}")
+            if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode) or taken:
+                continue
+            if not any(entry.startswith(hosts) for entry in os.listdir(path)):
                 continue
             doomed = os.path.join(base, f".{name}.dead-{os.getpid()}-{time.monotonic_ns()}")
             os.rename(path, doomed)          # atomic: another cleaner or a new launcher sees it or not
         except OSError:
-            continue                         # gone meanwhile (another launcher removed it)
+            continue                         # gone meanwhile (another cleaner took it)
+        if os.path.exists(f"/proc/{parts[1]}"):     # a launcher took the pid between the look and the rename
+            with contextlib.suppress(OSError):
+                os.rename(doomed, path)      # fails when it made its own folder already: this one is stale
+                continue
         shutil.rmtree(doomed, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+def _pid_number(text: str) -> bool:
+    return text.isascii() and text.isdigit()
 
 
 SHM_DIR = "/dev/shm"
