@@ -7,6 +7,7 @@ import json
 import mmap
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -142,13 +143,13 @@ def _dead_mpiexec_session(tmp: Path) -> Path:
     return folder
 
 
-def _copy_session(src: Path, pid: int | str, host: str | None = None) -> Path:
+def _copy_session(src: Path, pid: int, host: str | None = None) -> Path:
     """src as the folder a dead launcher of pid (on host) would have left: its files carry both names."""
     old_pid, old_host = src.name.split(".")[1], socket.gethostname().split(".")[0]
     dst = src.parent / f"ompi.{pid}"
     shutil.copytree(src, dst)
     for f in list(dst.iterdir()):
-        new = f.name.replace(old_pid, str(pid))
+        new = re.sub(rf"(?<![0-9]){old_pid}(?![0-9])", str(pid), f.name)
         new = new.replace(f"pmix.{old_host}.", f"pmix.{host}.") if host else new
         f.rename(dst / new)
     return dst
@@ -160,7 +161,7 @@ def _upcoming_pids(n: int) -> list[int]:
     last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
     pids, pid = [], last
     while len(pids) < n:
-        pid = pid + 1 if pid + 1 < pid_max else 301          # the kernel wraps to 300 and up
+        pid = pid + 1 if pid + 1 < pid_max else 300          # the kernel wraps to 300 and up
         if not Path(f"/proc/{pid}").exists():
             pids.append(pid)
     return pids
@@ -188,14 +189,18 @@ def test_a_dead_mpiexecs_session_folder_does_not_stop_the_next_job(tmp_path: Pat
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_only_dead_launchers_session_folders_of_this_host_are_removed(tmp_path: Path, seed: int) -> None:
+def test_only_dead_launchers_session_folders_of_this_host_are_removed(tmp_path: Path, monkeypatch,
+                                                                      seed: int) -> None:
     """Generated folders and files: removed are `ompi.<pid>` folders of this user and host whose pid no
-    process has, and the leftovers of a cleaner that died mid-way; everything else stays."""
+    process has, and the leftovers of a cleaner that died mid-way; everything else stays. Host names
+    with digits and domains too (Open MPI names its files with the short name unless told not to)."""
     rng = random.Random(seed)
-    host = socket.gethostname().split(".")[0]
-    template = tmp_path / "ompi.1"
+    hostname = [socket.gethostname(), "node1.cluster.example", "ip-10-0-1-5", "h7"][seed]
+    monkeypatch.setattr(socket, "gethostname", lambda: hostname)
+    host = rng.choice([hostname, hostname.split(".")[0]])
+    template = tmp_path / "ompi.987654321"
     template.mkdir()
-    for name in (f"pmix.{host}.tool", f"pmix.{host}.tool.1", "hwloc.sm"):
+    for name in (f"pmix.{host}.tool", f"pmix.{host}.tool.987654321", "hwloc.sm"):
         (template / name).write_text("x")
     (template / "0").mkdir()
     pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
