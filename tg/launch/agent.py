@@ -544,33 +544,39 @@ def remove_dead_mpi_sessions(env: dict[str, str] | None = None) -> list[str]:
     hosts = (f"pmix.{host}.", f"pmix.{host.split('.')[0]}.")
     removed = []
     for name in names:
-        path = os.path.join(base, name)
-        parts = name.split(".")
-        if name.startswith(".ompi.") and ".dead-" in name and len(parts) == 4:
+        path, parts = os.path.join(base, name), name.split(".")
+        if name.startswith(".ompi.") and len(parts) == 4 and parts[3].startswith("dead-"):
             cleaner = parts[3].removeprefix("dead-").split("-")[0]
             if _pid_number(cleaner) and not os.path.exists(f"/proc/{cleaner}"):
                 shutil.rmtree(path, ignore_errors=True)
-            continue
-        if len(parts) != 2 or parts[0] != "ompi" or not _pid_number(parts[1]):
-            continue
-        try:
-            st = os.lstat(path)
-            taken = os.path.exists(f"/proc/{parts[1]}")
-            if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode) or taken:
-                continue
-            if not any(entry.startswith(hosts) for entry in os.listdir(path)):
-                continue
-            doomed = os.path.join(base, f".{name}.dead-{os.getpid()}-{time.monotonic_ns()}")
-            os.rename(path, doomed)          # atomic: another cleaner or a new launcher sees it or not
-        except OSError:
-            continue                         # gone meanwhile (another cleaner took it)
-        if os.path.exists(f"/proc/{parts[1]}"):     # a launcher took the pid between the look and the rename
-            with contextlib.suppress(OSError):
-                os.rename(doomed, path)      # fails when it made its own folder already: this one is stale
-                continue
-        shutil.rmtree(doomed, ignore_errors=True)
-        removed.append(path)
+        elif len(parts) == 2 and parts[0] == "ompi" and _pid_number(parts[1]):
+            if _remove_if_dead(path, hosts):
+                removed.append(path)
     return removed
+
+
+def _remove_if_dead(path: str, hosts: tuple[str, ...]) -> bool:
+    """Remove the session folder path (`.../ompi.<pid>`) if it is this user's and host's and no process
+    has its pid; True when removed."""
+    pid = path.rsplit(".", 1)[1]
+    try:
+        st = os.lstat(path)
+        if st.st_uid != os.geteuid() or not stat.S_ISDIR(st.st_mode) or os.path.exists(f"/proc/{pid}"):
+            return False
+        if not any(entry.startswith(hosts) for entry in os.listdir(path)):
+            return False
+        doomed = f"{os.path.dirname(path)}/.{os.path.basename(path)}.dead-{os.getpid()}-{time.monotonic_ns()}"
+        os.rename(path, doomed)          # atomic: another cleaner or a new launcher sees it or not
+    except OSError:
+        return False                     # gone meanwhile (another cleaner took it)
+    if os.path.exists(f"/proc/{pid}"):   # a launcher took the pid between the look and the rename
+        try:
+            os.rename(doomed, path)      # give it back
+            return False
+        except OSError:
+            pass                         # it made its own folder already: this one is the stale one
+    shutil.rmtree(doomed, ignore_errors=True)
+    return True
 
 
 def _pid_number(text: str) -> bool:
